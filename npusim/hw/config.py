@@ -1,0 +1,245 @@
+"""Hardware presets: YAML in configs/ -> a validated, frozen HardwareConfig.
+
+A preset is data (design principle 4): every value lives in configs/*.yaml with its
+source beside it. Scenarios override single values by dotted key
+(``fabric.egress_gbps: 500``); unknown keys and wrong types are input errors that name
+the file and the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from npusim.errors import InputError
+from npusim.suggest import did_you_mean
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+@dataclass(frozen=True)
+class ChipConfig:
+    clock_ghz: float = field(metadata={"min": 0.1, "max": 10.0})
+    aiv_cores: int = field(metadata={"min": 1, "max": 256})
+
+
+@dataclass(frozen=True)
+class UBConfig:
+    bytes: int = field(metadata={"min": 1024, "max": 16 << 20})
+    alignment: int = field(metadata={"min": 1, "max": 4096})
+
+
+@dataclass(frozen=True)
+class ScalarConfig:
+    cycles_per_op: float = field(metadata={"min": 0.0, "max": 1e4})
+    loop_cycles: float = field(metadata={"min": 0.0, "max": 1e4})
+
+
+@dataclass(frozen=True)
+class VectorConfig:
+    bytes_per_cycle: int = field(metadata={"min": 1, "max": 1 << 16})
+    issue_cycles: float = field(metadata={"min": 0.0, "max": 1e5})
+
+
+@dataclass(frozen=True)
+class MTEConfig:
+    gm_to_ub_gbps: float = field(metadata={"min": 1e-3, "max": 1e6})
+    ub_to_gm_gbps: float = field(metadata={"min": 1e-3, "max": 1e6})
+    put_gbps: float = field(metadata={"min": 1e-3, "max": 1e6})
+    gm_to_ub_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+    ub_to_gm_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+    put_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+
+
+@dataclass(frozen=True)
+class HBMConfig:
+    bandwidth_gbps: float = field(metadata={"min": 1e-3, "max": 1e7})
+
+
+@dataclass(frozen=True)
+class FabricConfig:
+    dies_per_package: int = field(metadata={"min": 1, "max": 2})
+    egress_gbps: float = field(metadata={"min": 1e-3, "max": 1e7})
+    ingress_gbps: float = field(metadata={"min": 1e-3, "max": 1e7})
+    link_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+    d2d_gbps: float = field(metadata={"min": 0.0, "max": 1e7})
+    d2d_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    syncall_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+    poll_cycles: float = field(metadata={"min": 0.0, "max": 1e7})
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    launch_ns: float = field(metadata={"min": 0.0, "max": 1e8})
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    bytes: int = field(metadata={"min": 1 << 20, "max": 1 << 40})
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """One chip's figures; the machine builds W identical ranks from it."""
+
+    name: str
+    chip: ChipConfig
+    ub: UBConfig
+    scalar: ScalarConfig
+    vector: VectorConfig
+    mte: MTEConfig
+    hbm: HBMConfig
+    fabric: FabricConfig
+    sync: SyncConfig
+    kernel: KernelConfig
+    window: WindowConfig
+
+    @property
+    def cycle_ns(self) -> float:
+        return 1.0 / self.chip.clock_ghz
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def resolve_preset(name_or_path: str) -> Path:
+    """A preset name ('ascend950') or a path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise InputError(str(p), None, "hardware file not found")
+        return p
+    candidate = CONFIG_DIR / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    names = preset_names()
+    raise InputError(
+        "hardware",
+        None,
+        f"unknown preset {name_or_path!r}{did_you_mean(name_or_path, names)}; "
+        f"allowed: {', '.join(names)} or a path to a YAML file",
+    )
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise InputError(str(path), None, f"malformed YAML{where}: {problem}") from None
+    if not isinstance(doc, dict):
+        raise InputError(str(path), None, "must be a YAML mapping of keys to values")
+    return doc
+
+
+def apply_overrides(
+    doc: dict[str, Any], overrides: dict[str, Any], source: str, prefix: str = ""
+) -> dict[str, Any]:
+    """Return a copy of doc with dotted-key overrides applied; keys must already exist."""
+    out = copy.deepcopy(doc)
+    for dotted, value in overrides.items():
+        if not isinstance(dotted, str):
+            raise InputError(source, f"{prefix}{dotted}", "override keys must be dotted strings")
+        node = out
+        parts = dotted.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                here = ".".join(parts[:i])
+                choices = list(node) if isinstance(node, dict) else []
+                full = [f"{here}.{c}" if here else c for c in choices]
+                raise InputError(
+                    source,
+                    f"{prefix}{dotted}",
+                    f"unknown hardware key{did_you_mean(dotted, full)}; "
+                    f"allowed here: {', '.join(full)}",
+                )
+            if i == len(parts) - 1:
+                if isinstance(node[part], dict):
+                    raise InputError(
+                        source, f"{prefix}{dotted}", "names a section; override a single value"
+                    )
+                node[part] = value
+            else:
+                node = node[part]
+    return out
+
+
+def _build(cls: type, doc: Any, source: str, key: str) -> Any:
+    if not isinstance(doc, dict):
+        raise InputError(source, key or None, f"must be a mapping with keys {_names(cls)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for k in doc:
+        if k not in fields:
+            full = f"{key}.{k}" if key else str(k)
+            raise InputError(
+                source, full, f"unknown key{did_you_mean(str(k), fields)}; allowed: {_names(cls)}"
+            )
+    values = {}
+    for name, f in fields.items():
+        full = f"{key}.{name}" if key else name
+        if name not in doc:
+            raise InputError(source, full, "missing")
+        values[name] = _value(f, doc[name], source, full)
+    return cls(**values)
+
+
+def _names(cls: type) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(cls))
+
+
+def _value(f: dataclasses.Field, raw: Any, source: str, key: str) -> Any:
+    ftype = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if ftype == "str":
+        if not isinstance(raw, str) or not raw:
+            raise InputError(source, key, "must be a non-empty string")
+        return raw
+    if ftype in ("int", "float"):
+        ok = isinstance(raw, (int, float)) and not isinstance(raw, bool)
+        if ftype == "int" and ok and float(raw) != int(raw):
+            ok = False
+        if not ok:
+            kind = "an integer" if ftype == "int" else "a number"
+            raise InputError(source, key, f"must be {kind}, got {raw!r}")
+        value = int(raw) if ftype == "int" else float(raw)
+        lo, hi = f.metadata.get("min"), f.metadata.get("max")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise InputError(source, key, f"{value} is out of range [{lo}, {hi}]")
+        return value
+    # nested section
+    section_cls = globals()[ftype]
+    return _build(section_cls, raw, source, key)
+
+
+def load_hardware(name_or_path: str, overrides: dict[str, Any] | None = None,
+                  override_source: str = "scenario") -> HardwareConfig:
+    """Load a preset and apply dotted overrides; every error names file and key."""
+    path = resolve_preset(name_or_path)
+    doc = read_yaml_mapping(path)
+    if overrides:
+        doc = apply_overrides(doc, overrides, override_source, prefix="hardware_overrides.")
+        source = f"{path} (with overrides from {override_source})"
+    else:
+        source = str(path)
+    cfg: HardwareConfig = _build(HardwareConfig, doc, source, "")
+    if cfg.fabric.dies_per_package > 1 and cfg.fabric.d2d_gbps <= 0:
+        raise InputError(source, "fabric.d2d_gbps", "must be > 0 when dies_per_package > 1")
+    return cfg

@@ -1,0 +1,89 @@
+"""The simulated machine: W ranks (dies), each with AIV cores, HBM, GM and a window."""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from npusim.engine.env import SimEnv
+from npusim.engine.flow import FlowNetwork, Resource
+from npusim.engine.trace import Trace
+from npusim.hw.config import HardwareConfig
+from npusim.hw.fabric import Fabric
+from npusim.hw.memory import DenseRegion, Region, SparseRegion
+from npusim.hw.pipe import FixedPipe, TransferPipe
+from npusim.hw.ub import UnifiedBuffer
+
+
+class Core:
+    """One AIV core: four pipes and its UB."""
+
+    def __init__(self, env: simpy.Environment, rank: int, index: int, cfg: HardwareConfig
+                 ) -> None:
+        self.rank = rank
+        self.index = index
+        self.ub = UnifiedBuffer(cfg.ub.bytes, cfg.ub.alignment)
+        self.scalar = FixedPipe("scalar")
+        self.vector = FixedPipe("vector")
+        self.mte2 = TransferPipe(env, "mte2")
+        self.mte3 = TransferPipe(env, "mte3")
+
+
+class Barrier:
+    """SyncAll across the cores of one rank: all leave together after the last arrives."""
+
+    def __init__(self, env: simpy.Environment, parties: int, cost_ns: float) -> None:
+        self.env = env
+        self.parties = parties
+        self.cost_ns = cost_ns
+        self.arrived = 0
+        self.event = env.event()
+        self.generation = 0
+
+    def arrive(self) -> simpy.Event:
+        ev = self.event
+        self.arrived += 1
+        if self.arrived == self.parties:
+            self.arrived = 0
+            self.generation += 1
+            self.event = self.env.event()
+            self.env.timeout(self.cost_ns).callbacks.append(lambda _e, ev=ev: ev.succeed())
+        return ev
+
+
+class Rank:
+    """One die: cores, HBM bandwidth, named GM tensors and the symmetric window."""
+
+    def __init__(self, env: SimEnv, index: int, cfg: HardwareConfig) -> None:
+        self.index = index
+        self.cfg = cfg
+        self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
+        self.window = SparseRegion("window", index, cfg.window.bytes)
+        self.tensors: dict[str, DenseRegion] = {}
+        self.cores = [Core(env, index, c, cfg) for c in range(cfg.chip.aiv_cores)]
+        self.barrier = Barrier(env, len(self.cores), cfg.sync.syncall_ns)
+
+    def tensor(self, name: str, data: np.ndarray | int) -> DenseRegion:
+        """Create (or replace) a GM tensor from an array or a byte size."""
+        region = DenseRegion(name, self.index, data)
+        self.tensors[name] = region
+        return region
+
+    def region(self, name: str) -> Region:
+        return self.window if name == "window" else self.tensors[name]
+
+
+class Machine:
+    """W identical ranks on one fabric, sharing one simulator and one flow network."""
+
+    def __init__(self, cfg: HardwareConfig, world: int, trace: Trace | None = None) -> None:
+        self.cfg = cfg
+        self.world = world
+        self.env = SimEnv()
+        self.net = FlowNetwork(self.env)
+        self.trace = trace or Trace()
+        self.fabric = Fabric(cfg.fabric, world)
+        self.ranks = [Rank(self.env, r, cfg) for r in range(world)]
+
+    def resources(self) -> list[Resource]:
+        return [*(r.hbm for r in self.ranks), *self.fabric.resources()]

@@ -1,0 +1,138 @@
+"""Global memory of one rank: dense tensors (kernel inputs/outputs) and the sparse window.
+
+Bytes are real. The 1 GiB symmetric window is stored as 64 KiB pages created on first
+write; reading a page never written returns zeros. Watchers let a waiting core be woken
+when bytes it polls change, so a wait costs no event per poll interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from npusim.errors import KernelError
+
+PAGE_SHIFT = 16
+PAGE = 1 << PAGE_SHIFT
+
+
+class Region:
+    """A byte-addressed piece of one rank's GM (a tensor or the window)."""
+
+    def __init__(self, name: str, rank: int, nbytes: int) -> None:
+        self.name = name
+        self.rank = rank
+        self.nbytes = nbytes
+        self.watchers: dict[int, list[Watcher]] = {}
+
+    def check(self, offset: int, nbytes: int, what: str) -> None:
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.nbytes:
+            raise KernelError(
+                f"{what} of {nbytes} B at offset {offset} is outside {self.name!r} "
+                f"({self.nbytes} B)",
+                rank=self.rank, address=offset, size=nbytes,
+            )
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        raise NotImplementedError
+
+    # -- watchers -------------------------------------------------------------------
+    def watch(self, w: Watcher) -> None:
+        for page in range(w.offset >> PAGE_SHIFT, ((w.offset + w.nbytes - 1) >> PAGE_SHIFT) + 1):
+            self.watchers.setdefault(page, []).append(w)
+
+    def unwatch(self, w: Watcher) -> None:
+        for page in range(w.offset >> PAGE_SHIFT, ((w.offset + w.nbytes - 1) >> PAGE_SHIFT) + 1):
+            lst = self.watchers.get(page)
+            if lst is not None:
+                lst.remove(w)
+                if not lst:
+                    del self.watchers[page]
+
+    def _notify(self, offset: int, nbytes: int) -> None:
+        if not self.watchers:
+            return
+        end = offset + nbytes
+        hit: list[Watcher] = []
+        for page in range(offset >> PAGE_SHIFT, ((end - 1) >> PAGE_SHIFT) + 1):
+            for w in self.watchers.get(page, ()):
+                if w.offset < end and offset < w.offset + w.nbytes and w not in hit:
+                    hit.append(w)
+        for w in hit:
+            w.on_change()
+
+
+class Watcher:
+    """A waiting core's interest in [offset, offset + nbytes) of a region."""
+
+    __slots__ = ("offset", "nbytes", "on_change")
+
+    def __init__(self, offset: int, nbytes: int, on_change: Callable[[], None]) -> None:
+        self.offset = offset
+        self.nbytes = nbytes
+        self.on_change = on_change
+
+
+class DenseRegion(Region):
+    """A GM tensor backed by one numpy byte array."""
+
+    def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
+        if isinstance(data, (int, np.integer)):
+            buf = np.zeros(int(data), dtype=np.uint8)
+        else:
+            buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy()
+        super().__init__(name, rank, buf.size)
+        self.buf = buf
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.buf[offset:offset + nbytes].copy()
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        self.buf[offset:offset + data.size] = data
+        self._notify(offset, data.size)
+
+    def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        arr = self.buf.view(dtype)
+        return arr.reshape(shape) if shape is not None else arr
+
+
+class SparseRegion(Region):
+    """The symmetric window: a large address range stored as pages written on demand."""
+
+    def __init__(self, name: str, rank: int, nbytes: int) -> None:
+        super().__init__(name, rank, nbytes)
+        self.pages: dict[int, np.ndarray] = {}
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        out = np.zeros(nbytes, dtype=np.uint8)
+        pos = 0
+        while pos < nbytes:
+            addr = offset + pos
+            page, within = addr >> PAGE_SHIFT, addr & (PAGE - 1)
+            n = min(PAGE - within, nbytes - pos)
+            p = self.pages.get(page)
+            if p is not None:
+                out[pos:pos + n] = p[within:within + n]
+            pos += n
+        return out
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        nbytes = data.size
+        pos = 0
+        while pos < nbytes:
+            addr = offset + pos
+            page, within = addr >> PAGE_SHIFT, addr & (PAGE - 1)
+            n = min(PAGE - within, nbytes - pos)
+            p = self.pages.get(page)
+            if p is None:
+                p = self.pages[page] = np.zeros(PAGE, dtype=np.uint8)
+            p[within:within + n] = data[pos:pos + n]
+            pos += n
+        self._notify(offset, nbytes)
+
+    def resident_bytes(self) -> int:
+        return len(self.pages) * PAGE

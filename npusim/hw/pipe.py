@@ -1,0 +1,98 @@
+"""A core's pipes: in-order instruction queues that run concurrently with each other.
+
+Scalar and vector instructions have a cost known at issue (cycles from the config), so
+they advance a pipe's clock without simulator events. MTE transfers last as long as the
+shared resources on their path allow, so they are queued and started one after the
+other as the previous one completes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+
+import simpy
+
+INF = math.inf
+
+
+class Op:
+    """Handle of an issued instruction: when it completes, and an event to wait on."""
+
+    __slots__ = ("name", "pipe", "start_at", "done_at", "_event", "env")
+
+    def __init__(self, env: simpy.Environment, name: str, pipe: str) -> None:
+        self.env = env
+        self.name = name
+        self.pipe = pipe
+        self.start_at = INF
+        self.done_at: float | None = None
+        self._event: simpy.Event | None = None
+
+    def event(self) -> simpy.Event:
+        """An event that fires when the op completes (made only when someone waits)."""
+        if self._event is None:
+            self._event = self.env.event()
+        return self._event
+
+    def complete(self, t: float) -> None:
+        self.done_at = t
+        if self._event is not None:
+            self._event.succeed()
+
+
+class FixedPipe:
+    """A pipe whose instructions take a known time (scalar, vector)."""
+
+    __slots__ = ("name", "free_at", "busy_ns", "last")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.free_at = 0.0
+        self.busy_ns = 0.0
+        self.last: Op | None = None
+
+    def reserve(self, earliest: float, duration: float) -> tuple[float, float]:
+        start = earliest if earliest > self.free_at else self.free_at
+        end = start + duration
+        self.free_at = end
+        self.busy_ns += duration
+        return start, end
+
+
+class TransferPipe:
+    """An MTE pipe: one transfer at a time, in issue order."""
+
+    __slots__ = ("name", "env", "queue", "busy", "last", "busy_ns")
+
+    def __init__(self, env: simpy.Environment, name: str) -> None:
+        self.name = name
+        self.env = env
+        self.queue: deque[tuple[float, Callable[[], None]]] = deque()
+        self.busy = False
+        self.last: Op | None = None
+        self.busy_ns = 0.0
+
+    def submit(self, earliest: float, begin: Callable[[], None]) -> None:
+        """Run begin() at max(earliest, now) once every earlier transfer has completed."""
+        if self.busy:
+            self.queue.append((earliest, begin))
+        else:
+            self.busy = True
+            self._at(earliest, begin)
+
+    def release(self) -> None:
+        """Called by the running transfer when it completes."""
+        if self.queue:
+            earliest, begin = self.queue.popleft()
+            self._at(earliest, begin)
+        else:
+            self.busy = False
+
+    def _at(self, t: float, begin: Callable[[], None]) -> None:
+        now = self.env.now
+        if t > now:
+            self.env.timeout(t - now).callbacks.append(lambda _e: begin())
+        else:
+            begin()

@@ -1,0 +1,91 @@
+"""The Unified Buffer of one AIV core: capacity, alignment and pipe-hazard tracking.
+
+Vector and scalar operations apply their effect on UB bytes when they are issued, and
+transfers move bytes when they complete. That is only equivalent to the hardware when
+the program orders its pipes correctly, so every access is checked here: reading a
+buffer whose incoming copy has not landed, or overwriting one that an in-flight
+transfer still reads, is a race on the real core and a KernelError in npusim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from npusim.errors import KernelError
+
+INF = math.inf
+
+
+class UBBuffer:
+    """A named, aligned allocation in UB (like a TBuf/TQue buffer in Ascend C)."""
+
+    __slots__ = ("ub", "name", "offset", "nbytes", "write_ready", "read_busy", "writer")
+
+    def __init__(self, ub: UnifiedBuffer, name: str, offset: int, nbytes: int) -> None:
+        self.ub = ub
+        self.name = name
+        self.offset = offset
+        self.nbytes = nbytes
+        self.write_ready = 0.0  # time the last write to it completes (INF: in flight)
+        self.read_busy = 0.0  # time the last read of it completes (INF: in flight)
+        self.writer = ""
+
+    def view(self, dtype: np.dtype | type, count: int | None = None, byte_offset: int = 0
+             ) -> np.ndarray:
+        """A numpy view of (part of) the buffer's bytes."""
+        item = np.dtype(dtype).itemsize
+        if count is None:
+            count = (self.nbytes - byte_offset) // item
+        end = byte_offset + count * item
+        if byte_offset < 0 or end > self.nbytes:
+            raise KernelError(
+                f"view of {count} x {np.dtype(dtype).name} at +{byte_offset} overruns UB buffer "
+                f"{self.name!r} ({self.nbytes} B)",
+                address=self.offset + byte_offset, size=count * item,
+            )
+        start = self.offset + byte_offset
+        return self.ub.data[start:start + count * item].view(dtype)
+
+    def bytes_at(self, byte_offset: int, nbytes: int) -> np.ndarray:
+        return self.ub.data[self.offset + byte_offset:self.offset + byte_offset + nbytes]
+
+
+class UnifiedBuffer:
+    """Bytes of one core's UB with a bump allocator (buffers live for one kernel call)."""
+
+    def __init__(self, capacity: int, alignment: int) -> None:
+        self.capacity = capacity
+        self.alignment = alignment
+        self.data = np.zeros(capacity, dtype=np.uint8)
+        self.top = 0
+        self.buffers: list[UBBuffer] = []
+
+    def alloc(self, name: str, nbytes: int) -> UBBuffer:
+        a = self.alignment
+        size = -(-nbytes // a) * a
+        if self.top + size > self.capacity:
+            raise KernelError(
+                f"UB overflow: buffer {name!r} of {size} B at UB offset {self.top} needs "
+                f"{self.top + size} B, UB has {self.capacity} B",
+                address=self.top, size=size,
+            )
+        buf = UBBuffer(self, name, self.top, size)
+        self.top += size
+        self.buffers.append(buf)
+        return buf
+
+    def reset(self) -> None:
+        """Free every buffer (a new kernel call); the bytes stay as they were."""
+        self.top = 0
+        self.buffers.clear()
+
+    def check_aligned(self, buf: UBBuffer, byte_offset: int) -> None:
+        addr = buf.offset + byte_offset
+        if addr % self.alignment:
+            raise KernelError(
+                f"UB address of buffer {buf.name!r}+{byte_offset} is not "
+                f"{self.alignment} B aligned",
+                address=addr,
+            )

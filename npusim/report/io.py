@@ -1,0 +1,59 @@
+"""Atomic file output: a reader (or a crash) never sees half a report.
+
+Each writer fills a temporary file in the destination folder and renames it over the
+target with os.replace, which is atomic on POSIX and Windows within one filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _umask_mode() -> int:
+    """The mode a plain open() would give a new file (tempfile uses 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write data to path via a temp file in the same folder; returns the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _umask_mode())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+    return write_bytes_atomic(path, text.encode(encoding))
+
+
+def dumps_json(obj: Any, *, sort_keys: bool = False) -> str:
+    """Stable JSON text: indent 2, trailing newline, no NaN/Infinity (not JSON).
+
+    Keys keep insertion order by default: report builders insert them in a fixed order
+    (phases in kernel order, which sorting would scramble), so output is already stable.
+    """
+    text = json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False, allow_nan=False)
+    return text + "\n"
+
+
+def write_json_atomic(path: str | Path, obj: Any, *, sort_keys: bool = False) -> Path:
+    return write_text_atomic(path, dumps_json(obj, sort_keys=sort_keys))

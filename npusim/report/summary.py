@@ -1,0 +1,91 @@
+"""The table `npusim run` prints: per op the latency and each phase's span over ranks.
+
+Works on the report document only (not on RunResult), so a saved report.json can be
+summarised again without re-running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_COLS = ("start min", "start max", "end min", "end max")
+
+
+def _fmt_us(x: float | None) -> str:
+    return f"{x:12.3f}" if isinstance(x, (int, float)) else f"{'-':>12}"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"  # unreachable; keeps type checkers calm
+
+
+def _phase_spread(op: Mapping[str, Any], name: str) -> tuple[float | None, ...]:
+    """(min start, max start, min end, max end) over the ranks that ran the phase."""
+    starts, ends = [], []
+    for rank in op.get("ranks", []):
+        ph = rank.get("phases", {}).get(name)
+        if ph:
+            starts.append(ph["start_us"])
+            ends.append(ph["end_us"])
+    if not starts:
+        ph = op.get("phases", {}).get(name, {})
+        return (ph.get("start_us"), ph.get("start_us"), ph.get("end_us"), ph.get("end_us"))
+    return (min(starts), max(starts), min(ends), max(ends))
+
+
+def _op_lines(op: Mapping[str, Any]) -> list[str]:
+    head = f"{op.get('op', '?')}: latency {op.get('latency_us', 0.0):.3f} us"
+    crit = op.get("critical") or {}
+    if crit.get("rank") is not None:
+        head += f"  (critical: rank {crit['rank']}"
+        if crit.get("core") is not None:
+            head += f", core {crit['core']}, phase {crit['phase']}"
+        head += ")"
+    lines = [head]
+    names = list(op.get("phase_order") or op.get("phases", {}))
+    width = max([len("phase")] + [len(n) for n in names])
+    if names:
+        lines.append(f"  {'phase':<{width}}" + "".join(f"{c:>12}" for c in _COLS) + "   (us)")
+        for name in names:
+            cells = "".join(_fmt_us(v) for v in _phase_spread(op, name))
+            lines.append(f"  {name:<{width}}{cells}")
+    else:
+        lines.append("  (no phase spans recorded)")
+    sent = [r["bytes_sent"] for r in op.get("ranks", []) if r.get("bytes_sent") is not None]
+    recv = [r["bytes_received"] for r in op.get("ranks", []) if r.get("bytes_received") is not None]
+    if sent or recv:
+        parts = []
+        if sent:
+            parts.append(f"sent {_fmt_bytes(min(sent))} .. {_fmt_bytes(max(sent))}")
+        if recv:
+            parts.append(f"received {_fmt_bytes(min(recv))} .. {_fmt_bytes(max(recv))}")
+        lines.append("  bytes per rank: " + ", ".join(parts))
+    return lines
+
+
+def format_summary(report: Mapping[str, Any]) -> str:
+    """Fixed-width text: a scenario line, then per op latency and phase spans."""
+    sc = report.get("scenario", {})
+    wl = sc.get("workload", {})
+    hw = report.get("hardware", {}).get("name", sc.get("hardware", "?"))
+    lines = [f"scenario {sc.get('name', '?')} on {hw}"]
+    if wl:
+        lines[0] += (
+            f"  (op {wl.get('op')}, W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
+            f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
+            f"{wl.get('dtype')}, dispatch quant {wl.get('dispatch_quant')}, "
+            f"combine quant {wl.get('combine_quant')})"
+        )
+    for op in report.get("ops", []):
+        lines.append("")
+        lines.extend(_op_lines(op))
+    sim = report.get("sim", {})
+    if sim:
+        lines.append("")
+        lines.append(f"sim: {sim.get('events', 0)} events, {sim.get('wall_s', 0.0):.2f} s wall")
+    return "\n".join(lines) + "\n"

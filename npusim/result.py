@@ -1,0 +1,46 @@
+"""The outcome of a run as plain data (no simpy): what the report layer consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from npusim.engine.trace import Span
+
+
+@dataclass
+class LinkStats:
+    """Bytes and busy time of one shared resource (a die's egress, HBM, ...)."""
+
+    name: str
+    kind: str  # "egress" | "ingress" | "d2d" | "hbm"
+    rank: int
+    bandwidth_gbps: float
+    bytes: int = 0
+
+
+@dataclass
+class OpRun:
+    """One kernel call (dispatch or combine) on every rank."""
+
+    op: str
+    start_ns: float
+    end_ns: float
+    ranks: int
+    cores_per_rank: int
+    spans: list[Span] = field(default_factory=list)
+    outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    bytes_sent: list[int] = field(default_factory=list)  # per source rank, puts to other ranks
+    bytes_received: list[int] = field(default_factory=list)  # per destination rank
+    links: list[LinkStats] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    scenario: dict[str, Any]
+    hardware: dict[str, Any]
+    ops: list[OpRun]
+    events: int
+    wall_s: float

@@ -1,0 +1,96 @@
+"""Launching a kernel on every core of every rank, and telling a hang from a finish.
+
+The simulator runs until every core's program has returned. If the event queue empties
+first, no core can ever make progress: that is a deadlock, reported with every waiting
+core and what it waits for, never a hang. A simulated-time limit stops runaway loops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from npusim.errors import DeadlockError, KernelError, SimTimeLimitError
+from npusim.hw.machine import Machine
+from npusim.runtime.context import KernelContext
+
+Program = Callable[[KernelContext], Generator[Any, Any, None]]
+
+
+@dataclass
+class LaunchResult:
+    start_ns: float
+    end_ns: float
+    core_end_ns: list[list[float]]  # [rank][core]
+    contexts: list[list[KernelContext]]
+
+
+def launch(machine: Machine, program: Program, start_ns: float | None = None,
+           time_limit_ns: float = 1e9, cores: int | None = None) -> LaunchResult:
+    """Run `program` on `cores` cores (default all) of every rank, from `start_ns`."""
+    env = machine.env
+    t0 = env.now if start_ns is None else start_ns
+    first = t0 + machine.cfg.kernel.launch_ns
+    n = cores if cores is not None else machine.cfg.chip.aiv_cores
+    contexts: list[list[KernelContext]] = []
+    ends = [[0.0] * n for _ in machine.ranks]
+    procs = []
+    for rank in machine.ranks:
+        row = []
+        for c in range(n):
+            rank.cores[c].ub.reset()
+            ctx = KernelContext(machine, rank, c, first)
+            ctx.num_cores = n
+            row.append(ctx)
+            procs.append(env.process(_run(ctx, program, ends)))
+        rank.barrier.parties = n
+        contexts.append(row)
+    done = env.all_of(procs)
+    limit_at = t0 + time_limit_ns
+    step = env.step
+    peek = env.peek
+    while not done.triggered:
+        nxt = peek()
+        if nxt == math.inf:
+            raise DeadlockError(_deadlock_text(contexts, env.now))
+        if nxt > limit_at:
+            raise SimTimeLimitError(
+                f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached with cores "
+                f"still running:\n{_waiters(contexts)}")
+        step()
+    if not done.ok:
+        raise done.value
+    end = max(max(r) for r in ends)
+    return LaunchResult(t0, end, ends, contexts)
+
+
+def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
+         ) -> Generator[Any, Any, None]:
+    try:
+        yield from program(ctx)
+        yield from ctx.drain()
+    except KernelError as exc:
+        raise exc.located(ctx.rank_id, ctx.core_id, ctx.step) from None
+    ends[ctx.rank_id][ctx.core_id] = ctx.t
+
+
+def _waiters(contexts: list[list[KernelContext]]) -> str:
+    lines = []
+    for row in contexts:
+        for ctx in row:
+            if ctx.waiting is not None:
+                lines.append(f"  rank {ctx.rank_id} core {ctx.core_id} in step {ctx.step!r} "
+                             f"waits for {ctx.describe_wait()}")
+    return "\n".join(lines) if lines else "  (no core is blocked)"
+
+
+def _deadlock_text(contexts: list[list[KernelContext]], now: float) -> str:
+    steps = []
+    for row in contexts:
+        done_steps = sorted({c.step for c in row if c.waiting is None})
+        steps.append(f"  rank {row[0].rank_id}: cores not waiting are in "
+                     f"{', '.join(done_steps) or '-'}")
+    return (f"deadlock at {now / 1000:.3f} us: no core can make progress.\n"
+            f"{_waiters(contexts)}\n" + "\n".join(steps))

@@ -1,0 +1,651 @@
+"""Scenario YAML -> a validated, frozen Scenario.
+
+A scenario is the whole description of one run: hardware preset (+ dotted overrides),
+the MoE workload, an optional CANN-sample case directory and run limits. Users edit
+these files by hand, so every problem is an InputError naming the file, the dotted key
+and what is allowed; nothing is silently defaulted or ignored. Limits are the kernel's
+own (ops-transformer DispatchV3/CombineV3 docs); docs/scenario.md lists them all.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from npusim.errors import InputError
+from npusim.hw.config import HardwareConfig, load_hardware, preset_names
+from npusim.suggest import did_you_mean
+
+OPS = ("dispatch", "combine", "dispatch_combine")
+DTYPES = ("float16", "bfloat16")
+DISPATCH_QUANTS = ("none", "int8", "mxfp8")
+COMBINE_QUANTS = ("none", "int8")
+TOKEN_NUMS_TYPES = ("count", "cumsum")
+ROUTING_KINDS = ("balanced", "uniform", "zipf")
+
+# Kernel limits (ops-transformer MoeDistributeDispatchV3 / CombineV3 docs, seeds/002).
+BS_RANGE = (1, 512)
+H_RANGE = (1024, 8192)
+H_MULTIPLE = 32  # one MX block (32 elements) and whole 32 B UB blocks per int8 row
+K_RANGE = (1, 16)
+W_RANGE = (2, 768)
+MAX_EXPERTS = 1024
+SHARED_RANGE = (0, 4)
+SEED_RANGE = (0, 2**32 - 1)
+ZIPF_DEFAULT_S = 1.2
+
+# The CANN sample's window layout (reference/kernels.md): 1 GiB per rank, two dispatch
+# data states of 512 MiB (double buffering), the status region from 1022 MiB on.
+MIB = 1 << 20
+WINDOW_LAYOUT_BYTES = 1024 * MIB
+STATE_BYTES = 512 * MIB
+STATUS_OFFSET = 1022 * MIB
+# State 1 starts at 512 MiB and must end before the status region.
+STATE_LIMIT_BYTES = min(STATE_BYTES, STATUS_OFFSET - STATE_BYTES)
+
+WORKLOAD_REQUIRED = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank")
+WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "dtype": "float16",
+    "dispatch_quant": "none",
+    "combine_quant": "none",
+    "mxfp8_saturate": False,
+    "combine_recip": True,
+    "expert_token_nums_type": "count",
+    "shared_experts": 0,
+    "timing_only": False,
+    "routing": {"kind": "balanced", "seed": 0},
+}
+ROUTING_DEFAULTS: dict[str, Any] = {"kind": "balanced", "seed": 0}
+RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0}
+TOP_KEYS = ("name", "description", "hardware", "hardware_overrides", "workload", "data", "run")
+DEFAULT_HARDWARE = "ascend950"
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How expert ids are drawn; seed also seeds the generated token data."""
+
+    kind: str = "balanced"
+    seed: int = 0
+    s: float | None = None  # zipf exponent; only for kind == "zipf"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "seed": self.seed}
+        if self.s is not None:
+            out["s"] = self.s
+        return out
+
+
+@dataclass(frozen=True)
+class Workload:
+    op: str
+    bs: int
+    h: int
+    k: int
+    ep_world_size: int
+    experts_per_rank: int
+    dtype: str = "float16"
+    dispatch_quant: str = "none"
+    combine_quant: str = "none"
+    mxfp8_saturate: bool = False
+    combine_recip: bool = True
+    expert_token_nums_type: str = "count"
+    shared_experts: int = 0
+    timing_only: bool = False
+    routing: Routing = field(default_factory=Routing)
+
+    @property
+    def num_experts(self) -> int:
+        """E = W * L."""
+        return self.ep_world_size * self.experts_per_rank
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """Kernel calls in run order."""
+        return ("dispatch", "combine") if self.op == "dispatch_combine" else (self.op,)
+
+    @property
+    def max_recv_rows(self) -> int:
+        """A = BS * W * min(K, L): the most rows one rank can receive."""
+        return self.bs * self.ep_world_size * min(self.k, self.experts_per_rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "bs": self.bs,
+            "h": self.h,
+            "k": self.k,
+            "ep_world_size": self.ep_world_size,
+            "experts_per_rank": self.experts_per_rank,
+            "num_experts": self.num_experts,
+            "dtype": self.dtype,
+            "dispatch_quant": self.dispatch_quant,
+            "combine_quant": self.combine_quant,
+            "mxfp8_saturate": self.mxfp8_saturate,
+            "combine_recip": self.combine_recip,
+            "expert_token_nums_type": self.expert_token_nums_type,
+            "shared_experts": self.shared_experts,
+            "timing_only": self.timing_only,
+            "routing": self.routing.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class DataSource:
+    case_dir: Path | None = None  # absolute, already checked to be a directory
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    sim_time_limit_us: float = RUN_DEFAULTS["sim_time_limit_us"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario; `hardware` is the loaded preset with overrides applied."""
+
+    name: str
+    description: str
+    source: str  # the scenario file as given
+    hardware_ref: str  # preset name or YAML path as written in the scenario
+    hardware_overrides: dict[str, Any]  # flattened dotted keys
+    hardware: HardwareConfig
+    workload: Workload
+    data: DataSource
+    run: RunOptions
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fully resolved scenario (defaults filled) for reports."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "hardware": self.hardware_ref,
+            "hardware_name": self.hardware.name,
+            "hardware_overrides": dict(sorted(self.hardware_overrides.items())),
+            "workload": self.workload.to_dict(),
+            "data": {"case_dir": str(self.data.case_dir) if self.data.case_dir else None},
+            "run": {"sim_time_limit_us": self.run.sim_time_limit_us},
+        }
+
+
+# ----------------------------------------------------------------------------- window fit
+
+
+def _align(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def dispatch_record_bytes(h: int, quant: str) -> int:
+    """Bytes of one dispatch token record: payload padded to 32 B + the 32 B triplet."""
+    if quant == "mxfp8":
+        payload = _align(_align(h, 256) + _align(-(-h // 32), 2), 32)
+    elif quant == "int8":
+        payload = _align(h + 4, 32)  # int8 row + one fp32 scale
+    else:
+        payload = _align(2 * h, 32)
+    return payload + 32
+
+
+def dispatch_slot_bytes(h: int, quant: str) -> int:
+    """A record spread over 512 B blocks of 480 B payload + a 32 B arrival flag."""
+    return -(-dispatch_record_bytes(h, quant) // 480) * 512
+
+
+def combine_slot_bytes(h: int) -> int:
+    return _align(2 * h, 512)
+
+
+def window_data_bytes(w: Workload) -> int:
+    """Bytes one dispatch state needs: combine receive area + (if dispatching) the grid.
+
+    This mirrors the sample's layout; npusim.kernels.layout is the authority once it
+    exists and is used instead (see _window_data_bytes).
+    """
+    recv = w.bs * (w.k + w.shared_experts) * combine_slot_bytes(w.h)
+    grid = 0
+    if "dispatch" in w.ops:
+        grid = w.num_experts * w.bs * dispatch_slot_bytes(w.h, w.dispatch_quant)
+    return recv + grid
+
+
+def _window_data_bytes(w: Workload) -> int:
+    try:
+        from npusim.kernels import layout  # type: ignore[attr-defined]
+    except ImportError:
+        return window_data_bytes(w)
+    fn = getattr(layout, "window_data_bytes", None)
+    return int(fn(w)) if callable(fn) else window_data_bytes(w)
+
+
+# ----------------------------------------------------------------------------- primitives
+
+
+def _dotted(prefix: str, key: object) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _section(
+    src: str, key: str, raw: Any, allowed: Iterable[str], required: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Check a mapping's keys: unknown ones get a did-you-mean, missing required ones named."""
+    allowed = list(allowed)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        where = key or None
+        raise InputError(src, where, f"must be a mapping with keys: {', '.join(allowed)}")
+    for k in raw:
+        if not isinstance(k, str) or k not in allowed:
+            hint = did_you_mean(str(k), allowed)
+            raise InputError(
+                src, _dotted(key, k), f"unknown key{hint}; allowed: {', '.join(allowed)}"
+            )
+    for r in required:
+        if r not in raw:
+            raise InputError(src, _dotted(key, r), "missing (required)")
+    return raw
+
+
+def _int(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -> int:
+    span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+    note = f" ({why})" if why else ""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise InputError(src, key, f"must be an integer {span}{note}, got {raw!r}")
+    if raw < lo or (hi is not None and raw > hi):
+        raise InputError(src, key, f"{raw} is out of range; allowed: {span}{note}")
+    return raw
+
+
+def _float(src: str, key: str, raw: Any, lo: float, hi: float, *, lo_open: bool) -> float:
+    span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise InputError(src, key, f"must be a number in {span}, got {raw!r}")
+    value = float(raw)
+    bad_lo = value <= lo if lo_open else value < lo
+    if not math.isfinite(value) or bad_lo or value > hi:
+        raise InputError(src, key, f"{raw!r} is out of range; allowed: {span}")
+    return value
+
+
+def _bool(src: str, key: str, raw: Any) -> bool:
+    if not isinstance(raw, bool):
+        raise InputError(src, key, f"must be true or false, got {raw!r}")
+    return raw
+
+
+def _choice(src: str, key: str, raw: Any, choices: tuple[str, ...]) -> str:
+    allowed = ", ".join(choices)
+    if not isinstance(raw, str):
+        raise InputError(src, key, f"must be one of: {allowed}; got {raw!r}")
+    if raw not in choices:
+        hint = did_you_mean(raw, choices)
+        raise InputError(src, key, f"unknown value {raw!r}{hint}; allowed: {allowed}")
+    return raw
+
+
+def _str(src: str, key: str, raw: Any, *, empty_ok: bool = False) -> str:
+    if not isinstance(raw, str) or (not empty_ok and not raw.strip()):
+        raise InputError(src, key, f"must be a {'' if empty_ok else 'non-empty '}string")
+    if "\x00" in raw:
+        raise InputError(src, key, "must not contain NUL characters")
+    return raw
+
+
+# ----------------------------------------------------------------------------- YAML
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in out
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unhashable key {key!r}", key_node.start_mark
+            ) from None
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        out[key] = loader.construct_object(value_node, deep=True)
+    return out
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path, src: str) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise InputError(src, None, "is a directory, expected a scenario YAML file") from None
+    except OSError as exc:
+        raise InputError(src, None, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(src, None, f"not UTF-8 text (byte {exc.start})") from None
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
+        raise InputError(src, None, f"malformed YAML{where}: {problem}") from None
+    except RecursionError:
+        raise InputError(src, None, "malformed YAML: nested too deeply") from None
+    except Exception as exc:  # explicit tags such as `!!int abc` fail outside YAMLError
+        raise InputError(src, None, f"malformed YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        kind = "empty" if doc is None else f"a {type(doc).__name__}"
+        raise InputError(src, None, f"must be a YAML mapping of scenario keys, got {kind}")
+    return doc
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _routing(src: str, raw: Any) -> Routing:
+    key = "workload.routing"
+    doc = _section(src, key, raw, ("kind", "seed", "s"))
+    kind = _choice(src, f"{key}.kind", doc.get("kind", ROUTING_DEFAULTS["kind"]), ROUTING_KINDS)
+    seed = _int(src, f"{key}.seed", doc.get("seed", ROUTING_DEFAULTS["seed"]), *SEED_RANGE)
+    s: float | None = None
+    if kind == "zipf":
+        s = _float(src, f"{key}.s", doc.get("s", ZIPF_DEFAULT_S), 0.0, 100.0, lo_open=True)
+    elif "s" in doc:
+        raise InputError(src, f"{key}.s", f"only used with kind: zipf (kind is {kind!r})")
+    return Routing(kind=kind, seed=seed, s=s)
+
+
+def _workload(src: str, raw: Any) -> Workload:
+    key = "workload"
+    allowed = WORKLOAD_REQUIRED + tuple(WORKLOAD_DEFAULTS)
+    doc = _section(src, key, raw, allowed, WORKLOAD_REQUIRED)
+
+    def get(name: str) -> Any:
+        return doc[name] if name in doc else WORKLOAD_DEFAULTS[name]
+
+    def k_(name: str) -> str:
+        return f"{key}.{name}"
+
+    op = _choice(src, k_("op"), doc["op"], OPS)
+    bs = _int(src, k_("bs"), doc["bs"], *BS_RANGE, why="kernel limit")
+    h = _int(src, k_("h"), doc["h"], *H_RANGE, why="kernel limit")
+    if h % H_MULTIPLE:
+        raise InputError(
+            src,
+            k_("h"),
+            f"{h} is not a multiple of {H_MULTIPLE}; allowed: multiples of "
+            f"{H_MULTIPLE} in {H_RANGE[0]}..{H_RANGE[1]} (MX block and 32 B UB alignment)",
+        )
+    k = _int(src, k_("k"), doc["k"], *K_RANGE, why="kernel limit")
+    w = _int(src, k_("ep_world_size"), doc["ep_world_size"], *W_RANGE, why="kernel limit")
+    l_ = _int(src, k_("experts_per_rank"), doc["experts_per_rank"], 1, MAX_EXPERTS // 2)
+    e = w * l_
+    if e > MAX_EXPERTS:
+        raise InputError(
+            src,
+            k_("experts_per_rank"),
+            f"ep_world_size * experts_per_rank = {w} * {l_} = {e} experts; allowed: at most "
+            f"{MAX_EXPERTS} (kernel limit), so experts_per_rank <= {MAX_EXPERTS // w}",
+        )
+    if k > e:
+        raise InputError(
+            src,
+            k_("k"),
+            f"top-k {k} exceeds the {e} experts (ep_world_size * "
+            f"experts_per_rank); a token's K experts are distinct, so allowed: k <= {e}",
+        )
+    shared = _int(src, k_("shared_experts"), get("shared_experts"), *SHARED_RANGE)
+    if shared and op == "dispatch":
+        raise InputError(
+            src, k_("shared_experts"), "is a combine option; allowed with op: dispatch: 0"
+        )
+    return Workload(
+        op=op,
+        bs=bs,
+        h=h,
+        k=k,
+        ep_world_size=w,
+        experts_per_rank=l_,
+        dtype=_choice(src, k_("dtype"), get("dtype"), DTYPES),
+        dispatch_quant=_choice(src, k_("dispatch_quant"), get("dispatch_quant"), DISPATCH_QUANTS),
+        combine_quant=_choice(src, k_("combine_quant"), get("combine_quant"), COMBINE_QUANTS),
+        mxfp8_saturate=_bool(src, k_("mxfp8_saturate"), get("mxfp8_saturate")),
+        combine_recip=_bool(src, k_("combine_recip"), get("combine_recip")),
+        expert_token_nums_type=_choice(
+            src, k_("expert_token_nums_type"), get("expert_token_nums_type"), TOKEN_NUMS_TYPES
+        ),
+        shared_experts=shared,
+        timing_only=_bool(src, k_("timing_only"), get("timing_only")),
+        routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
+    )
+
+
+def _flatten_overrides(src: str, raw: Any, prefix: str = "") -> dict[str, Any]:
+    """Accept dotted keys and nested mappings alike; return flat dotted keys."""
+    here = _dotted("hardware_overrides", prefix) if prefix else "hardware_overrides"
+    if raw is None and not prefix:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(src, here, "must be a mapping of dotted hardware keys to values")
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if not isinstance(k, str) or not k or any(not p for p in k.split(".")):
+            raise InputError(src, _dotted(here, k), "must be a dotted key like fabric.egress_gbps")
+        full = _dotted(prefix, k)
+        if isinstance(v, dict):
+            out.update(_flatten_overrides(src, v, full))
+        elif full in out:
+            raise InputError(src, _dotted("hardware_overrides", full), "given twice")
+        else:
+            out[full] = v
+    return out
+
+
+def _resolve_hardware_ref(ref: str, base: Path) -> str:
+    """Paths are relative to the scenario's folder; bare names are presets."""
+    p = Path(ref).expanduser()
+    looks_like_path = p.suffix in (".yaml", ".yml") or "/" in ref or "\\" in ref
+    if looks_like_path and not p.is_absolute():
+        return str(base / p)
+    return str(p) if looks_like_path else ref
+
+
+def _hardware(src: str, ref: str, overrides: dict[str, Any], base: Path) -> HardwareConfig:
+    resolved = _resolve_hardware_ref(ref, base)
+    try:
+        return load_hardware(resolved, overrides, override_source=src)
+    except InputError as exc:
+        if exc.source == "hardware":  # unknown preset name
+            raise InputError(src, "hardware", exc.message) from None
+        if exc.source == resolved and exc.key is None and "not found" in exc.message:
+            raise InputError(
+                src,
+                "hardware",
+                f"file {resolved} not found; allowed: "
+                f"{', '.join(preset_names())} or a path to a hardware YAML file",
+            ) from None
+        if exc.key in overrides:  # a bad override value: point at the scenario's key
+            raise InputError(src, f"hardware_overrides.{exc.key}", exc.message) from None
+        raise
+    except (OSError, ValueError) as exc:
+        names = ", ".join(preset_names())
+        raise InputError(
+            src, "hardware", f"cannot use {ref!r} ({exc}); allowed: {names} or a YAML path"
+        ) from None
+
+
+def _run(src: str, raw: Any) -> RunOptions:
+    doc = _section(src, "run", raw, tuple(RUN_DEFAULTS))
+    limit = _float(
+        src,
+        "run.sim_time_limit_us",
+        doc.get("sim_time_limit_us", RUN_DEFAULTS["sim_time_limit_us"]),
+        0.0,
+        1e9,
+        lo_open=True,
+    )
+    return RunOptions(sim_time_limit_us=limit)
+
+
+def _case_dir(
+    src: str, raw: Any, base: Path, override: str | Path | None
+) -> tuple[Path | None, str, str]:
+    """Return (absolute dir or None, error source, error key)."""
+    if override is not None:
+        o = str(override)
+        if not o or "\x00" in o:
+            raise InputError("command line", "--case-dir", "must be a directory path")
+        return Path(o).expanduser().resolve(), "command line", "--case-dir"
+    doc = _section(src, "data", raw, ("case_dir",))
+    value = doc.get("case_dir")
+    if value is None:
+        return None, src, "data.case_dir"
+    value = _str(src, "data.case_dir", value)
+    p = Path(value).expanduser()
+    return (p if p.is_absolute() else base / p).resolve(), src, "data.case_dir"
+
+
+def _check_case_dir(src: str, key: str, path: Path, w: Workload) -> None:
+    """Cheap shape checks so a wrong case directory fails before the run starts."""
+    try:
+        if not path.is_dir():
+            raise InputError(src, key, f"{path} is not a directory")
+        inp = path / "input"
+        if not inp.is_dir():
+            raise InputError(
+                src,
+                key,
+                f"{path} has no input/ folder; expected input/chip_<r>/ per rank "
+                "as written by the CANN sample's gen_data.py",
+            )
+        chips = [d for d in inp.iterdir() if d.is_dir() and re.fullmatch(r"chip_\d+", d.name)]
+        if len(chips) != w.ep_world_size:
+            raise InputError(
+                src,
+                key,
+                f"{path} has {len(chips)} input/chip_* folders but "
+                f"workload.ep_world_size is {w.ep_world_size}; they must match",
+            )
+        tb = 2  # float16 / bfloat16
+        expect: dict[str, tuple[int | None, str]] = {
+            "expert_ids": (w.bs * w.k * 4, "[BS, K] int32")
+        }
+        if "dispatch" in w.ops:
+            expect["x"] = (w.bs * w.h * tb, f"[BS, H] {w.dtype}")
+        if "combine" in w.ops:
+            expect["expert_scales"] = (w.bs * w.k * 4, "[BS, K] float32")
+            expect["expand_x"] = (None, f"[A, H] {w.dtype}")
+        for r in range(w.ep_world_size):
+            for stem, (size, shape) in expect.items():
+                f = inp / f"chip_{r}" / f"{stem}_{r}.bin"
+                if not f.is_file():
+                    raise InputError(src, key, f"missing {f.relative_to(path)} ({shape})")
+                actual = f.stat().st_size
+                if size is not None and actual != size:
+                    raise InputError(
+                        src,
+                        key,
+                        f"{f.relative_to(path)} has {actual} bytes; the workload "
+                        f"(bs={w.bs}, h={w.h}, k={w.k}) needs {size} bytes ({shape})",
+                    )
+    except OSError as exc:
+        raise InputError(src, key, f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _check_window(src: str, w: Workload, hw: HardwareConfig, overrides: Mapping[str, Any]) -> None:
+    if hw.window.bytes < WINDOW_LAYOUT_BYTES:
+        key = "hardware_overrides.window.bytes" if "window.bytes" in overrides else "hardware"
+        raise InputError(
+            src,
+            key,
+            f"window of {hw.window.bytes} bytes is smaller than the sample's layout "
+            f"({WINDOW_LAYOUT_BYTES} bytes: two 512 MiB data states, status at 1022 MiB)",
+        )
+    need = _window_data_bytes(w)
+    if need <= STATE_LIMIT_BYTES:
+        return
+    per_token = need // w.bs
+    max_bs = STATE_LIMIT_BYTES // per_token
+    raise InputError(
+        src,
+        "workload.bs",
+        f"window too small: one data state needs {need / MIB:.1f} MiB (combine receive area "
+        f"BS*(K+S)*Align512(2H) + dispatch grid E*BS*slot_bytes) but holds "
+        f"{STATE_LIMIT_BYTES / MIB:.0f} MiB; allowed: bs <= {max_bs} with these h, k, "
+        "experts and quantisation",
+    )
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def load_scenario(path: str | Path, case_dir_override: str | Path | None = None) -> Scenario:
+    """Read and validate a scenario file; raises InputError naming file and dotted key."""
+    src = str(path)
+    if not src or "\x00" in src:
+        raise InputError(src or "<empty path>", None, "not a valid file path")
+    p = Path(src).expanduser()
+    doc = _read_yaml(p, src)
+    base = p.resolve().parent
+    _section(src, "", doc, TOP_KEYS, ("name", "workload"))
+
+    name = _str(src, "name", doc["name"])
+    if not _NAME_RE.match(name) or len(name) > 128:
+        raise InputError(
+            src,
+            "name",
+            f"{name!r} is not usable as a folder name; allowed: letters, digits, "
+            "'_', '-', '.' (not starting with '.' or '-'), at most 128 characters",
+        )
+    description = doc.get("description")
+    description = (
+        "" if description is None else _str(src, "description", description, empty_ok=True)
+    )
+
+    workload = _workload(src, doc["workload"])
+    run = _run(src, doc.get("run"))
+    case_dir, case_src, case_key = _case_dir(src, doc.get("data"), base, case_dir_override)
+    if case_dir is not None:
+        if workload.timing_only:
+            raise InputError(
+                case_src,
+                case_key,
+                "a case directory needs real payload bytes; "
+                "allowed only with workload.timing_only: false",
+            )
+        _check_case_dir(case_src, case_key, case_dir, workload)
+
+    ref = doc.get("hardware", DEFAULT_HARDWARE)
+    ref = _str(src, "hardware", ref)
+    overrides = _flatten_overrides(src, doc.get("hardware_overrides"))
+    hardware = _hardware(src, ref, overrides, base)
+    _check_window(src, workload, hardware, overrides)
+
+    return Scenario(
+        name=name,
+        description=description,
+        source=src,
+        hardware_ref=ref,
+        hardware_overrides=overrides,
+        hardware=hardware,
+        workload=workload,
+        data=DataSource(case_dir=case_dir),
+        run=run,
+    )
