@@ -203,26 +203,55 @@ def combine_slot_bytes(h: int) -> int:
     return _align(2 * h, 512)
 
 
-def window_data_bytes(w: Workload) -> int:
-    """Bytes one dispatch state needs: combine receive area + (if dispatching) the grid.
+def _layout_slot_bytes(w: Workload) -> tuple[int, int] | None:
+    """(dispatch slot, combine slot) bytes from npusim.kernels.layout, the kernels' own
+    geometry; None if that module is absent or its API differs (then our copy is used)."""
+    try:
+        from npusim.kernels import layout
 
-    This mirrors the sample's layout; npusim.kernels.layout is the authority once it
-    exists and is used instead (see _window_data_bytes).
+        d = layout.dispatch_record_layout(w.h, w.dispatch_quant, w.dtype).slot_bytes
+        c = layout.combine_record_layout(w.h, w.combine_quant, w.dtype).slot_bytes
+        return int(d), int(c)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def window_data_bytes(w: Workload) -> int:
+    """Bytes one data state needs: combine receive area + (if dispatching) the grid.
+
+    recv = BS*(K+S)*Align512(2H) (S shared-expert slots, counted conservatively) and
+    grid = W*L*BS*slot_bytes, as in the sample (reference/kernels.md).
     """
-    recv = w.bs * (w.k + w.shared_experts) * combine_slot_bytes(w.h)
-    grid = 0
-    if "dispatch" in w.ops:
-        grid = w.num_experts * w.bs * dispatch_slot_bytes(w.h, w.dispatch_quant)
+    slots = _layout_slot_bytes(w)
+    d_slot, c_slot = slots or (dispatch_slot_bytes(w.h, w.dispatch_quant), combine_slot_bytes(w.h))
+    recv = w.bs * (w.k + w.shared_experts) * c_slot
+    grid = w.num_experts * w.bs * d_slot if "dispatch" in w.ops else 0
     return recv + grid
 
 
-def _window_data_bytes(w: Workload) -> int:
+def _layout_problem(w: Workload, hw: HardwareConfig) -> str | None:
+    """npusim.kernels.layout's own region check (overlaps, window end), if available."""
     try:
-        from npusim.kernels import layout  # type: ignore[attr-defined]
-    except ImportError:
-        return window_data_bytes(w)
-    fn = getattr(layout, "window_data_bytes", None)
-    return int(fn(w)) if callable(fn) else window_data_bytes(w)
+        from npusim.kernels.layout import WindowLayout
+
+        lay = WindowLayout(
+            w=w.ep_world_size,
+            bs=w.bs,
+            h=w.h,
+            k=w.k,
+            l=w.experts_per_rank,
+            quant=w.dispatch_quant,
+            dtype=w.dtype,
+            cores=hw.chip.aiv_cores,
+            window_bytes=hw.window.bytes,
+        )
+    except (ImportError, TypeError):
+        return None
+    try:
+        lay.validate()
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 # ----------------------------------------------------------------------------- primitives
@@ -254,11 +283,18 @@ def _section(
     return raw
 
 
+def _show(raw: Any) -> str:
+    """A value as the user wrote it in YAML (true, null), not as Python prints it."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    return "null" if raw is None else repr(raw)
+
+
 def _int(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -> int:
     span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
     note = f" ({why})" if why else ""
     if isinstance(raw, bool) or not isinstance(raw, int):
-        raise InputError(src, key, f"must be an integer {span}{note}, got {raw!r}")
+        raise InputError(src, key, f"must be an integer {span}{note}, got {_show(raw)}")
     if raw < lo or (hi is not None and raw > hi):
         raise InputError(src, key, f"{raw} is out of range; allowed: {span}{note}")
     return raw
@@ -267,7 +303,7 @@ def _int(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -
 def _float(src: str, key: str, raw: Any, lo: float, hi: float, *, lo_open: bool) -> float:
     span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        raise InputError(src, key, f"must be a number in {span}, got {raw!r}")
+        raise InputError(src, key, f"must be a number in {span}, got {_show(raw)}")
     value = float(raw)
     bad_lo = value <= lo if lo_open else value < lo
     if not math.isfinite(value) or bad_lo or value > hi:
@@ -277,14 +313,14 @@ def _float(src: str, key: str, raw: Any, lo: float, hi: float, *, lo_open: bool)
 
 def _bool(src: str, key: str, raw: Any) -> bool:
     if not isinstance(raw, bool):
-        raise InputError(src, key, f"must be true or false, got {raw!r}")
+        raise InputError(src, key, f"must be true or false, got {_show(raw)}")
     return raw
 
 
 def _choice(src: str, key: str, raw: Any, choices: tuple[str, ...]) -> str:
     allowed = ", ".join(choices)
     if not isinstance(raw, str):
-        raise InputError(src, key, f"must be one of: {allowed}; got {raw!r}")
+        raise InputError(src, key, f"must be one of: {allowed}; got {_show(raw)}")
     if raw not in choices:
         hint = did_you_mean(raw, choices)
         raise InputError(src, key, f"unknown value {raw!r}{hint}; allowed: {allowed}")
@@ -395,7 +431,14 @@ def _workload(src: str, raw: Any) -> Workload:
         )
     k = _int(src, k_("k"), doc["k"], *K_RANGE, why="kernel limit")
     w = _int(src, k_("ep_world_size"), doc["ep_world_size"], *W_RANGE, why="kernel limit")
-    l_ = _int(src, k_("experts_per_rank"), doc["experts_per_rank"], 1, MAX_EXPERTS // 2)
+    l_ = _int(
+        src,
+        k_("experts_per_rank"),
+        doc["experts_per_rank"],
+        1,
+        MAX_EXPERTS // 2,
+        why=f"and ep_world_size * experts_per_rank <= {MAX_EXPERTS}",
+    )
     e = w * l_
     if e > MAX_EXPERTS:
         raise InputError(
@@ -578,18 +621,24 @@ def _check_window(src: str, w: Workload, hw: HardwareConfig, overrides: Mapping[
             f"window of {hw.window.bytes} bytes is smaller than the sample's layout "
             f"({WINDOW_LAYOUT_BYTES} bytes: two 512 MiB data states, status at 1022 MiB)",
         )
-    need = _window_data_bytes(w)
+    need = window_data_bytes(w)
     if need <= STATE_LIMIT_BYTES:
+        problem = _layout_problem(w, hw) if "dispatch" in w.ops else None
+        if problem:
+            raise InputError(src, "workload.bs", f"window layout does not fit: {problem}")
         return
-    per_token = need // w.bs
-    max_bs = STATE_LIMIT_BYTES // per_token
+    max_bs = STATE_LIMIT_BYTES // (need // w.bs)  # need is linear in bs
+    allowed = (
+        f"bs <= {max_bs} with these h, k, experts and quantisation"
+        if max_bs >= 1
+        else "no bs fits; reduce h, k, ep_world_size or experts_per_rank"
+    )
     raise InputError(
         src,
         "workload.bs",
         f"window too small: one data state needs {need / MIB:.1f} MiB (combine receive area "
         f"BS*(K+S)*Align512(2H) + dispatch grid E*BS*slot_bytes) but holds "
-        f"{STATE_LIMIT_BYTES / MIB:.0f} MiB; allowed: bs <= {max_bs} with these h, k, "
-        "experts and quantisation",
+        f"{STATE_LIMIT_BYTES / MIB:.0f} MiB; allowed: {allowed}",
     )
 
 

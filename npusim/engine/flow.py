@@ -69,10 +69,11 @@ class Flow:
     """One transfer in flight."""
 
     __slots__ = ("size", "remaining", "rate", "t_last", "cap", "path", "latency",
-                 "on_done", "version", "net")
+                 "on_done", "on_sent", "version", "net", "timer_at")
 
     def __init__(self, net: FlowNetwork, size: int, cap: float, path: tuple[Resource, ...],
-                 latency: float, on_done: Callable[[float], None]) -> None:
+                 latency: float, on_done: Callable[[float], None],
+                 on_sent: Callable[[], None] | None = None) -> None:
         self.net = net
         self.size = size
         self.remaining = float(size)
@@ -82,7 +83,9 @@ class Flow:
         self.path = path
         self.latency = latency
         self.on_done = on_done
+        self.on_sent = on_sent
         self.version = 0
+        self.timer_at = INF
 
 
 class FlowNetwork:
@@ -93,9 +96,11 @@ class FlowNetwork:
         self.active = 0
 
     def start(self, size: int, cap_gbps: float, path: tuple[Resource, ...], latency_ns: float,
-              on_done: Callable[[float], None]) -> Flow:
-        """Start streaming now; on_done(t) is called when the bytes are delivered."""
-        f = Flow(self, size, float(cap_gbps), path, float(latency_ns), on_done)
+              on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None
+              ) -> Flow:
+        """Start streaming now; on_sent() when the last byte has left the source port,
+        on_done(t) when the bytes are delivered (latency_ns later)."""
+        f = Flow(self, size, float(cap_gbps), path, float(latency_ns), on_done, on_sent)
         self.active += 1
         touched = []
         for r in path:
@@ -121,11 +126,33 @@ class FlowNetwork:
         return rate
 
     def _schedule(self, f: Flow) -> None:
+        """Make sure a timeout fires no later than f's projected end of streaming.
+
+        A flow that slowed down keeps its pending timeout: it fires early, finds bytes
+        left and sets a new one. Only a flow that sped up needs a new, earlier timeout.
+        """
+        end = f.t_last + (f.remaining / f.rate if f.remaining > 0 else 0.0)
+        if f.timer_at <= end + 1e-9 and f.timer_at >= self.env.now and f.version:
+            return
         f.version += 1
-        version = f.version
-        delay = f.remaining / f.rate if f.remaining > 0 else 0.0
-        ev = self.env.timeout(delay)
-        ev.callbacks.append(lambda _e, f=f, v=version: self._stream_end(f, v))
+        f.timer_at = end
+        ev = self.env.timeout(end - self.env.now)
+        ev.callbacks.append(lambda _e, f=f, v=f.version: self._timer(f, v))
+
+    def _timer(self, f: Flow, version: int) -> None:
+        if version != f.version:
+            return  # superseded by an earlier timeout
+        now = self.env.now
+        left = f.remaining - f.rate * (now - f.t_last)
+        if left > 1e-6 * max(1.0, f.size):
+            f.remaining = left
+            f.t_last = now
+            f.version += 1
+            f.timer_at = now + left / f.rate
+            ev = self.env.timeout(left / f.rate)
+            ev.callbacks.append(lambda _e, f=f, v=f.version: self._timer(f, v))
+            return
+        self._stream_end(f)
 
     def _rerate(self, resources: list[Resource], skip: Flow | None = None) -> None:
         now = self.env.now
@@ -142,9 +169,7 @@ class FlowNetwork:
                     g.rate = new
                     self._schedule(g)
 
-    def _stream_end(self, f: Flow, version: int) -> None:
-        if version != f.version:
-            return  # re-rated since this timeout was set
+    def _stream_end(self, f: Flow) -> None:
         f.remaining = 0.0
         self.active -= 1
         touched = []
@@ -159,6 +184,8 @@ class FlowNetwork:
                 touched.append(r)
         if touched:
             self._rerate(touched)
+        if f.on_sent is not None:
+            f.on_sent()
         if f.latency > 0:
             ev = self.env.timeout(f.latency)
             ev.callbacks.append(lambda _e, f=f: f.on_done(self.env.now))

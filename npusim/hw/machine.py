@@ -62,6 +62,8 @@ class Rank:
         self.tensors: dict[str, DenseRegion] = {}
         self.cores = [Core(env, index, c, cfg) for c in range(cfg.chip.aiv_cores)]
         self.barrier = Barrier(env, len(self.cores), cfg.sync.syncall_ns)
+        self.bytes_out = 0  # bytes this rank put into other ranks' windows
+        self.bytes_in = 0  # bytes other ranks put into this rank's window
 
     def tensor(self, name: str, data: np.ndarray | int) -> DenseRegion:
         """Create (or replace) a GM tensor from an array or a byte size."""

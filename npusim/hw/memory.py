@@ -69,12 +69,13 @@ class Region:
 class Watcher:
     """A waiting core's interest in [offset, offset + nbytes) of a region."""
 
-    __slots__ = ("offset", "nbytes", "on_change")
+    __slots__ = ("offset", "nbytes", "on_change", "region")
 
     def __init__(self, offset: int, nbytes: int, on_change: Callable[[], None]) -> None:
         self.offset = offset
         self.nbytes = nbytes
         self.on_change = on_change
+        self.region: Region | None = None
 
 
 class DenseRegion(Region):

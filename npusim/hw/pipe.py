@@ -62,37 +62,53 @@ class FixedPipe:
 
 
 class TransferPipe:
-    """An MTE pipe: one transfer at a time, in issue order."""
+    """An MTE pipe: transfers stream out one after the other, in issue order; a transfer's
+    flight latency overlaps the next one's streaming. A fence (PipeBarrier on this pipe)
+    holds the next transfer until every earlier one has been delivered."""
 
-    __slots__ = ("name", "env", "queue", "busy", "last", "busy_ns")
+    __slots__ = ("name", "env", "queue", "streaming", "inflight", "last", "busy_ns",
+                 "fence_next")
 
     def __init__(self, env: simpy.Environment, name: str) -> None:
         self.name = name
         self.env = env
-        self.queue: deque[tuple[float, Callable[[], None]]] = deque()
-        self.busy = False
+        self.queue: deque[tuple[float, Callable[[], None], bool]] = deque()
+        self.streaming = False
+        self.inflight = 0
         self.last: Op | None = None
         self.busy_ns = 0.0
+        self.fence_next = False
 
     def submit(self, earliest: float, begin: Callable[[], None]) -> None:
-        """Run begin() at max(earliest, now) once every earlier transfer has completed."""
-        if self.busy:
-            self.queue.append((earliest, begin))
-        else:
-            self.busy = True
-            self._at(earliest, begin)
+        """Run begin() at max(earliest, now) once the pipe is free (and fenced ones done)."""
+        self.queue.append((earliest, begin, self.fence_next))
+        self.fence_next = False
+        self._next()
 
-    def release(self) -> None:
-        """Called by the running transfer when it completes."""
-        if self.queue:
-            earliest, begin = self.queue.popleft()
-            self._at(earliest, begin)
-        else:
-            self.busy = False
+    def fence(self) -> None:
+        self.fence_next = True
 
-    def _at(self, t: float, begin: Callable[[], None]) -> None:
+    def sent(self) -> None:
+        """The streaming transfer's last byte has left: the next one may stream."""
+        self.streaming = False
+        self._next()
+
+    def delivered(self) -> None:
+        self.inflight -= 1
+        if self.queue and self.queue[0][2]:
+            self._next()
+
+    def _next(self) -> None:
+        if self.streaming or not self.queue:
+            return
+        earliest, begin, fenced = self.queue[0]
+        if fenced and self.inflight:
+            return
+        self.queue.popleft()
+        self.streaming = True
+        self.inflight += 1
         now = self.env.now
-        if t > now:
-            self.env.timeout(t - now).callbacks.append(lambda _e: begin())
+        if earliest > now:
+            self.env.timeout(earliest - now).callbacks.append(lambda _e: begin())
         else:
             begin()

@@ -17,47 +17,57 @@ class Condition:
         raise NotImplementedError
 
 
-class AllEqual(Condition):
-    """Every element (of dtype) at offset + i*stride equals value; stride 0 = contiguous."""
+class _Elements(Condition):
+    """Elements of `dtype` read contiguously, or one at `offset` in every `stride` bytes."""
 
-    def __init__(self, dtype: np.dtype | type, value: float, stride: int = 0, offset: int = 0
-                 ) -> None:
+    def __init__(self, dtype: np.dtype | type, stride: int = 0, offset: int = 0) -> None:
         self.dtype = np.dtype(dtype)
-        self.value = value
         self.stride = stride
         self.offset = offset
 
-    def _values(self, data: np.ndarray) -> np.ndarray:
+    def values(self, data: np.ndarray) -> np.ndarray:
+        item = self.dtype.itemsize
         if self.stride:
-            item = self.dtype.itemsize
             rows = data[: (data.size // self.stride) * self.stride].reshape(-1, self.stride)
-            return rows[:, self.offset:self.offset + item].copy().view(self.dtype).ravel()
-        usable = data.size // self.dtype.itemsize * self.dtype.itemsize
+            return np.ascontiguousarray(rows[:, self.offset:self.offset + item]).view(
+                self.dtype).ravel()
+        usable = data.size // item * item
         return data[:usable].view(self.dtype)
 
+
+class AllEqual(_Elements):
+    """Every element equals value (per-block 'arrived' flags)."""
+
+    def __init__(self, dtype: np.dtype | type, value: float, stride: int = 0, offset: int = 0
+                 ) -> None:
+        super().__init__(dtype, stride, offset)
+        self.value = value
+
     def __call__(self, data: np.ndarray) -> bool:
-        return bool(np.all(self._values(data) == self.value))
+        return bool(np.all(self.values(data) == self.value))
 
     def describe(self, data: np.ndarray) -> str:
-        vals = self._values(data)
+        vals = self.values(data)
         bad = int(np.count_nonzero(vals != self.value))
         return (f"expects every {self.dtype.name} flag == {self.value}; "
                 f"{bad} of {vals.size} differ (first values {vals[:4].tolist()})")
 
 
-class SumEquals(Condition):
-    """The sum of the elements (of dtype) equals value, like the kernels' flag sums."""
+class SumEquals(_Elements):
+    """The elements add up to value, like the kernels' ReduceSum over status flags."""
 
-    def __init__(self, dtype: np.dtype | type, value: float) -> None:
-        self.dtype = np.dtype(dtype)
+    def __init__(self, dtype: np.dtype | type, value: float, stride: int = 0, offset: int = 0,
+                 tolerance: float = 0.0) -> None:
+        super().__init__(dtype, stride, offset)
         self.value = value
+        self.tolerance = tolerance
 
-    def _sum(self, data: np.ndarray) -> float:
-        usable = data.size // self.dtype.itemsize * self.dtype.itemsize
-        return float(data[:usable].view(self.dtype).sum(dtype=np.float64))
+    def total(self, data: np.ndarray) -> float:
+        return float(self.values(data).sum(dtype=np.float64))
 
     def __call__(self, data: np.ndarray) -> bool:
-        return self._sum(data) == self.value
+        return abs(self.total(data) - self.value) <= self.tolerance
 
     def describe(self, data: np.ndarray) -> str:
-        return f"expects sum of {self.dtype.name} == {self.value}, current sum {self._sum(data)}"
+        return (f"expects sum of {self.dtype.name} == {self.value}, "
+                f"current sum {self.total(data)}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,76 @@ from npusim.hw.ub import INF, UBBuffer
 from npusim.runtime.conditions import Condition
 
 Wait = Generator[Any, Any, None]
+
+
+@dataclass(frozen=True)
+class Strided:
+    """A strided DataCopy (Ascend C DataCopyParams, in bytes): `count` blocks of `length`
+    bytes, with `src_gap` / `dst_gap` bytes skipped between blocks on each side."""
+
+    count: int
+    length: int
+    src_gap: int = 0
+    dst_gap: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.length
+
+    def src_span(self) -> int:
+        return self.count * (self.length + self.src_gap) - self.src_gap
+
+    def dst_span(self) -> int:
+        return self.count * (self.length + self.dst_gap) - self.dst_gap
+
+    def charged(self, granule: int) -> int:
+        """Bytes the MTE moves: each block is rounded up to the burst granule."""
+        return self.count * (-(-self.length // granule) * granule)
+
+    def gather(self, src: np.ndarray) -> np.ndarray:
+        """The moved bytes, contiguous, from a source span (src_gap = -length repeats one
+        block, like a DataCopy with source stride 0)."""
+        if self.src_gap == 0:
+            return src[: self.nbytes]
+        pitch = self.length + self.src_gap
+        if pitch == 0:
+            return np.tile(src[: self.length], self.count)
+        padded = np.zeros(self.count * pitch, dtype=np.uint8)
+        padded[: src.size] = src
+        return padded.reshape(self.count, pitch)[:, : self.length].reshape(-1)
+
+    def scatter(self, dst: np.ndarray, moved: np.ndarray) -> None:
+        """Write moved bytes into a destination span (gaps untouched)."""
+        if self.dst_gap == 0:
+            dst[: self.nbytes] = moved
+            return
+        pitch = self.length + self.dst_gap
+        for i in range(self.count):
+            dst[i * pitch:i * pitch + self.length] = moved[i * self.length:(i + 1) * self.length]
+
+
+@dataclass
+class Poll:
+    """One GM area a poll loop reads: contiguous `nbytes` or a strided read, a condition on
+    the bytes read, the UB buffer they land in and the vector/scalar check cost (ns)."""
+
+    region: Region
+    offset: int
+    cond: Condition
+    into: UBBuffer
+    nbytes: int = 0
+    into_offset: int = 0
+    strided: Strided | None = None
+    check_ns: float = 0.0
+
+    @property
+    def span(self) -> int:
+        return self.strided.src_span() if self.strided else self.nbytes
+
+    def sample(self) -> np.ndarray:
+        """The bytes a read would return now (gathered for a strided read)."""
+        raw = self.region.read(self.offset, self.span)
+        return self.strided.gather(raw) if self.strided else raw
 
 
 class KernelContext:
@@ -56,7 +127,8 @@ class KernelContext:
         self.issue_ns = self.cfg.scalar.cycles_per_op * cyc
         self.trace = machine.trace
         self.bytes_put = 0
-        self._poll: tuple[Region, int, int, Condition] | None = None
+        self._poll: Poll | None = None
+        self._dcache: set[tuple[int, int]] = set()
 
     # -- bookkeeping -------------------------------------------------------------------
     def error(self, message: str, address: int | None = None, size: int | None = None
@@ -107,14 +179,17 @@ class KernelContext:
         self.scalar(iterations * self.cfg.scalar.loop_cycles / max(self.cfg.scalar.cycles_per_op,
                                                                   1e-9))
 
-    def vector(self, name: str, elements: int, dtype: str | np.dtype | type,
+    def vector(self, name: str, elements: int = 0, dtype: str | np.dtype | type = "uint8",
                reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
-               fn: Any = None, passes: float = 1.0) -> Op:
-        """One vector instruction over `elements` of `dtype`: issue cost + one cycle per
-        256 B repeat per pass. `fn` applies the effect to UB now; hazards are checked."""
+               fn: Any = None, passes: float = 1.0, repeats: int | None = None) -> Op:
+        """One vector instruction (or vector function): issue cost + `passes` cycles per
+        repeat, a repeat being 256 B of `elements` x `dtype` (or `repeats` given directly,
+        e.g. loop iterations of a register-based vector function). `fn` applies the effect
+        to UB at issue; the pipe-hazard checks make that equal to applying it at the end."""
         vcfg = self.cfg.vector
-        nbytes = elements * np.dtype(dtype).itemsize
-        repeats = -(-nbytes // vcfg.bytes_per_cycle)
+        if repeats is None:
+            nbytes = elements * np.dtype(dtype).itemsize
+            repeats = -(-nbytes // vcfg.bytes_per_cycle)
         dur = (vcfg.issue_cycles + repeats * passes) * self.cycle_ns
         self.t += self.issue_ns
         start, end = self.core.vector.reserve(self.t, dur)
@@ -170,6 +245,19 @@ class KernelContext:
         self.scalar(ops)
         return buf.view(dtype, count, byte_offset).copy()
 
+    def gm_read_scalar(self, region: Region, offset: int, dtype: str | np.dtype | type) -> Any:
+        """A scalar load from GM (GetValue) through the core's data cache: a miss costs a
+        GM read latency, a hit one scalar slot. Lines are 64 B."""
+        item = np.dtype(dtype).itemsize
+        self._check_gm(region, offset, item, "gm_read_scalar")
+        line = (id(region), offset >> 6)
+        if line in self._dcache:
+            self.scalar(1)
+        else:
+            self._dcache.add(line)
+            self.t += self.issue_ns + self.cfg.mte.gm_to_ub_latency_ns
+        return region.read(offset, item).view(dtype)[0]
+
     # -- data movement -----------------------------------------------------------------
     def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
         if byte_offset < 0 or byte_offset + nbytes > buf.nbytes:
@@ -187,17 +275,21 @@ class KernelContext:
                              address=offset, size=nbytes)
 
     def copy_in(self, dst: UBBuffer, src: Region, src_offset: int, nbytes: int,
-                dst_offset: int = 0, name: str = "copy_in") -> Op:
+                dst_offset: int = 0, name: str = "copy_in", strided: Strided | None = None
+                ) -> Op:
         """DataCopy GM -> UB on MTE2. The bytes are read from GM when the copy completes."""
         self.t += self.issue_ns
-        self._check_ub(dst, dst_offset, nbytes, name)
-        self._check_gm(src, src_offset, nbytes, name)
+        src_span = strided.src_span() if strided else nbytes
+        dst_span = strided.dst_span() if strided else nbytes
+        moved = strided.charged(self.ub.alignment) if strided else nbytes
+        self._check_ub(dst, dst_offset, dst_span, name)
+        self._check_gm(src, src_offset, src_span, name)
         if src.rank != self.rank_id:
             raise self.error(f"{name}: reading another rank's memory (rank {src.rank}) is not "
                              "modelled; use put on the owner", address=src_offset)
         if dst.read_busy > self.t or dst.write_ready > self.t:
             raise self.error(f"{name} into UB buffer {dst.name!r} while a transfer or vector op "
-                             "still uses it: missing wait", address=dst.offset, size=nbytes)
+                             "still uses it: missing wait", address=dst.offset, size=dst_span)
         dst.write_ready = INF
         dst.writer = name
         mte = self.cfg.mte
@@ -209,28 +301,34 @@ class KernelContext:
         path = (self.rank.hbm,)
 
         def done(t: float) -> None:
-            ub_data[at:at + nbytes] = src.read(src_offset, nbytes)
+            data = src.read(src_offset, src_span)
+            if strided is None:
+                ub_data[at:at + nbytes] = data
+            else:
+                strided.scatter(ub_data[at:at + dst_span], strided.gather(data))
             dst.write_ready = t
-            self._finish(pipe, op, t, nbytes)
+            self._finish(pipe, op, t, moved)
 
         def begin() -> None:
             op.start_at = self.env.now
-            self.machine.net.start(nbytes, mte.gm_to_ub_gbps, path, mte.gm_to_ub_latency_ns, done)
+            self.machine.net.start(moved, mte.gm_to_ub_gbps, path, mte.gm_to_ub_latency_ns, done,
+                                   pipe.sent)
 
         pipe.submit(self.t, begin)
         return op
 
     def copy_out(self, dst: Region, dst_offset: int, src: UBBuffer, nbytes: int,
-                 src_offset: int = 0, name: str = "copy_out") -> Op:
+                 src_offset: int = 0, name: str = "copy_out", strided: Strided | None = None
+                 ) -> Op:
         """DataCopy UB -> local GM (a tensor or the own window) on MTE3."""
         if dst.rank != self.rank_id:
             raise self.error(f"{name}: writing rank {dst.rank}'s memory needs a put")
         mte = self.cfg.mte
         return self._send(dst, dst_offset, src, src_offset, nbytes, name, (self.rank.hbm,),
-                          mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
+                          mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns, strided)
 
     def put(self, pe: int, offset: int, src: UBBuffer, nbytes: int, src_offset: int = 0,
-            name: str = "put") -> Op:
+            name: str = "put", strided: Strided | None = None) -> Op:
         """Non-blocking one-sided put of UB bytes into rank `pe`'s window (MTE3).
 
         A put to the own rank is a local HBM write; otherwise it crosses the fabric."""
@@ -238,35 +336,48 @@ class KernelContext:
         mte = self.cfg.mte
         if pe == self.rank_id:
             return self._send(dst, offset, src, src_offset, nbytes, name, (self.rank.hbm,),
-                              mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
+                              mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns, strided)
         links, link_latency = self.machine.fabric.route(self.rank_id, pe)
         path = (*links, self.machine.ranks[pe].hbm)
-        self.bytes_put += nbytes
+        moved = strided.nbytes if strided else nbytes
+        self.bytes_put += moved
+        self.rank.bytes_out += moved
+        self.machine.ranks[pe].bytes_in += moved
         return self._send(dst, offset, src, src_offset, nbytes, name, path, mte.put_gbps,
-                          mte.put_latency_ns + link_latency)
+                          mte.put_latency_ns + link_latency, strided)
 
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
-              name: str, path: tuple, cap: float, latency: float) -> Op:
+              name: str, path: tuple, cap: float, latency: float,
+              strided: Strided | None = None) -> Op:
         self.t += self.issue_ns
-        self._check_ub(src, src_offset, nbytes, name)
-        self._check_gm(dst, dst_offset, nbytes, name)
+        src_span = strided.src_span() if strided else nbytes
+        dst_span = strided.dst_span() if strided else nbytes
+        self._check_ub(src, src_offset, src_span, name)
+        self._check_gm(dst, dst_offset, dst_span, name)
         if src.write_ready > self.t:
             raise self.error(f"{name} reads UB buffer {src.name!r} before its data is ready "
-                             f"({src.writer}): missing wait", address=src.offset, size=nbytes)
-        payload = src.bytes_at(src_offset, nbytes).copy()
+                             f"({src.writer}): missing wait", address=src.offset, size=src_span)
+        raw = src.bytes_at(src_offset, src_span)
+        payload = strided.gather(raw).copy() if strided else raw.copy()
+        nbytes = strided.charged(self.ub.alignment) if strided else payload.size
         src.read_busy = INF
         op = Op(self.env, name, "mte3")
         pipe = self.core.mte3
         pipe.last = op
 
         def done(t: float) -> None:
-            dst.write(dst_offset, payload)
+            if strided is None or strided.dst_gap == 0:
+                dst.write(dst_offset, payload)
+            else:  # read-modify-write of the span: atomic at this instant
+                span = dst.read(dst_offset, dst_span)
+                strided.scatter(span, payload)
+                dst.write(dst_offset, span)
             src.read_busy = t
             self._finish(pipe, op, t, nbytes)
 
         def begin() -> None:
             op.start_at = self.env.now
-            self.machine.net.start(nbytes, cap, path, latency, done)
+            self.machine.net.start(nbytes, cap, path, latency, done, pipe.sent)
 
         pipe.submit(self.t, begin)
         return op
@@ -276,7 +387,7 @@ class KernelContext:
         self.trace.activity(self.rank_id, self.core_id, pipe.name, op.name, op.start_at, t,
                             nbytes)
         op.complete(t)
-        pipe.release()
+        pipe.delivered()
 
     # -- synchronisation ---------------------------------------------------------------
     def sync(self) -> Wait:
@@ -304,8 +415,14 @@ class KernelContext:
             elif op.done_at > self.t:
                 self.t = op.done_at
 
+    def mte_fence(self, pipe: str) -> None:
+        """PipeBarrier<PIPE_MTE2/3> as the hardware does it: the pipe (not the scalar unit)
+        waits for its earlier transfers to complete before starting the next one."""
+        getattr(self.core, pipe).fence()
+
     def pipe_barrier(self, pipe: str) -> Wait:
-        """PipeBarrier: wait until every instruction issued on `pipe` has completed."""
+        """Wait until every instruction issued on `pipe` has completed (the scalar unit
+        blocks: SyncFunc<X_S>, or PipeBarrier<PIPE_ALL> for every pipe)."""
         p = getattr(self.core, pipe)
         if p.last is not None:
             yield from self.wait(p.last)
@@ -323,66 +440,112 @@ class KernelContext:
         yield from self._block(ev, "SyncAll (barrier of all cores of the rank)")
 
     def wait_until(self, region: Region, offset: int, nbytes: int, cond: Condition,
-                   into: UBBuffer, into_offset: int = 0, name: str = "poll") -> Wait:
-        """Poll GM until `cond` holds: loop { copy nbytes GM -> UB; check } (event driven).
+                   into: UBBuffer, into_offset: int = 0, name: str = "poll",
+                   strided: Strided | None = None, check_ns: float = 0.0) -> Wait:
+        """Poll GM until `cond` holds: loop { copy GM -> UB; check } (event driven).
 
-        Polls happen every `period` from the call; the wait ends at the first poll whose
-        read lands after the watched bytes satisfy `cond`. No event is spent per poll
-        while nothing changes. The last polled bytes are left in `into`."""
-        self._check_ub(into, into_offset, nbytes, name)
-        self._check_gm(region, offset, nbytes, name)
-        if region.rank != self.rank_id:
-            raise self.error(f"{name}: polling another rank's memory is not modelled",
-                             address=offset)
-        if into.read_busy > self.t or into.write_ready > self.t:
-            raise self.error(f"{name} into UB buffer {into.name!r} while a transfer or vector "
-                             "op still uses it: missing wait", address=into.offset)
+        The wait ends at the first poll whose read lands after the watched bytes satisfy
+        `cond`; no event is spent per poll while nothing changes. The last polled bytes
+        are left in `into`."""
+        yield from self.poll_round_robin(
+            [Poll(region, offset, cond, into, nbytes, into_offset, strided, check_ns)], 0, name)
+
+    def poll_round_robin(self, polls: list[Poll], start: int = 0, name: str = "poll"
+                         ) -> Generator[Any, Any, int]:
+        """Poll several GM areas in turn, starting at polls[start], until one satisfies its
+        condition; return its index. Models the kernels' round-robin poll loops: each poll
+        costs its read (latency + bytes / port) plus its check; the winner is the first
+        poll, in rotation order and time, that sees its condition hold."""
+        m = len(polls)
+        if m == 0:
+            raise self.error(f"{name}: nothing to poll")
+        for p in polls:
+            span = p.strided.src_span() if p.strided else p.nbytes
+            self._check_ub(p.into, p.into_offset,
+                           p.strided.dst_span() if p.strided else p.nbytes, name)
+            self._check_gm(p.region, p.offset, span, name)
+            if p.region.rank != self.rank_id:
+                raise self.error(f"{name}: polling another rank's memory is not modelled",
+                                 address=p.offset)
+            if p.into.read_busy > self.t or p.into.write_ready > self.t:
+                raise self.error(f"{name} into UB buffer {p.into.name!r} while a transfer or "
+                                 "vector op still uses it: missing wait", address=p.into.offset)
         yield from self.sync()
+        env = self.env
         mte = self.cfg.mte
-        read_ns = mte.gm_to_ub_latency_ns + nbytes / mte.gm_to_ub_gbps
-        period = read_ns + self.issue_ns + self.cfg.sync.poll_cycles * self.cycle_ns
-        first = self.t + self.issue_ns + read_ns  # when the first poll's data lands
-        data = region.read(offset, nbytes)
-        if cond(data):
-            self.t = first + self.cfg.sync.poll_cycles * self.cycle_ns
+        tail = self.cfg.sync.poll_cycles * self.cycle_ns
+        order = [(start + j) % m for j in range(m)]
+        landing = [0.0] * m  # offset from t0 at which poll i's first read lands
+        acc = 0.0
+        for i in order:
+            p = polls[i]
+            read = mte.gm_to_ub_latency_ns + self._charged(p) / mte.gm_to_ub_gbps
+            landing[i] = acc + self.issue_ns + read
+            acc += self.issue_ns + read + p.check_ns + tail
+        cycle = acc
+        t0 = self.t
+
+        def first_poll_after(i: int, t: float) -> float:
+            q = math.ceil(max(0.0, t - t0 - landing[i]) / cycle - 1e-9)
+            return t0 + landing[i] + q * cycle
+
+        best: list[Any] = [math.inf, -1, 0]  # wake time, poll index, version
+        woke = env.event()
+
+        def arm(i: int, at: float) -> None:
+            best[0], best[1] = at, i
+            best[2] += 1
+            version = best[2]
+            env.timeout(max(0.0, at - env.now)).callbacks.append(
+                lambda _e, v=version: fire(v))
+
+        def fire(version: int) -> None:
+            if version != best[2] or woke.triggered:
+                return
+            i = best[1]
+            sample = polls[i].sample()
+            if polls[i].cond(sample):
+                for w in watchers:
+                    w.region.unwatch(w)
+                woke.succeed((i, sample))
+                return
+            best[0], best[1] = math.inf, -1  # changed back meanwhile: look again
+            for j in range(m):
+                on_change(j)
+
+        def on_change(i: int) -> None:
+            if woke.triggered:
+                return
+            if polls[i].cond(polls[i].sample()):
+                at = first_poll_after(i, env.now)
+                if at < best[0]:
+                    arm(i, at)
+
+        watchers = []
+        for i, p in enumerate(polls):
+            w = Watcher(p.offset, p.span, lambda i=i: on_change(i))
+            w.region = p.region
+            p.region.watch(w)
+            watchers.append(w)
+        for i in range(m):
+            on_change(i)
+        self._poll = polls[start]
+        yield from self._block(woke, f"{name} on the window of rank {self.rank_id}")
+        self._poll = None
+        i, data = woke.value
+        self.t = max(self.t, env.now) + polls[i].check_ns + tail
+        p = polls[i]
+        at = p.into.offset + p.into_offset
+        if p.strided is None:
+            self.ub.data[at:at + p.nbytes] = data
         else:
-            env = self.env
-            woke = env.event()
-            pending = [False]
+            p.strided.scatter(self.ub.data[at:at + p.strided.dst_span()], p.strided.gather(data))
+        p.into.write_ready = self.t
+        p.into.writer = name
+        return i
 
-            def check_now(_e: Any = None) -> None:
-                pending[0] = False
-                if woke.triggered:
-                    return
-                sample = region.read(offset, nbytes)
-                if cond(sample):
-                    region.unwatch(watcher)
-                    woke.succeed(sample)
-
-            def on_change() -> None:
-                if pending[0] or woke.triggered:
-                    return
-                polls = math.ceil(max(0.0, env.now - first) / period - 1e-9)
-                at = first + polls * period
-                pending[0] = True
-                if at <= env.now:
-                    check_now()
-                else:
-                    env.timeout(at - env.now).callbacks.append(check_now)
-
-            watcher = Watcher(offset, nbytes, on_change)
-            region.watch(watcher)
-            self._poll = (region, offset, nbytes, cond)
-            yield from self._block(woke, f"{name} on {region.name} of rank {region.rank}")
-            self._poll = None
-            data = woke.value
-            self.t = max(self.t, env.now) + self.cfg.sync.poll_cycles * self.cycle_ns
-        at = into.offset + into_offset
-        self.ub.data[at:at + nbytes] = data
-        into.write_ready = self.t
-        into.writer = name
-        self.trace.activity(self.rank_id, self.core_id, "mte2", name, self.t - read_ns, self.t,
-                            nbytes)
+    def _charged(self, p: Poll) -> int:
+        return p.strided.charged(self.ub.alignment) if p.strided else p.nbytes
 
     def describe_wait(self) -> str:
         """What this core is blocked on, with the current value for a poll."""
@@ -390,7 +553,6 @@ class KernelContext:
             return "not waiting"
         poll = self._poll
         if poll is not None:
-            region, offset, nbytes, cond = poll
-            return (f"{self.waiting}: {nbytes} B at window offset 0x{offset:x}, "
-                    f"{cond.describe(region.read(offset, nbytes))}")
+            return (f"{self.waiting}: {poll.span} B at window offset 0x{poll.offset:x}, "
+                    f"{poll.cond.describe(poll.sample())}")
         return self.waiting

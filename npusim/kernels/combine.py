@@ -1,0 +1,228 @@
+"""The MoE combine kernel of the CANN sample (MoeDistributeCombineShmem), per core.
+
+Send: the rows this rank received in dispatch are split evenly over all cores; each
+row (optionally INT8 block-quantised) is copied straight into its source rank's
+receive slot (token*K + k), then, after the MTE3 pipe has drained, a 32 B flag of
+8 x 1.0 is put beside it. Receive: this rank's tokens are split over the cores; for
+each token the core polls its K flags, resets them, and accumulates the K rows
+(dequantised) times their routing weights in fp32, then writes x[token].
+
+GM tensors on every rank: expand_x [A,H], assist_info_for_combine [A,3] int32,
+ep_recv_count [W*L] int32, expert_ids [BS,K] int32, expert_scales [BS,K] fp32 (inputs);
+x [BS,H] (output). Combine never flips the window state: slots from offset 0, flags at
+1022 MiB + 64 KiB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels import quant as q
+from npusim.kernels.layout import align32, align256
+from npusim.kernels.tiling import MoeTiling, split_to_core
+from npusim.runtime.conditions import SumEquals
+from npusim.runtime.context import KernelContext
+
+Wait = Generator[Any, Any, Any]
+
+
+def combine_program(tiling: MoeTiling):
+    def program(ctx: KernelContext) -> Wait:
+        with ctx.phase("send_data"):
+            yield from send_rows(ctx, tiling)
+        ctx.ub.reset()
+        yield from receive_and_combine(ctx, tiling)
+
+    return program
+
+
+# --------------------------------------------------------------------------- send
+def send_rows(ctx: KernelContext, t: MoeTiling) -> Wait:
+    h = t.h
+    lay = t.window
+    crec = t.combine_record
+    dt = q.token_dtype(t.dtype)
+    # Init: one scalar GM read of the received row count ep_recv_count[W*L - 1].
+    wl = t.world * t.experts_per_rank
+    n = int(ctx.gm_read_scalar(ctx.tensor("ep_recv_count"), 4 * (wl - 1), np.int32))
+    r0, r1 = split_to_core(n, ctx.num_cores, ctx.core_id)
+    rows = r1 - r0
+    flag = ctx.alloc("flag", 32)
+    in_slots = [ctx.alloc(f"in{p}", align32(2 * h)) for p in range(2)]
+    int8 = t.combine_quant == "int8"
+    if int8:
+        out_slots = [ctx.alloc(f"xout{p}", align32(crec.send_bytes)) for p in range(2)]
+        ctx.alloc("x_abs", align256(4 * h))
+        ctx.alloc("x_max", align32(4 * h) // 8)
+        ctx.alloc("x_scale_mul", align32(4 * h))
+        ctx.alloc("x_float", align32(4 * h))
+    if rows == 0:
+        return
+    triplets = ctx.alloc("triplets", align32(12 * rows))
+    yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
+    ctx.copy_in(triplets, ctx.tensor("assist_info_for_combine"), 12 * r0, 12 * rows,
+                name="load_triplets")
+    ctx.vector("dup_flag", 8, np.float32, writes=[flag],
+               fn=lambda: flag.view(np.float32).fill(1.0))
+    yield from ctx.pipe_barrier("mte2")  # SyncFunc<MTE2_S>
+    info = ctx.ub_read(triplets, np.int32, 3 * rows, ops=0).reshape(rows, 3)
+    expand_x = ctx.tensor("expand_x")
+    last_use: list[Any] = [None, None]  # the op that last read each slot pair
+    for loop in range(rows):
+        i = (loop + ctx.rank_id) % rows  # rank-staggered start
+        row = r0 + i
+        src, token, k = (int(v) for v in info[i])
+        ctx.scalar(3)
+        p = loop % 2
+        slot_in = in_slots[p]
+        if last_use[p] is not None:
+            yield from ctx.wait(last_use[p])  # AllocTensor: the slot's last reader is done
+        load = ctx.copy_in(slot_in, expand_x, row * 2 * h, 2 * h, name="load_row")
+        yield from ctx.wait(load)  # EnQue/DeQue
+        dst_off = lay.combine_slot(token, k)
+        if int8:
+            out = out_slots[p]
+            _int8_quantise(ctx, t, slot_in, out, dt)
+            yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
+            ctx.put(src, dst_off, out, crec.send_bytes, name="copy_row")
+        else:
+            ctx.put(src, dst_off, slot_in, 2 * h, name="copy_row")
+        ctx.mte_fence("mte3")  # PipeBarrier<PIPE_MTE3>: the flag follows the landed row
+        last_use[p] = ctx.put(src, lay.combine_flag(token, k), flag, 32, name="put_flag")
+    yield from ctx.pipe_barrier("mte3")  # SyncFunc<MTE3_S>
+
+
+def _int8_quantise(ctx: KernelContext, t: MoeTiling, slot, out, dt: np.dtype) -> None:
+    """Int8QuantProcess: blocks of 8 fp32, scale = max * (1/127), int8 + token-dtype scales."""
+    h = t.h
+    crec = t.combine_record
+    n_scales = crec.scale_count
+
+    def effect() -> None:
+        qv, scales = q.int8_block_quantize(slot.view(dt, h), recip=t.combine_recip,
+                                           scale_dtype=dt)
+        raw = out.view(np.uint8)
+        raw[:crec.scale_offset] = qv[0, :crec.scale_offset].view(np.uint8)
+        raw[crec.scale_offset:crec.scale_offset + 2 * n_scales] = scales[0].view(np.uint8)
+
+    ctx.vector("cast_f32", h, np.float32, reads=[slot])
+    ctx.vector("abs", h, np.float32)
+    ctx.vector("block_reduce_max", h, np.float32)
+    ctx.vector("muls_recip", n_scales, np.float32)
+    ctx.vector("cast_scale", n_scales, np.float32)
+    ctx.vector("brcb", h, np.float32)
+    ctx.vector("div", h, np.float32)
+    ctx.vector("cast_f16", h, np.float32)
+    ctx.vector("cast_i8", h, np.float16, reads=[slot], writes=[out],
+               fn=None if t.timing_only else effect)
+
+
+# --------------------------------------------------------------------------- receive
+def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
+    h = t.h
+    crec = t.combine_record
+    dt = q.token_dtype(t.dtype)
+    win = ctx.window()
+    lay = t.window
+    e_total = t.n_experts
+    int8 = t.combine_quant == "int8"
+    t0, t1 = split_to_core(t.bs, ctx.num_cores, ctx.core_id)
+    scales_buf = ctx.alloc("expert_scales", 4 * t.bs * t.k)
+    token_buf = ctx.alloc("token", align32(2 * h))
+    row_f32 = ctx.alloc("row_f32", align32(4 * h))
+    mul_buf = ctx.alloc("mul", align32(4 * h))
+    acc = ctx.alloc("sum", align32(4 * h))
+    rows = [ctx.alloc(f"moe_sum{p}", align32(2 * h)) for p in range(2)]
+    flags = ctx.alloc("state", 32 * t.k)
+    reset = ctx.alloc("state_reset", 32 * t.k)
+    ctx.vector("dup_reset", 8 * t.k, np.float32, writes=[reset],
+               fn=lambda: reset.view(np.float32).fill(0))
+    if t1 <= t0:
+        return
+    yield from ctx.wait(ctx.copy_in(scales_buf, ctx.tensor("expert_scales"), 0,
+                                    4 * t.bs * t.k, name="load_scales"))
+    weights = ctx.ub_read(scales_buf, np.float32, t.bs * t.k, ops=0)
+    ids_gm = ctx.tensor("expert_ids")
+    x_out = ctx.tensor("x")
+    functional = not t.timing_only
+    parity = 0
+    last_row_use: list[Any] = [None, None]
+    out_op = None
+    for token in range(t0, t1):
+        with ctx.phase("wait_status"):
+            flag_off = lay.combine_flag(token, 0)
+            yield from ctx.wait_until(win, flag_off, 32 * t.k,
+                                      SumEquals(np.float32, 8.0 * t.k, tolerance=0.5), flags,
+                                      name="wait_flags", check_ns=_sum_check_ns(ctx, 8 * t.k))
+            ctx.copy_out(win, flag_off, reset, 32 * t.k, name="reset_flags")
+        with ctx.phase("combine"):
+            if out_op is not None:
+                yield from ctx.wait(out_op)  # SyncFunc<MTE3_V>: token buffer free again
+            ctx.vector("dup_acc", h, np.float32, writes=[acc],
+                       fn=lambda: acc.view(np.float32, h).fill(0))
+            widx = token * t.k
+            for k in range(t.k):
+                eid = int(ctx.gm_read_scalar(ids_gm, 4 * (token * t.k + k), np.int32))
+                if not 0 <= eid < e_total:
+                    continue  # special expert: skipped, weight index not advanced
+                w = weights[widx]
+                widx += 1
+                buf = rows[parity]
+                if last_row_use[parity] is not None:
+                    yield from ctx.wait(last_row_use[parity])
+                nbytes = crec.send_bytes
+                yield from ctx.wait(ctx.copy_in(buf, win, lay.combine_slot(token, k), nbytes,
+                                                name="load_slot"))
+                if int8:
+                    _int8_dequantise(ctx, t, buf, dt)
+                ctx.vector("cast_f32", h, np.float32, reads=[buf], writes=[row_f32])
+                ctx.vector("muls_weight", h, np.float32, reads=[row_f32], writes=[mul_buf])
+
+                def accumulate(buf=buf, w=w) -> None:
+                    row = buf.view(dt, h).astype(np.float32)
+                    a = acc.view(np.float32, h)
+                    a[:] = a + row * np.float32(w)
+
+                last_row_use[parity] = ctx.vector("add", h, np.float32, reads=[mul_buf, buf],
+                                                  writes=[acc],
+                                                  fn=accumulate if functional else None)
+                parity ^= 1
+
+            def cast_out() -> None:
+                token_buf.view(dt, h)[:] = acc.view(np.float32, h).astype(dt)
+
+            ctx.vector("cast_out", h, np.float32, reads=[acc], writes=[token_buf],
+                       fn=cast_out if functional else None)
+            yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
+            out_op = ctx.copy_out(x_out, token * 2 * h, token_buf, 2 * h, name="write_x")
+    yield from ctx.pipe_barrier("mte3")
+
+
+def _int8_dequantise(ctx: KernelContext, t: MoeTiling, buf, dt: np.dtype) -> None:
+    """Int8 dequant in place: fp16(fp32(q) * fp32(scale)) per block of 8."""
+    h = t.h
+    crec = t.combine_record
+    n_scales = crec.scale_count
+
+    def effect() -> None:
+        raw = buf.view(np.uint8)
+        qv = raw[:crec.scale_offset].view(np.int8)
+        scales = raw[crec.scale_offset:crec.scale_offset + 2 * n_scales].view(dt)
+        deq = q.int8_block_dequantize(qv[None, :], scales[None, :], h, out_dtype=dt)
+        buf.view(dt, h)[:] = deq[0]
+
+    ctx.vector("cast_scales", n_scales, np.float32, reads=[buf])
+    ctx.vector("cast_i8_f16", h, np.float16, reads=[buf])
+    ctx.vector("cast_f16_f32", h, np.float32)
+    ctx.vector("brcb", h, np.float32)
+    ctx.vector("mul", h, np.float32)
+    ctx.vector("cast_back", h, np.float32, reads=[buf], writes=[buf],
+               fn=None if t.timing_only else effect)
+
+
+def _sum_check_ns(ctx: KernelContext, n: int) -> float:
+    v = ctx.cfg.vector
+    return (v.issue_cycles + max(1, -(-n // 64))) * ctx.cycle_ns + 2 * ctx.issue_ns

@@ -1,0 +1,499 @@
+"""The MoE dispatch kernel of the CANN sample (moe_dispatch_and_combine_story, final
+version), as a per-core program on the npusim runtime.
+
+Each step follows the sample's DispatchImpl (and its non-quantised twin; per-token INT8
+follows ops-transformer's quant_mode 2). Comments name the Ascend C steps. Vector costs
+are the sample's instruction counts (see docs/kernels.md); the hardware config turns
+them into time.
+
+Core roles: cores [0, n_a2a) send tokens (AllToAllDispatch); the last n_cs cores send
+the per-expert counts and form the prefix sums (CalCumSum); then every core copies
+received tokens from its window to the outputs (LocalWindowCopy).
+
+GM tensors on every rank: x [BS,H], expert_ids [BS,K] int32 (inputs); expand_x,
+dynamic_scales, assist_info_for_combine, expert_token_nums, ep_recv_count (outputs);
+workspace [cores, W*L] int32 (per-core copies of the prefix table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels import quant as q
+from npusim.kernels.layout import (
+    CUMSUM_HANDOFF,
+    CUMSUM_READY,
+    SPLIT_BLOCK_BYTES,
+    SPLIT_BLOCK_DATA,
+    STATUS_REGION,
+    UB_USABLE_FOR_LOCAL_COPY,
+    align32,
+    align128,
+    align256,
+)
+from npusim.kernels.tiling import MoeTiling, split_to_core
+from npusim.runtime.conditions import AllEqual, SumEquals
+from npusim.runtime.context import KernelContext, Poll, Strided
+
+Wait = Generator[Any, Any, Any]
+
+KiB = 1024
+UB_BUDGET_NON_QUANT = 190 * KiB  # MAX_UB_SIZE of the non-quantised local copy
+ONE_F32 = np.float32(1.0)
+
+# Register-based vector functions of the MXFP8 quantisation: instructions per loop
+# iteration (one iteration = 256 fp16 elements for MaxExp/Data, 128 scales for Scale),
+# counted from the sample's moe_distribute_dispatch_quant.h.
+MAXEXP_INSTRS, MAXEXP_SETUP = 10, 2
+SCALE_INSTRS, SCALE_SETUP = 17, 8
+DATA_INSTRS = 27
+
+
+def dispatch_program(tiling: MoeTiling):
+    """The kernel: a program every core of every rank runs once per call."""
+
+    def program(ctx: KernelContext) -> Wait:
+        state = yield from init_win_state(ctx)
+        if ctx.core_id < tiling.n_all_to_all:
+            with ctx.phase("send_data"):
+                yield from all_to_all_dispatch(ctx, tiling, state)
+        else:
+            m = ctx.core_id - tiling.n_all_to_all
+            with ctx.phase("send_status"):
+                yield from cal_and_send_cnt(ctx, tiling, state, m)
+            with ctx.phase("wait_status"):
+                yield from wait_and_prefix_sum(ctx, tiling, state, m)
+        yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
+        with ctx.phase("local_copy"):
+            yield from local_window_copy(ctx, tiling, state)
+
+    return program
+
+
+# --------------------------------------------------------------------------- init
+def init_win_state(ctx: KernelContext) -> Wait:
+    """InitWinState: read this core's 0/1 data-state word, write back its flip."""
+    buf = ctx.alloc("data_state", 32)
+    off = STATUS_REGION + 768 * KiB + ctx.core_id * 512
+    yield from ctx.wait(ctx.copy_in(buf, ctx.window(), off, 32, name="read_state"))
+    state = int(ctx.ub_read(buf, np.uint32, 1)[0])  # SyncFunc<MTE2_S>
+    ctx.ub_write(buf, 0, np.array([0 if state else 1], np.uint32))
+    ctx.copy_out(ctx.window(), off, buf, 32, name="flip_state")
+    return state & 1
+
+
+def _load_expert_ids(ctx: KernelContext, t: MoeTiling, name: str) -> Wait:
+    """ExpIdsCopy: pad with -1 on V, then DataCopyPad the BS*K ids GM -> UB."""
+    n = t.bs * t.k
+    buf = ctx.alloc(name, align256(4 * n))
+    count = align256(4 * n) // 4
+    ctx.vector("dup_ids", count, np.int32, writes=[buf],
+               fn=lambda: buf.view(np.int32).fill(-1))
+    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
+    yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("expert_ids"), 0, 4 * n, name="copy_ids"))
+    ids = ctx.ub_read(buf, np.int32, n, ops=0)  # SyncFunc<MTE2_S>
+    return buf, ids
+
+
+# --------------------------------------------------------------------------- send data
+def owned_experts(t: MoeTiling, core: int) -> list[tuple[int, int, int]]:
+    """SplitExpertNumToCore: (expert, group_size, place_in_group) for each owned expert."""
+    n = t.n_all_to_all
+    base, r = divmod(t.n_experts, n)
+    out = [(core * base + i, 1, 0) for i in range(base)]
+    if r:
+        extra = core % r + n * base
+        group = n // r + (1 if core % r < n % r else 0)
+        out.append((extra, group, core // r))
+    return out
+
+
+def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
+    rec = t.record
+    lay = t.window
+    quant = t.dispatch_quant
+    h = t.h
+    # UB, in the sample's order: input queue, output halves, ids, record, scratch.
+    if quant == "none":
+        in_slots = [(ctx.alloc(f"in{p}", align32(2 * h)), ctx.alloc(f"in{p}_triplet", 32))
+                    for p in range(2)]
+    else:
+        in_slots = [(ctx.alloc(f"in{p}", align128(h) * 2), None) for p in range(2)]
+    outs = [ctx.alloc(f"out{p}", rec.slot_bytes) for p in range(2)]
+    ids_buf, ids = yield from _load_expert_ids(ctx, t, "expert_ids")
+    if quant != "none":
+        record = ctx.alloc("record", rec.triplet_offset)
+        triplet = ctx.alloc("triplet", 32)
+    tail_bytes = rec.blocks * SPLIT_BLOCK_DATA - rec.record_bytes
+    tail = ctx.alloc("record_tail", max(tail_bytes, 0)) if tail_bytes > 0 else None
+    owned = owned_experts(t, ctx.core_id)
+    mask_bytes = align32(align256(4 * t.bs * t.k) // 4 // 8)
+    mask = ctx.alloc("expert_mask", mask_bytes * max(1, len(owned)))
+
+    # CalExpertSendNum: a bit mask and a count per owned expert.
+    compare_count = align256(4 * t.bs * t.k) // 4
+    ctx.vector("dup_mask", mask.nbytes, np.uint8, writes=[mask],
+               fn=lambda: mask.view(np.uint8).fill(0))
+    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
+    positions = []
+    for e, _, _ in owned:
+        ctx.vector("compare_scalar", compare_count, np.int32, reads=[ids_buf], writes=[mask])
+        ctx.vector("gather_mask", t.bs * t.k, np.int32, reads=[ids_buf, mask])
+        yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
+        ctx.scalar(1)
+        positions.append(np.flatnonzero(ids == e))
+    # Duplicate 1.0f over both output halves: the per-block "arrived" flags.
+    ctx.vector("dup_flags", 2 * rec.slot_bytes // 4, np.float32, writes=outs,
+               fn=lambda: [o.view(np.float32).fill(ONE_F32) for o in outs])
+    yield from ctx.pipe_barrier("vector")
+
+    x = ctx.tensor("x")
+    words = -(-(t.bs * t.k) // 64)
+    parity = 0
+    prev_put = None
+    n_owned = len(owned)
+    for idx in range(n_owned):
+        i = (idx + ctx.rank_id % n_owned) % n_owned if n_owned else 0
+        e, group, place = owned[i]
+        flat_ids = positions[i]
+        if flat_ids.size == 0:
+            continue
+        dst = e // t.experts_per_rank
+        block = lay.dispatch_block(state, ctx.rank_id, e % t.experts_per_rank)
+        ctx.loop(words)
+        for j, flat in enumerate(flat_ids.tolist()):
+            ctx.scalar(8)  # ScalarGetSFFValue, token/k, slot offset, group test
+            if j % group != place:
+                continue
+            token, k = divmod(flat, t.k)
+            slot_in, trip_in = in_slots[parity]
+            out = outs[parity]
+            if quant == "none":
+                load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
+                yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
+                yield from ctx.wait(prev_put) if prev_put else iter(())  # FillTriple: MTE3_S
+                ctx.ub_write(trip_in, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
+                src_bufs = [slot_in, trip_in]
+            else:
+                ctx.vector("dup_zero", align128(h) * 2, np.uint8, writes=[slot_in],
+                           fn=lambda s=slot_in: s.view(np.uint8).fill(0))
+                yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
+                load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
+                yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
+                _quantise(ctx, t, slot_in, record)
+                yield from ctx.wait(prev_put) if prev_put else iter(())  # FillTriple: MTE3_S
+                ctx.ub_write(triplet, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
+                src_bufs = [record, triplet]
+            if tail is not None:
+                src_bufs.append(tail)
+            _pack(ctx, t, src_bufs, out)
+            yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
+            prev_put = ctx.put(dst, block + j * rec.slot_bytes, out, rec.slot_bytes,
+                               name="put_token")
+            parity ^= 1
+    yield from ctx.pipe_barrier("mte3")
+
+
+def _quantise(ctx: KernelContext, t: MoeTiling, slot, record) -> None:
+    """Quantise the token in `slot` into `record` on the vector unit."""
+    h = t.h
+    dt = q.token_dtype(t.dtype)
+    rec = t.record
+    functional = not t.timing_only
+
+    if t.dispatch_quant == "mxfp8":
+        iters = -(-h // 256)
+
+        def effect() -> None:
+            data, scales = q.mxfp8_quantize(slot.view(dt, h), saturate=t.mxfp8_saturate)
+            raw = record.view(np.uint8)
+            raw[:h] = data[0]
+            raw[h:rec.scale_offset] = 0
+            raw[rec.scale_offset:rec.scale_offset + rec.scale_bytes] = scales[0]
+
+        ctx.vector("mx_max_exp", repeats=iters * MAXEXP_INSTRS + MAXEXP_SETUP, reads=[slot])
+        ctx.vector("mx_scale", repeats=-(-rec.scale_bytes // 128) * SCALE_INSTRS + SCALE_SETUP)
+        ctx.vector("mx_data", repeats=iters * DATA_INSTRS, reads=[slot], writes=[record],
+                   fn=effect if functional else None)
+    else:  # per-token dynamic INT8 (ops-transformer QuantDynamicPerToken)
+
+        def effect() -> None:
+            qv, scale = q.int8_token_quantize(slot.view(dt, h))
+            raw = record.view(np.uint8)
+            raw[:h] = qv[0].view(np.uint8)
+            raw[h:rec.scale_offset] = 0
+            raw[rec.scale_offset:rec.scale_offset + 4] = scale.view(np.uint8)
+
+        ctx.vector("cast_f32", h, np.float32, reads=[slot])
+        ctx.vector("abs", h, np.float32)
+        ctx.vector("reduce_max", h, np.float32)
+        ctx.scalar(12)  # SyncFunc<V_S>, d = 127 / max
+        ctx.vector("muls", h, np.float32)
+        ctx.vector("cast_i32", h, np.float32)
+        ctx.vector("cast_f16", h, np.float32)
+        ctx.vector("cast_i8", h, np.float16, writes=[record],
+                   fn=effect if functional else None)
+
+
+def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
+    """Two strided vector Copies: record bytes [480r, 480r+480) -> out [512r, 512r+480)."""
+    rec = t.record
+    first = src_bufs[0]
+    nbytes = rec.blocks * SPLIT_BLOCK_DATA
+
+    def effect() -> None:
+        ub = first.ub.data
+        payload = ub[first.offset:first.offset + nbytes].reshape(rec.blocks, SPLIT_BLOCK_DATA)
+        o = out.view(np.uint8).reshape(rec.blocks, SPLIT_BLOCK_BYTES)
+        o[:, :SPLIT_BLOCK_DATA] = payload
+
+    ctx.vector("pack_copy_a", repeats=rec.blocks, reads=src_bufs, writes=[out])
+    ctx.vector("pack_copy_b", repeats=rec.blocks, reads=src_bufs, writes=[out],
+               fn=None if t.timing_only else effect)
+
+
+# --------------------------------------------------------------------------- counts
+def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wait:
+    """CalAndSendCnt: count the ids of each expert of my range, put (1.0, count) entries."""
+    ids_buf, ids = yield from _load_expert_ids(ctx, t, "cs_expert_ids")
+    e0, e1 = split_to_core(t.n_experts, t.n_cumsum, m)
+    entries = [ctx.alloc(f"status{e}", 32) for e in range(e0, e1)]
+    n_entries = -(-t.n_experts // 8) * 8  # Align8(E)
+
+    def flags() -> None:
+        for b in entries:
+            b.view(np.float32).fill(0)
+            b.view(np.float32)[0] = ONE_F32
+
+    ctx.vector("dup_status", n_entries * 8, np.int32, writes=entries)
+    ctx.vector("dup_flag", repeats=n_entries // 8, writes=entries, fn=flags)
+    yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
+    n = t.bs * t.k
+    for e, buf in zip(range(e0, e1), entries, strict=True):
+        for op in ("dup", "sub", "abs", "mins"):
+            ctx.vector(op, n, np.int32, reads=[ids_buf])
+        ctx.vector("reduce_sum", n, np.float32, reads=[ids_buf])
+        yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
+        count = int(np.count_nonzero(ids == e))
+        ctx.ub_write(buf, 4, np.array([count], np.int32))
+        dst = e // t.experts_per_rank
+        off = t.window.dispatch_status_entry(state, e % t.experts_per_rank, ctx.rank_id)
+        ctx.put(dst, off, buf, 32, name="put_status")
+    yield from ctx.drain()
+
+
+# --------------------------------------------------------------------------- prefix sums
+def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wait:
+    """WaitDispatch + CalRecvAndSetFlag (+ SetExpertTokenNums on cum-sum core 0)."""
+    ctx.ub.reset()
+    wl = t.world * t.experts_per_rank
+    n_cs = t.n_cumsum
+    s0, s1 = split_to_core(wl, n_cs, m)
+    n_s = s1 - s0
+    win = ctx.window()
+    status_base = t.window.dispatch_status_entry(state, 0, 0)
+    wait_buf = ctx.alloc("wait_status", align256(32 * max(n_s, 1)))
+    handoff = ctx.alloc("partial_sums", 32 * n_cs)
+    row_buf = ctx.alloc("prefix_slice", align32(4 * max(n_s, 1)))
+    ones = ctx.alloc("ready_ones", 32 * ctx.num_cores)
+    column = ctx.alloc("handoff_column", 32 * n_cs)
+    all_status = ctx.alloc("all_status", 32 * wl)
+    token_nums = ctx.alloc("expert_token_nums", align32(8 * t.experts_per_rank))
+    check_ns = _check_cost(ctx, n_s)
+
+    counts = np.zeros(0, np.int64)
+    if n_s:
+        # Poll my statuses until every flag is 1.0 (ReduceSum of the flags == n_s).
+        yield from ctx.wait_until(win, status_base + 32 * s0, 32 * n_s,
+                                  SumEquals(np.float32, float(n_s), stride=32), wait_buf,
+                                  name="wait_status", check_ns=check_ns)
+        counts = wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 1].astype(np.int64)
+        # Clear the flags (word 0 of each entry), keep the counts; write back.
+
+        def clear_flags() -> None:
+            wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 0] = 0
+
+        ctx.vector("clear_flags", repeats=n_s, writes=[wait_buf], fn=clear_flags)
+        yield from ctx.pipe_barrier("vector")
+        yield from ctx.wait(ctx.copy_out(win, status_base + 32 * s0, wait_buf, 32 * n_s,
+                                         name="clear_status"))
+    # GatherSumRecvCnt: my partial sum, sent to every cum-sum core (row m of the matrix).
+    partial = int(counts.sum())
+    ctx.vector("gather_counts", repeats=max(n_s, 1), reads=[wait_buf])
+    ctx.vector("sum_counts", max(n_s, 1), np.float32)
+    yield from ctx.pipe_barrier("vector")
+    ctx.scalar(2)
+
+    def fill_handoff() -> None:
+        v = handoff.view(np.int32).reshape(n_cs, 8)
+        v[:] = 0
+        v[:, 0] = partial
+        v[:, 1] = ONE_F32.view(np.int32)
+
+    ctx.vector("dup_partial", n_cs * 8, np.int32, writes=[handoff], fn=fill_handoff)
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(win, STATUS_REGION + CUMSUM_HANDOFF + m * n_cs * 32, handoff, 32 * n_cs,
+                 name="put_partial")
+    # GetCumSum: poll column m (one entry from each cum-sum core) until every flag is 1.0.
+    col = Strided(n_cs, 32, src_gap=(n_cs - 1) * 32)
+    yield from ctx.wait_until(win, STATUS_REGION + CUMSUM_HANDOFF + m * 32, 0,
+                              SumEquals(np.float32, float(n_cs), stride=32, offset=4), column,
+                              strided=col, name="wait_partials", check_ns=_check_cost(ctx, n_cs))
+    cells = column.view(np.int32).reshape(n_cs, 8)
+    before = int(cells[:m, 0].sum())
+    ctx.vector("gather_prefix", repeats=max(m, 1), reads=[column])
+    yield from ctx.pipe_barrier("vector")
+    ctx.vector("clear_column", repeats=-(-n_cs // 8), writes=[column],
+               fn=lambda: column.view(np.uint8).fill(0))
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(win, STATUS_REGION + CUMSUM_HANDOFF + m * 32, column, 0,
+                 strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32), name="clear_partials")
+    # The inclusive prefix over index le*W + src for my slice, by the scalar unit.
+    prefix = (before + np.cumsum(counts)).astype(np.int32)
+    if n_s:
+        ctx.ub_write(row_buf, 0, prefix, ops=2 * n_s)
+        ctx.copy_out(ctx.tensor("ep_recv_count"), 4 * s0, row_buf, 4 * n_s,
+                     name="write_ep_recv_count")
+        workspace = ctx.tensor("workspace")
+        for c in range(ctx.num_cores):  # my slice into every core's copy of the table
+            ctx.copy_out(workspace, 4 * (c * wl + s0), row_buf, 4 * n_s, name="write_workspace")
+    ctx.vector("dup_ready", ctx.num_cores * 8, np.int32, writes=[ones],
+               fn=lambda: ones.view(np.int32).fill(1))
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(win, STATUS_REGION + CUMSUM_READY + m * 32, ones, 0,
+                 strided=Strided(ctx.num_cores, 32, dst_gap=(n_cs - 1) * 32),
+                 name="set_ready")
+    if m == 0:  # SetExpertTokenNums: re-read all statuses (flag + count) of this state
+        yield from ctx.wait(ctx.copy_in(all_status, win, status_base, 32 * wl,
+                                        name="read_all_status"))
+        per_le = all_status.view(np.int32).reshape(t.experts_per_rank, t.world, 8)[:, :, 1]
+        nums = per_le.sum(axis=1).astype(np.int64)
+        for _ in range(t.experts_per_rank):
+            ctx.vector("reduce_sum", 2 * t.world, np.float32, reads=[all_status])
+        yield from ctx.pipe_barrier("vector")
+        if t.expert_token_nums_type == "cumsum":
+            nums = np.cumsum(nums)
+        ctx.ub_write(token_nums, 0, nums.astype(np.int64), ops=2 * t.experts_per_rank)
+        ctx.copy_out(ctx.tensor("expert_token_nums"), 0, token_nums, 8 * t.experts_per_rank,
+                     name="write_expert_token_nums")
+    yield from ctx.drain()
+
+
+def _check_cost(ctx: KernelContext, n: int) -> float:
+    """A poll's check after the read: one vector reduce and a scalar compare (ns)."""
+    v = ctx.cfg.vector
+    return (v.issue_cycles + max(1, -(-n // 8))) * ctx.cycle_ns + 2 * ctx.issue_ns
+
+
+# --------------------------------------------------------------------------- local copy
+def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
+    """Wait for the prefix table, then drain my status indices' tokens into the outputs."""
+    ctx.ub.reset()
+    n_cs = t.n_cumsum
+    wl = t.world * t.experts_per_rank
+    rec = t.record
+    win = ctx.window()
+    ready = ctx.alloc("ready", 32 * n_cs)
+    cum_buf = ctx.alloc("cumsum", align32(4 * wl))
+    zero = ctx.alloc("ready_clear", 32 * n_cs)
+    # WaitCumSumFlag: every cum-sum core has raised my ready flag (8 x int32 1 each).
+    ready_off = STATUS_REGION + CUMSUM_READY + ctx.core_id * n_cs * 32
+    yield from ctx.wait_until(win, ready_off, 32 * n_cs, SumEquals(np.int32, 8.0 * n_cs), ready,
+                              name="wait_ready", check_ns=_check_cost(ctx, 8 * n_cs))
+    ctx.vector("dup_zero", 8 * n_cs, np.int32, writes=[zero],
+               fn=lambda: zero.view(np.uint8).fill(0))
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(win, ready_off, zero, 32 * n_cs, name="clear_ready")
+
+    i0, i1 = split_to_core(wl, ctx.num_cores, ctx.core_id)
+    if i1 <= i0:
+        return
+    n_idx = i1 - i0
+    budget = UB_BUDGET_NON_QUANT if t.dispatch_quant == "none" else UB_USABLE_FOR_LOCAL_COPY
+    small = 32 + align32(4 * wl) + 64 * n_cs + 3 * align32(4 * n_idx) + 64
+    tbuf_bytes = budget - small
+    max_tokens = tbuf_bytes // rec.slot_bytes
+    tbuf = ctx.alloc("tokens", tbuf_bytes)
+    flag_zero = ctx.alloc("flag_zero", 32)
+    # SetValidExpertInfo: my copy of the prefix table, then per index the rows left.
+    yield from ctx.wait(ctx.copy_in(cum_buf, ctx.tensor("workspace"), 4 * ctx.core_id * wl,
+                                    4 * wl, name="read_prefix"))
+    cum = ctx.ub_read(cum_buf, np.int32, wl, ops=0).astype(np.int64)
+    ctx.scalar(4 * n_idx)
+    valid = []
+    for idx in range(i0, i1):
+        start = int(cum[idx - 1]) if idx else 0
+        left = int(cum[idx]) - start
+        if left:
+            valid.append([idx, start, 0, left])  # index, first output row, finished, left
+    if not valid:
+        return
+    ctx.vector("dup_pattern", 16, np.int32, writes=[flag_zero],
+               fn=lambda: flag_zero.view(np.uint8).fill(0))
+    yield from ctx.pipe_barrier("vector")
+
+    out_x = ctx.tensor("expand_x")
+    out_scales = ctx.tensor("dynamic_scales")
+    out_assist = ctx.tensor("assist_info_for_combine")
+    row_bytes = rec.data_bytes
+    scale_bytes = rec.scale_bytes
+    stride = rec.blocks * SPLIT_BLOCK_DATA  # a token's bytes in UB once the flags are gone
+    v = 0
+    while valid:
+        candidates = []
+        for _, (idx, _, finish, left) in enumerate(valid):
+            n = min(left, max_tokens)
+            base = _block_base(t, state, idx) + finish * rec.slot_bytes
+            flags = Strided(rec.blocks * n, 4, src_gap=SPLIT_BLOCK_BYTES - 4, dst_gap=28)
+            candidates.append(Poll(win, base + SPLIT_BLOCK_DATA, AllEqual(np.float32, 1.0),
+                                   tbuf, strided=flags,
+                                   check_ns=_flag_check_cost(ctx, rec.blocks * n)))
+        v = yield from ctx.poll_round_robin(candidates, v % len(valid), name="wait_tokens")
+        idx, row0, finish, left = valid[v]
+        n = min(left, max_tokens)
+        base = _block_base(t, state, idx) + finish * rec.slot_bytes
+        # CopyInAndOut: strip the flags on the way in, then three strided copies out.
+        yield from ctx.wait(ctx.copy_in(tbuf, win, base, 0, name="copy_tokens",
+                                        strided=Strided(rec.blocks * n, SPLIT_BLOCK_DATA,
+                                                        src_gap=32)))
+        row = row0 + finish
+        if scale_bytes and t.dispatch_quant == "mxfp8":
+            ctx.copy_out(out_scales, row * scale_bytes, tbuf, 0, src_offset=rec.scale_offset,
+                         strided=Strided(n, scale_bytes, src_gap=stride - scale_bytes),
+                         name="write_scales")
+        elif t.dispatch_quant == "int8":
+            ctx.copy_out(out_scales, row * 4, tbuf, 0, src_offset=rec.scale_offset,
+                         strided=Strided(n, 4, src_gap=stride - 4), name="write_scales")
+        ctx.copy_out(out_x, row * row_bytes, tbuf, 0,
+                     strided=Strided(n, row_bytes, src_gap=stride - row_bytes),
+                     name="write_expand_x")
+        ctx.copy_out(out_assist, row * 12, tbuf, 0, src_offset=rec.triplet_offset,
+                     strided=Strided(n, 12, src_gap=stride - 12), name="write_assist_info")
+        finish += n
+        left -= n
+        valid[v][2], valid[v][3] = finish, left
+        if left == 0:  # drained: clear every block flag of this index for the next call
+            yield from ctx.pipe_barrier("mte3")
+            ctx.vector("dup_zero", 8, np.int32, writes=[flag_zero])
+            yield from ctx.pipe_barrier("vector")
+            ctx.copy_out(win, _block_base(t, state, idx) + SPLIT_BLOCK_DATA, flag_zero, 0,
+                         strided=Strided(rec.blocks * finish, 4, src_gap=-4,
+                                         dst_gap=SPLIT_BLOCK_BYTES - 4),
+                         name="clear_block_flags")
+            valid.pop(v)
+        yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
+
+
+def _block_base(t: MoeTiling, state: int, idx: int) -> int:
+    le, src = divmod(idx, t.world)
+    return t.window.dispatch_block(state, src, le)
+
+
+def _flag_check_cost(ctx: KernelContext, nflags: int) -> float:
+    """GatherMask + CompareScalar over the polled flags and a scalar leading-ones scan."""
+    v = ctx.cfg.vector
+    vec = 2 * v.issue_cycles + nflags / 8 + -(-nflags // 64)
+    return vec * ctx.cycle_ns + (2 + nflags / 64) * ctx.issue_ns

@@ -1,0 +1,272 @@
+"""Quantisation maths of the MoE dispatch/combine kernels, as plain numpy.
+
+Three schemes, each vectorised over rows (pass one token as shape (1, H) or many as (N, H)):
+
+* MXFP8 E5M2 with E8M0 block scales (dispatch quant_mode 4, the CANN sample). Bit-exact with the
+  sample's golden script (``gen_data.py: mx_quantize_e5m2``) and, for fp16 input, with the
+  kernel (``moe_distribute_dispatch_quant.h``): both reduce to the same integer recipe below.
+* Per-token dynamic INT8 (ops-transformer quant_mode 2).
+* The combine's INT8 block round trip (8 fp32 elements per 32-byte block).
+
+These functions define the *numbers*; what the vector unit pays for them is modelled elsewhere.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+MXFP8_BLOCK = 32
+"""Elements sharing one E8M0 exponent (OCP MX block size)."""
+
+INT8_BLOCK = 8
+"""fp32 elements per combine INT8 block: one 32-byte UB block (BlockReduceMax granule)."""
+
+FP8_E5M2_MAX = 57344.0
+INT8_QMAX = 127.0
+E8M0_NAN = 0xFF
+E8M0_PAD = 0x00
+"""E8M0 byte for 2^-127: the value the sample pads the scale row with to an even count."""
+
+_E5M2_EMAX = 15  # exponent of the largest normal e5m2 value (57344 = 1.75 * 2^15)
+_F32_ONE_OVER_127 = np.float32(1.0) / np.float32(127.0)
+
+TOKEN_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+
+
+def token_dtype(name: str | np.dtype | type) -> np.dtype:
+    """Resolve "float16" / "bfloat16" (or a numpy dtype) to the numpy dtype of a token."""
+    if isinstance(name, str):
+        try:
+            return TOKEN_DTYPES[name]
+        except KeyError:
+            raise ValueError(
+                f"token dtype {name!r} not supported; allowed: {sorted(TOKEN_DTYPES)}"
+            ) from None
+    dt = np.dtype(name)
+    if dt not in TOKEN_DTYPES.values():
+        raise ValueError(f"token dtype {dt} not supported; allowed: {sorted(TOKEN_DTYPES)}")
+    return dt
+
+
+def dtype_name(dt: np.dtype | str) -> str:
+    """Inverse of :func:`token_dtype` (for file names, reports)."""
+    dt = token_dtype(dt)
+    return next(k for k, v in TOKEN_DTYPES.items() if v == dt)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def align_up(x: int, a: int) -> int:
+    return ceil_div(x, a) * a
+
+
+def mxfp8_scale_count(h: int) -> int:
+    """Scale bytes per token: Align2(ceil(H/32)) (the kernel stores an even number)."""
+    return align_up(ceil_div(h, MXFP8_BLOCK), 2)
+
+
+def int8_block_scale_count(h: int) -> int:
+    """Combine INT8 scales per token: Align16(H)/8 (UB rows are 32-byte aligned in token dtype)."""
+    return align_up(h, 16) // INT8_BLOCK
+
+
+def _as_2d(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim == 1:
+        return x[None, :]
+    if x.ndim != 2:
+        raise ValueError(f"expected a (rows, H) array, got shape {x.shape}")
+    return x
+
+
+def _blocks_f32(x: np.ndarray, block: int, n_blocks: int) -> np.ndarray:
+    """fp32 copy of x zero-padded to n_blocks*block columns, shaped (rows, n_blocks, block)."""
+    rows, h = x.shape
+    out = np.zeros((rows, n_blocks * block), dtype=np.float32)
+    out[:, :h] = x.astype(np.float32)
+    return out.reshape(rows, n_blocks, block)
+
+
+# --------------------------------------------------------------------------- MXFP8 E5M2
+
+
+def mxfp8_quantize(x: np.ndarray, saturate: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Quantise fp16/bf16 rows to fp8 e5m2 bytes plus E8M0 scale bytes, one per 32 elements.
+
+    Per block: amax = max |x|; E = its biased (fp32/bf16) exponent field; scale byte
+    s = 0xFF if amax is inf/NaN, else max(E - 15, 0) (the golden's floor(log2 amax) - 15
+    clamped at 2^-127; the kernel gets E from the bf16-truncated exponent bits, the same number).
+    Elements: e5m2(x * 2^(127 - s)) round-to-nearest-even. The product is exact in fp32, so
+    this is a single rounding, identical to the golden's log2/rint construction.
+    ``saturate=False`` (the sample) lets magnitudes >= 61440 become inf; ``True`` (newer
+    ops-transformer) clamps them to +-57344.
+
+    Returns ``(data uint8 (rows, H), scales uint8 (rows, Align2(ceil(H/32))))``; the pad
+    scale byte is 0 (= 2^-127, as the golden pads).
+
+    Non-finite blocks (scale 0xFF) become NaN bytes as the golden produces them on x86:
+    0x7E, or 0xFE where the input element is itself a negative NaN. The hardware's NaN
+    encoding is not documented in the sample; neither case occurs with finite inputs.
+    Known kernel difference (bf16 only): a block whose amax is a bf16 subnormal (< 2^-126)
+    is zeroed by the kernel (scale multiplier 0) but quantised by the golden (x * 2^127);
+    we follow the golden.
+    """
+    x = _as_2d(x)
+    rows, h = x.shape
+    nb = ceil_div(h, MXFP8_BLOCK)
+    blocks = _blocks_f32(x, MXFP8_BLOCK, nb)
+    amax = np.max(np.abs(blocks), axis=2)  # NaN propagates
+    exp_field = (amax.view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF)
+    nonfinite = exp_field == 0xFF
+    s = np.where(nonfinite, E8M0_NAN, np.maximum(exp_field.astype(np.int32) - _E5M2_EMAX, 0))
+    s = s.astype(np.int32)
+
+    shift = np.where(nonfinite, 0, 127 - s)[:, :, None]
+    scaled = np.ldexp(blocks, shift).astype(np.float32, copy=False)
+    if nonfinite.any():
+        # golden: x / 2**nan -> NaN carrying the sign of a NaN input, else positive NaN
+        nan_in = np.isnan(blocks) & np.signbit(blocks)
+        fill = np.where(nan_in, np.float32(-np.nan), np.float32(np.nan))
+        scaled = np.where(nonfinite[:, :, None], fill, scaled)
+    if saturate:
+        scaled = np.clip(scaled, -FP8_E5M2_MAX, FP8_E5M2_MAX)
+    data = scaled.astype(ml_dtypes.float8_e5m2).view(np.uint8).reshape(rows, nb * MXFP8_BLOCK)
+    data = np.ascontiguousarray(data[:, :h])
+
+    scales = np.full((rows, mxfp8_scale_count(h)), E8M0_PAD, dtype=np.uint8)
+    scales[:, :nb] = s.astype(np.uint8)
+    return data, scales
+
+
+def mxfp8_dequantize(
+    data: np.ndarray, scales: np.ndarray, out_dtype: np.dtype | str = np.float32
+) -> np.ndarray:
+    """Inverse of :func:`mxfp8_quantize`: fp32(e5m2) * 2^(s - 127), cast RNE to ``out_dtype``.
+
+    Scale byte 0xFF gives NaN. The fp32 product is exact; only the final cast rounds.
+    """
+    data = _as_2d(np.asarray(data, dtype=np.uint8))
+    scales = _as_2d(np.asarray(scales, dtype=np.uint8))
+    rows, h = data.shape
+    nb = ceil_div(h, MXFP8_BLOCK)
+    if scales.shape[0] != rows or scales.shape[1] < nb:
+        raise ValueError(f"scales shape {scales.shape} does not cover data shape {data.shape}")
+    vals = data.view(ml_dtypes.float8_e5m2).astype(np.float32)
+    s = scales[:, :nb].astype(np.int32)
+    exp = np.repeat(s - 127, MXFP8_BLOCK, axis=1)[:, :h]
+    out = np.ldexp(vals, exp).astype(np.float32, copy=False)
+    out = np.where(np.repeat(s == E8M0_NAN, MXFP8_BLOCK, axis=1)[:, :h], np.float32(np.nan), out)
+    return out.astype(_out_dtype(out_dtype))
+
+
+def _out_dtype(dt: np.dtype | str) -> np.dtype:
+    if isinstance(dt, str) and dt in TOKEN_DTYPES:
+        return TOKEN_DTYPES[dt]
+    return np.dtype(dt)
+
+
+# --------------------------------------------------------------------------- per-token INT8
+
+
+def int8_token_quantize(
+    x: np.ndarray, smooth: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token dynamic INT8 (ops-transformer quant_mode 2).
+
+    xf = fp32(x) (* smooth, optional per-channel fp32); d = 127 / max|xf| (fp32 division);
+    q = int8(rint(xf * d)) (the kernel's fp32->int32 CAST_RINT, exact after that);
+    scale = fp32(1 / d). Returns ``(q int8 (rows, H), scale fp32 (rows,))``.
+
+    Zero rows: the kernel computes d = 127/0 = inf, so scale = 1/inf = 0 and xf*d = 0*inf = NaN,
+    whose int8 cast is hardware defined. We return q = 0 and scale = 0.0 (what the kernel
+    stores for the scale; dequantises to exact zeros) and never produce NaN. Rows with inf/NaN
+    inputs give unspecified q (NaN products are mapped to 0).
+    """
+    x = _as_2d(x)
+    xf = x.astype(np.float32)
+    if smooth is not None:
+        xf = xf * np.asarray(smooth, dtype=np.float32)
+    amax = np.max(np.abs(xf), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = np.float32(INT8_QMAX) / amax  # inf for zero rows, as on the device
+        prod = xf * d[:, None]
+        prod = np.where(np.isnan(prod), np.float32(0), prod)
+        q = np.clip(np.rint(prod), -128, 127).astype(np.int8)
+        scale = (np.float32(1.0) / d).astype(np.float32)
+    return q, scale
+
+
+def int8_token_dequantize(
+    q: np.ndarray, scale: np.ndarray, out_dtype: np.dtype | str = np.float32
+) -> np.ndarray:
+    """fp32(q) * scale per row, cast RNE to ``out_dtype``."""
+    q = _as_2d(q)
+    scale = np.asarray(scale, dtype=np.float32).reshape(-1)
+    return (q.astype(np.float32) * scale[:, None]).astype(_out_dtype(out_dtype))
+
+
+# --------------------------------------------------------------------------- combine INT8 block
+
+
+def int8_block_quantize(
+    x: np.ndarray, recip: bool = False, scale_dtype: np.dtype | str = np.float16
+) -> tuple[np.ndarray, np.ndarray]:
+    """The combine's INT8 block quantisation (8 fp32 elements = one 32-byte block).
+
+    f = fp32(x); m = max |f| per block (tail zero-padded); s = m / 127 in fp32
+    (``recip=True``: m * fp32(1/127), what the kernel's Muls does; ``False``: the golden's
+    division); s == 0 -> 1.0 (golden; the kernel would divide 0/0, and its stored scale 0
+    dequantises to 0 as well); q = int8(rint(fp16(f / s))) dividing by the fp32 s;
+    the stored scale is ``scale_dtype``(s) RNE. The sample's golden and kernel store the scale
+    in the *token* dtype (fp16 in the sample; bf16 for bf16 tokens), so pass that.
+
+    recip vs divide: the fp32 scales differ by an ulp for ~4.5% of fp16 maxima, but the stored
+    scale and every q are identical for all fp16 inputs (checked exhaustively, see tests). For
+    bf16 inputs exactly two (max, element) pairs differ in q, both with max < 2^-119 where
+    the fp32 scale is subnormal.
+
+    Returns ``(q int8 (rows, Align32(H)), scales (rows, Align16(H)/8))``; q's pad bytes are 0
+    (the kernel leaves them unwritten); pad blocks get scale 1.0.
+    """
+    x = _as_2d(x)
+    rows, h = x.shape
+    ns = int8_block_scale_count(h)
+    blocks = _blocks_f32(x, INT8_BLOCK, ns)
+    m = np.max(np.abs(blocks), axis=2, keepdims=True)
+    s = m * _F32_ONE_OVER_127 if recip else m / np.float32(INT8_QMAX)
+    s = np.where(s == 0, np.float32(1.0), s).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q16 = (blocks / s).astype(np.float16)
+        q = np.clip(np.rint(q16.astype(np.float32)), -128, 127)
+        q = np.where(np.isnan(q), 0, q).astype(np.int8)
+    qout = np.zeros((rows, align_up(h, 32)), dtype=np.int8)
+    qout[:, :h] = q.reshape(rows, ns * INT8_BLOCK)[:, :h]
+    scales = s[:, :, 0].astype(_out_dtype(scale_dtype))
+    return qout, scales
+
+
+def int8_block_dequantize(
+    q: np.ndarray, scales: np.ndarray, h: int, out_dtype: np.dtype | str = np.float16
+) -> np.ndarray:
+    """out_dtype(fp32(q) * fp32(scale)) per 8-element block (kernel and golden agree)."""
+    q = _as_2d(q)
+    scales = _as_2d(scales)
+    rows = q.shape[0]
+    nb = ceil_div(h, INT8_BLOCK)
+    if q.shape[1] < h or scales.shape[0] != rows or scales.shape[1] < nb:
+        raise ValueError(f"q {q.shape} / scales {scales.shape} do not cover H={h}")
+    s = np.repeat(scales[:, :nb].astype(np.float32), INT8_BLOCK, axis=1)[:, :h]
+    return (q[:, :h].astype(np.float32) * s).astype(_out_dtype(out_dtype))
+
+
+def int8_block_round_trip(
+    x: np.ndarray, recip: bool = False, scale_dtype: np.dtype | str | None = None
+) -> np.ndarray:
+    """Quantise + dequantise as the combine does; result and scale dtype default to x's dtype."""
+    x = _as_2d(x)
+    sd = x.dtype if scale_dtype is None else scale_dtype
+    q, s = int8_block_quantize(x, recip=recip, scale_dtype=sd)
+    return int8_block_dequantize(q, s, x.shape[1], out_dtype=x.dtype)

@@ -1,0 +1,116 @@
+"""Input tensors of one dispatch/combine run, generated like the CANN sample's gen_data.py.
+
+Per rank: x [BS, H] ~ U(-10, 10) in the token dtype, expert_ids [BS, K] int32 (see routing),
+expert_scales [BS, K] ~ U(-1, 1) fp32, and the standalone combine input expand_x [A, H]
+(A = BS * W * min(K, L)) whose first n rows (n = rows this rank receives in dispatch) are
+~ U(-10, 10) and the rest zero, as the sample pads it.
+
+Determinism: one ``numpy.random.SeedSequence(seed)`` is split into independent streams for
+x, routing, expert_scales and expand_x, so e.g. changing the routing kind does not change x.
+Values differ from the sample's (torch) for the same seed; the structure is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npusim.kernels.quant import token_dtype
+from npusim.workload.routing import make_routing
+
+BOUND = 10.0
+
+
+@dataclass
+class RunInputs:
+    """Inputs for W ranks; lists are indexed by rank."""
+
+    W: int
+    BS: int
+    H: int
+    K: int
+    L: int
+    dtype: np.dtype
+    x: list[np.ndarray]
+    expert_ids: list[np.ndarray]
+    expert_scales: list[np.ndarray]
+    expand_x: list[np.ndarray] = field(default_factory=list)
+    recv_counts: list[int] = field(default_factory=list)
+
+    @property
+    def E(self) -> int:
+        return self.W * self.L
+
+    @property
+    def A(self) -> int:
+        return max_recv_rows(self.W, self.BS, self.K, self.L)
+
+    def per_rank(self) -> list[dict[str, np.ndarray]]:
+        """One dict per rank with the sample's input names."""
+        out = []
+        for r in range(self.W):
+            d = {
+                "x": self.x[r],
+                "expert_ids": self.expert_ids[r],
+                "expert_scales": self.expert_scales[r],
+            }
+            if self.expand_x:
+                d["expand_x"] = self.expand_x[r]
+            out.append(d)
+        return out
+
+
+def max_recv_rows(W: int, BS: int, K: int, L: int) -> int:
+    """A = BS * W * min(K, L): the most rows one rank can receive (distinct ids per token)."""
+    return BS * W * min(K, L)
+
+
+def recv_counts(expert_ids: list[np.ndarray], L: int) -> list[int]:
+    """Rows each rank receives in dispatch: ids e in [0, E) land on rank e // L."""
+    W = len(expert_ids)
+    E = W * L
+    flat = np.concatenate([np.asarray(ids).reshape(-1) for ids in expert_ids])
+    flat = flat[(flat >= 0) & (flat < E)]
+    return np.bincount(flat // L, minlength=W).astype(int).tolist()
+
+
+def uniform_tokens(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """U(-10, 10): numpy float64 draws rounded (RNE) to fp32, then to the token dtype."""
+    return rng.uniform(-BOUND, BOUND, size=shape).astype(np.float32).astype(dtype)
+
+
+def generate_inputs(
+    W: int,
+    BS: int,
+    H: int,
+    K: int,
+    L: int,
+    dtype: str | np.dtype = "float16",
+    routing: str = "balanced",
+    seed: int = 0,
+    zipf_s: float = 1.2,
+    hot_expert: int = 0,
+    with_combine: bool = True,
+) -> RunInputs:
+    """Generate every rank's inputs for a run; see the module docstring for distributions."""
+    if L < 1 or H < 1:
+        raise ValueError(f"need L >= 1 and H >= 1 (got L={L}, H={H})")
+    dt = token_dtype(dtype)
+    s_x, s_route, s_scales, s_expand = (
+        np.random.default_rng(c) for c in np.random.SeedSequence(seed).spawn(4)
+    )
+    x = [uniform_tokens(s_x, (BS, H), dt) for _ in range(W)]
+    ids = make_routing(routing, W, BS, K, W * L, rng=s_route, zipf_s=zipf_s, hot_expert=hot_expert)
+    scales = [s_scales.uniform(-1.0, 1.0, size=(BS, K)).astype(np.float32) for _ in range(W)]
+    inp = RunInputs(W, BS, H, K, L, dt, x, ids, scales)
+    if with_combine:
+        inp.recv_counts = recv_counts(ids, L)
+        A = inp.A
+        for n in inp.recv_counts:
+            if n > A:
+                raise ValueError(f"a rank receives {n} rows > A={A}: expert ids not distinct")
+            ex = np.zeros((A, H), dtype=dt)
+            ex[:n] = uniform_tokens(s_expand, (n, H), dt)
+            inp.expand_x.append(ex)
+    return inp

@@ -1,0 +1,215 @@
+"""The npusim command: exit codes, one-line errors, no partial output, report on success."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from npusim import __version__
+from npusim.cli import main
+from npusim.engine.trace import Span
+from npusim.errors import DeadlockError, InputError, KernelError, SimTimeLimitError
+from npusim.result import OpRun, RunResult
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "scenarios" / "dispatch_bs8_mxfp8.yaml"
+GOOD = """name: good
+workload: {op: dispatch, bs: 8, h: 7168, k: 8, ep_world_size: 8, experts_per_rank: 4}
+"""
+BROKEN = {
+    "bad-bs": GOOD.replace("bs: 8", "bs: 9999"),
+    "bool-k": GOOD.replace("k: 8", "k: true"),
+    "typo": GOOD.replace("experts_per_rank", "expert_per_rank"),
+    "yaml": "name: [oops\n",
+    "preset": GOOD + "hardware: ascend9500\n",
+    "override": GOOD + "hardware_overrides: {fabric.egress_gbps: -1}\n",
+    "case": GOOD + "data: {case_dir: missing}\n",
+    "empty": "",
+}
+
+
+def npusim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the real command in a child process (what a user sees)."""
+    return subprocess.run(
+        [sys.executable, "-m", "npusim.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def fake_sim(monkeypatch: pytest.MonkeyPatch, behaviour: Any = None) -> dict[str, Any]:
+    """Install a stand-in npusim.sim.simulate; returns what it was called with."""
+    calls: dict[str, Any] = {}
+
+    def simulate(scenario: Any, detailed_trace: bool = False) -> RunResult:
+        calls["scenario"], calls["detailed_trace"] = scenario, detailed_trace
+        if isinstance(behaviour, Exception):
+            raise behaviour
+        spans = [
+            Span(r, c, "phase", name, 100.0 + 10 * r + c, 100.0 + 1000 * (i + 1) + 10 * r)
+            for r in range(2)
+            for c in range(2)
+            for i, name in enumerate(("send_data", "send_status", "wait_status", "local_copy"))
+        ]
+        op = OpRun("dispatch", 100.0, 5000.0, 2, 2, spans, [], [10, 20], [20, 10], [])
+        return RunResult(scenario.to_dict(), scenario.hardware.to_dict(), [op], 42, 0.5)
+
+    module = types.ModuleType("npusim.sim")
+    module.simulate = simulate  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "npusim.sim", module)
+    return calls
+
+
+# ---------------------------------------------------------------- subprocess (real command)
+
+
+def test_broken_scenario_one_line_exit_2_no_output(tmp_path: Path) -> None:
+    scen = tmp_path / "broken.yaml"
+    scen.write_text(GOOD.replace("bs: 8", "bs: true"))
+    proc = npusim("run", str(scen), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"npusim: error: {scen}: workload.bs: ")
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.yaml"]  # no out/ created
+
+
+def test_presets_and_version_subprocess(tmp_path: Path) -> None:
+    proc = npusim("presets", cwd=tmp_path)
+    assert proc.returncode == 0 and "ascend950" in proc.stdout and "atlas_a3" in proc.stdout
+    proc = npusim("--version", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"npusim {__version__}"
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    for args in ([], ["run"], ["frobnicate"], ["run", "a.yaml", "--bogus"]):
+        proc = npusim(*args, cwd=tmp_path)
+        assert proc.returncode == 2, args
+        assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- in-process
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_scenarios_in_process(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = fake_sim(monkeypatch)
+    scen = tmp_path / f"{name}.yaml"
+    scen.write_text(BROKEN[name])
+    out = tmp_path / "out"
+    assert main(["run", str(scen), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"npusim: error: {scen}"), err
+    assert not out.exists() and not calls  # nothing simulated, nothing written
+
+
+def test_run_writes_report_and_prints_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = fake_sim(monkeypatch)
+    out = tmp_path / "o"
+    assert main(["run", str(SHIPPED), "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "dispatch: latency" in stdout and "send_data" in stdout and "report:" in stdout
+    assert calls["detailed_trace"] is False
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["schema"] == "npusim.report/1"
+    assert rep["scenario"]["name"] == "dispatch_bs8_mxfp8"
+    assert rep["hardware"]["name"] == "ascend950"
+    (op,) = rep["ops"]
+    assert op["op"] == "dispatch" and op["latency_us"] == 4.01
+    assert list(op["phases"]) == ["send_data", "send_status", "wait_status", "local_copy"]
+    assert [r["rank"] for r in op["ranks"]] == [0, 1]
+    assert rep["sim"] == {"wall_s": 0.5, "events": 42}
+    first = (out / "report.json").read_bytes()
+    assert main(["run", str(SHIPPED), "--out", str(out), "--trace"]) == 0
+    assert calls["detailed_trace"] is True
+    assert (out / "report.json").read_bytes() == first  # identical run, identical bytes
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+
+
+def test_default_out_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_sim(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(SHIPPED)]) == 0
+    assert (tmp_path / "out" / "dispatch_bs8_mxfp8" / "report.json").is_file()
+
+
+def test_case_dir_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_sim(monkeypatch)
+    assert main(["run", str(SHIPPED), "--case-dir", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("npusim: error: command line: --case-dir: ") and "not a directory" in err
+
+
+def test_out_is_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = fake_sim(monkeypatch)
+    (tmp_path / "f").write_text("x")
+    assert main(["run", str(SHIPPED), "--out", str(tmp_path / "f")]) == 2
+    assert "--out" in capsys.readouterr().err and not calls
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "prefix", "nlines"),
+    [
+        (
+            KernelError("UB overflow", rank=1, core=3, step="pack", address=64, size=32),
+            3,
+            "npusim: kernel error: rank 1, core 3",
+            1,
+        ),
+        (
+            DeadlockError("no progress\n  rank 0 core 1 waits\n  rank 1 core 2 waits"),
+            3,
+            "npusim: deadlock: no progress",
+            3,
+        ),
+        (SimTimeLimitError("passed 100000 us"), 3, "npusim: simulated-time limit:", 1),
+        (InputError("case/x_0.bin", None, "too short"), 2, "npusim: error: case/x_0.bin", 1),
+    ],
+)
+def test_simulation_errors(
+    exc: Exception,
+    code: int,
+    prefix: str,
+    nlines: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fake_sim(monkeypatch, exc)
+    out = tmp_path / "o"
+    assert main(["run", str(SHIPPED), "--out", str(out)]) == code
+    err = capsys.readouterr().err
+    assert err.startswith(prefix) and len(err.splitlines()) == nlines, err
+    assert not out.exists()
+
+
+def test_validate_and_presets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BROKEN["typo"])
+    assert main(["validate", str(SHIPPED)]) == 0
+    assert main(["validate", str(SHIPPED), str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.count("ok ") == 2
+    assert "did you mean 'experts_per_rank'" in captured.err
+    assert main(["presets"]) == 0
+    assert "ascend950" in capsys.readouterr().out
