@@ -1,193 +1,251 @@
 """Bandwidth sharing: a fluid model of transfers through shared resources.
 
-A transfer (flow) streams its bytes through every resource on its path (a core's MTE
-port cap, the rank's HBM, a die's egress and ingress links) and is delivered a fixed
-latency after its last byte leaves. Its rate is the minimum, over its path, of the
-resource's fair share and its own port cap.
+A transfer (flow) streams its bytes through every resource on its path (the rank's HBM,
+a die's egress and ingress links, a die-to-die link) at a rate no higher than its own
+port cap (the issuing core's MTE bandwidth), and is delivered a fixed latency after its
+last byte leaves. Its rate is
 
-The fair share of a resource is computed by water-filling over the caps of the flows
-on it: flows whose cap is below the level get their cap, the rest split what is left
-equally. This is one pass of max-min fairness (exact when each flow's bottleneck is its
-own port or a single shared resource, slightly conservative otherwise); see
-docs/model.md.
+    rate(f) = min(cap_f, min over r in path of level_r)
 
-Cost: a resource whose flows' caps add up to less than its bandwidth is not a
-bottleneck for anyone, so flows joining or leaving it change no rate and cost O(path).
-Only an oversubscribed resource re-rates its own flows, O(flows on it) per change; no
-step is quadratic in the number of active transfers.
+where level_r is resource r's water-filling level over the caps of the flows on it:
+flows whose cap is below the level get their cap, the others split what is left equally
+(INF while the caps add up to less than the bandwidth). This is max-min fairness computed
+per resource: exact when each flow is limited by its own port or by one shared resource,
+slightly conservative when two resources on a path are both oversubscribed
+(docs/model.md).
+
+Cost. level_r depends only on the caps on r, kept as counts per distinct cap. Flows with
+a one-resource path (GM <-> UB copies, local writes) are grouped by (resource, cap): a
+group's flows all progress at the same rate, so the group keeps one virtual clock, a heap
+of finish tags and one timer, and a change of level costs O(groups), not O(flows).
+Flows with longer paths (puts over the fabric) carry their own rate and timer and are
+re-rated only when a level on their path falls below their rate or rises while they
+were limited by it. No step is quadratic in the number of active transfers.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 
 import simpy
 
 INF = math.inf
+_EPS = 1e-9
 
 
 class Resource:
-    """A shared bandwidth: bytes per ns (numerically equal to GB/s)."""
+    """A shared bandwidth in bytes per ns (numerically GB/s)."""
 
-    __slots__ = ("name", "kind", "rank", "bandwidth", "flows", "cap_sum", "_share", "bytes")
+    __slots__ = ("name", "kind", "rank", "bandwidth", "caps", "cap_sum", "level", "groups",
+                 "multi", "bytes", "nflows")
 
     def __init__(self, name: str, kind: str, rank: int, bandwidth_gbps: float) -> None:
         self.name = name
         self.kind = kind
         self.rank = rank
         self.bandwidth = float(bandwidth_gbps)
-        self.flows: dict[Flow, None] = {}  # insertion order keeps runs deterministic
+        self.caps: dict[float, int] = {}  # cap -> number of flows with that cap
         self.cap_sum = 0.0
-        self._share: float | None = INF
+        self.level = INF
+        self.groups: dict[float, Group] = {}  # one-resource flows, by cap
+        self.multi: dict[Flow, None] = {}  # flows with longer paths (insertion ordered)
         self.bytes = 0
-
-    def share(self) -> float:
-        """The rate limit this resource imposes on a flow (INF when not oversubscribed)."""
-        if self._share is None:
-            self._share = self._water_fill()
-        return self._share
+        self.nflows = 0
 
     def _water_fill(self) -> float:
         if self.cap_sum <= self.bandwidth * (1 + 1e-12):
             return INF
         left = self.bandwidth
-        n = len(self.flows)
-        for cap in sorted(f.cap for f in self.flows):
+        n = self.nflows
+        for cap in sorted(self.caps):
+            cnt = self.caps[cap]
             if cap * n <= left:
-                left -= cap
-                n -= 1
+                left -= cap * cnt
+                n -= cnt
             else:
                 return left / n
         return INF
 
-    def saturated(self) -> bool:
-        return self.cap_sum > self.bandwidth * (1 + 1e-12)
+    def add_cap(self, cap: float, delta: int) -> None:
+        c = self.caps.get(cap, 0) + delta
+        if c:
+            self.caps[cap] = c
+        else:
+            del self.caps[cap]
+        self.nflows += delta
+        self.cap_sum = self.cap_sum + cap * delta if self.nflows else 0.0
+
+
+class Group:
+    """One-resource flows of one cap on one resource: they share a virtual clock."""
+
+    __slots__ = ("net", "res", "cap", "rate", "clock", "t_last", "heap", "version")
+
+    def __init__(self, net: FlowNetwork, res: Resource, cap: float) -> None:
+        self.net = net
+        self.res = res
+        self.cap = cap
+        self.rate = min(cap, res.level)
+        self.clock = 0.0  # bytes every member has streamed since the group was made
+        self.t_last = net.env.now
+        self.heap: list[tuple[float, int, Flow]] = []
+        self.version = 0
+
+    def settle(self, now: float) -> None:
+        self.clock += self.rate * (now - self.t_last)
+        self.t_last = now
+
+    def arm(self) -> None:
+        """(Re)schedule the timer for the member that finishes first."""
+        self.version += 1
+        if not self.heap:
+            return
+        env = self.net.env
+        delay = max(0.0, (self.heap[0][0] - self.clock) / self.rate)
+        version = self.version
+        env.timeout(delay).callbacks.append(lambda _e: self._fire(version))
+
+    def _fire(self, version: int) -> None:
+        if version != self.version:
+            return
+        net = self.net
+        now = net.env.now
+        self.settle(now)
+        done = []
+        while self.heap and self.heap[0][0] <= self.clock + _EPS * max(1.0, self.heap[0][0]):
+            done.append(heapq.heappop(self.heap)[2])
+        for f in done:
+            net._finish(f)
+        self.arm()
 
 
 class Flow:
     """One transfer in flight."""
 
-    __slots__ = ("size", "remaining", "rate", "t_last", "cap", "path", "latency",
-                 "on_done", "on_sent", "version", "net", "timer_at")
+    __slots__ = ("size", "remaining", "rate", "t_last", "cap", "path", "latency", "on_done",
+                 "on_sent", "version", "group", "tag")
 
-    def __init__(self, net: FlowNetwork, size: int, cap: float, path: tuple[Resource, ...],
-                 latency: float, on_done: Callable[[float], None],
-                 on_sent: Callable[[], None] | None = None) -> None:
-        self.net = net
+    def __init__(self, size: int, cap: float, path: tuple[Resource, ...], latency: float,
+                 on_done: Callable[[float], None], on_sent: Callable[[], None] | None) -> None:
         self.size = size
         self.remaining = float(size)
         self.rate = 0.0
-        self.t_last = net.env.now
+        self.t_last = 0.0
         self.cap = cap
         self.path = path
         self.latency = latency
         self.on_done = on_done
         self.on_sent = on_sent
         self.version = 0
-        self.timer_at = INF
+        self.group: Group | None = None
+        self.tag = 0.0
 
 
 class FlowNetwork:
-    """Owns all flows of one simulation and re-rates them when sharing changes."""
+    """Owns all flows of one simulation."""
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.active = 0
+        self._seq = 0
 
     def start(self, size: int, cap_gbps: float, path: tuple[Resource, ...], latency_ns: float,
               on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None
               ) -> Flow:
         """Start streaming now; on_sent() when the last byte has left the source port,
         on_done(t) when the bytes are delivered (latency_ns later)."""
-        f = Flow(self, size, float(cap_gbps), path, float(latency_ns), on_done, on_sent)
+        now = self.env.now
+        f = Flow(size, float(cap_gbps), path, float(latency_ns), on_done, on_sent)
         self.active += 1
-        touched = []
         for r in path:
             r.bytes += size
-            was = r.saturated()
-            r.flows[f] = None
-            r.cap_sum += f.cap
-            r._share = None
-            if was or r.saturated():
-                touched.append(r)
-        f.rate = self._rate(f)
-        self._schedule(f)
-        if touched:
-            self._rerate(touched, skip=f)
+        if not path:
+            f.t_last = now
+            f.rate = f.cap
+            self._arm_multi(f)
+            return f
+        self._change(path, f.cap, +1)
+        if len(path) == 1:
+            r = path[0]
+            g = r.groups.get(f.cap)
+            if g is None:
+                g = r.groups[f.cap] = Group(self, r, f.cap)
+            else:
+                g.settle(now)
+            f.group = g
+            f.tag = g.clock + size
+            self._seq += 1
+            heapq.heappush(g.heap, (f.tag, self._seq, f))
+            if g.heap[0][2] is f:
+                g.arm()
+        else:
+            f.t_last = now
+            f.rate = self._rate(f)
+            for r in path:
+                r.multi[f] = None
+            self._arm_multi(f)
         return f
 
-    def _rate(self, f: Flow) -> float:
+    # -- rates -------------------------------------------------------------------------
+    @staticmethod
+    def _rate(f: Flow) -> float:
         rate = f.cap
         for r in f.path:
-            s = r.share()
-            if s < rate:
-                rate = s
+            if r.level < rate:
+                rate = r.level
         return rate
 
-    def _schedule(self, f: Flow) -> None:
-        """Make sure a timeout fires no later than f's projected end of streaming.
+    def _change(self, path: tuple[Resource, ...], cap: float, delta: int) -> None:
+        """A flow of `cap` joins (+1) or leaves (-1) `path`: update levels and re-rate."""
+        now = self.env.now
+        for r in path:
+            old = r.level
+            r.add_cap(cap, delta)
+            new = r._water_fill()
+            if new == old:
+                continue
+            for g in r.groups.values():
+                rate = min(g.cap, new)
+                if rate != g.rate:
+                    g.settle(now)
+                    g.rate = rate
+                    g.arm()
+            r.level = new
+            if r.multi:
+                for f in r.multi:
+                    if f.rate <= new and f.rate != old:
+                        continue  # r neither limited it before nor limits it now
+                    rate = self._rate(f)
+                    if rate != f.rate:
+                        f.remaining = max(0.0, f.remaining - f.rate * (now - f.t_last))
+                        f.t_last = now
+                        f.rate = rate
+                        self._arm_multi(f)
 
-        A flow that slowed down keeps its pending timeout: it fires early, finds bytes
-        left and sets a new one. Only a flow that sped up needs a new, earlier timeout.
-        """
-        end = f.t_last + (f.remaining / f.rate if f.remaining > 0 else 0.0)
-        if f.timer_at <= end + 1e-9 and f.timer_at >= self.env.now and f.version:
-            return
+    def _arm_multi(self, f: Flow) -> None:
         f.version += 1
-        f.timer_at = end
-        ev = self.env.timeout(end - self.env.now)
-        ev.callbacks.append(lambda _e, f=f, v=f.version: self._timer(f, v))
+        version = f.version
+        delay = f.remaining / f.rate if f.remaining > 0 else 0.0
+        self.env.timeout(delay).callbacks.append(lambda _e: self._multi_fire(f, version))
 
-    def _timer(self, f: Flow, version: int) -> None:
+    def _multi_fire(self, f: Flow, version: int) -> None:
         if version != f.version:
-            return  # superseded by an earlier timeout
-        now = self.env.now
-        left = f.remaining - f.rate * (now - f.t_last)
-        if left > 1e-6 * max(1.0, f.size):
-            f.remaining = left
-            f.t_last = now
-            f.version += 1
-            f.timer_at = now + left / f.rate
-            ev = self.env.timeout(left / f.rate)
-            ev.callbacks.append(lambda _e, f=f, v=f.version: self._timer(f, v))
             return
-        self._stream_end(f)
-
-    def _rerate(self, resources: list[Resource], skip: Flow | None = None) -> None:
-        now = self.env.now
-        seen: set[Flow] = set()
-        for r in resources:
-            for g in r.flows:
-                if g is skip or g in seen:
-                    continue
-                seen.add(g)
-                new = self._rate(g)
-                if new != g.rate:
-                    g.remaining = max(0.0, g.remaining - g.rate * (now - g.t_last))
-                    g.t_last = now
-                    g.rate = new
-                    self._schedule(g)
-
-    def _stream_end(self, f: Flow) -> None:
         f.remaining = 0.0
-        self.active -= 1
-        touched = []
         for r in f.path:
-            was = r.saturated()
-            r.flows.pop(f, None)
-            r.cap_sum -= f.cap
-            if not r.flows:
-                r.cap_sum = 0.0
-            r._share = None
-            if was:
-                touched.append(r)
-        if touched:
-            self._rerate(touched)
+            r.multi.pop(f, None)
+        self._finish(f)
+
+    def _finish(self, f: Flow) -> None:
+        """Last byte sent: free the bandwidth, tell the pipe, deliver after the latency."""
+        self.active -= 1
+        if f.path:
+            self._change(f.path, f.cap, -1)
         if f.on_sent is not None:
             f.on_sent()
         if f.latency > 0:
-            ev = self.env.timeout(f.latency)
-            ev.callbacks.append(lambda _e, f=f: f.on_done(self.env.now))
+            self.env.timeout(f.latency).callbacks.append(lambda _e: f.on_done(self.env.now))
         else:
             f.on_done(self.env.now)
