@@ -1,0 +1,95 @@
+"""The flow network against a brute-force fluid model written here from the definition.
+
+Definition (docs/model.md): rate(f) = min(cap_f, min over r in path of level_r), where
+level_r is the water-filling level over the caps of the flows on r (inf when they fit).
+The brute force recomputes every rate from scratch at every start and finish.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from npusim.engine.env import SimEnv
+from npusim.engine.flow import FlowNetwork, Resource
+
+
+def level(bandwidth: float, caps: list[float]) -> float:
+    if sum(caps) <= bandwidth:
+        return math.inf
+    left, n = bandwidth, len(caps)
+    for c in sorted(caps):
+        if c * n <= left:
+            left -= c
+            n -= 1
+        else:
+            return left / n
+    return math.inf
+
+
+def brute_force(bw: dict[str, float], flows: list[tuple[float, float, float, tuple[str, ...]]]
+                ) -> list[float]:
+    """Stream-end time of each (start, size, cap, path) flow."""
+    remaining = [size for _, size, _, _ in flows]
+    end = [math.nan] * len(flows)
+    t = 0.0
+    while any(math.isnan(e) for e in end):
+        active = [i for i, (s, *_rest) in enumerate(flows) if s <= t + 1e-12 and math.isnan(end[i])]
+        levels = {r: level(b, [flows[i][2] for i in active if r in flows[i][3]])
+                  for r, b in bw.items()}
+        rates = {i: min([flows[i][2]] + [levels[r] for r in flows[i][3]]) for i in active}
+        upcoming = [s for s, *_ in flows if s > t + 1e-12]
+        dt = min([remaining[i] / rates[i] for i in active] + [u - t for u in upcoming])
+        for i in active:
+            remaining[i] -= rates[i] * dt
+        t += dt
+        for i in active:
+            if remaining[i] <= 1e-6 * flows[i][1]:
+                end[i] = t
+    return end
+
+
+def simulate(bw: dict[str, float], flows) -> list[float]:
+    env = SimEnv()
+    net = FlowNetwork(env)
+    res = {name: Resource(name, "test", 0, b) for name, b in bw.items()}
+    ends = [math.nan] * len(flows)
+
+    def starter(i, start, size, cap, path):
+        yield env.timeout(start)
+
+        def sent(i=i):
+            ends[i] = env.now
+
+        net.start(size, cap, tuple(res[r] for r in path), 0.0, lambda _t: None, sent)
+
+    for i, f in enumerate(flows):
+        env.process(starter(i, *f))
+    env.run()
+    return ends
+
+
+def test_two_equal_flows_on_one_link_each_get_half():
+    ends = simulate({"link": 10.0}, [(0.0, 1000.0, 10.0, ("link",)), (0.0, 1000.0, 10.0, ("link",))])
+    assert ends == pytest.approx([200.0, 200.0])
+
+
+def test_capped_flow_leaves_the_rest_to_the_others():
+    # link 30: caps 5, 100, 100 -> 5 + 12.5 + 12.5
+    ends = simulate({"link": 30.0}, [(0.0, 50.0, 5.0, ("link",)),
+                                     (0.0, 125.0, 100.0, ("link",)),
+                                     (0.0, 125.0, 100.0, ("link",))])
+    assert ends == pytest.approx([10.0, 10.0, 10.0])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_mixes_match_the_brute_force(seed):
+    rng = random.Random(seed)
+    bw = {"hbm": rng.choice([20.0, 50.0]), "egress": rng.choice([10.0, 25.0]),
+          "ingress": rng.choice([10.0, 40.0])}
+    paths = [("hbm",), ("egress", "ingress", "hbm"), ("egress", "ingress"), ("ingress",)]
+    flows = [(round(rng.uniform(0, 50), 3), float(rng.randint(50, 800)),
+              rng.choice([4.0, 8.0, 16.0, 64.0]), rng.choice(paths)) for _ in range(14)]
+    assert simulate(bw, flows) == pytest.approx(brute_force(bw, flows), rel=1e-6)
