@@ -48,7 +48,7 @@ def load_inputs(scenario: Scenario) -> list[dict[str, np.ndarray]]:
     inp = generate_inputs(w.ep_world_size, w.bs, w.h, w.k, w.experts_per_rank, w.dtype,
                           routing=w.routing.kind, seed=w.routing.seed,
                           zipf_s=w.routing.s if w.routing.s is not None else 1.2,
-                          with_combine="combine" in w.ops)
+                          with_combine=w.op == "combine")
     return inp.per_rank()
 
 
@@ -69,7 +69,9 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
             run, dispatch_out = run_dispatch(machine, t, inputs, limit_ns)
         else:
             if dispatch_out is not None and scenario.data.case_dir is None:
-                expand = [expert_outputs(d, t) for d in dispatch_out]
+                expand = [expert_outputs(d, t) if not t.timing_only
+                          else np.zeros((t.max_rows, t.h), token_dtype(t.dtype))
+                          for d in dispatch_out]
                 meta = dispatch_out
             else:
                 expand = [r["expand_x"] for r in inputs]
@@ -153,12 +155,12 @@ def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarr
             scales = np.zeros((a, 0), np.float32)
         x_dtype = np.int8 if t.dispatch_quant == "int8" else row_dtype
         outputs.append({
-            "expand_x": tens["expand_x"].as_array(x_dtype, (a, t.h)).copy(),
-            "dynamic_scales": scales.copy(),
+            "expand_x": tens["expand_x"].as_array(x_dtype, (a, t.h)),
+            "dynamic_scales": scales,
             "assist_info_for_combine": tens["assist_info_for_combine"].as_array(
-                np.int32, (a, 3)).copy(),
-            "expert_token_nums": tens["expert_token_nums"].as_array(np.int64).copy(),
-            "ep_recv_count": tens["ep_recv_count"].as_array(np.int32).copy(),
+                np.int32, (a, 3)),
+            "expert_token_nums": tens["expert_token_nums"].as_array(np.int64),
+            "ep_recv_count": tens["ep_recv_count"].as_array(np.int32),
         })
     return _op_run(machine, "dispatch", res.start_ns, res.end_ns, before, first_span,
                    outputs), outputs
@@ -192,6 +194,6 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
     before = _stats_before(machine)
     first_span = len(machine.trace.spans)
     res = launch(machine, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)
-    outputs = [{"x": rank.tensors["x"].as_array(dt, (t.bs, t.h)).copy()}
+    outputs = [{"x": rank.tensors["x"].as_array(dt, (t.bs, t.h))}
                for rank in machine.ranks]
     return _op_run(machine, "combine", res.start_ns, res.end_ns, before, first_span, outputs)

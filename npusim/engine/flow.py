@@ -125,7 +125,7 @@ class Flow:
     """One transfer in flight."""
 
     __slots__ = ("size", "remaining", "rate", "t_last", "cap", "path", "latency", "on_done",
-                 "on_sent", "version", "group", "tag")
+                 "on_sent", "version", "group", "tag", "event")
 
     def __init__(self, size: int, cap: float, path: tuple[Resource, ...], latency: float,
                  on_done: Callable[[float], None], on_sent: Callable[[], None] | None) -> None:
@@ -141,6 +141,7 @@ class Flow:
         self.version = 0
         self.group: Group | None = None
         self.tag = 0.0
+        self.event: simpy.Event | None = None
 
 
 class FlowNetwork:
@@ -152,12 +153,15 @@ class FlowNetwork:
         self._seq = 0
 
     def start(self, size: int, cap_gbps: float, path: tuple[Resource, ...], latency_ns: float,
-              on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None
-              ) -> Flow:
+              on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None,
+              event: simpy.Event | None = None) -> Flow:
         """Start streaming now; on_sent() when the last byte has left the source port,
-        on_done(t) when the bytes are delivered (latency_ns later)."""
+        on_done(t) when the bytes are delivered (latency_ns later). If `event` is given
+        it becomes the delivery event (on_done runs first among its callbacks), so a
+        core waiting for the transfer costs no extra event."""
         now = self.env.now
         f = Flow(size, float(cap_gbps), path, float(latency_ns), on_done, on_sent)
+        f.event = event
         self.active += 1
         for r in path:
             r.bytes += size
@@ -245,7 +249,14 @@ class FlowNetwork:
             self._change(f.path, f.cap, -1)
         if f.on_sent is not None:
             f.on_sent()
-        if f.latency > 0:
-            self.env.timeout(f.latency).callbacks.append(lambda _e: f.on_done(self.env.now))
+        env = self.env
+        ev = f.event
+        if ev is not None:
+            ev._ok = True  # what Event.succeed does, with a delay (as a Timeout does)
+            ev._value = None
+            ev.callbacks.insert(0, lambda _e: f.on_done(env.now))
+            env.schedule(ev, delay=f.latency)
+        elif f.latency > 0:
+            env.timeout(f.latency).callbacks.append(lambda _e: f.on_done(env.now))
         else:
-            f.on_done(self.env.now)
+            f.on_done(env.now)

@@ -85,7 +85,8 @@ class DenseRegion(Region):
         if isinstance(data, (int, np.integer)):
             buf = np.zeros(int(data), dtype=np.uint8)
         else:
-            buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8).copy()
+            # owned from here on: the driver hands over fresh arrays, so no copy
+            buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         super().__init__(name, rank, buf.size)
         self.buf = buf
 

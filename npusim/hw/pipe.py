@@ -37,9 +37,12 @@ class Op:
         return self._event
 
     def complete(self, t: float) -> None:
+        """Mark done. A transfer's event is the delivery event itself (already firing);
+        only an op whose event was made separately needs to trigger it."""
         self.done_at = t
-        if self._event is not None:
-            self._event.succeed()
+        ev = self._event
+        if ev is not None and not ev.triggered:
+            ev.succeed()
 
 
 class FixedPipe:

@@ -108,16 +108,12 @@ def _int8_quantise(ctx: KernelContext, t: MoeTiling, slot, out, dt: np.dtype) ->
         raw[:crec.scale_offset] = qv[0, :crec.scale_offset].view(np.uint8)
         raw[crec.scale_offset:crec.scale_offset + 2 * n_scales] = scales[0].view(np.uint8)
 
-    ctx.vector("cast_f32", h, np.float32, reads=[slot])
-    ctx.vector("abs", h, np.float32)
-    ctx.vector("block_reduce_max", h, np.float32)
-    ctx.vector("muls_recip", n_scales, np.float32)
-    ctx.vector("cast_scale", n_scales, np.float32)
-    ctx.vector("brcb", h, np.float32)
-    ctx.vector("div", h, np.float32)
-    ctx.vector("cast_f16", h, np.float32)
-    ctx.vector("cast_i8", h, np.float16, reads=[slot], writes=[out],
-               fn=None if t.timing_only else effect)
+    f32 = np.float32
+    ctx.vector_seq("int8_quant", [
+        ("cast_f32", h, f32), ("abs", h, f32), ("block_reduce_max", h, f32),
+        ("muls_recip", n_scales, f32), ("cast_scale", n_scales, f32), ("brcb", h, f32),
+        ("div", h, f32), ("cast_f16", h, f32), ("cast_i8", h, np.float16),
+    ], reads=[slot], writes=[out], fn=None if t.timing_only else effect)
 
 
 # --------------------------------------------------------------------------- receive
@@ -178,17 +174,18 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
                                                 name="load_slot"))
                 if int8:
                     _int8_dequantise(ctx, t, buf, dt)
-                ctx.vector("cast_f32", h, np.float32, reads=[buf], writes=[row_f32])
-                ctx.vector("muls_weight", h, np.float32, reads=[row_f32], writes=[mul_buf])
-
                 def accumulate(buf=buf, w=w) -> None:
-                    row = buf.view(dt, h).astype(np.float32)
+                    prod = mul_buf.view(np.float32, h)
+                    np.multiply(buf.view(dt, h), np.float32(w), out=prod, dtype=np.float32)
                     a = acc.view(np.float32, h)
-                    a[:] = a + row * np.float32(w)
+                    np.add(a, prod, out=a)
 
-                last_row_use[parity] = ctx.vector("add", h, np.float32, reads=[mul_buf, buf],
-                                                  writes=[acc],
-                                                  fn=accumulate if functional else None)
+                last_row_use[parity] = ctx.vector_seq(
+                    "weighted_add",
+                    [("cast_f32", h, np.float32), ("muls_weight", h, np.float32),
+                     ("add", h, np.float32)],
+                    reads=[buf, row_f32, mul_buf], writes=[row_f32, mul_buf, acc],
+                    fn=accumulate if functional else None)
                 parity ^= 1
 
             def cast_out() -> None:
@@ -214,13 +211,11 @@ def _int8_dequantise(ctx: KernelContext, t: MoeTiling, buf, dt: np.dtype) -> Non
         deq = q.int8_block_dequantize(qv[None, :], scales[None, :], h, out_dtype=dt)
         buf.view(dt, h)[:] = deq[0]
 
-    ctx.vector("cast_scales", n_scales, np.float32, reads=[buf])
-    ctx.vector("cast_i8_f16", h, np.float16, reads=[buf])
-    ctx.vector("cast_f16_f32", h, np.float32)
-    ctx.vector("brcb", h, np.float32)
-    ctx.vector("mul", h, np.float32)
-    ctx.vector("cast_back", h, np.float32, reads=[buf], writes=[buf],
-               fn=None if t.timing_only else effect)
+    f32 = np.float32
+    ctx.vector_seq("int8_dequant", [
+        ("cast_scales", n_scales, f32), ("cast_i8_f16", h, np.float16),
+        ("cast_f16_f32", h, f32), ("brcb", h, f32), ("mul", h, f32), ("cast_back", h, f32),
+    ], reads=[buf], writes=[buf], fn=None if t.timing_only else effect)
 
 
 def _sum_check_ns(ctx: KernelContext, n: int) -> float:

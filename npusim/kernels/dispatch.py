@@ -54,12 +54,13 @@ DATA_INSTRS = 27
 
 def dispatch_program(tiling: MoeTiling):
     """The kernel: a program every core of every rank runs once per call."""
+    memo: dict[bytes, np.ndarray] = {}  # quantised record by token bytes (a pure function)
 
     def program(ctx: KernelContext) -> Wait:
         state = yield from init_win_state(ctx)
         if ctx.core_id < tiling.n_all_to_all:
             with ctx.phase("send_data"):
-                yield from all_to_all_dispatch(ctx, tiling, state)
+                yield from all_to_all_dispatch(ctx, tiling, state, memo)
         else:
             m = ctx.core_id - tiling.n_all_to_all
             with ctx.phase("send_status"):
@@ -111,7 +112,8 @@ def owned_experts(t: MoeTiling, core: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
+def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
+                        memo: dict[bytes, np.ndarray]) -> Wait:
     rec = t.record
     lay = t.window
     quant = t.dispatch_quant
@@ -183,7 +185,7 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
                 yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
                 load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
                 yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
-                _quantise(ctx, t, slot_in, record)
+                _quantise(ctx, t, slot_in, record, memo)
                 yield from ctx.wait(prev_put) if prev_put else iter(())  # FillTriple: MTE3_S
                 ctx.ub_write(triplet, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
                 src_bufs = [record, triplet]
@@ -197,45 +199,49 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
     yield from ctx.pipe_barrier("mte3")
 
 
-def _quantise(ctx: KernelContext, t: MoeTiling, slot, record) -> None:
-    """Quantise the token in `slot` into `record` on the vector unit."""
+def _quantise(ctx: KernelContext, t: MoeTiling, slot, record,
+              memo: dict[bytes, np.ndarray]) -> None:
+    """Quantise the token in `slot` into `record` on the vector unit.
+
+    A token is sent to K experts and quantised K times by the kernel; the result is a
+    pure function of its bytes, so it is computed once and remembered by those bytes."""
     h = t.h
     dt = q.token_dtype(t.dtype)
     rec = t.record
-    functional = not t.timing_only
+    payload = rec.scale_offset + rec.scale_bytes
 
+    def effect() -> None:
+        row = slot.bytes_at(0, 2 * h)
+        key = row.tobytes()
+        out = memo.get(key)
+        if out is None:
+            out = np.zeros(payload, np.uint8)
+            x = row.view(dt)
+            if t.dispatch_quant == "mxfp8":
+                data, scales = q.mxfp8_quantize(x, saturate=t.mxfp8_saturate)
+                out[:h] = data[0]
+                out[rec.scale_offset:payload] = scales[0]
+            else:
+                qv, scale = q.int8_token_quantize(x)
+                out[:h] = qv[0].view(np.uint8)
+                out[rec.scale_offset:payload] = scale.view(np.uint8)
+            memo[key] = out
+        record.view(np.uint8, payload)[:] = out
+
+    fn = None if t.timing_only else effect
     if t.dispatch_quant == "mxfp8":
         iters = -(-h // 256)
-
-        def effect() -> None:
-            data, scales = q.mxfp8_quantize(slot.view(dt, h), saturate=t.mxfp8_saturate)
-            raw = record.view(np.uint8)
-            raw[:h] = data[0]
-            raw[h:rec.scale_offset] = 0
-            raw[rec.scale_offset:rec.scale_offset + rec.scale_bytes] = scales[0]
-
         ctx.vector("mx_max_exp", repeats=iters * MAXEXP_INSTRS + MAXEXP_SETUP, reads=[slot])
         ctx.vector("mx_scale", repeats=-(-rec.scale_bytes // 128) * SCALE_INSTRS + SCALE_SETUP)
-        ctx.vector("mx_data", repeats=iters * DATA_INSTRS, reads=[slot], writes=[record],
-                   fn=effect if functional else None)
+        ctx.vector("mx_data", repeats=iters * DATA_INSTRS, reads=[slot], writes=[record], fn=fn)
     else:  # per-token dynamic INT8 (ops-transformer QuantDynamicPerToken)
-
-        def effect() -> None:
-            qv, scale = q.int8_token_quantize(slot.view(dt, h))
-            raw = record.view(np.uint8)
-            raw[:h] = qv[0].view(np.uint8)
-            raw[h:rec.scale_offset] = 0
-            raw[rec.scale_offset:rec.scale_offset + 4] = scale.view(np.uint8)
-
-        ctx.vector("cast_f32", h, np.float32, reads=[slot])
-        ctx.vector("abs", h, np.float32)
-        ctx.vector("reduce_max", h, np.float32)
+        f32 = np.float32
+        ctx.vector_seq("int8_max", [("cast_f32", h, f32), ("abs", h, f32),
+                                    ("reduce_max", h, f32)], reads=[slot])
         ctx.scalar(12)  # SyncFunc<V_S>, d = 127 / max
-        ctx.vector("muls", h, np.float32)
-        ctx.vector("cast_i32", h, np.float32)
-        ctx.vector("cast_f16", h, np.float32)
-        ctx.vector("cast_i8", h, np.float16, writes=[record],
-                   fn=effect if functional else None)
+        ctx.vector_seq("int8_scale", [("muls", h, f32), ("cast_i32", h, f32),
+                                      ("cast_f16", h, f32), ("cast_i8", h, np.float16)],
+                       reads=[slot], writes=[record], fn=fn)
 
 
 def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
@@ -251,8 +257,8 @@ def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
         o[:, :SPLIT_BLOCK_DATA] = payload
 
     ctx.vector("pack_copy_a", repeats=rec.blocks, reads=src_bufs, writes=[out])
-    ctx.vector("pack_copy_b", repeats=rec.blocks, reads=src_bufs, writes=[out],
-               fn=None if t.timing_only else effect)
+    # always applied, also timing-only: the triplet travels in the record
+    ctx.vector("pack_copy_b", repeats=rec.blocks, reads=src_bufs, writes=[out], fn=effect)
 
 
 # --------------------------------------------------------------------------- counts

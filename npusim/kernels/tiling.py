@@ -7,6 +7,7 @@ programs derive every size from it. It knows nothing of scenarios or YAML.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from npusim.kernels.layout import (
     DispatchRecordLayout,
@@ -43,16 +44,16 @@ class MoeTiling:
         """A = BS * W * min(K, L): the most rows one rank can receive."""
         return self.bs * self.world * min(self.k, self.experts_per_rank)
 
-    @property
+    @cached_property
     def record(self) -> DispatchRecordLayout:
         return dispatch_record_layout(self.h, self.dispatch_quant, self.dtype)
 
-    @property
+    @cached_property
     def window(self) -> WindowLayout:
         return WindowLayout(self.world, self.bs, self.h, self.k, self.experts_per_rank,
                             self.dispatch_quant, self.dtype, self.cores)
 
-    @property
+    @cached_property
     def n_cumsum(self) -> int:
         return cumsum_core_count(self.n_experts, self.cores, self.world, self.experts_per_rank)
 
@@ -60,7 +61,7 @@ class MoeTiling:
     def n_all_to_all(self) -> int:
         return self.cores - self.n_cumsum
 
-    @property
+    @cached_property
     def combine_record(self):
         return combine_record_layout(self.h, self.combine_quant, self.dtype)
 

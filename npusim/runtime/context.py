@@ -181,7 +181,8 @@ class KernelContext:
 
     def vector(self, name: str, elements: int = 0, dtype: str | np.dtype | type = "uint8",
                reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
-               fn: Any = None, passes: float = 1.0, repeats: int | None = None) -> Op:
+               fn: Any = None, passes: float = 1.0, repeats: int | None = None,
+               extra_cycles: float = 0.0) -> Op:
         """One vector instruction (or vector function): issue cost + `passes` cycles per
         repeat, a repeat being 256 B of `elements` x `dtype` (or `repeats` given directly,
         e.g. loop iterations of a register-based vector function). `fn` applies the effect
@@ -190,7 +191,7 @@ class KernelContext:
         if repeats is None:
             nbytes = elements * np.dtype(dtype).itemsize
             repeats = -(-nbytes // vcfg.bytes_per_cycle)
-        dur = (vcfg.issue_cycles + repeats * passes) * self.cycle_ns
+        dur = (vcfg.issue_cycles + repeats * passes + extra_cycles) * self.cycle_ns
         self.t += self.issue_ns
         start, end = self.core.vector.reserve(self.t, dur)
         reads = tuple(reads)
@@ -219,6 +220,23 @@ class KernelContext:
         self.core.vector.last = op
         self.trace.activity(self.rank_id, self.core_id, "vector", name, start, end)
         return op
+
+    def vector_seq(self, name: str, instrs: Iterable[tuple[str, int, Any]],
+                   reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
+                   fn: Any = None) -> Op:
+        """A run of vector instructions, each (name, elements, dtype), issued back to back;
+        the same time as issuing them one by one (each costs more than its issue slot),
+        with one call. `fn` applies the whole run's effect."""
+        vcfg = self.cfg.vector
+        bpc = vcfg.bytes_per_cycle
+        n = 0
+        cycles = 0.0
+        for _, elements, dtype in instrs:
+            n += 1
+            cycles += vcfg.issue_cycles + -(-(elements * np.dtype(dtype).itemsize) // bpc)
+        self.t += (n - 1) * self.issue_ns
+        return self.vector(name, reads=reads, writes=writes, fn=fn, repeats=0,
+                           extra_cycles=cycles - vcfg.issue_cycles)
 
     def ub_write(self, buf: UBBuffer, byte_offset: int, values: np.ndarray, ops: float = 1.0
                  ) -> None:
@@ -312,7 +330,7 @@ class KernelContext:
         def begin() -> None:
             op.start_at = self.env.now
             self.machine.net.start(moved, mte.gm_to_ub_gbps, path, mte.gm_to_ub_latency_ns, done,
-                                   pipe.sent)
+                                   pipe.sent, op.event())
 
         pipe.submit(self.t, begin)
         return op
@@ -377,7 +395,7 @@ class KernelContext:
 
         def begin() -> None:
             op.start_at = self.env.now
-            self.machine.net.start(nbytes, cap, path, latency, done, pipe.sent)
+            self.machine.net.start(nbytes, cap, path, latency, done, pipe.sent, op.event())
 
         pipe.submit(self.t, begin)
         return op
