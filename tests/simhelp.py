@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import numpy as np
 import yaml
 
+from npusim import sim
+from npusim.reference import dispatch_plan, reference_combine, reference_dispatch
 from npusim.result import RunResult
 from npusim.scenario import Scenario, load_scenario
 from npusim.sim import simulate
+from npusim.workload.inputs import RunInputs, generate_inputs
 
 
 def scenario(tmp: Path, name: str = "t", hardware: str = "ascend950",
@@ -31,3 +36,88 @@ def scenario(tmp: Path, name: str = "t", hardware: str = "ascend950",
 def run(tmp: Path, **kw: Any) -> tuple[Scenario, RunResult]:
     sc = scenario(tmp, **kw)
     return sc, simulate(sc)
+
+
+# --------------------------------------------------------------------------- inputs, references
+# Expected values come from npusim.reference (plain numpy, no runtime) fed with the same inputs
+# the simulator reads; nothing here looks at simulator outputs.
+
+
+def case_id(**w: Any) -> str:
+    """Readable pytest id of a workload dict, e.g. w4-bs33-h1024-k4-l4-mxfp8-bf16-uniform1."""
+    parts = [f"w{w['ep_world_size']}", f"bs{w['bs']}", f"h{w['h']}", f"k{w['k']}",
+             f"l{w['experts_per_rank']}"]
+    op = w.get("op", "dispatch")
+    if op in ("dispatch", "dispatch_combine"):
+        parts.append(w.get("dispatch_quant", "mxfp8"))
+    if op in ("combine", "dispatch_combine"):
+        parts.append("c" + w.get("combine_quant", "none"))
+    parts.append({"float16": "fp16", "bfloat16": "bf16"}[w.get("dtype", "float16")])
+    r = w.get("routing") or {"kind": "balanced"}
+    parts.append(r["kind"] + (str(r["seed"]) if r["kind"] != "balanced" else "")
+                 + (f"s{r['s']:g}" if "s" in r else ""))
+    if w.get("expert_token_nums_type", "count") == "cumsum":
+        parts.append("cumsum")
+    return "-".join(parts)
+
+
+def workload_inputs(sc: Scenario) -> RunInputs:
+    """The inputs a seeded scenario describes (generate_inputs from the workload fields)."""
+    w = sc.workload
+    return generate_inputs(w.ep_world_size, w.bs, w.h, w.k, w.experts_per_rank, w.dtype,
+                           routing=w.routing.kind, seed=w.routing.seed,
+                           zipf_s=w.routing.s if w.routing.s is not None else 1.2,
+                           with_combine="combine" in w.ops)
+
+
+def simulate_with(sc: Scenario, inputs: list[dict[str, np.ndarray]]) -> RunResult:
+    """simulate(sc) on hand-made per-rank inputs (x, expert_ids, expert_scales, expand_x)
+    instead of the seeded ones: the driver's input loader is swapped for the call. The
+    arrays are copied, so the caller's stay untouched whatever the run does with its own."""
+    own = [{k: np.array(v, copy=True) for k, v in d.items()} for d in inputs]
+    with mock.patch.object(sim, "load_inputs", lambda _sc: own):
+        return simulate(sc)
+
+
+def dispatch_ref(sc: Scenario, x: list[np.ndarray], ids: list[np.ndarray]
+                 ) -> list[dict[str, np.ndarray]]:
+    w = sc.workload
+    return reference_dispatch(x, ids, w.experts_per_rank, w.dispatch_quant,
+                              w.expert_token_nums_type, saturate=w.mxfp8_saturate)
+
+
+def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
+                scales: list[np.ndarray], recip: bool,
+                disp: list[dict[str, np.ndarray]] | None = None) -> list[np.ndarray]:
+    """reference_combine; assist info and counts from `disp` or from the routing alone."""
+    w = sc.workload
+    if disp is None:
+        plans = dispatch_plan(ids, w.experts_per_rank)
+        assist = [np.stack([p.src, p.token, p.k], axis=1) for p in plans]
+        recv = [np.cumsum(p.counts) for p in plans]
+    else:
+        assist = [d["assist_info_for_combine"] for d in disp]
+        recv = [d["ep_recv_count"] for d in disp]
+    return reference_combine(expand_x, assist, recv, ids, scales, w.bs, w.h, w.k,
+                             w.experts_per_rank, quant=w.combine_quant, dtype=w.dtype,
+                             recip=recip)
+
+
+def assert_bytes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Same dtype, same shape, same bytes; on failure say where, in elements and rows."""
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
+    g = np.ascontiguousarray(got)
+    e = np.ascontiguousarray(want)
+    if np.array_equal(g.view(np.uint8), e.view(np.uint8)):
+        return
+    item = max(g.dtype.itemsize, 1)
+    gb = g.reshape(-1).view(np.uint8).reshape(-1, item)
+    eb = e.reshape(-1).view(np.uint8).reshape(-1, item)
+    bad = np.nonzero((gb != eb).any(axis=1))[0]
+    i = int(bad[0])
+    where = np.unravel_index(i, g.shape) if g.ndim else ()
+    raise AssertionError(
+        f"{what}: {bad.size} of {g.size} elements differ; first at index "
+        f"{tuple(int(v) for v in where)}: got {g.reshape(-1)[i]!r}, expected {e.reshape(-1)[i]!r}"
+    )

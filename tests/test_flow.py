@@ -36,7 +36,8 @@ def brute_force(bw: dict[str, float], flows: list[tuple[float, float, float, tup
     end = [math.nan] * len(flows)
     t = 0.0
     while any(math.isnan(e) for e in end):
-        active = [i for i, (s, *_rest) in enumerate(flows) if s <= t + 1e-12 and math.isnan(end[i])]
+        active = [i for i, (s, *_rest) in enumerate(flows)
+                  if s <= t + 1e-12 and math.isnan(end[i])]
         levels = {r: level(b, [flows[i][2] for i in active if r in flows[i][3]])
                   for r, b in bw.items()}
         rates = {i: min([flows[i][2]] + [levels[r] for r in flows[i][3]]) for i in active}
@@ -72,7 +73,8 @@ def simulate(bw: dict[str, float], flows) -> list[float]:
 
 
 def test_two_equal_flows_on_one_link_each_get_half():
-    ends = simulate({"link": 10.0}, [(0.0, 1000.0, 10.0, ("link",)), (0.0, 1000.0, 10.0, ("link",))])
+    two = [(0.0, 1000.0, 10.0, ("link",)), (0.0, 1000.0, 10.0, ("link",))]
+    ends = simulate({"link": 10.0}, two)
     assert ends == pytest.approx([200.0, 200.0])
 
 

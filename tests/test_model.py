@@ -236,3 +236,60 @@ def test_vector_cost_is_issue_plus_repeats_per_pass():
     launch(m, _only({0}, body))
     # 4096 fp16 = 8192 B = 32 repeats of 256 B, 2 passes, + 8 issue cycles at 1 GHz
     assert ends[0] == pytest.approx(8 + 64)
+
+
+def test_strided_poll_lands_each_flag_in_its_own_ub_block(hw):
+    from npusim.runtime.context import Strided
+
+    m = Machine(hw, world=2)
+    seen = {}
+
+    def body(ctx):
+        if ctx.rank_id == 0:
+            buf = ctx.alloc("flags", 3 * 512)
+            vals = np.zeros(3 * 128, np.float32)
+            vals[120::128] = [1.0, 1.0, 1.0]  # the word at byte 480 of each 512 B block
+            vals[121::128] = [5.0, 6.0, 7.0]  # not polled
+            ctx.ub_write(buf, 0, vals, ops=0)
+            ctx.put(1, 0, buf, 3 * 512)
+        else:
+            into = ctx.alloc("into", 96)
+            read = Strided(3, 4, src_gap=508, dst_gap=28)
+            yield from ctx.wait_until(ctx.window(), 480, 0, AllEqual(np.float32, 1.0), into,
+                                      strided=read)
+            seen["ub"] = ctx.ub_read(into, np.float32, 24, ops=0)
+        yield from ()
+
+    launch(m, _only({0}, body))
+    ub = seen["ub"].reshape(3, 8)
+    assert ub[:, 0].tolist() == [1.0, 1.0, 1.0]
+    assert not ub[:, 1:].any()  # the 28 B after each 4 B flag are untouched (zero)
+
+
+def test_round_robin_poll_returns_the_first_area_to_arrive_in_rotation(hw):
+    from npusim.runtime.context import Poll
+
+    m = Machine(hw, world=2)
+    got = {}
+
+    def body(ctx):
+        if ctx.rank_id == 0:
+            buf = ctx.alloc("flag", 32)
+            ctx.ub_write(buf, 0, np.ones(8, np.float32), ops=0)
+            ctx.t += 2000
+            ctx.put(1, 64, buf, 32)  # only area 2 ever gets its flag
+        else:
+            bufs = [ctx.alloc(f"b{i}", 32) for i in range(3)]
+            polls = [Poll(ctx.window(), 32 * i, AllEqual(np.float32, 1.0), bufs[i], 32)
+                     for i in range(3)]
+            got["index"] = yield from ctx.poll_round_robin(polls, start=1)
+            got["t"] = ctx.t
+        yield from ()
+
+    launch(m, _only({0}, body))
+    assert got["index"] == 2
+    # Flag lands at 2000 + 3.2 + 250 = 2253.2. Each poll costs 103.2 ns and the rotation
+    # starts at area 1, so area 2's polls land at 2 * 103.2 + k * 3 * 103.2.
+    arrival, period = 2253.2, 103.2
+    k = -(-(arrival - 2 * period) // (3 * period))
+    assert got["t"] == pytest.approx(2 * period + k * 3 * period)

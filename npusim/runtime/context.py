@@ -557,7 +557,7 @@ class KernelContext:
         if p.strided is None:
             self.ub.data[at:at + p.nbytes] = data
         else:
-            p.strided.scatter(self.ub.data[at:at + p.strided.dst_span()], p.strided.gather(data))
+            p.strided.scatter(self.ub.data[at:at + p.strided.dst_span()], data)
         p.into.write_ready = self.t
         p.into.writer = name
         return i
