@@ -10,6 +10,7 @@ stderr naming the offending file, no traceback and nothing written.
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import yaml
 from npusim.workload.casedir import chip_file, compare_with_golden, generate_case
 
 ROOT = Path(__file__).resolve().parents[1]
-NPUSIM = ROOT / ".venv" / "bin" / "npusim"
+NPUSIM = Path(sys.executable).with_name("npusim")  # the console script of this environment
 
 CONFIGS = [
     pytest.param(dict(W=2, BS=8, H=1024, K=4, L=4, dtype="float16", dispatch_quant="mxfp8",
