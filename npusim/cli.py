@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def cmd_lint(args: argparse.Namespace) -> int:
     from npusim.scenario import load_scenario
 
     status = EXIT_OK
@@ -113,10 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", action="store_true", help="record pipe-level activity too")
     run.set_defaults(func=cmd_run)
 
-    val = sub.add_parser("validate", help="check scenario files without running them")
-    val.add_argument("scenarios", nargs="+", metavar="SCENARIO.yaml")
-    val.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
-    val.set_defaults(func=cmd_validate)
+    lint = sub.add_parser("lint", help="check scenario files without running them")
+    lint.add_argument("scenarios", nargs="+", metavar="SCENARIO.yaml")
+    lint.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
+    lint.set_defaults(func=cmd_lint)
 
     pre = sub.add_parser("presets", help="list the hardware presets in configs/")
     pre.set_defaults(func=cmd_presets)

@@ -652,7 +652,13 @@ def load_scenario(path: str | Path, case_dir_override: str | Path | None = None)
         raise InputError(src or "<empty path>", None, "not a valid file path")
     p = Path(src).expanduser()
     doc = _read_yaml(p, src)
-    base = p.resolve().parent
+    return scenario_from_doc(doc, src, p.resolve().parent, case_dir_override)
+
+
+def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
+                      case_dir_override: str | Path | None = None) -> Scenario:
+    """Validate a scenario given as a mapping (from a file, a CSV row or a sweep point);
+    `src` names it in errors and relative paths resolve against `base`."""
     _section(src, "", doc, TOP_KEYS, ("name", "workload"))
 
     name = _str(src, "name", doc["name"])

@@ -48,7 +48,7 @@ def load_inputs(scenario: Scenario) -> list[dict[str, np.ndarray]]:
     inp = generate_inputs(w.ep_world_size, w.bs, w.h, w.k, w.experts_per_rank, w.dtype,
                           routing=w.routing.kind, seed=w.routing.seed,
                           zipf_s=w.routing.s if w.routing.s is not None else 1.2,
-                          with_combine=w.op == "combine")
+                          with_combine=w.op == "combine", payload=not w.timing_only)
     return inp.per_rank()
 
 

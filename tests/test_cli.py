@@ -203,11 +203,11 @@ def test_simulation_errors(
     assert not out.exists()
 
 
-def test_validate_and_presets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_lint_and_presets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(BROKEN["typo"])
-    assert main(["validate", str(SHIPPED)]) == 0
-    assert main(["validate", str(SHIPPED), str(bad)]) == 2
+    assert main(["lint", str(SHIPPED)]) == 0
+    assert main(["lint", str(SHIPPED), str(bad)]) == 2
     captured = capsys.readouterr()
     assert captured.out.count("ok ") == 2
     assert "did you mean 'experts_per_rank'" in captured.err

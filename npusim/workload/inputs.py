@@ -92,6 +92,7 @@ def generate_inputs(
     zipf_s: float = 1.2,
     hot_expert: int = 0,
     with_combine: bool = True,
+    payload: bool = True,
 ) -> RunInputs:
     """Generate every rank's inputs for a run; see the module docstring for distributions."""
     if L < 1 or H < 1:
@@ -100,7 +101,9 @@ def generate_inputs(
     s_x, s_route, s_scales, s_expand = (
         np.random.default_rng(c) for c in np.random.SeedSequence(seed).spawn(4)
     )
-    x = [uniform_tokens(s_x, (BS, H), dt) for _ in range(W)]
+    # payload=False (timing-only runs): token values are zeros; routing and weights stay
+    x = [uniform_tokens(s_x, (BS, H), dt) if payload else np.zeros((BS, H), dt)
+         for _ in range(W)]
     ids = make_routing(routing, W, BS, K, W * L, rng=s_route, zipf_s=zipf_s, hot_expert=hot_expert)
     scales = [s_scales.uniform(-1.0, 1.0, size=(BS, K)).astype(np.float32) for _ in range(W)]
     inp = RunInputs(W, BS, H, K, L, dt, x, ids, scales)
@@ -111,6 +114,7 @@ def generate_inputs(
             if n > A:
                 raise ValueError(f"a rank receives {n} rows > A={A}: expert ids not distinct")
             ex = np.zeros((A, H), dtype=dt)
-            ex[:n] = uniform_tokens(s_expand, (n, H), dt)
+            if payload:
+                ex[:n] = uniform_tokens(s_expand, (n, H), dt)
             inp.expand_x.append(ex)
     return inp
