@@ -15,12 +15,10 @@ slightly conservative when two resources on a path are both oversubscribed
 (docs/model.md).
 
 Cost. level_r depends only on the caps on r, kept as counts per distinct cap. Flows with
-a one-resource path (GM <-> UB copies, local writes) are grouped by (resource, cap): a
-group's flows all progress at the same rate, so the group keeps one virtual clock, a heap
-of finish tags and one timer, and a change of level costs O(groups), not O(flows).
-Flows with longer paths (puts over the fabric) carry their own rate and timer and are
-re-rated only when a level on their path falls below their rate or rises while they
-were limited by it. No step is quadratic in the number of active transfers.
+the same path and cap always have the same rate, so they form a group with one virtual
+clock, a heap of finish tags and one timer: a change of level on r costs O(groups on r)
+(a few per rank pair), not O(flows). No step is quadratic in the number of active
+transfers.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ class Resource:
     """A shared bandwidth in bytes per ns (numerically GB/s)."""
 
     __slots__ = ("name", "kind", "rank", "bandwidth", "caps", "cap_sum", "level", "groups",
-                 "multi", "bytes", "nflows")
+                 "bytes", "nflows")
 
     def __init__(self, name: str, kind: str, rank: int, bandwidth_gbps: float) -> None:
         self.name = name
@@ -49,8 +47,7 @@ class Resource:
         self.caps: dict[float, int] = {}  # cap -> number of flows with that cap
         self.cap_sum = 0.0
         self.level = INF
-        self.groups: dict[float, Group] = {}  # one-resource flows, by cap
-        self.multi: dict[Flow, None] = {}  # flows with longer paths (insertion ordered)
+        self.groups: dict[Group, None] = {}  # groups whose path crosses this resource
         self.bytes = 0
         self.nflows = 0
 
@@ -79,19 +76,26 @@ class Resource:
 
 
 class Group:
-    """One-resource flows of one cap on one resource: they share a virtual clock."""
+    """Flows with one path and one cap: they share a rate, hence a virtual clock."""
 
-    __slots__ = ("net", "res", "cap", "rate", "clock", "t_last", "heap", "version")
+    __slots__ = ("net", "path", "cap", "rate", "clock", "t_last", "heap", "version")
 
-    def __init__(self, net: FlowNetwork, res: Resource, cap: float) -> None:
+    def __init__(self, net: FlowNetwork, path: tuple[Resource, ...], cap: float) -> None:
         self.net = net
-        self.res = res
+        self.path = path
         self.cap = cap
-        self.rate = min(cap, res.level)
+        self.rate = self.current_rate()
         self.clock = 0.0  # bytes every member has streamed since the group was made
         self.t_last = net.env.now
         self.heap: list[tuple[float, int, Flow]] = []
         self.version = 0
+
+    def current_rate(self) -> float:
+        rate = self.cap
+        for r in self.path:
+            if r.level < rate:
+                rate = r.level
+        return rate
 
     def settle(self, now: float) -> None:
         self.clock += self.rate * (now - self.t_last)
@@ -151,6 +155,7 @@ class FlowNetwork:
         self.env = env
         self.active = 0
         self._seq = 0
+        self._groups: dict[tuple[tuple[Resource, ...], float], Group] = {}
 
     def start(self, size: int, cap_gbps: float, path: tuple[Resource, ...], latency_ns: float,
               on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None,
@@ -160,49 +165,32 @@ class FlowNetwork:
         it becomes the delivery event (on_done runs first among its callbacks), so a
         core waiting for the transfer costs no extra event."""
         now = self.env.now
-        f = Flow(size, float(cap_gbps), path, float(latency_ns), on_done, on_sent)
+        cap = float(cap_gbps)
+        f = Flow(size, cap, path, float(latency_ns), on_done, on_sent)
         f.event = event
         self.active += 1
         for r in path:
             r.bytes += size
-        if not path:
-            f.t_last = now
-            f.rate = f.cap
-            self._arm_multi(f)
-            return f
-        self._change(path, f.cap, +1)
-        if len(path) == 1:
-            r = path[0]
-            g = r.groups.get(f.cap)
-            if g is None:
-                g = r.groups[f.cap] = Group(self, r, f.cap)
-            else:
-                g.settle(now)
-            f.group = g
-            f.tag = g.clock + size
-            self._seq += 1
-            heapq.heappush(g.heap, (f.tag, self._seq, f))
-            if g.heap[0][2] is f:
-                g.arm()
-        else:
-            f.t_last = now
-            f.rate = self._rate(f)
+        self._change(path, cap, +1)
+        key = (path, cap)
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = Group(self, path, cap)
             for r in path:
-                r.multi[f] = None
-            self._arm_multi(f)
+                r.groups[g] = None
+        else:
+            g.settle(now)
+        f.group = g
+        f.tag = g.clock + size
+        self._seq += 1
+        heapq.heappush(g.heap, (f.tag, self._seq, f))
+        if g.heap[0][2] is f:
+            g.arm()
         return f
 
-    # -- rates -------------------------------------------------------------------------
-    @staticmethod
-    def _rate(f: Flow) -> float:
-        rate = f.cap
-        for r in f.path:
-            if r.level < rate:
-                rate = r.level
-        return rate
-
     def _change(self, path: tuple[Resource, ...], cap: float, delta: int) -> None:
-        """A flow of `cap` joins (+1) or leaves (-1) `path`: update levels and re-rate."""
+        """A flow of `cap` joins (+1) or leaves (-1) `path`: update levels and re-rate
+        the groups that cross a resource whose level moved."""
         now = self.env.now
         for r in path:
             old = r.level
@@ -210,43 +198,18 @@ class FlowNetwork:
             new = r._water_fill()
             if new == old:
                 continue
-            for g in r.groups.values():
-                rate = min(g.cap, new)
+            r.level = new
+            for g in r.groups:
+                rate = g.current_rate()
                 if rate != g.rate:
                     g.settle(now)
                     g.rate = rate
                     g.arm()
-            r.level = new
-            if r.multi:
-                for f in r.multi:
-                    if f.rate <= new and f.rate != old:
-                        continue  # r neither limited it before nor limits it now
-                    rate = self._rate(f)
-                    if rate != f.rate:
-                        f.remaining = max(0.0, f.remaining - f.rate * (now - f.t_last))
-                        f.t_last = now
-                        f.rate = rate
-                        self._arm_multi(f)
-
-    def _arm_multi(self, f: Flow) -> None:
-        f.version += 1
-        version = f.version
-        delay = f.remaining / f.rate if f.remaining > 0 else 0.0
-        self.env.timeout(delay).callbacks.append(lambda _e: self._multi_fire(f, version))
-
-    def _multi_fire(self, f: Flow, version: int) -> None:
-        if version != f.version:
-            return
-        f.remaining = 0.0
-        for r in f.path:
-            r.multi.pop(f, None)
-        self._finish(f)
 
     def _finish(self, f: Flow) -> None:
         """Last byte sent: free the bandwidth, tell the pipe, deliver after the latency."""
         self.active -= 1
-        if f.path:
-            self._change(f.path, f.cap, -1)
+        self._change(f.path, f.cap, -1)
         if f.on_sent is not None:
             f.on_sent()
         env = self.env

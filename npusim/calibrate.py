@@ -1,0 +1,197 @@
+"""Measured latencies in, simulated latencies out: the tables behind `npusim validate` and
+`npusim calibrate`.
+
+A table is a CSV with one row per measured kernel call: the workload fields of a
+scenario (op is dispatch or combine), `measured_us`, and optional `source` / `label`.
+Rows are simulated in timing-only mode (no payload numerics; the timing is identical,
+see tests/test_timing_only.py) in parallel processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from npusim.errors import InputError
+
+WORKLOAD_FIELDS = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype",
+                   "dispatch_quant", "combine_quant")
+INT_FIELDS = ("bs", "h", "k", "ep_world_size", "experts_per_rank")
+OPTIONAL = ("source", "label", "routing")
+TARGETS_DIR = Path(__file__).resolve().parents[1] / "configs" / "targets"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured kernel call."""
+
+    workload: dict[str, Any]
+    measured_us: float
+    source: str = ""
+    label: str = ""
+
+    @property
+    def op(self) -> str:
+        return self.workload["op"]
+
+    @property
+    def quant(self) -> str:
+        w = self.workload
+        return w["dispatch_quant"] if w["op"] == "dispatch" else w["combine_quant"]
+
+    @property
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        w = self.workload
+        return f"{w['op']}_bs{w['bs']}_{self.quant}"
+
+
+def default_table(hardware: str) -> Path:
+    return TARGETS_DIR / f"{hardware}.csv"
+
+
+def read_table(path: str | Path) -> list[Measurement]:
+    """Parse a measurement CSV; errors name the file, the row and the column."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InputError(str(p), None, f"cannot read: {exc.strerror or exc}") from None
+    reader = csv.DictReader(text.splitlines())
+    cols = reader.fieldnames or []
+    missing = [c for c in (*WORKLOAD_FIELDS, "measured_us") if c not in cols]
+    if missing:
+        raise InputError(str(p), None, f"missing column(s) {', '.join(missing)}; needed: "
+                         f"{', '.join((*WORKLOAD_FIELDS, 'measured_us'))}")
+    extra = [c for c in cols if c not in (*WORKLOAD_FIELDS, "measured_us", *OPTIONAL)]
+    if extra:
+        raise InputError(str(p), extra[0], "unknown column; allowed: "
+                         f"{', '.join((*WORKLOAD_FIELDS, 'measured_us', *OPTIONAL))}")
+    rows = []
+    for i, rec in enumerate(reader, start=2):
+        where = f"row {i}"
+        w: dict[str, Any] = {}
+        for c in WORKLOAD_FIELDS:
+            v = (rec.get(c) or "").strip()
+            if c in INT_FIELDS:
+                try:
+                    w[c] = int(v)
+                except ValueError:
+                    raise InputError(str(p), f"{where}.{c}", f"must be an integer, got {v!r}"
+                                     ) from None
+            else:
+                w[c] = v
+        if w["op"] not in ("dispatch", "combine"):
+            raise InputError(str(p), f"{where}.op", f"{w['op']!r}; allowed: dispatch, combine")
+        if rec.get("routing"):
+            w["routing"] = {"kind": rec["routing"].strip(), "seed": 0}
+        try:
+            measured = float(rec["measured_us"])
+        except (TypeError, ValueError):
+            raise InputError(str(p), f"{where}.measured_us",
+                             f"must be a number, got {rec['measured_us']!r}") from None
+        if not measured > 0:
+            raise InputError(str(p), f"{where}.measured_us", "must be > 0")
+        rows.append(Measurement(w, measured, (rec.get("source") or "").strip(),
+                                (rec.get("label") or "").strip()))
+    if not rows:
+        raise InputError(str(p), None, "no measurement rows")
+    return rows
+
+
+def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    workload = dict(m.workload)
+    workload["timing_only"] = True
+    return {"name": m.name, "hardware": hardware, "hardware_overrides": dict(overrides),
+            "workload": workload}
+
+
+def simulate_row(args: tuple[dict[str, Any], str]) -> float:
+    """Latency (us) of the row's op; runs in a worker process."""
+    from npusim.scenario import scenario_from_doc
+    from npusim.sim import simulate
+
+    doc, src = args
+    sc = scenario_from_doc(doc, src, Path.cwd())
+    result = simulate(sc)
+    op = result.ops[0]
+    return (op.end_ns - op.start_ns) / 1000.0
+
+
+def simulate_table(rows: list[Measurement], hardware: str, overrides: dict[str, Any],
+                   source: str, workers: int | None = None) -> list[float]:
+    """Simulated latency of every row (validates every row's scenario first, here)."""
+    from npusim.scenario import scenario_from_doc
+
+    jobs = []
+    for i, m in enumerate(rows):
+        doc = row_doc(m, hardware, overrides)
+        src = f"{source} (row {i + 2})"
+        scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
+        jobs.append((doc, src))
+    n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
+    if n <= 1:
+        return [simulate_row(j) for j in jobs]
+    # the longest rows first keeps both workers busy to the end
+    order = sorted(range(len(jobs)), key=lambda i: -_cost(rows[i]))
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        results = dict(zip(order, pool.map(simulate_row, [jobs[i] for i in order]),
+                           strict=True))
+    return [results[i] for i in range(len(jobs))]
+
+
+def _cost(m: Measurement) -> float:
+    w = m.workload
+    return w["bs"] * w["k"] * w["ep_world_size"] * w["h"]
+
+
+@dataclass
+class Comparison:
+    rows: list[Measurement]
+    simulated: list[float]
+    speedups: list[dict[str, Any]] = field(default_factory=list)
+
+    def errors(self) -> list[float]:
+        return [(s - m.measured_us) / m.measured_us for s, m in
+                zip(self.simulated, self.rows, strict=True)]
+
+    def mape(self) -> float:
+        errs = self.errors()
+        return sum(abs(e) for e in errs) / len(errs)
+
+
+def compare(rows: list[Measurement], simulated: list[float]) -> Comparison:
+    """Rows side by side, plus the quantisation speed-ups: every quantised row whose
+    unquantised twin (same fields, quant none) is in the table."""
+    cmp = Comparison(rows, simulated)
+    index = {_key(m, "none"): i for i, m in enumerate(rows) if m.quant == "none"}
+    for i, m in enumerate(rows):
+        if m.quant == "none":
+            continue
+        j = index.get(_key(m, "none"))
+        if j is None:
+            continue
+        cmp.speedups.append({
+            "op": m.op, "bs": m.workload["bs"], "quant": m.quant,
+            "measured": rows[j].measured_us / m.measured_us,
+            "simulated": simulated[j] / simulated[i],
+        })
+    return cmp
+
+
+def _key(m: Measurement, quant: str) -> tuple:
+    w = dict(m.workload)
+    w["dispatch_quant" if m.op == "dispatch" else "combine_quant"] = quant
+    other = "combine_quant" if m.op == "dispatch" else "dispatch_quant"
+    w[other] = "-"
+    return tuple(sorted((k, str(v)) for k, v in w.items()))
+
+
+def log_residuals(rows: list[Measurement], simulated: list[float]) -> list[float]:
+    return [math.log(s / m.measured_us) for s, m in zip(simulated, rows, strict=True)]
