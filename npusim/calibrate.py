@@ -195,3 +195,149 @@ def _key(m: Measurement, quant: str) -> tuple:
 
 def log_residuals(rows: list[Measurement], simulated: list[float]) -> list[float]:
     return [math.log(s / m.measured_us) for s, m in zip(simulated, rows, strict=True)]
+
+
+# ----------------------------------------------------------------------------- fitting
+@dataclass(frozen=True)
+class FreeParameter:
+    """One fitted value, applied to one or more dotted preset keys (tied), within bounds."""
+
+    keys: tuple[str, ...]
+    low: float
+    high: float
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.keys)
+
+
+def parse_param(spec: str) -> FreeParameter:
+    """'mte.put_gbps=4:64' or 'fabric.egress_gbps,fabric.ingress_gbps=100:1000'."""
+    try:
+        keys, rng = spec.split("=")
+        lo, hi = (float(v) for v in rng.split(":"))
+    except ValueError:
+        raise InputError("command line", "--param", f"{spec!r}: expected KEY[,KEY...]=LOW:HIGH"
+                         ) from None
+    if not 0 < lo < hi:
+        raise InputError("command line", "--param", f"{spec!r}: need 0 < LOW < HIGH")
+    return FreeParameter(tuple(k.strip() for k in keys.split(",")), lo, hi)
+
+
+@dataclass
+class FitResult:
+    params: list[FreeParameter]
+    values: dict[str, float]  # fitted value per parameter name
+    start: dict[str, float]
+    simulated: list[float]
+    evaluations: int
+    loo: list[dict[str, Any]] = field(default_factory=list)
+
+    def overrides(self) -> dict[str, float]:
+        return expand(self.params, [self.values[p.name] for p in self.params])
+
+
+def expand(params: list[FreeParameter], values: list[float]) -> dict[str, float]:
+    return {k: float(v) for p, v in zip(params, values, strict=True) for k in p.keys}
+
+
+def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
+        start: dict[str, float], source: str, *, prior_weight: float = 0.05,
+        max_evals: int = 200, workers: int | None = None,
+        progress: Any = None) -> FitResult:
+    """Least squares on log(simulated / measured) with a weak prior pulling each value
+    towards its starting point (keeps under-determined parameters where they were),
+    parameters searched in log space within their bounds (scipy's trust-region
+    reflective method, finite differences)."""
+    try:
+        import numpy as np
+        from scipy.optimize import least_squares
+    except ModuleNotFoundError:
+        raise InputError("npusim calibrate", None, "needs scipy: pip install 'npusim[calibrate]'"
+                         ) from None
+    lo = np.log([p.low for p in params])
+    hi = np.log([p.high for p in params])
+    x0 = np.log([min(max(start[p.name], p.low), p.high) for p in params])
+    count = [0]
+    cache: dict[tuple, list[float]] = {}
+
+    def sim_at(x: np.ndarray) -> list[float]:
+        key = tuple(np.round(x, 12))
+        if key not in cache:
+            count[0] += 1
+            cache[key] = simulate_table(rows, hardware, expand(params, list(np.exp(x))),
+                                        source, workers)
+            if progress:
+                progress(count[0], cache[key])
+        return cache[key]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        sim = sim_at(x)
+        data = np.array(log_residuals(rows, sim))
+        prior = prior_weight * (x - x0)
+        return np.concatenate([data, prior])
+
+    res = least_squares(residuals, x0, bounds=(lo, hi), diff_step=0.02, x_scale=1.0,
+                        max_nfev=max_evals, method="trf")
+    values = {p.name: float(np.exp(v)) for p, v in zip(params, res.x, strict=True)}
+    return FitResult(params, values, {p.name: start[p.name] for p in params},
+                     sim_at(res.x), count[0])
+
+
+def leave_one_out(rows: list[Measurement], hardware: str, params: list[FreeParameter],
+                  result: FitResult, source: str, *, max_evals: int = 60,
+                  workers: int | None = None) -> list[dict[str, Any]]:
+    """Refit without each row (from the full fit) and predict it: the held-out error."""
+    out = []
+    for i, m in enumerate(rows):
+        rest = rows[:i] + rows[i + 1:]
+        sub = fit(rest, hardware, params, result.values, source, max_evals=max_evals,
+                  workers=workers)
+        pred = simulate_table([m], hardware, sub.overrides(), source, workers=1)[0]
+        out.append({"row": m.name, "measured_us": m.measured_us, "predicted_us": pred,
+                    "error": (pred - m.measured_us) / m.measured_us})
+    return out
+
+
+def current_values(hw_doc: dict[str, Any], params: list[FreeParameter]) -> dict[str, float]:
+    """The preset's value of each parameter (the first key of a tied group)."""
+    out = {}
+    for p in params:
+        node: Any = hw_doc
+        for part in p.keys[0].split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise InputError("command line", "--param", f"unknown preset key {p.keys[0]!r}")
+            node = node[part]
+        out[p.name] = float(node)
+    return out
+
+
+def rewrite_preset(text: str, values: dict[str, float], note: str) -> str:
+    """The preset's YAML with the fitted values put in place and their comments replaced
+    by `calibrated: <note>`; every other line (and comment) is kept as it was."""
+    lines = text.splitlines()
+    section = ""
+    done = set()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        key = stripped.split(":", 1)[0]
+        if indent == 0:
+            section = key
+            dotted = key
+        else:
+            dotted = f"{section}.{key}"
+        if dotted in values:
+            head = line[: indent] + f"{key}: {_fmt(values[dotted])}"
+            lines[i] = f"{head:<29}# calibrated: {note}"
+            done.add(dotted)
+    missing = set(values) - done
+    if missing:
+        raise InputError("preset", sorted(missing)[0], "key not found in the preset text")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}" if abs(v) < 1e4 else f"{v:.1f}"

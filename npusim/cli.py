@@ -76,6 +76,135 @@ def cmd_lint(args: argparse.Namespace) -> int:
     return status
 
 
+def _tolerance(text: str, option: str) -> float:
+    """'5%' or '0.05' -> 0.05."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise InputError("command line", option, f"{text!r}: expected a number or a percentage"
+                         ) from None
+    if value < 0:
+        raise InputError("command line", option, "must be >= 0")
+    return value
+
+
+def _table_args(args: argparse.Namespace) -> tuple[str, Path, list]:
+    from npusim.calibrate import default_table, read_table
+    from npusim.hw.config import resolve_preset
+
+    hw_path = resolve_preset(args.hardware)
+    table = Path(args.table) if args.table else default_table(hw_path.stem)
+    if not args.table and not table.exists():
+        raise InputError("command line", "--table",
+                         f"no published table for {hw_path.stem} ({table}); pass --table CSV")
+    return args.hardware, table, read_table(table)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import json
+
+    from npusim.calibrate import compare, simulate_table
+
+    tol = _tolerance(args.tolerance, "--tolerance")
+    sp_tol = _tolerance(args.speedup_tolerance, "--speedup-tolerance")
+    hardware, table, rows = _table_args(args)
+    sim = simulate_table(rows, hardware, {}, str(table), args.workers)
+    cmp = compare(rows, sim)
+    errs = cmp.errors()
+    bad_rows = [m.name for m, e in zip(rows, errs, strict=True) if abs(e) > tol]
+    bad_sp = [sp for sp in cmp.speedups if abs(sp["simulated"] - sp["measured"]) > sp_tol]
+    if args.json:
+        print(json.dumps({
+            "hardware": hardware, "table": str(table), "tolerance": tol,
+            "rows": [{"row": m.name, **m.workload, "measured_us": m.measured_us,
+                      "simulated_us": round(s, 4), "error": round(e, 6)}
+                     for m, s, e in zip(rows, sim, errs, strict=True)],
+            "mape": round(cmp.mape(), 6),
+            "speedups": [{**sp, "simulated": round(sp["simulated"], 4),
+                          "measured": round(sp["measured"], 4)} for sp in cmp.speedups],
+            "ok": not bad_rows and not bad_sp,
+        }, indent=2))
+    else:
+        print(f"{hardware} against {table}")
+        print(f"  {'row':<24}{'measured us':>12}{'simulated us':>14}{'error':>9}")
+        for m, s, e in zip(rows, sim, errs, strict=True):
+            flag = "" if abs(e) <= tol else "  <- outside"
+            print(f"  {m.name:<24}{m.measured_us:>12.1f}{s:>14.2f}{100 * e:>8.1f}%{flag}")
+        print(f"  MAPE {100 * cmp.mape():.2f}% (tolerance per row {100 * tol:g}%)")
+        for sp in cmp.speedups:
+            d = sp["simulated"] - sp["measured"]
+            flag = "" if abs(d) <= sp_tol else "  <- outside"
+            print(f"  speed-up {sp['op']} BS {sp['bs']} {sp['quant']}: measured "
+                  f"{sp['measured']:.2f}, simulated {sp['simulated']:.2f} ({d:+.2f}){flag}")
+    return EXIT_FAIL if bad_rows or bad_sp else EXIT_OK
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from npusim.calibrate import (
+        compare,
+        current_values,
+        fit,
+        leave_one_out,
+        parse_param,
+        rewrite_preset,
+    )
+    from npusim.hw.config import load_hardware, read_yaml_mapping, resolve_preset
+    from npusim.report.io import write_json_atomic, write_text_atomic
+
+    if not args.param:
+        raise InputError("command line", "--param", "name at least one KEY=LOW:HIGH to fit")
+    params = [parse_param(p) for p in args.param]
+    hardware, table, rows = _table_args(args)
+    hw_path = resolve_preset(hardware)
+    start = current_values(read_yaml_mapping(hw_path), params)
+    out = Path(args.out)
+    if out.exists() and out.is_dir():
+        raise InputError("command line", "--out", f"{out} is a directory; name a YAML file")
+
+    def progress(n: int, sim: list[float]) -> None:
+        cmp = compare(rows, sim)
+        print(f"  evaluation {n}: MAPE {100 * cmp.mape():.2f}%", flush=True)
+
+    print(f"fitting {len(params)} parameter(s) to {len(rows)} row(s) of {table}")
+    result = fit(rows, hardware, params, start, str(table), max_evals=args.max_evals,
+                 workers=args.workers, progress=progress)
+    if args.loo:
+        result.loo = leave_one_out(rows, hardware, params, result, str(table),
+                                   workers=args.workers)
+    note = f"fitted by npusim calibrate to {table.name} on {date.today().isoformat()}"
+    text = rewrite_preset(hw_path.read_text(), result.overrides(), note)
+    cmp = compare(rows, result.simulated)
+    report = {
+        "hardware": str(hw_path), "table": str(table), "evaluations": result.evaluations,
+        "parameters": [{"keys": list(p.keys), "low": p.low, "high": p.high,
+                        "start": result.start[p.name], "fitted": result.values[p.name]}
+                       for p in params],
+        "rows": [{"row": m.name, "measured_us": m.measured_us, "simulated_us": s,
+                  "error": e} for m, s, e in zip(rows, result.simulated, cmp.errors(),
+                                                  strict=True)],
+        "mape": cmp.mape(),
+        "speedups": cmp.speedups,
+        "leave_one_out": result.loo,
+    }
+    write_text_atomic(out, text)
+    load_hardware(str(out))  # the written preset must load
+    report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
+    write_json_atomic(report_path, report)
+    for p in params:
+        print(f"  {p.name:<44} {result.start[p.name]:>10.4g} -> {result.values[p.name]:.4g}")
+    for row in report["rows"]:
+        print(f"  {row['row']:<24}{row['measured_us']:>10.1f}{row['simulated_us']:>10.2f}"
+              f"{100 * row['error']:>8.1f}%")
+    print(f"  MAPE {100 * cmp.mape():.2f}%")
+    for r in result.loo:
+        print(f"  leave-one-out {r['row']:<24} predicted {r['predicted_us']:.2f} "
+              f"({100 * r['error']:+.1f}%)")
+    print(f"preset: {out}\nfit report: {report_path}")
+    return EXIT_OK
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
 
@@ -117,6 +246,31 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("scenarios", nargs="+", metavar="SCENARIO.yaml")
     lint.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
     lint.set_defaults(func=cmd_lint)
+
+    val = sub.add_parser("validate", help="simulate a table of measured latencies (default: "
+                         "the published rows of the preset) and report the error per row")
+    val.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
+    val.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
+                     "<preset>.csv)")
+    val.add_argument("--tolerance", default="5%", help="allowed error per row (default 5%%)")
+    val.add_argument("--speedup-tolerance", default="0.05",
+                     help="allowed error of each quantisation speed-up (default 0.05)")
+    val.add_argument("--json", action="store_true", help="machine-readable output")
+    val.add_argument("--workers", type=int, default=None, help="parallel processes")
+    val.set_defaults(func=cmd_validate)
+
+    cal = sub.add_parser("calibrate", help="fit free preset parameters to measured latencies")
+    cal.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
+    cal.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
+                     "<preset>.csv)")
+    cal.add_argument("--param", action="append", metavar="KEY[,KEY]=LOW:HIGH",
+                     help="a parameter to fit within bounds; keys joined by ',' share a value")
+    cal.add_argument("--out", required=True, metavar="PRESET.yaml", help="the fitted preset")
+    cal.add_argument("--report", metavar="FIT.json", help="fit report (default beside --out)")
+    cal.add_argument("--max-evals", type=int, default=200, help="simulations of the table")
+    cal.add_argument("--loo", action="store_true", help="also leave-one-out errors")
+    cal.add_argument("--workers", type=int, default=None, help="parallel processes")
+    cal.set_defaults(func=cmd_calibrate)
 
     pre = sub.add_parser("presets", help="list the hardware presets in configs/")
     pre.set_defaults(func=cmd_presets)

@@ -208,7 +208,8 @@ def _int8_dequantise(ctx: KernelContext, t: MoeTiling, buf, dt: np.dtype) -> Non
         raw = buf.view(np.uint8)
         qv = raw[:crec.scale_offset].view(np.int8)
         scales = raw[crec.scale_offset:crec.scale_offset + 2 * n_scales].view(dt)
-        deq = q.int8_block_dequantize(qv[None, :], scales[None, :], h, out_dtype=dt)
+        with np.errstate(invalid="ignore"):  # inf * 0 -> NaN, as on the device
+            deq = q.int8_block_dequantize(qv[None, :], scales[None, :], h, out_dtype=dt)
         buf.view(dt, h)[:] = deq[0]
 
     f32 = np.float32

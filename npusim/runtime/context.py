@@ -191,7 +191,8 @@ class KernelContext:
         if repeats is None:
             nbytes = elements * np.dtype(dtype).itemsize
             repeats = -(-nbytes // vcfg.bytes_per_cycle)
-        dur = (vcfg.issue_cycles + repeats * passes + extra_cycles) * self.cycle_ns
+        dur = (vcfg.issue_cycles + (repeats * passes + extra_cycles) * vcfg.cycles_per_repeat
+               ) * self.cycle_ns
         self.t += self.issue_ns
         start, end = self.core.vector.reserve(self.t, dur)
         reads = tuple(reads)
@@ -233,10 +234,12 @@ class KernelContext:
         cycles = 0.0
         for _, elements, dtype in instrs:
             n += 1
-            cycles += vcfg.issue_cycles + -(-(elements * np.dtype(dtype).itemsize) // bpc)
+            cycles += -(-(elements * np.dtype(dtype).itemsize) // bpc)
         self.t += (n - 1) * self.issue_ns
+        # n issue costs in all: one in vector(), n - 1 as extra repeat-free cycles
+        extra = cycles + (n - 1) * vcfg.issue_cycles / vcfg.cycles_per_repeat
         return self.vector(name, reads=reads, writes=writes, fn=fn, repeats=0,
-                           extra_cycles=cycles - vcfg.issue_cycles)
+                           extra_cycles=extra)
 
     def ub_write(self, buf: UBBuffer, byte_offset: int, values: np.ndarray, ops: float = 1.0
                  ) -> None:

@@ -1,0 +1,126 @@
+"""Measurement tables, validate and calibrate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from npusim.calibrate import (
+    FreeParameter,
+    Measurement,
+    compare,
+    fit,
+    read_table,
+    rewrite_preset,
+    simulate_table,
+)
+from npusim.cli import main
+from npusim.errors import InputError
+from npusim.hw.config import CONFIG_DIR, load_hardware
+
+HEADER = "op,bs,h,k,ep_world_size,experts_per_rank,dtype,dispatch_quant,combine_quant,measured_us"
+SMALL = "dispatch,8,1024,4,2,4,float16,mxfp8,none,{us}"
+
+
+def write(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
+    p = tmp_path / "m.csv"
+    p.write_text("\n".join([header, *rows]) + "\n")
+    return p
+
+
+def test_published_table_has_the_eight_rows_of_targets_md():
+    rows = read_table(CONFIG_DIR / "targets" / "ascend950.csv")
+    got = {(m.op, m.workload["bs"], m.quant): m.measured_us for m in rows}
+    assert got == {("dispatch", 8, "none"): 17.1, ("dispatch", 8, "mxfp8"): 16.6,
+                   ("dispatch", 256, "none"): 170.0, ("dispatch", 256, "mxfp8"): 113.0,
+                   ("combine", 8, "none"): 19.4, ("combine", 8, "int8"): 18.8,
+                   ("combine", 256, "none"): 150.7, ("combine", 256, "int8"): 108.0}
+
+
+@pytest.mark.parametrize("rows,header,key", [
+    ((SMALL.format(us="fast"),), HEADER, "row 2.measured_us"),
+    (("dispatch,eight,1024,4,2,4,float16,mxfp8,none,3",), HEADER, "row 2.bs"),
+    (("gather,8,1024,4,2,4,float16,mxfp8,none,3",), HEADER, "row 2.op"),
+    ((SMALL.format(us=3),), HEADER.replace(",measured_us", ""), None),
+    ((SMALL.format(us="-1"),), HEADER, "row 2.measured_us"),
+])
+def test_bad_tables_name_file_row_and_column(tmp_path, rows, header, key):
+    p = write(tmp_path, *rows, header=header)
+    with pytest.raises(InputError) as info:
+        read_table(p)
+    assert str(p) in str(info.value)
+    if key:
+        assert info.value.key == key
+
+
+def test_speedups_pair_each_quantised_row_with_its_twin():
+    w = dict(op="combine", bs=8, h=1024, k=4, ep_world_size=2, experts_per_rank=4,
+             dtype="float16", dispatch_quant="none")
+    rows = [Measurement({**w, "combine_quant": "none"}, 30.0),
+            Measurement({**w, "combine_quant": "int8"}, 20.0)]
+    cmp = compare(rows, [40.0, 25.0])
+    assert cmp.speedups == [{"op": "combine", "bs": 8, "quant": "int8",
+                             "measured": 1.5, "simulated": 1.6}]
+    assert cmp.errors() == pytest.approx([1 / 3, 0.25])
+
+
+def test_rewrite_preset_changes_only_the_fitted_lines():
+    text = (CONFIG_DIR / "ascend950.yaml").read_text()
+    out = rewrite_preset(text, {"mte.put_gbps": 12.5, "fabric.egress_gbps": 444.0}, "test")
+    changed = [(a, b) for a, b in zip(text.splitlines(), out.splitlines(), strict=True)
+               if a != b]
+    assert len(changed) == 2
+    assert all("# calibrated: test" in b for _, b in changed)
+
+
+def test_rewritten_preset_loads_with_the_new_values(tmp_path):
+    text = (CONFIG_DIR / "ascend950.yaml").read_text()
+    p = tmp_path / "x.yaml"
+    p.write_text(rewrite_preset(text, {"mte.put_gbps": 12.5}, "test"))
+    assert load_hardware(str(p)).mte.put_gbps == 12.5
+
+
+def test_validate_exit_codes_follow_the_tolerance(tmp_path):
+    p = write(tmp_path, SMALL.format(us=10.0))
+    assert main(["validate", "--table", str(p), "--tolerance", "100000%", "--workers", "1"]) == 0
+    assert main(["validate", "--table", str(p), "--tolerance", "0%", "--workers", "1"]) == 1
+    assert main(["validate", "--table", str(p), "--tolerance", "lots"]) == 2
+
+
+def test_validate_json_is_machine_readable(tmp_path, capsys):
+    p = write(tmp_path, SMALL.format(us=10.0))
+    main(["validate", "--table", str(p), "--tolerance", "0%", "--workers", "1", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["tolerance"] == 0
+    (row,) = doc["rows"]
+    assert row["measured_us"] == 10.0
+    assert row["error"] == pytest.approx((row["simulated_us"] - 10.0) / 10.0, abs=1e-5)
+
+
+def test_calibrate_recovers_a_known_port_bandwidth(tmp_path):
+    """'Measure' a small dispatch on hardware whose put bandwidth we chose (12 GB/s),
+    then fit put_gbps from a start of 30: the fit must find about 12 again."""
+    row = Measurement(dict(op="dispatch", bs=33, h=1024, k=4, ep_world_size=2,
+                           experts_per_rank=4, dtype="float16", dispatch_quant="none",
+                           combine_quant="none"), 1.0)
+    truth = simulate_table([row], "ascend950", {"mte.put_gbps": 12.0}, "t", workers=1)[0]
+    measured = Measurement(row.workload, truth)
+    param = FreeParameter(("mte.put_gbps",), 2.0, 64.0)
+    result = fit([measured], "ascend950", [param], {"mte.put_gbps": 30.0}, "t",
+                 prior_weight=0.0, max_evals=20, workers=1)
+    assert result.values["mte.put_gbps"] == pytest.approx(12.0, rel=0.03)
+
+
+def test_calibrate_command_writes_a_loadable_preset_and_report(tmp_path):
+    p = write(tmp_path, SMALL.format(us=12.0))
+    out = tmp_path / "fit.yaml"
+    code = main(["calibrate", "--table", str(p), "--param", "kernel.launch_ns=100:20000",
+                 "--max-evals", "3", "--workers", "1", "--out", str(out)])
+    assert code == 0
+    hw = load_hardware(str(out))
+    report = json.loads(out.with_suffix(".fit.json").read_text())
+    (param,) = report["parameters"]
+    assert param["fitted"] == pytest.approx(hw.kernel.launch_ns, rel=1e-3)
+    assert 100 <= hw.kernel.launch_ns <= 20000
