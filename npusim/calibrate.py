@@ -242,11 +242,13 @@ def expand(params: list[FreeParameter], values: list[float]) -> dict[str, float]
 
 
 def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
-        start: dict[str, float], source: str, *, prior_weight: float = 0.05,
+        start: dict[str, float], source: str, *, prior_weight: float = 0.02,
+        speedup_weight: float = 1.0,
         max_evals: int = 200, workers: int | None = None,
         progress: Any = None) -> FitResult:
-    """Least squares on log(simulated / measured) with a weak prior pulling each value
-    towards its starting point (keeps under-determined parameters where they were),
+    """Least squares on log(simulated / measured) of every row and of every quantisation
+    speed-up the table implies, with a weak prior pulling each value towards its
+    starting point (keeps under-determined parameters where they were),
     parameters searched in log space within their bounds (scipy's trust-region
     reflective method, finite differences)."""
     try:
@@ -274,8 +276,10 @@ def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
     def residuals(x: np.ndarray) -> np.ndarray:
         sim = sim_at(x)
         data = np.array(log_residuals(rows, sim))
+        ratios = np.array([math.log(sp["simulated"] / sp["measured"])
+                           for sp in compare(rows, sim).speedups])
         prior = prior_weight * (x - x0)
-        return np.concatenate([data, prior])
+        return np.concatenate([data, speedup_weight * ratios, prior])
 
     res = least_squares(residuals, x0, bounds=(lo, hi), diff_step=0.02, x_scale=1.0,
                         max_nfev=max_evals, method="trf")

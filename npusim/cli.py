@@ -36,7 +36,8 @@ def _out_dir(arg: str | None, scenario_name: str) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from npusim.report.build import build_report
-    from npusim.report.io import write_json_atomic
+    from npusim.report.io import write_json_atomic, write_text_atomic
+    from npusim.report.markdown import format_markdown
     from npusim.report.summary import format_summary
     from npusim.scenario import load_scenario
 
@@ -51,9 +52,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     result = simulate(scenario, detailed_trace=bool(args.trace))
     report = build_report(result)
-    path = write_json_atomic(out_dir / "report.json", report)
+    path = write_json_atomic(out_dir / "report.json", report, inline_leaves=True)
+    md = write_text_atomic(out_dir / "report.md", format_markdown(report))
     print(format_summary(report), end="")
-    print(f"report: {path}")
+    print(f"report: {path}\nreport: {md}")
+    if args.trace:
+        from npusim.report.trace import build_trace, dumps_trace
+
+        trace = write_text_atomic(out_dir / "trace.json", dumps_trace(build_trace(result)))
+        print(f"trace: {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
     return EXIT_OK
 
 
@@ -90,13 +97,13 @@ def _tolerance(text: str, option: str) -> float:
 
 def _table_args(args: argparse.Namespace) -> tuple[str, Path, list]:
     from npusim.calibrate import default_table, read_table
-    from npusim.hw.config import resolve_preset
+    from npusim.hw.config import load_hardware
 
-    hw_path = resolve_preset(args.hardware)
-    table = Path(args.table) if args.table else default_table(hw_path.stem)
+    name = load_hardware(args.hardware).name  # a fitted copy keeps its preset's name
+    table = Path(args.table) if args.table else default_table(name)
     if not args.table and not table.exists():
         raise InputError("command line", "--table",
-                         f"no published table for {hw_path.stem} ({table}); pass --table CSV")
+                         f"no published table for {name} ({table}); pass --table CSV")
     return args.hardware, table, read_table(table)
 
 
@@ -205,6 +212,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from npusim.report.compare import compare_profiles, format_comparison, load_profile
+
+    tol = _tolerance(args.tolerance, "--tolerance")
+    a, b = load_profile(args.a), load_profile(args.b)
+    cmp = compare_profiles(a, b, tol)
+    print(format_comparison(cmp), end="")
+    if cmp.regressed or (args.strict and cmp.changed):
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from npusim.check import expand, run_check
+
+    tol = _tolerance(args.tolerance, "--tolerance")
+    if args.workers is not None and args.workers < 1:
+        raise InputError("command line", "--workers", "must be >= 1")
+    patterns = args.scenarios or ["scenarios/*.yaml"]
+    paths = expand(patterns)
+    if not paths:
+        raise InputError("command line", "--scenarios",
+                         f"no scenario file matches {' '.join(patterns)}")
+    return run_check(paths, Path(args.baselines), tol, update=args.update, strict=args.strict,
+                     workers=args.workers or 1, emit=lambda line: print(line, flush=True))
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
 
@@ -235,11 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"npusim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    run = sub.add_parser("run", help="run a scenario, print a summary, write DIR/report.json")
+    run = sub.add_parser("run", help="run a scenario, print a summary, write DIR/report.json "
+                         "and DIR/report.md")
     run.add_argument("scenario", metavar="SCENARIO.yaml")
     run.add_argument("--out", metavar="DIR", help="output folder (default: out/<scenario name>)")
     run.add_argument("--case-dir", metavar="CASE", help="CANN-sample case directory to use")
-    run.add_argument("--trace", action="store_true", help="record pipe-level activity too")
+    run.add_argument("--trace", action="store_true",
+                     help="record pipe-level activity and write DIR/trace.json (Chrome trace)")
     run.set_defaults(func=cmd_run)
 
     lint = sub.add_parser("lint", help="check scenario files without running them")
@@ -271,6 +307,31 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--loo", action="store_true", help="also leave-one-out errors")
     cal.add_argument("--workers", type=int, default=None, help="parallel processes")
     cal.set_defaults(func=cmd_calibrate)
+
+    cmp = sub.add_parser("compare", help="compare two reports (or baselines) op by op and "
+                         "phase by phase; exit 1 if B is slower than A beyond the tolerance")
+    cmp.add_argument("a", metavar="A.json", help="the reference report")
+    cmp.add_argument("b", metavar="B.json", help="the report judged against A")
+    cmp.add_argument("--tolerance", default="5%",
+                     help="allowed slow-down of a latency or phase duration (default 5%%)")
+    cmp.add_argument("--strict", action="store_true",
+                     help="also exit 1 when B is faster beyond the tolerance")
+    cmp.set_defaults(func=cmd_compare)
+
+    chk = sub.add_parser("check", help="run scenarios and compare each with its baseline "
+                         "(latency regression check)")
+    chk.add_argument("--baselines", default="reports/baselines", metavar="DIR",
+                     help="baseline folder (default reports/baselines)")
+    chk.add_argument("--scenarios", nargs="+", metavar="SCENARIO.yaml",
+                     help="scenario files or glob patterns (default scenarios/*.yaml)")
+    chk.add_argument("--tolerance", default="2%",
+                     help="allowed slow-down of a latency or phase duration (default 2%%)")
+    chk.add_argument("--update", action="store_true",
+                     help="rewrite the baselines from this run (on purpose: see docs/report.md)")
+    chk.add_argument("--strict", action="store_true",
+                     help="also fail when a scenario got faster beyond the tolerance")
+    chk.add_argument("--workers", type=int, default=None, help="parallel processes (default 1)")
+    chk.set_defaults(func=cmd_check)
 
     pre = sub.add_parser("presets", help="list the hardware presets in configs/")
     pre.set_defaults(func=cmd_presets)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from npusim.engine.trace import Span
+from npusim.engine.trace import Sample, Span
 
 
 @dataclass
@@ -19,6 +19,22 @@ class LinkStats:
     rank: int
     bandwidth_gbps: float
     bytes: int = 0
+
+
+@dataclass(frozen=True)
+class TransferStat:
+    """What one core moved with one kind of transfer in one phase (per kernel call).
+
+    phase is the kernel phase the transfer was issued in ("start" outside any phase);
+    pipe "mte2" (GM -> UB) or "mte3" (UB -> GM, puts); remote: a put over the fabric
+    to another rank; bytes as charged to the pipe (strided blocks rounded to 32 B)."""
+
+    phase: str
+    pipe: str
+    name: str
+    remote: bool
+    count: int
+    bytes: int
 
 
 @dataclass
@@ -35,6 +51,9 @@ class OpRun:
     bytes_sent: list[int] = field(default_factory=list)  # per source rank, puts to other ranks
     bytes_received: list[int] = field(default_factory=list)  # per destination rank
     links: list[LinkStats] = field(default_factory=list)
+    core_bytes_put: list[list[int]] = field(default_factory=list)  # [rank][core], remote puts
+    core_transfers: list[list[list[TransferStat]]] = field(default_factory=list)  # [rank][core]
+    core_end_ns: list[list[float]] = field(default_factory=list)  # [rank][core], pipes drained
 
 
 @dataclass
@@ -44,3 +63,4 @@ class RunResult:
     ops: list[OpRun]
     events: int
     wall_s: float
+    samples: list[Sample] = field(default_factory=list)  # link rates (detailed trace only)

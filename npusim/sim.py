@@ -17,8 +17,8 @@ from npusim.kernels.combine import combine_program
 from npusim.kernels.dispatch import dispatch_program
 from npusim.kernels.quant import int8_token_dequantize, mxfp8_dequantize, token_dtype
 from npusim.kernels.tiling import MoeTiling
-from npusim.result import LinkStats, OpRun, RunResult
-from npusim.runtime.launch import launch
+from npusim.result import LinkStats, OpRun, RunResult, TransferStat
+from npusim.runtime.launch import LaunchResult, launch
 from npusim.scenario import Scenario
 from npusim.workload import casedir
 from npusim.workload.inputs import generate_inputs
@@ -85,7 +85,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
                     k: v for k, v in outs.items() if k in DISPATCH_OUTPUTS + ("x",) and v.size
                 })
     return RunResult(scenario.to_dict(), hw.to_dict(), ops, machine.env.events_processed,
-                     time.perf_counter() - wall0)
+                     time.perf_counter() - wall0, samples=machine.trace.samples)
 
 
 def expert_outputs(d: dict[str, np.ndarray], t: MoeTiling) -> np.ndarray:
@@ -111,8 +111,9 @@ def _stats_before(machine: Machine) -> tuple[list[int], list[int], list[int]]:
             [res.bytes for res in machine.resources()])
 
 
-def _op_run(machine: Machine, name: str, start: float, end: float, before, spans_from: int,
+def _op_run(machine: Machine, name: str, res: LaunchResult, before, spans_from: int,
             outputs: list[dict[str, np.ndarray]]) -> OpRun:
+    start, end = res.start_ns, res.end_ns
     out0, in0, res0 = before
     links = [LinkStats(res.name, res.kind, res.rank, res.bandwidth, res.bytes - b0)
              for res, b0 in zip(machine.resources(), res0, strict=True)]
@@ -123,6 +124,10 @@ def _op_run(machine: Machine, name: str, start: float, end: float, before, spans
         bytes_sent=[r.bytes_out - b for r, b in zip(machine.ranks, out0, strict=True)],
         bytes_received=[r.bytes_in - b for r, b in zip(machine.ranks, in0, strict=True)],
         links=links,
+        core_bytes_put=[[ctx.bytes_put for ctx in row] for row in res.contexts],
+        core_end_ns=[list(row) for row in res.core_end_ns],
+        core_transfers=[[[TransferStat(*key, *val) for key, val in ctx.transfers.items()]
+                         for ctx in row] for row in res.contexts],
     )
 
 
@@ -162,8 +167,7 @@ def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarr
             "expert_token_nums": tens["expert_token_nums"].as_array(np.int64),
             "ep_recv_count": tens["ep_recv_count"].as_array(np.int32),
         })
-    return _op_run(machine, "dispatch", res.start_ns, res.end_ns, before, first_span,
-                   outputs), outputs
+    return _op_run(machine, "dispatch", res, before, first_span, outputs), outputs
 
 
 def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarray]],
@@ -196,4 +200,4 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
     res = launch(machine, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)
     outputs = [{"x": rank.tensors["x"].as_array(dt, (t.bs, t.h))}
                for rank in machine.ranks]
-    return _op_run(machine, "combine", res.start_ns, res.end_ns, before, first_span, outputs)
+    return _op_run(machine, "combine", res, before, first_span, outputs)

@@ -133,11 +133,15 @@ def test_run_writes_report_and_prints_summary(
     assert list(op["phases"]) == ["send_data", "send_status", "wait_status", "local_copy"]
     assert [r["rank"] for r in op["ranks"]] == [0, 1]
     assert rep["sim"] == {"wall_s": 0.5, "events": 42}
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
     first = (out / "report.json").read_bytes()
+    first_md = (out / "report.md").read_bytes()
     assert main(["run", str(SHIPPED), "--out", str(out), "--trace"]) == 0
     assert calls["detailed_trace"] is True
     assert (out / "report.json").read_bytes() == first  # identical run, identical bytes
-    assert sorted(p.name for p in out.iterdir()) == ["report.json"]
+    assert (out / "report.md").read_bytes() == first_md
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "trace.json"]
+    assert json.loads((out / "trace.json").read_text())["traceEvents"]
 
 
 def test_default_out_dir(

@@ -20,10 +20,10 @@ SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
 @st.composite
 def workloads(draw):
     w = draw(st.integers(2, 4))
-    l = draw(st.integers(1, 4))
-    k = draw(st.integers(1, min(4, w * l)))
+    per_rank = draw(st.integers(1, 4))
+    k = draw(st.integers(1, min(4, w * per_rank)))
     return dict(
-        op="dispatch_combine", ep_world_size=w, experts_per_rank=l, k=k,
+        op="dispatch_combine", ep_world_size=w, experts_per_rank=per_rank, k=k,
         bs=draw(st.integers(1, 12)), h=draw(st.sampled_from([1024, 1056, 2048])),
         dtype=draw(st.sampled_from(["float16", "bfloat16"])),
         dispatch_quant=draw(st.sampled_from(["none", "int8", "mxfp8"])),
@@ -56,14 +56,14 @@ def test_random_scenarios_finish_and_match_the_reference(tmp_path_factory, w):
 
 
 @SETTINGS
-@given(w=st.integers(2, 4), l=st.integers(1, 4), h=st.sampled_from([1024, 2048]),
+@given(w=st.integers(2, 4), per_rank=st.integers(1, 4), h=st.sampled_from([1024, 2048]),
        quant=st.sampled_from(["none", "mxfp8"]), cquant=st.sampled_from(["none", "int8"]),
        bs=st.integers(1, 24), more=st.integers(1, 24))
-def test_latency_does_not_fall_when_bs_grows(tmp_path_factory, w, l, h, quant, cquant, bs,
+def test_latency_does_not_fall_when_bs_grows(tmp_path_factory, w, per_rank, h, quant, cquant, bs,
                                             more):
     tmp = tmp_path_factory.mktemp("bs")
-    common = dict(op="dispatch_combine", ep_world_size=w, experts_per_rank=l,
-                  k=min(2, w * l), h=h, dispatch_quant=quant, combine_quant=cquant,
+    common = dict(op="dispatch_combine", ep_world_size=w, experts_per_rank=per_rank,
+                  k=min(2, w * per_rank), h=h, dispatch_quant=quant, combine_quant=cquant,
                   timing_only=True)
     small = simulate(scenario(tmp, name="small", bs=bs, **common))
     large = simulate(scenario(tmp, name="large", bs=bs + more, **common))

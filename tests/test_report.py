@@ -67,25 +67,29 @@ def test_phase_spans_and_latencies_by_hand() -> None:
     op = build_report(make_result())["ops"][0]
     r0, r1, r2 = op["ranks"]
     # rank 0: send_data over cores min 1000 max 7000 -> 0..6 us after op start (1000 ns)
+    # busy = the busiest core's summed span time: send_data cores 0/1 ran 5.0/5.5 us
     assert r0["phases"] == {
-        "send_data": {"start_us": 0.0, "end_us": 6.0},
-        "wait_status": {"start_us": 5.0, "end_us": 8.0},
-        "local_copy": {"start_us": 8.0, "end_us": 11.0},
+        "send_data": {"start_us": 0.0, "end_us": 6.0, "busy_us": 5.5},
+        "wait_status": {"start_us": 5.0, "end_us": 8.0, "busy_us": 3.0},
+        "local_copy": {"start_us": 8.0, "end_us": 11.0, "busy_us": 3.0},
     }
     assert r0["latency_us"] == 11.0
+    # core (1, 0) ran local_copy twice: 2500 + 1000.00004 ns busy, one span 2..17 us
     assert r1["phases"] == {
-        "send_data": {"start_us": 0.2, "end_us": 4.0},
-        "wait_status": {"start_us": 1.0, "end_us": 14.5},
-        "local_copy": {"start_us": 2.0, "end_us": 17.0},
+        "send_data": {"start_us": 0.2, "end_us": 4.0, "busy_us": 3.8},
+        "wait_status": {"start_us": 1.0, "end_us": 14.5, "busy_us": 13.5},
+        "local_copy": {"start_us": 2.0, "end_us": 17.0, "busy_us": 3.5},
     }
+    assert r1["cores"][0]["phases"]["local_copy"] == {
+        "start_us": 2.0, "end_us": 17.0, "busy_us": 3.5, "count": 2}
     assert r1["latency_us"] == 17.0
     # rank 2 recorded nothing: its latency is the op's duration
     assert r2["phases"] == {} and r2["latency_us"] == 20.0
     # op: min/max over ranks; latency = max over ranks (rank 2's fallback counts too)
     assert op["phases"] == {
-        "send_data": {"start_us": 0.0, "end_us": 6.0},
-        "wait_status": {"start_us": 1.0, "end_us": 14.5},
-        "local_copy": {"start_us": 2.0, "end_us": 17.0},
+        "send_data": {"start_us": 0.0, "end_us": 6.0, "busy_us": 5.5},
+        "wait_status": {"start_us": 1.0, "end_us": 14.5, "busy_us": 13.5},
+        "local_copy": {"start_us": 2.0, "end_us": 17.0, "busy_us": 3.5},
     }
     assert list(op["phases"]) == op["phase_order"] == ["send_data", "wait_status", "local_copy"]
     assert op["latency_us"] == 20.0
@@ -105,8 +109,8 @@ def test_per_core_bytes_and_links() -> None:
     r0, r1, r2 = op["ranks"]
     assert [c["core"] for c in r0["cores"]] == [0, 1]
     assert r0["cores"][1]["phases"] == {
-        "send_data": {"start_us": 0.5, "end_us": 6.0},
-        "local_copy": {"start_us": 8.0, "end_us": 11.0},
+        "send_data": {"start_us": 0.5, "end_us": 6.0, "busy_us": 5.5, "count": 1},
+        "local_copy": {"start_us": 8.0, "end_us": 11.0, "busy_us": 3.0, "count": 1},
     }
     assert (r0["bytes_sent"], r1["bytes_sent"], r0["bytes_received"]) == (100, 200, 150)
     assert type(r1["bytes_sent"]) is int
@@ -149,8 +153,8 @@ def test_summary_table() -> None:
     assert "dispatch: latency 20.000 us" in text
     assert "combine: latency 3.500 us" in text
     (row,) = [ln for ln in lines if ln.strip().startswith("wait_status")]
-    # start min/max over ranks 1.0/5.0, end min/max 8.0/14.5
-    assert row.split()[1:] == ["1.000", "5.000", "8.000", "14.500"]
+    # start min/max over ranks 1.0/5.0, end min/max 8.0/14.5, busiest core 13.5
+    assert row.split()[1:] == ["1.000", "5.000", "8.000", "14.500", "13.500"]
     header = next(ln for ln in lines if "start min" in ln)
     assert len(row) == len(header) - len("   (us)")  # fixed width columns
     assert "1234 events" in text and "(no phase spans recorded)" in text
@@ -169,3 +173,13 @@ def test_atomic_writers(tmp_path: Path) -> None:
         write_json_atomic(target, {"x": float("nan")})
     assert target.read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'  # old content intact
     assert sorted(os.listdir(tmp_path / "sub")) == ["report.json"]
+
+
+def test_inline_leaves_keeps_small_records_on_one_line() -> None:
+    doc = {"a": [1, 2], "b": {"x": 1.5, "y": None}, "c": [{"k": "v"}, [3, [4]]], "d": {}}
+    text = dumps_json(doc, inline_leaves=True)
+    assert text == ('{\n  "a": [1, 2],\n  "b": {"x": 1.5, "y": null},\n  "c": [\n'
+                    '    {"k": "v"},\n    [\n      3,\n      [4]\n    ]\n  ],\n  "d": {}\n}\n')
+    assert json.loads(text) == doc
+    with pytest.raises(ValueError):
+        dumps_json({"x": [float("inf")]}, inline_leaves=True)

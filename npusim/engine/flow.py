@@ -51,6 +51,10 @@ class Resource:
         self.bytes = 0
         self.nflows = 0
 
+    def used(self) -> float:
+        """Bandwidth in use now (GB/s): the rates of the flows crossing this resource."""
+        return sum(g.rate * len(g.heap) for g in self.groups)
+
     def _water_fill(self) -> float:
         if self.cap_sum <= self.bandwidth * (1 + 1e-12):
             return INF
@@ -156,6 +160,10 @@ class FlowNetwork:
         self.active = 0
         self._seq = 0
         self._groups: dict[tuple[tuple[Resource, ...], float], Group] = {}
+        # observer(resource, t_ns, used_gbps) after every change of a resource's used
+        # bandwidth; None (the default) costs one test per flow start and finish
+        self.observer: Callable[[Resource, float, float], None] | None = None
+        self._touched: dict[Resource, None] = {}
 
     def start(self, size: int, cap_gbps: float, path: tuple[Resource, ...], latency_ns: float,
               on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None,
@@ -186,6 +194,8 @@ class FlowNetwork:
         heapq.heappush(g.heap, (f.tag, self._seq, f))
         if g.heap[0][2] is f:
             g.arm()
+        if self.observer is not None:
+            self._observe(path)
         return f
 
     def _change(self, path: tuple[Resource, ...], cap: float, delta: int) -> None:
@@ -205,11 +215,26 @@ class FlowNetwork:
                     g.settle(now)
                     g.rate = rate
                     g.arm()
+                    if self.observer is not None:
+                        self._touched.update(dict.fromkeys(g.path))
+
+    def _observe(self, path: tuple[Resource, ...]) -> None:
+        """Tell the observer the used bandwidth of every resource whose flows changed."""
+        touched = self._touched
+        touched.update(dict.fromkeys(path))
+        now = self.env.now
+        obs = self.observer
+        assert obs is not None
+        for r in touched:
+            obs(r, now, r.used())
+        touched.clear()
 
     def _finish(self, f: Flow) -> None:
         """Last byte sent: free the bandwidth, tell the pipe, deliver after the latency."""
         self.active -= 1
         self._change(f.path, f.cap, -1)
+        if self.observer is not None:
+            self._observe(f.path)
         if f.on_sent is not None:
             f.on_sent()
         env = self.env

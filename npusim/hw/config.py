@@ -45,6 +45,7 @@ class VectorConfig:
     bytes_per_cycle: int = field(metadata={"min": 1, "max": 1 << 16})
     issue_cycles: float = field(metadata={"min": 0.0, "max": 1e5})
     cycles_per_repeat: float = field(metadata={"min": 0.1, "max": 100.0})
+    vf_cycles_per_instr: float = field(metadata={"min": 0.1, "max": 100.0})
 
 
 @dataclass(frozen=True)

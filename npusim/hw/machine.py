@@ -86,6 +86,11 @@ class Machine:
         self.trace = trace or Trace()
         self.fabric = Fabric(cfg.fabric, world)
         self.ranks = [Rank(self.env, r, cfg) for r in range(world)]
+        if self.trace.detailed:  # link-utilisation counters for the timeline
+            self.net.observer = self._sample
+
+    def _sample(self, res: Resource, t_ns: float, gbps: float) -> None:
+        self.trace.sample(res.name, res.kind, res.rank, t_ns, gbps)
 
     def resources(self) -> list[Resource]:
         return [*(r.hbm for r in self.ranks), *self.fabric.resources()]

@@ -231,9 +231,9 @@ def _quantise(ctx: KernelContext, t: MoeTiling, slot, record,
     fn = None if t.timing_only else effect
     if t.dispatch_quant == "mxfp8":
         iters = -(-h // 256)
-        ctx.vector("mx_max_exp", repeats=iters * MAXEXP_INSTRS + MAXEXP_SETUP, reads=[slot])
-        ctx.vector("mx_scale", repeats=-(-rec.scale_bytes // 128) * SCALE_INSTRS + SCALE_SETUP)
-        ctx.vector("mx_data", repeats=iters * DATA_INSTRS, reads=[slot], writes=[record], fn=fn)
+        ctx.vector_function("mx_max_exp", iters * MAXEXP_INSTRS + MAXEXP_SETUP, reads=[slot])
+        ctx.vector_function("mx_scale", -(-rec.scale_bytes // 128) * SCALE_INSTRS + SCALE_SETUP)
+        ctx.vector_function("mx_data", iters * DATA_INSTRS, reads=[slot], writes=[record], fn=fn)
     else:  # per-token dynamic INT8 (ops-transformer QuantDynamicPerToken)
         f32 = np.float32
         ctx.vector_seq("int8_max", [("cast_f32", h, f32), ("abs", h, f32),

@@ -2,7 +2,8 @@
 
 Phase accounting works only on trace Spans (lane == "phase"), so the report never
 touches simpy. Times are microseconds relative to each op's start, rounded to 4
-decimals (0.1 ns) so two identical runs give byte-identical reports.
+decimals (0.1 ns) so two identical runs give byte-identical reports. Every field is
+documented in docs/report.md.
 """
 
 from __future__ import annotations
@@ -15,10 +16,24 @@ from typing import Any
 import numpy as np
 
 from npusim.engine.trace import Span
-from npusim.result import LinkStats, OpRun, RunResult
+from npusim.report.diagnose import diagnose
+from npusim.report.work import (
+    TRANSFER_FIELDS,
+    bytes_by_phase,
+    heaviest,
+    link_classes,
+    port_caps,
+    stream_ns,
+)
+from npusim.result import LinkStats, OpRun, RunResult, TransferStat
 
 SCHEMA = "npusim.report/1"
 US_DECIMALS = 4
+# The kernels' phases in program order (docs/kernels.md); others follow by first start.
+KERNEL_PHASES = {
+    "dispatch": ("send_data", "send_status", "wait_status", "local_copy"),
+    "combine": ("send_data", "wait_status", "combine"),
+}
 
 
 def _r(x: float, nd: int = US_DECIMALS) -> float:
@@ -32,8 +47,12 @@ def _us(ns: float) -> float:
 
 @dataclass
 class _Interval:
+    """A phase's first start and last end, the summed span lengths (busy) and the count."""
+
     start: float
     end: float
+    busy: float = 0.0
+    count: int = 0
 
     def merge(self, start: float, end: float) -> None:
         self.start = min(self.start, start)
@@ -52,24 +71,46 @@ class _PhaseTable:
     def add(self, s: Span) -> None:
         if s.name not in self.op:
             self.order.append(s.name)
-        _merge(self.core.setdefault((s.rank, s.core), {}), s)
+        iv = _merge(self.core.setdefault((s.rank, s.core), {}), s)
+        iv.busy += s.end_ns - s.start_ns
+        iv.count += 1
         _merge(self.rank.setdefault(s.rank, {}), s)
         _merge(self.op, s)
 
+    def finish(self, op: str) -> None:
+        """Kernel order for known phases; rank and op busy = max over their cores."""
+        known = [n for n in KERNEL_PHASES.get(op, ()) if n in self.op]
+        rest = sorted((n for n in self.order if n not in known),
+                      key=lambda n: (self.op[n].start, self.order.index(n)))
+        self.order = known + rest
+        for (r, _c), phases in sorted(self.core.items()):
+            for name, iv in phases.items():
+                for agg in (self.rank[r][name], self.op[name]):
+                    agg.busy = max(agg.busy, iv.busy)
+                    agg.count = max(agg.count, iv.count)
 
-def _merge(phases: dict[str, _Interval], s: Span) -> None:
-    if s.name in phases:
-        phases[s.name].merge(s.start_ns, s.end_ns)
+
+def _merge(phases: dict[str, _Interval], s: Span) -> _Interval:
+    iv = phases.get(s.name)
+    if iv is not None:
+        iv.merge(s.start_ns, s.end_ns)
     else:
-        phases[s.name] = _Interval(s.start_ns, s.end_ns)
+        iv = phases[s.name] = _Interval(s.start_ns, s.end_ns)
+    return iv
 
 
-def _phases_dict(phases: Mapping[str, _Interval], order: list[str], t0: float) -> dict[str, Any]:
-    return {
-        n: {"start_us": _us(phases[n].start - t0), "end_us": _us(phases[n].end - t0)}
-        for n in order
-        if n in phases
-    }
+def _phases_dict(phases: Mapping[str, _Interval], order: list[str], t0: float,
+                 count: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in order:
+        iv = phases.get(n)
+        if iv is None:
+            continue
+        out[n] = {"start_us": _us(iv.start - t0), "end_us": _us(iv.end - t0),
+                  "busy_us": _us(iv.busy)}
+        if count:
+            out[n]["count"] = iv.count
+    return out
 
 
 def _per_rank(values: list[int], rank: int) -> int | None:
@@ -90,37 +131,121 @@ def _link(link: LinkStats, duration_ns: float) -> dict[str, Any]:
     }
 
 
-def _critical(table: _PhaseTable, rank: int, t_end: float) -> dict[str, Any]:
-    """The core and phase that end last on the critical rank (lowest core, first phase)."""
-    for (r, c), phases in sorted(table.core.items()):
-        if r != rank:
+def _core_ends(op: OpRun, table: _PhaseTable) -> dict[tuple[int, int], float]:
+    """Each core's end: its kernel end (program returned, pipes drained) when the run
+    recorded it (the latency the perf harness and `npusim validate` use), else the end of
+    its last phase."""
+    ends = {key: max(iv.end for iv in phases.values()) for key, phases in table.core.items()}
+    for r, row in enumerate(op.core_end_ns):
+        for c, t in enumerate(row):
+            ends[(r, c)] = float(t)
+    return ends
+
+
+def _critical(table: _PhaseTable, ends: Mapping[tuple[int, int], float], rank: int
+              ) -> dict[str, Any]:
+    """The core that ends last on the critical rank (lowest index on a tie) and its phase
+    that ends last (first in kernel order on a tie)."""
+    cores = sorted((c for (r, c) in ends if r == rank), key=lambda c: (-ends[(rank, c)], c))
+    if not cores:
+        return {"rank": rank, "core": None, "phase": None}
+    core = cores[0]
+    phases = table.core.get((rank, core), {})
+    names = [n for n in table.order if n in phases]
+    phase = max(names, key=lambda n: (phases[n].end, -names.index(n))) if names else None
+    return {"rank": rank, "core": core, "phase": phase}
+
+
+def _transfers(stats: list[TransferStat]) -> list[list[Any]]:
+    """Rows in TRANSFER_FIELDS order."""
+    return [[t.phase, t.pipe, t.name, bool(t.remote), int(t.count), int(t.bytes)]
+            for t in stats]
+
+
+def _windows(op: OpRun, table: _PhaseTable) -> dict[str, tuple[str | None, float]]:
+    """Per link kind, the phase whose span the link's utilisation is measured over: for
+    fabric links the phase that put the most bytes to other ranks; HBM serves every
+    phase, so its window is the whole op."""
+    remote = heaviest(bytes_by_phase(op.core_transfers, remote_only=True))
+    duration = op.end_ns - op.start_ns
+    iv = table.op.get(remote) if remote is not None else None
+    fabric = (remote, iv.end - iv.start) if iv is not None else (None, duration)
+    return {"egress": fabric, "ingress": fabric, "d2d": fabric, "hbm": (None, duration)}
+
+
+def _link_classes(op: OpRun, table: _PhaseTable) -> dict[str, Any]:
+    out = {}
+    for kind, c in link_classes(op.links, op.end_ns - op.start_ns, _windows(op, table)).items():
+        out[kind] = {
+            "links": c["links"], "bandwidth_gbps": _r(c["bandwidth_gbps"]), "bytes": c["bytes"],
+            "achieved_gbps_mean": _r(c["achieved_gbps_mean"]),
+            "achieved_gbps_max": _r(c["achieved_gbps_max"]),
+            "utilisation_max": _r(c["utilisation_max"]),
+            "busiest": c["busiest"], "busiest_rank": c["busiest_rank"],
+            "busiest_bytes": c["busiest_bytes"],
+            "phase": c["phase"], "utilisation_in_phase": _r(c["utilisation_in_phase"]),
+        }
+    return out
+
+
+def _core_entry(op: OpRun, table: _PhaseTable, r: int, c: int, t0: float,
+                caps: Mapping[tuple[str, bool], float], end: float | None) -> dict[str, Any]:
+    stats = _at(op.core_transfers, r, c) or []
+    stream = stream_ns(stats, caps)
+    return {
+        "core": c,
+        "end_us": _us(end - t0) if end is not None else None,
+        "phases": _phases_dict(table.core.get((r, c), {}), table.order, t0, count=True),
+        "bytes_put": int(_at(op.core_bytes_put, r, c) or 0),
+        "stream_us": {pipe: _us(ns) for pipe, ns in stream.items()},
+        "transfers": _transfers(stats),
+    }
+
+
+def _at(rows: list[list[Any]], r: int, c: int) -> Any:
+    return rows[r][c] if r < len(rows) and c < len(rows[r]) else None
+
+
+def _ports(ranks: list[dict[str, Any]], latency_us: float) -> dict[str, Any]:
+    """Per MTE pipe, the core whose transfers need the longest at its port caps."""
+    out: dict[str, Any] = {}
+    for pipe in ("mte2", "mte3"):
+        best = None
+        for rank in ranks:
+            for core in rank["cores"]:
+                us = core["stream_us"][pipe]
+                if us > 0 and (best is None or us > best[0]):
+                    best = (us, rank["rank"], core)
+        if best is None:
             continue
-        for name in table.order:
-            iv = phases.get(name)
-            if iv is not None and iv.end == t_end:
-                return {"rank": rank, "core": c, "phase": name}
-    return {"rank": rank, "core": None, "phase": None}
+        us, r, core = best
+        nbytes = sum(t[5] for t in core["transfers"] if t[1] == pipe)
+        out[pipe] = {"rank": r, "core": core["core"], "bytes": nbytes, "stream_us": us,
+                     "share_of_latency": _r(us / latency_us) if latency_us > 0 else 0.0}
+    return out
 
 
-def build_op(op: OpRun) -> dict[str, Any]:
-    """One op's entry: latency, phase spans per op / rank / core, bytes and links."""
+def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One op's entry: latency, phase spans per op / rank / core, bytes, links and the
+    diagnosis. `hardware` (the preset as a dict) gives the port caps for stream times."""
     table = _PhaseTable()
     for s in op.spans:
         if s.lane == "phase":
             table.add(s)
+    table.finish(op.op)
+    caps = port_caps(hardware or {})
     t0 = op.start_ns
+    n_cores = max((len(row) for row in op.core_transfers), default=0)
     ranks_seen = set(range(op.ranks)) | set(table.rank)
+    ends = _core_ends(op, table)
     ranks: list[dict[str, Any]] = []
     rank_end: dict[int, float] = {}
     for r in sorted(ranks_seen):
         phases = table.rank.get(r, {})
-        end = max((iv.end for iv in phases.values()), default=op.end_ns)
+        end = max((t for (rr, _c), t in ends.items() if rr == r), default=op.end_ns)
         rank_end[r] = end
-        cores = [
-            {"core": c, "phases": _phases_dict(p, table.order, t0)}
-            for (rr, c), p in sorted(table.core.items())
-            if rr == r
-        ]
+        cores = sorted({c for (rr, c) in table.core if rr == r}
+                       | (set(range(n_cores)) if r < len(op.core_transfers) else set()))
         ranks.append(
             {
                 "rank": r,
@@ -128,29 +253,34 @@ def build_op(op: OpRun) -> dict[str, Any]:
                 "phases": _phases_dict(phases, table.order, t0),
                 "bytes_sent": _per_rank(op.bytes_sent, r),
                 "bytes_received": _per_rank(op.bytes_received, r),
-                "cores": cores,
+                "cores": [_core_entry(op, table, r, c, t0, caps, ends.get((r, c)))
+                          for c in cores],
             }
         )
     crit_rank = max(sorted(rank_end), key=lambda r: rank_end[r]) if rank_end else None
     latency_ns = rank_end[crit_rank] - t0 if crit_rank is not None else op.end_ns - t0
     duration = op.end_ns - op.start_ns
-    return {
+    entry: dict[str, Any] = {
         "op": op.op,
         "latency_us": _us(latency_ns),
         "phases": _phases_dict(table.op, table.order, t0),
         "phase_order": list(table.order),
-        "ranks": ranks,
+        "critical": _critical(table, ends, crit_rank) if crit_rank is not None else None,
+        "diagnosis": None,
         "start_us": _us(op.start_ns),
         "end_us": _us(op.end_ns),
         "duration_us": _us(duration),
         "cores_per_rank": int(op.cores_per_rank),
-        "critical": (
-            _critical(table, crit_rank, rank_end[crit_rank]) if crit_rank is not None else None
-        ),
         "bytes_sent_total": int(sum(op.bytes_sent)),
         "bytes_received_total": int(sum(op.bytes_received)),
+        "link_classes": _link_classes(op, table),
+        "ports": _ports(ranks, _us(latency_ns)),
+        "transfer_fields": list(TRANSFER_FIELDS),
         "links": [_link(lk, duration) for lk in op.links],
+        "ranks": ranks,
     }
+    entry["diagnosis"] = diagnose(entry, hardware)
+    return entry
 
 
 def jsonable(obj: Any) -> Any:
@@ -183,7 +313,7 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "schema": SCHEMA,
         "scenario": jsonable(result.scenario),
         "hardware": hardware,
-        "ops": [build_op(op) for op in result.ops],
+        "ops": [build_op(op, hardware) for op in result.ops],
         "sim": {"wall_s": _r(result.wall_s, 3), "events": int(result.events)},
     }
 

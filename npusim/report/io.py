@@ -45,15 +45,46 @@ def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> P
     return write_bytes_atomic(path, text.encode(encoding))
 
 
-def dumps_json(obj: Any, *, sort_keys: bool = False) -> str:
+def dumps_json(obj: Any, *, sort_keys: bool = False, inline_leaves: bool = False) -> str:
     """Stable JSON text: indent 2, trailing newline, no NaN/Infinity (not JSON).
 
     Keys keep insertion order by default: report builders insert them in a fixed order
     (phases in kernel order, which sorting would scramble), so output is already stable.
+    inline_leaves puts every object or array holding only scalars on one line (a report
+    has thousands of small per-core records; one line each keeps it readable).
     """
+    if inline_leaves:
+        return _dump(obj, 0, sort_keys) + "\n"
     text = json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False, allow_nan=False)
     return text + "\n"
 
 
-def write_json_atomic(path: str | Path, obj: Any, *, sort_keys: bool = False) -> Path:
-    return write_text_atomic(path, dumps_json(obj, sort_keys=sort_keys))
+def _scalar(v: Any) -> bool:
+    return not isinstance(v, (dict, list, tuple))
+
+
+def _dump(obj: Any, depth: int, sort_keys: bool) -> str:
+    def one(v: Any) -> str:
+        return json.dumps(v, sort_keys=sort_keys, ensure_ascii=False, allow_nan=False)
+
+    if isinstance(obj, dict):
+        items = sorted(obj.items()) if sort_keys else list(obj.items())
+        if not items or all(_scalar(v) for _, v in items):
+            return one(obj)
+        pad = "  " * (depth + 1)
+        body = ",\n".join(f"{pad}{one(str(k))}: {_dump(v, depth + 1, sort_keys)}"
+                          for k, v in items)
+        return "{\n" + body + "\n" + "  " * depth + "}"
+    if isinstance(obj, (list, tuple)):
+        if not obj or all(_scalar(v) for v in obj):
+            return one(list(obj))
+        pad = "  " * (depth + 1)
+        body = ",\n".join(pad + _dump(v, depth + 1, sort_keys) for v in obj)
+        return "[\n" + body + "\n" + "  " * depth + "]"
+    return one(obj)
+
+
+def write_json_atomic(path: str | Path, obj: Any, *, sort_keys: bool = False,
+                      inline_leaves: bool = False) -> Path:
+    return write_text_atomic(path, dumps_json(obj, sort_keys=sort_keys,
+                                              inline_leaves=inline_leaves))

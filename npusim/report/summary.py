@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_COLS = ("start min", "start max", "end min", "end max")
+_COLS = ("start min", "start max", "end min", "end max", "busy max")
 
 
 def _fmt_us(x: float | None) -> str:
     return f"{x:12.3f}" if isinstance(x, (int, float)) else f"{'-':>12}"
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
@@ -24,18 +24,38 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.2f} GiB"  # unreachable; keeps type checkers calm
 
 
-def _phase_spread(op: Mapping[str, Any], name: str) -> tuple[float | None, ...]:
-    """(min start, max start, min end, max end) over the ranks that ran the phase."""
+def phase_spread(op: Mapping[str, Any], name: str) -> tuple[float | None, ...]:
+    """(min start, max start, min end, max end) over the ranks that ran the phase, and
+    the busiest core's summed time in it."""
     starts, ends = [], []
     for rank in op.get("ranks", []):
         ph = rank.get("phases", {}).get(name)
         if ph:
             starts.append(ph["start_us"])
             ends.append(ph["end_us"])
+    ph = op.get("phases", {}).get(name, {})
+    busy = ph.get("busy_us")
     if not starts:
-        ph = op.get("phases", {}).get(name, {})
-        return (ph.get("start_us"), ph.get("start_us"), ph.get("end_us"), ph.get("end_us"))
-    return (min(starts), max(starts), min(ends), max(ends))
+        return (ph.get("start_us"), ph.get("start_us"), ph.get("end_us"), ph.get("end_us"), busy)
+    return (min(starts), max(starts), min(ends), max(ends), busy)
+
+
+LINK_HEAD = (f"  {'link':<9}{'links':>6}{'GB/s each':>11}{'bytes':>13}{'GB/s mean':>11}"
+             f"{'GB/s max':>10}{'util op':>9}  util in phase")
+
+
+def link_lines(op: Mapping[str, Any]) -> list[str]:
+    """Per link class: bandwidth, bytes, achieved GB/s (bytes / op duration), utilisation."""
+    lines = []
+    for kind, c in op.get("link_classes", {}).items():
+        phase = c.get("phase")
+        during = f"{c['utilisation_in_phase']:.1%} {phase}" if phase else "-"
+        lines.append(
+            f"  {kind:<9}{c['links']:>6}{c['bandwidth_gbps']:>11g}{fmt_bytes(c['bytes']):>13}"
+            f"{c['achieved_gbps_mean']:>11.1f}{c['achieved_gbps_max']:>10.1f}"
+            f"{c['utilisation_max']:>9.1%}  {during}"
+        )
+    return [LINK_HEAD, *lines] if lines else []
 
 
 def _op_lines(op: Mapping[str, Any]) -> list[str]:
@@ -47,12 +67,15 @@ def _op_lines(op: Mapping[str, Any]) -> list[str]:
             head += f", core {crit['core']}, phase {crit['phase']}"
         head += ")"
     lines = [head]
+    diag = op.get("diagnosis") or {}
+    if diag.get("text"):
+        lines.append(f"  diagnosis: {diag['text']}")
     names = list(op.get("phase_order") or op.get("phases", {}))
     width = max([len("phase")] + [len(n) for n in names])
     if names:
         lines.append(f"  {'phase':<{width}}" + "".join(f"{c:>12}" for c in _COLS) + "   (us)")
         for name in names:
-            cells = "".join(_fmt_us(v) for v in _phase_spread(op, name))
+            cells = "".join(_fmt_us(v) for v in phase_spread(op, name))
             lines.append(f"  {name:<{width}}{cells}")
     else:
         lines.append("  (no phase spans recorded)")
@@ -61,10 +84,11 @@ def _op_lines(op: Mapping[str, Any]) -> list[str]:
     if sent or recv:
         parts = []
         if sent:
-            parts.append(f"sent {_fmt_bytes(min(sent))} .. {_fmt_bytes(max(sent))}")
+            parts.append(f"sent {fmt_bytes(min(sent))} .. {fmt_bytes(max(sent))}")
         if recv:
-            parts.append(f"received {_fmt_bytes(min(recv))} .. {_fmt_bytes(max(recv))}")
+            parts.append(f"received {fmt_bytes(min(recv))} .. {fmt_bytes(max(recv))}")
         lines.append("  bytes per rank: " + ", ".join(parts))
+    lines.extend(link_lines(op))
     return lines
 
 

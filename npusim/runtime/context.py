@@ -127,6 +127,9 @@ class KernelContext:
         self.issue_ns = self.cfg.scalar.cycles_per_op * cyc
         self.trace = machine.trace
         self.bytes_put = 0
+        # (phase, pipe, name, remote) -> [count, bytes]: per-core work for the report
+        self.transfers: dict[tuple[str, str, str, bool], list[int]] = {}
+        self._sent_at: dict[Op, float] = {}
         self._poll: Poll | None = None
         self._dcache: set[tuple[int, int]] = set()
 
@@ -222,6 +225,15 @@ class KernelContext:
         self.trace.activity(self.rank_id, self.core_id, "vector", name, start, end)
         return op
 
+    def vector_function(self, name: str, instructions: int, reads: Iterable[UBBuffer] = (),
+                        writes: Iterable[UBBuffer] = (), fn: Any = None) -> Op:
+        """A register-based vector function (__VEC_SCOPE__): its micro-instructions, counted
+        from the kernel source, cost `vector.vf_cycles_per_instr` cycles each."""
+        vcfg = self.cfg.vector
+        return self.vector(name, reads=reads, writes=writes, fn=fn, repeats=0,
+                           extra_cycles=instructions * vcfg.vf_cycles_per_instr
+                           / vcfg.cycles_per_repeat)
+
     def vector_seq(self, name: str, instrs: Iterable[tuple[str, int, Any]],
                    reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
                    fn: Any = None) -> Op:
@@ -276,7 +288,10 @@ class KernelContext:
             self.scalar(1)
         else:
             self._dcache.add(line)
+            start = self.t
             self.t += self.issue_ns + self.cfg.mte.gm_to_ub_latency_ns
+            self.trace.activity(self.rank_id, self.core_id, "scalar", "gm_read_scalar", start,
+                                self.t)
         return region.read(offset, item).view(dtype)[0]
 
     # -- data movement -----------------------------------------------------------------
@@ -333,8 +348,9 @@ class KernelContext:
         def begin() -> None:
             op.start_at = self.env.now
             self.machine.net.start(moved, mte.gm_to_ub_gbps, path, mte.gm_to_ub_latency_ns, done,
-                                   pipe.sent, op.event())
+                                   self._on_sent(pipe, op), op.event())
 
+        self._count(pipe, name, moved, False)
         pipe.submit(self.t, begin)
         return op
 
@@ -365,11 +381,11 @@ class KernelContext:
         self.rank.bytes_out += moved
         self.machine.ranks[pe].bytes_in += moved
         return self._send(dst, offset, src, src_offset, nbytes, name, path, mte.put_gbps,
-                          mte.put_latency_ns + link_latency, strided)
+                          mte.put_latency_ns + link_latency, strided, remote=True)
 
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
               name: str, path: tuple, cap: float, latency: float,
-              strided: Strided | None = None) -> Op:
+              strided: Strided | None = None, remote: bool = False) -> Op:
         self.t += self.issue_ns
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
@@ -398,15 +414,38 @@ class KernelContext:
 
         def begin() -> None:
             op.start_at = self.env.now
-            self.machine.net.start(nbytes, cap, path, latency, done, pipe.sent, op.event())
+            self.machine.net.start(nbytes, cap, path, latency, done, self._on_sent(pipe, op),
+                                   op.event())
 
+        self._count(pipe, name, nbytes, remote)
         pipe.submit(self.t, begin)
         return op
 
+    def _count(self, pipe: TransferPipe, name: str, nbytes: int, remote: bool) -> None:
+        key = (self.step, pipe.name, name, remote)
+        c = self.transfers.get(key)
+        if c is None:
+            self.transfers[key] = [1, nbytes]
+        else:
+            c[0] += 1
+            c[1] += nbytes
+
+    def _on_sent(self, pipe: TransferPipe, op: Op) -> Any:
+        """pipe.sent, and with detailed tracing also note when the pipe became free."""
+        if not self.trace.detailed:
+            return pipe.sent
+
+        def sent() -> None:
+            self._sent_at[op] = self.env.now
+            pipe.sent()
+        return sent
+
     def _finish(self, pipe: TransferPipe, op: Op, t: float, nbytes: int) -> None:
         pipe.busy_ns += t - op.start_at
-        self.trace.activity(self.rank_id, self.core_id, pipe.name, op.name, op.start_at, t,
-                            nbytes)
+        if self.trace.detailed:
+            sent = self._sent_at.pop(op, t)
+            self.trace.activity(self.rank_id, self.core_id, pipe.name, op.name, op.start_at,
+                                sent, nbytes, delivered_ns=t)
         op.complete(t)
         pipe.delivered()
 
@@ -419,21 +458,25 @@ class KernelContext:
         elif self.t < now:
             self.t = now
 
-    def _block(self, event: Any, why: str) -> Wait:
+    def _block(self, event: Any, why: str, label: str = "wait") -> Wait:
         start = self.t
         self.waiting = why
         yield event
         self.waiting = None
         if self.env.now > self.t:
             self.t = self.env.now
-        self.trace.activity(self.rank_id, self.core_id, "wait", self.step, start, self.t)
+        self.trace.activity(self.rank_id, self.core_id, "wait", label, start, self.t)
 
     def wait(self, *ops: Op) -> Wait:
         """Block until the ops complete (WaitFlag / DeQue between pipes)."""
         for op in ops:
             if op.done_at is None:
-                yield from self._block(op.event(), f"{op.pipe} {op.name!r} to complete")
+                yield from self._block(op.event(), f"{op.pipe} {op.name!r} to complete",
+                                       f"wait {op.name}")
             elif op.done_at > self.t:
+                if self.trace.detailed:
+                    self.trace.activity(self.rank_id, self.core_id, "wait", f"wait {op.name}",
+                                        self.t, op.done_at)
                 self.t = op.done_at
 
     def mte_fence(self, pipe: str) -> None:
@@ -458,7 +501,7 @@ class KernelContext:
         yield from self.sync()
         barrier = self.rank.barrier
         ev = barrier.arrive()
-        yield from self._block(ev, "SyncAll (barrier of all cores of the rank)")
+        yield from self._block(ev, "SyncAll (barrier of all cores of the rank)", "sync_all")
 
     def wait_until(self, region: Region, offset: int, nbytes: int, cond: Condition,
                    into: UBBuffer, into_offset: int = 0, name: str = "poll",
@@ -551,7 +594,7 @@ class KernelContext:
         for i in range(m):
             on_change(i)
         self._poll = polls[start]
-        yield from self._block(woke, f"{name} on the window of rank {self.rank_id}")
+        yield from self._block(woke, f"{name} on the window of rank {self.rank_id}", name)
         self._poll = None
         i, data = woke.value
         self.t = max(self.t, env.now) + polls[i].check_ns + tail

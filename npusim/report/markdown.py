@@ -1,0 +1,103 @@
+"""report.md: the report document as Markdown tables a reviewer can read in a browser.
+
+Built from the report document only (like the summary), so it can be regenerated from a
+saved report.json. Contains no wall-clock time: identical runs give identical files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from npusim.report.summary import fmt_bytes, phase_spread
+
+
+def _table(head: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
+    align = ["---" if i < right_from else "---:" for i in range(len(head))]
+    return ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |",
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _us(x: float | None) -> str:
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+
+
+def _op_section(op: Mapping[str, Any]) -> list[str]:
+    crit = op.get("critical") or {}
+    diag = op.get("diagnosis") or {}
+    out = [f"## {op.get('op', '?')}", "",
+           f"- latency: **{op.get('latency_us', 0.0):.3f} us**"]
+    if crit.get("rank") is not None:
+        out.append(f"- critical: rank {crit['rank']}, core {crit.get('core')}, "
+                   f"phase {crit.get('phase')}")
+    if diag.get("text"):
+        out.append(f"- diagnosis: {diag['text']}")
+    out.append(f"- bytes put to other ranks: {fmt_bytes(op.get('bytes_sent_total', 0))} "
+               "in total")
+    names = list(op.get("phase_order") or op.get("phases", {}))
+    if names:
+        out += ["", "### Phases (us from the op's start; min / max over ranks)", ""]
+        out += _table(["phase", "start min", "start max", "end min", "end max", "busy max"],
+                      [[n, *(_us(v) for v in phase_spread(op, n))] for n in names])
+        out += ["", "### Per rank (phase cells: start - end, us)", ""]
+        rows = []
+        for r in op.get("ranks", []):
+            cells = []
+            for n in names:
+                ph = r.get("phases", {}).get(n)
+                cells.append(f"{ph['start_us']:.3f} - {ph['end_us']:.3f}" if ph else "-")
+            rows.append([str(r["rank"]), _us(r.get("latency_us")), *cells,
+                         str(r.get("bytes_sent")), str(r.get("bytes_received"))])
+        out += _table(["rank", "latency us", *names, "bytes sent", "bytes received"], rows)
+    classes = op.get("link_classes", {})
+    if classes:
+        out += ["", "### Links (achieved GB/s = bytes / op duration)", ""]
+        rows = [[k, str(c["links"]), f"{c['bandwidth_gbps']:g}", str(c["bytes"]),
+                 f"{c['achieved_gbps_mean']:.1f}", f"{c['achieved_gbps_max']:.1f}",
+                 f"{c['utilisation_max']:.1%}",
+                 f"{c['utilisation_in_phase']:.1%} ({c['phase']})" if c.get("phase") else "-",
+                 c["busiest"]]
+                for k, c in classes.items()]
+        out += _table(["class", "links", "GB/s each", "bytes", "GB/s mean", "GB/s max",
+                       "util op", "util in phase", "busiest"], rows)
+    ports = op.get("ports", {})
+    if ports:
+        out += ["", "### Busiest core per MTE pipe (bytes at port rate)", ""]
+        rows = [[p, f"rank {v['rank']} core {v['core']}", str(v["bytes"]),
+                 _us(v["stream_us"]), f"{v['share_of_latency']:.1%}"]
+                for p, v in ports.items()]
+        out += _table(["pipe", "core", "bytes", "stream us", "share of latency"], rows)
+    return out
+
+
+def _routing(r: Any) -> str:
+    if not isinstance(r, Mapping):
+        return str(r)
+    rest = ", ".join(f"{k} {v}" for k, v in r.items() if k != "kind" and v is not None)
+    return f"{r.get('kind')} ({rest})" if rest else str(r.get("kind"))
+
+
+def format_markdown(report: Mapping[str, Any]) -> str:
+    """The whole report.md text."""
+    sc = report.get("scenario", {})
+    wl = sc.get("workload", {})
+    hw = report.get("hardware", {})
+    out = [f"# npusim report: {sc.get('name', '?')}", ""]
+    if sc.get("description"):
+        out += [str(sc["description"]), ""]
+    out.append(f"- hardware: {hw.get('name', '?')}"
+               + (f" with overrides {sc['hardware_overrides']}"
+                  if sc.get("hardware_overrides") else ""))
+    if wl:
+        out.append(
+            f"- workload: {wl.get('op')}, W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
+            f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
+            f"{wl.get('dtype')}, dispatch quant {wl.get('dispatch_quant')}, "
+            f"combine quant {wl.get('combine_quant')}, routing {_routing(wl.get('routing'))}")
+    out.append(f"- schema: {report.get('schema')}; every field: docs/report.md")
+    for op in report.get("ops", []):
+        out += ["", *_op_section(op)]
+    events = report.get("sim", {}).get("events")
+    if events is not None:
+        out += ["", f"Simulation: {events} events (wall time: see report.json)."]
+    return "\n".join(out) + "\n"
