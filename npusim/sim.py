@@ -131,6 +131,13 @@ def _op_run(machine: Machine, name: str, res: LaunchResult, before, spans_from: 
     )
 
 
+def _set_window_zones(machine: Machine, t: MoeTiling) -> None:
+    """Tell the window sanitiser the kernel's layout (every access must stay in a zone)."""
+    zones = t.window.regions()
+    for rank in machine.ranks:
+        rank.window.set_zones(zones)
+
+
 def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarray]],
                  limit_ns: float) -> tuple[OpRun, list[dict[str, np.ndarray]]]:
     rec = t.record
@@ -146,6 +153,7 @@ def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarr
         rank.tensor("expert_token_nums", 8 * t.experts_per_rank)
         rank.tensor("ep_recv_count", 4 * wl)
         rank.tensor("workspace", 4 * t.cores * wl)
+    _set_window_zones(machine, t)
     before = _stats_before(machine)
     first_span = len(machine.trace.spans)
     res = launch(machine, dispatch_program(t), time_limit_ns=limit_ns, cores=t.cores)
@@ -195,6 +203,7 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
         rank.tensor("expert_scales", np.ascontiguousarray(inp["expert_scales"],
                                                           dtype=np.float32))
         rank.tensor("x", t.bs * t.h * 2)
+    _set_window_zones(machine, t)
     before = _stats_before(machine)
     first_span = len(machine.trace.spans)
     res = launch(machine, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)

@@ -7,6 +7,7 @@ when bytes it polls change, so a wait costs no event per poll interval.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 
 import numpy as np
@@ -103,11 +104,52 @@ class DenseRegion(Region):
 
 
 class SparseRegion(Region):
-    """The symmetric window: a large address range stored as pages written on demand."""
+    """The symmetric window: a large address range stored as pages written on demand.
+
+    For the sanitiser it also knows the kernel's layout (named zones: data areas, status
+    entries, flags) and which bytes were put in the current call, to catch an access that
+    straddles two zones or two puts that land on the same bytes."""
 
     def __init__(self, name: str, rank: int, nbytes: int) -> None:
         super().__init__(name, rank, nbytes)
         self.pages: dict[int, np.ndarray] = {}
+        self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
+        self._zone_starts: list[int] = []
+        self._puts: list[tuple[int, int, str]] = []  # sorted [start, end) of this call's puts
+        self._put_starts: list[int] = []
+
+    def set_zones(self, zones: dict[str, tuple[int, int]]) -> None:
+        self.zones = sorted((a, b, n) for n, (a, b) in zones.items() if b > a)
+        self._zone_starts = [z[0] for z in self.zones]
+
+    def new_call(self) -> None:
+        self._puts.clear()
+        self._put_starts.clear()
+
+    def zone_problem(self, offset: int, nbytes: int) -> str | None:
+        """None if [offset, offset + nbytes) lies inside one zone (or no zones are set)."""
+        if not self.zones or nbytes <= 0:
+            return None
+        i = bisect.bisect_right(self._zone_starts, offset) - 1
+        if i >= 0:
+            a, b, name = self.zones[i]
+            if offset + nbytes <= b:
+                return None
+            if offset < b:
+                return f"crosses the end of window zone {name!r} [0x{a:x}, 0x{b:x})"
+        return "lies outside every zone of the kernel's window layout"
+
+    def claim(self, offset: int, nbytes: int, who: str) -> str | None:
+        """Record a put's destination bytes; the earlier writer if they overlap one."""
+        i = bisect.bisect_right(self._put_starts, offset)
+        for j in (i - 1, i):
+            if 0 <= j < len(self._puts):
+                a, b, other = self._puts[j]
+                if a < offset + nbytes and offset < b:
+                    return f"{other} [0x{a:x}, 0x{b:x})"
+        self._puts.insert(i, (offset, offset + nbytes, who))
+        self._put_starts.insert(i, offset)
+        return None
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         out = np.zeros(nbytes, dtype=np.uint8)

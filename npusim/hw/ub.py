@@ -59,6 +59,7 @@ class UnifiedBuffer:
         self.capacity = capacity
         self.alignment = alignment
         self.data = np.zeros(capacity, dtype=np.uint8)
+        self.written = np.zeros(capacity, dtype=bool)  # bytes written in this call
         self.top = 0
         self.buffers: list[UBBuffer] = []
 
@@ -76,10 +77,23 @@ class UnifiedBuffer:
         self.buffers.append(buf)
         return buf
 
-    def reset(self) -> None:
-        """Free every buffer (a new kernel call); the bytes stay as they were."""
+    def reset(self, new_call: bool = False) -> None:
+        """Free every buffer (tpipe Reset); on a new kernel call also forget which bytes
+        were written, so reading what an earlier call left behind is caught."""
         self.top = 0
         self.buffers.clear()
+        if new_call:
+            self.written[:] = False
+
+    def mark(self, start: int, nbytes: int) -> None:
+        self.written[start:start + nbytes] = True
+
+    def unwritten(self, start: int, nbytes: int) -> int:
+        """The first UB address in the range never written in this call, or -1."""
+        w = self.written[start:start + nbytes]
+        if w.all():
+            return -1
+        return start + int(np.argmin(w))
 
     def check_aligned(self, buf: UBBuffer, byte_offset: int) -> None:
         addr = buf.offset + byte_offset

@@ -26,7 +26,7 @@ import numpy as np
 
 from npusim.errors import KernelError
 from npusim.hw.machine import Machine, Rank
-from npusim.hw.memory import Region, Watcher
+from npusim.hw.memory import Region, SparseRegion, Watcher
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer
 from npusim.runtime.conditions import Condition
@@ -213,6 +213,7 @@ class KernelContext:
         if fn is not None:
             fn()
         for b in writes:
+            self.ub.mark(b.offset, b.nbytes)
             b.write_ready = end
             b.writer = f"vector {name}"
         for b in reads:
@@ -265,6 +266,7 @@ class KernelContext:
                              f"buffer {buf.name!r} ({buf.nbytes} B)",
                              address=buf.offset + byte_offset, size=raw.size)
         buf.bytes_at(byte_offset, raw.size)[:] = raw
+        self.ub.mark(buf.offset + byte_offset, raw.size)
         self.scalar(ops)
         buf.write_ready = max(buf.write_ready, self.t)
         buf.writer = "scalar store"
@@ -275,6 +277,8 @@ class KernelContext:
         if buf.write_ready > self.t:
             raise self.error(f"scalar load from UB buffer {buf.name!r} before the copy into "
                              f"it ({buf.writer}) completes: missing wait", address=buf.offset)
+        self._check_written(buf, byte_offset, count * np.dtype(dtype).itemsize, None,
+                            "scalar load")
         self.scalar(ops)
         return buf.view(dtype, count, byte_offset).copy()
 
@@ -303,6 +307,38 @@ class KernelContext:
         if (buf.offset + byte_offset) % self.ub.alignment:
             raise self.error(f"{what}: UB address is not {self.ub.alignment} B aligned",
                              address=buf.offset + byte_offset, size=nbytes)
+
+    def _mark(self, at: int, span: int, strided: Strided | None, dst_side: bool) -> None:
+        """Record UB bytes as written (the blocks only, for a strided landing)."""
+        gap = (strided.dst_gap if dst_side else strided.src_gap) if strided else 0
+        if strided is None or gap <= 0:
+            self.ub.mark(at, span)
+            return
+        pitch = strided.length + gap
+        rows = self.ub.written[at:at + strided.count * pitch]
+        if rows.size == strided.count * pitch:
+            rows.reshape(strided.count, pitch)[:, :strided.length] = True
+        else:  # the last block's gap runs past the span: mark block by block
+            for i in range(strided.count):
+                self.ub.mark(at + i * pitch, strided.length)
+
+    def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
+                       strided: Strided | None, what: str) -> None:
+        """A transfer or scalar load must not read UB bytes this call never wrote."""
+        at = buf.offset + byte_offset
+        if strided is None or strided.src_gap <= 0:
+            first = self.ub.unwritten(at, strided.length if strided and strided.src_gap < 0
+                                      else span)
+        else:
+            pitch = strided.length + strided.src_gap
+            first = -1
+            for i in range(strided.count):
+                first = self.ub.unwritten(at + i * pitch, strided.length)
+                if first >= 0:
+                    break
+        if first >= 0:
+            raise self.error(f"{what} reads UB buffer {buf.name!r} at +{first - buf.offset}, "
+                             "which nothing wrote in this call", address=first, size=span)
 
     def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
         if offset < 0 or offset + nbytes > region.nbytes:
@@ -342,6 +378,7 @@ class KernelContext:
                 ub_data[at:at + nbytes] = data
             else:
                 strided.scatter(ub_data[at:at + dst_span], strided.gather(data))
+            self._mark(at, dst_span, strided, dst_side=True)
             dst.write_ready = t
             self._finish(pipe, op, t, moved)
 
@@ -373,7 +410,7 @@ class KernelContext:
         mte = self.cfg.mte
         if pe == self.rank_id:
             return self._send(dst, offset, src, src_offset, nbytes, name, (self.rank.hbm,),
-                              mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns, strided)
+                              mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns, strided, claim=True)
         links, link_latency = self.machine.fabric.route(self.rank_id, pe)
         path = (*links, self.machine.ranks[pe].hbm)
         moved = strided.nbytes if strided else nbytes
@@ -381,11 +418,12 @@ class KernelContext:
         self.rank.bytes_out += moved
         self.machine.ranks[pe].bytes_in += moved
         return self._send(dst, offset, src, src_offset, nbytes, name, path, mte.put_gbps,
-                          mte.put_latency_ns + link_latency, strided, remote=True)
+                          mte.put_latency_ns + link_latency, strided, remote=True, claim=True)
 
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
               name: str, path: tuple, cap: float, latency: float,
-              strided: Strided | None = None, remote: bool = False) -> Op:
+              strided: Strided | None = None, remote: bool = False, claim: bool = False
+              ) -> Op:
         self.t += self.issue_ns
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
@@ -394,6 +432,19 @@ class KernelContext:
         if src.write_ready > self.t:
             raise self.error(f"{name} reads UB buffer {src.name!r} before its data is ready "
                              f"({src.writer}): missing wait", address=src.offset, size=src_span)
+        self._check_written(src, src_offset, src_span, strided, name)
+        if isinstance(dst, SparseRegion):
+            problem = dst.zone_problem(dst_offset, dst_span)
+            if problem:
+                raise self.error(f"{name} of {dst_span} B to the window of rank {dst.rank} "
+                                 f"{problem}", address=dst_offset, size=dst_span)
+            if claim:
+                other = dst.claim(dst_offset, dst_span,
+                                  f"rank {self.rank_id} core {self.core_id} {self.step}")
+                if other:
+                    raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
+                                     f"bytes an earlier put of this call wrote ({other}): "
+                                     "a race", address=dst_offset, size=dst_span)
         raw = src.bytes_at(src_offset, src_span)
         payload = strided.gather(raw).copy() if strided else raw.copy()
         nbytes = strided.charged(self.ub.alignment) if strided else payload.size
@@ -604,6 +655,8 @@ class KernelContext:
             self.ub.data[at:at + p.nbytes] = data
         else:
             p.strided.scatter(self.ub.data[at:at + p.strided.dst_span()], data)
+        self._mark(at, p.strided.dst_span() if p.strided else p.nbytes, p.strided,
+                   dst_side=True)
         p.into.write_ready = self.t
         p.into.writer = name
         return i

@@ -38,9 +38,10 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     ends = [[0.0] * n for _ in machine.ranks]
     procs = []
     for rank in machine.ranks:
+        rank.window.new_call()
         row = []
         for c in range(n):
-            rank.cores[c].ub.reset()
+            rank.cores[c].ub.reset(new_call=True)
             ctx = KernelContext(machine, rank, c, first)
             ctx.num_cores = n
             row.append(ctx)
