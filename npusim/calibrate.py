@@ -263,14 +263,19 @@ def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
     count = [0]
     cache: dict[tuple, list[float]] = {}
 
+    best = [math.inf]
+
     def sim_at(x: np.ndarray) -> list[float]:
         key = tuple(np.round(x, 12))
         if key not in cache:
             count[0] += 1
-            cache[key] = simulate_table(rows, hardware, expand(params, list(np.exp(x))),
-                                        source, workers)
+            values = expand(params, list(np.exp(x)))
+            cache[key] = simulate_table(rows, hardware, values, source, workers)
+            cost = float(np.sum(np.square(log_residuals(rows, cache[key]))))
+            improved = cost < best[0]
+            best[0] = min(best[0], cost)
             if progress:
-                progress(count[0], cache[key])
+                progress(count[0], cache[key], values if improved else None)
         return cache[key]
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -335,7 +340,7 @@ def rewrite_preset(text: str, values: dict[str, float], note: str) -> str:
             dotted = f"{section}.{key}"
         if dotted in values:
             head = line[: indent] + f"{key}: {_fmt(values[dotted])}"
-            lines[i] = f"{head:<29}# calibrated: {note}"
+            lines[i] = f"{head:<27}  # calibrated: {note}"
             done.add(dotted)
     missing = set(values) - done
     if missing:

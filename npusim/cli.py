@@ -170,9 +170,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if out.exists() and out.is_dir():
         raise InputError("command line", "--out", f"{out} is a directory; name a YAML file")
 
-    def progress(n: int, sim: list[float]) -> None:
+    def progress(n: int, sim: list[float], best: dict[str, float] | None) -> None:
         cmp = compare(rows, sim)
-        print(f"  evaluation {n}: MAPE {100 * cmp.mape():.2f}%", flush=True)
+        mark = "  (best so far: " + ", ".join(f"{k}={v:.4g}" for k, v in best.items()) + ")" \
+            if best else ""
+        print(f"  evaluation {n}: MAPE {100 * cmp.mape():.2f}%{mark}", flush=True)
 
     print(f"fitting {len(params)} parameter(s) to {len(rows)} row(s) of {table}")
     result = fit(rows, hardware, params, start, str(table), max_evals=args.max_evals,
@@ -195,10 +197,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "speedups": cmp.speedups,
         "leave_one_out": result.loo,
     }
+    report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
+    write_json_atomic(report_path, report)  # first: the fit survives a preset problem
     write_text_atomic(out, text)
     load_hardware(str(out))  # the written preset must load
-    report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
-    write_json_atomic(report_path, report)
     for p in params:
         print(f"  {p.name:<44} {result.start[p.name]:>10.4g} -> {result.values[p.name]:.4g}")
     for row in report["rows"]:

@@ -78,8 +78,12 @@ def test_rewrite_preset_changes_only_the_fitted_lines():
 def test_rewritten_preset_loads_with_the_new_values(tmp_path):
     text = (CONFIG_DIR / "ascend950.yaml").read_text()
     p = tmp_path / "x.yaml"
-    p.write_text(rewrite_preset(text, {"mte.put_gbps": 12.5}, "test"))
-    assert load_hardware(str(p)).mte.put_gbps == 12.5
+    # a long key with a long value must still leave a space before the comment
+    p.write_text(rewrite_preset(text, {"mte.put_gbps": 12.5,
+                                       "vector.vf_cycles_per_instr": 0.26543}, "x: y"))
+    hw = load_hardware(str(p))
+    assert hw.mte.put_gbps == 12.5
+    assert hw.vector.vf_cycles_per_instr == pytest.approx(0.2654)
 
 
 def test_validate_exit_codes_follow_the_tolerance(tmp_path):

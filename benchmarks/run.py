@@ -1,0 +1,104 @@
+"""npusim's own speed: wall time, simulated events, events per second and peak memory for
+fixed scenarios, each in a fresh process (so peak RSS belongs to that scenario alone).
+
+    python benchmarks/run.py                 # the standard set
+    python benchmarks/run.py --json out.json # also write the figures as JSON
+    python benchmarks/run.py --only bs256     # scenarios whose name contains 'bs256'
+
+Also times a plain simpy loop of a known number of events on the same machine, so the
+figures can be compared across machines (ratio to that baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+W8 = dict(ep_world_size=8, experts_per_rank=4, k=8, h=7168, dtype="float16")
+CASES = {
+    "dc_bs8_fp16": dict(op="dispatch_combine", bs=8, dispatch_quant="none",
+                        combine_quant="none", **W8),
+    "dc_bs8_quant": dict(op="dispatch_combine", bs=8, dispatch_quant="mxfp8",
+                         combine_quant="int8", **W8),
+    "dc_bs256_fp16": dict(op="dispatch_combine", bs=256, dispatch_quant="none",
+                          combine_quant="none", **W8),
+    "dc_bs256_quant": dict(op="dispatch_combine", bs=256, dispatch_quant="mxfp8",
+                           combine_quant="int8", **W8),
+    "dc_w64_bs128_quant_timing": dict(op="dispatch_combine", bs=128, dispatch_quant="mxfp8",
+                                      combine_quant="int8", timing_only=True,
+                                      ep_world_size=64, experts_per_rank=4, k=8, h=7168,
+                                      dtype="float16"),
+}
+
+
+def run_one(name: str) -> dict:
+    """Child process: simulate one case and report its figures."""
+    from npusim.scenario import scenario_from_doc
+    from npusim.sim import simulate
+
+    doc = {"name": name, "hardware": "ascend950", "workload": CASES[name]}
+    sc = scenario_from_doc(doc, f"benchmark {name}", ROOT)
+    t0 = time.perf_counter()
+    result = simulate(sc)
+    wall = time.perf_counter() - t0
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"name": name, "wall_s": wall, "events": result.events,
+            "events_per_s": result.events / wall, "peak_rss_mib": rss_kib / 1024,
+            "latency_us": {op.op: round((op.end_ns - op.start_ns) / 1000, 3)
+                           for op in result.ops}}
+
+
+def simpy_baseline(n_events: int = 1_000_000) -> float:
+    """Events per second of a bare simpy loop (one process, n timeouts) on this machine."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def ticker(env):
+        for _ in range(n_events):
+            yield env.timeout(1)
+
+    env.process(ticker(env))
+    t0 = time.perf_counter()
+    env.run()
+    return n_events / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="run the cases whose name contains this text")
+    ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(run_one(args.child)))
+        return 0
+    names = [n for n in CASES if not args.only or args.only in n]
+    base = simpy_baseline()
+    rows = []
+    print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()})")
+    print(f"{'case':<28}{'wall s':>8}{'events':>10}{'events/s':>11}{'ratio':>7}{'peak MiB':>10}")
+    for name in names:
+        out = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
+                             text=True, check=True, cwd=ROOT)
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        row["vs_plain_simpy"] = row["events_per_s"] / base
+        rows.append(row)
+        print(f"{name:<28}{row['wall_s']:>8.2f}{row['events']:>10}{row['events_per_s']:>11,.0f}"
+              f"{row['vs_plain_simpy']:>7.3f}{row['peak_rss_mib']:>10.0f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
+                                               "cases": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
