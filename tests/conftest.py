@@ -12,6 +12,8 @@ ROUND = {
     "scalar.cycles_per_op": 0.0,
     "scalar.loop_cycles": 0.0,
     "vector.issue_cycles": 0.0,
+    "vector.cycles_per_repeat": 1.0,
+    "vector.vf_cycles_per_instr": 1.0,
     "mte.gm_to_ub_gbps": 10.0,
     "mte.ub_to_gm_gbps": 10.0,
     "mte.put_gbps": 10.0,

@@ -1,5 +1,8 @@
 """Property tests over random small valid scenarios: every run finishes, its outputs match
-the numpy reference byte for byte, and latency does not fall when BS grows."""
+the numpy reference byte for byte, and latency does not fall when BS grows (by more than
+one poll period: a polled wake-up lands on the poll loop's cadence, whose phase moves
+with the work done before the loop started, so a larger BS can wake a core a little
+earlier; see docs/model.md)."""
 
 from __future__ import annotations
 
@@ -65,7 +68,11 @@ def test_latency_does_not_fall_when_bs_grows(tmp_path_factory, w, per_rank, h, q
     common = dict(op="dispatch_combine", ep_world_size=w, experts_per_rank=per_rank,
                   k=min(2, w * per_rank), h=h, dispatch_quant=quant, combine_quant=cquant,
                   timing_only=True)
-    small = simulate(scenario(tmp, name="small", bs=bs, **common))
+    sc = scenario(tmp, name="small", bs=bs, **common)
+    small = simulate(sc)
     large = simulate(scenario(tmp, name="large", bs=bs + more, **common))
+    hw = sc.hardware
+    # the longest poll read here is a few hundred bytes: latency + check, well under 0.2 us
+    poll_period = hw.mte.gm_to_ub_latency_ns + 200.0
     for a, b in zip(small.ops, large.ops, strict=True):
-        assert b.end_ns - b.start_ns >= a.end_ns - a.start_ns, a.op
+        assert b.end_ns - b.start_ns >= a.end_ns - a.start_ns - poll_period, a.op
