@@ -459,6 +459,11 @@ def _workload(src: str, raw: Any) -> Workload:
         raise InputError(
             src, k_("shared_experts"), "is a combine option; allowed with op: dispatch: 0"
         )
+    if shared:  # the kernels do not model shared-expert slots yet: refuse, do not ignore
+        raise InputError(
+            src, k_("shared_experts"),
+            f"{shared}: shared-expert slots are not modelled yet; allowed: 0",
+        )
     return Workload(
         op=op,
         bs=bs,

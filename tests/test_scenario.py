@@ -451,3 +451,12 @@ def test_fallback_slot_arithmetic_matches_kernel_layout(h: int, quant: str) -> N
     layout = pytest.importorskip("npusim.kernels.layout")
     assert dispatch_slot_bytes(h, quant) == layout.dispatch_record_layout(h, quant).slot_bytes
     assert dispatch_record_bytes(h, quant) == layout.dispatch_record_layout(h, quant).record_bytes
+
+
+def test_shared_experts_are_refused_until_modelled(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text("name: s\nworkload: {op: combine, bs: 8, h: 1024, k: 4, ep_world_size: 2,"
+                 " experts_per_rank: 4, shared_experts: 1}\n")
+    with pytest.raises(InputError) as info:
+        load_scenario(p)
+    assert info.value.key == "workload.shared_experts" and "allowed: 0" in str(info.value)
