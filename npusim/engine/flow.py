@@ -106,18 +106,16 @@ class Group:
         self.t_last = now
 
     def arm(self) -> None:
-        """(Re)schedule the timer for the member that finishes first."""
+        """Tell the network when the member that finishes first will be done."""
         self.version += 1
         if not self.heap:
             return
-        env = self.net.env
+        net = self.net
         delay = max(0.0, (self.heap[0][0] - self.clock) / self.rate)
-        version = self.version
-        env.timeout(delay).callbacks.append(lambda _e: self._fire(version))
+        net._wake_at(net.env.now + delay, self, self.version)
 
-    def _fire(self, version: int) -> None:
-        if version != self.version:
-            return
+    def fire(self) -> None:
+        """Finish the members that are done by now, then re-arm."""
         net = self.net
         now = net.env.now
         self.settle(now)
@@ -160,6 +158,11 @@ class FlowNetwork:
         self.active = 0
         self._seq = 0
         self._groups: dict[tuple[tuple[Resource, ...], float], Group] = {}
+        # one simulator timer for the whole network: a heap of (time, seq, group, version)
+        # wake-ups, stale ones skipped, so re-rating a group costs no simulator event
+        self._wakes: list[tuple[float, int, Group, int]] = []
+        self._timer_at = INF
+        self._timer_version = 0
         # observer(resource, t_ns, used_gbps) after every change of a resource's used
         # bandwidth; None (the default) costs one test per flow start and finish
         self.observer: Callable[[Resource, float, float], None] | None = None
@@ -198,6 +201,33 @@ class FlowNetwork:
             self._observe(path)
         return f
 
+    def _wake_at(self, t: float, group: Group, version: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._wakes, (t, self._seq, group, version))
+        if t < self._timer_at:
+            self._arm_timer(t)
+
+    def _arm_timer(self, t: float) -> None:
+        self._timer_at = t
+        self._timer_version += 1
+        v = self._timer_version
+        self.env.timeout(max(0.0, t - self.env.now)).callbacks.append(lambda _e: self._tick(v))
+
+    def _tick(self, version: int) -> None:
+        if version != self._timer_version:
+            return  # superseded by an earlier timer
+        self._timer_at = INF
+        now = self.env.now
+        wakes = self._wakes
+        while wakes and wakes[0][0] <= now:
+            _, _, group, v = heapq.heappop(wakes)
+            if v == group.version:
+                group.fire()
+        while wakes and wakes[0][3] != wakes[0][2].version:
+            heapq.heappop(wakes)  # stale
+        if wakes and wakes[0][0] < self._timer_at:
+            self._arm_timer(wakes[0][0])
+
     def _change(self, path: tuple[Resource, ...], cap: float, delta: int) -> None:
         """A flow of `cap` joins (+1) or leaves (-1) `path`: update levels and re-rate
         the groups that cross a resource whose level moved."""
@@ -210,6 +240,8 @@ class FlowNetwork:
                 continue
             r.level = new
             for g in r.groups:
+                if g.rate <= new and g.rate != old:
+                    continue  # r neither limited this group before nor limits it now
                 rate = g.current_rate()
                 if rate != g.rate:
                     g.settle(now)
