@@ -20,6 +20,7 @@ import yaml
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
+from npusim.kernels import layout
 from npusim.suggest import did_you_mean
 
 OPS = ("dispatch", "combine", "dispatch_combine")
@@ -179,74 +180,26 @@ class Scenario:
 # ----------------------------------------------------------------------------- window fit
 
 
-def _align(x: int, a: int) -> int:
-    return -(-x // a) * a
-
-
-def dispatch_record_bytes(h: int, quant: str) -> int:
-    """Bytes of one dispatch token record: payload padded to 32 B + the 32 B triplet."""
-    if quant == "mxfp8":
-        payload = _align(_align(h, 256) + _align(-(-h // 32), 2), 32)
-    elif quant == "int8":
-        payload = _align(h + 4, 32)  # int8 row + one fp32 scale
-    else:
-        payload = _align(2 * h, 32)
-    return payload + 32
-
-
-def dispatch_slot_bytes(h: int, quant: str) -> int:
-    """A record spread over 512 B blocks of 480 B payload + a 32 B arrival flag."""
-    return -(-dispatch_record_bytes(h, quant) // 480) * 512
-
-
-def combine_slot_bytes(h: int) -> int:
-    return _align(2 * h, 512)
-
-
-def _layout_slot_bytes(w: Workload) -> tuple[int, int] | None:
-    """(dispatch slot, combine slot) bytes from npusim.kernels.layout, the kernels' own
-    geometry; None if that module is absent or its API differs (then our copy is used)."""
-    try:
-        from npusim.kernels import layout
-
-        d = layout.dispatch_record_layout(w.h, w.dispatch_quant, w.dtype).slot_bytes
-        c = layout.combine_record_layout(w.h, w.combine_quant, w.dtype).slot_bytes
-        return int(d), int(c)
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return None
-
-
 def window_data_bytes(w: Workload) -> int:
     """Bytes one data state needs: combine receive area + (if dispatching) the grid.
 
     recv = BS*(K+S)*Align512(2H) (S shared-expert slots, counted conservatively) and
     grid = W*L*BS*slot_bytes, as in the sample (reference/kernels.md).
     """
-    slots = _layout_slot_bytes(w)
-    d_slot, c_slot = slots or (dispatch_slot_bytes(w.h, w.dispatch_quant), combine_slot_bytes(w.h))
+    d_slot = layout.dispatch_record_layout(w.h, w.dispatch_quant, w.dtype).slot_bytes
+    c_slot = layout.combine_record_layout(w.h, w.combine_quant, w.dtype).slot_bytes
     recv = w.bs * (w.k + w.shared_experts) * c_slot
     grid = w.num_experts * w.bs * d_slot if "dispatch" in w.ops else 0
     return recv + grid
 
 
 def _layout_problem(w: Workload, hw: HardwareConfig) -> str | None:
-    """npusim.kernels.layout's own region check (overlaps, window end), if available."""
-    try:
-        from npusim.kernels.layout import WindowLayout
-
-        lay = WindowLayout(
-            w=w.ep_world_size,
-            bs=w.bs,
-            h=w.h,
-            k=w.k,
-            l=w.experts_per_rank,
-            quant=w.dispatch_quant,
-            dtype=w.dtype,
-            cores=hw.chip.aiv_cores,
-            window_bytes=hw.window.bytes,
-        )
-    except (ImportError, TypeError):
-        return None
+    """The kernels' own region check of the window layout (overlaps, window end)."""
+    lay = layout.WindowLayout(
+        W=w.ep_world_size, BS=w.bs, H=w.h, K=w.k, L=w.experts_per_rank,
+        quant=w.dispatch_quant, dtype=w.dtype, cores=hw.chip.aiv_cores,
+        window_bytes=hw.window.bytes,
+    )
     try:
         lay.validate()
     except ValueError as exc:

@@ -17,8 +17,6 @@ from hypothesis import strategies as st
 from npusim.errors import InputError
 from npusim.scenario import (
     Scenario,
-    dispatch_record_bytes,
-    dispatch_slot_bytes,
     load_scenario,
 )
 
@@ -120,14 +118,6 @@ def test_dispatch_combine_scenario_quant_modes() -> None:
     w = load_scenario(SCENARIOS / "dispatch_combine_bs8.yaml").workload
     assert w.ops == ("dispatch", "combine")
     assert (w.dispatch_quant, w.combine_quant) == ("mxfp8", "int8")
-
-
-def test_slot_sizes_match_reference() -> None:
-    # reference/kernels.md: H=7168 MXFP8 record 7424 B -> 8192 B slot; fp16 14368 -> 15360.
-    assert dispatch_record_bytes(7168, "mxfp8") == 7424
-    assert dispatch_slot_bytes(7168, "mxfp8") == 8192
-    assert dispatch_record_bytes(7168, "none") == 14368
-    assert dispatch_slot_bytes(7168, "none") == 15360
 
 
 def test_zipf_default_exponent(tmp_path: Path) -> None:
@@ -443,14 +433,6 @@ DOCS = st.recursive(
 @given(doc=DOCS)
 def test_fuzz_random_documents(doc: Any) -> None:
     assert _load_text(yaml.safe_dump(doc)) is None
-
-
-@pytest.mark.parametrize("h", [1024, 2080, 4096, 7168, 8192])
-@pytest.mark.parametrize("quant", ["none", "int8", "mxfp8"])
-def test_fallback_slot_arithmetic_matches_kernel_layout(h: int, quant: str) -> None:
-    layout = pytest.importorskip("npusim.kernels.layout")
-    assert dispatch_slot_bytes(h, quant) == layout.dispatch_record_layout(h, quant).slot_bytes
-    assert dispatch_record_bytes(h, quant) == layout.dispatch_record_layout(h, quant).record_bytes
 
 
 def test_shared_experts_are_refused_until_modelled(tmp_path: Path) -> None:
