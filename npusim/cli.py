@@ -241,6 +241,18 @@ def cmd_check(args: argparse.Namespace) -> int:
                      workers=args.workers or 1, emit=lambda line: print(line, flush=True))
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from npusim.sweep import run_sweep
+
+    stem = Path(args.sweep).stem
+    out = Path(args.out) if args.out else Path("out") / "sweeps" / stem
+    if out.exists() and not out.is_dir():
+        raise InputError("command line", "--out", f"{out} exists and is not a directory")
+    csv_path = run_sweep(args.sweep, out, args.workers)
+    print(f"results: {csv_path}")
+    return EXIT_OK
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
 
@@ -334,6 +346,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also fail when a scenario got faster beyond the tolerance")
     chk.add_argument("--workers", type=int, default=None, help="parallel processes (default 1)")
     chk.set_defaults(func=cmd_check)
+
+    swp = sub.add_parser("sweep", help="run a base scenario over axes of values in parallel; "
+                         "resumes, writes one report per point and results.csv")
+    swp.add_argument("sweep", metavar="SWEEP.yaml")
+    swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
+    swp.add_argument("--workers", type=int, default=None, help="parallel processes")
+    swp.set_defaults(func=cmd_sweep)
 
     pre = sub.add_parser("presets", help="list the hardware presets in configs/")
     pre.set_defaults(func=cmd_presets)

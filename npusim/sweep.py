@@ -1,0 +1,200 @@
+"""Sweeps: a base scenario plus axes, run as a cartesian product in parallel processes.
+
+A sweep file:
+
+    name: bs_sweep
+    base: ../scenarios/dispatch_bs8_mxfp8.yaml    # relative to the sweep file
+    axes:
+      workload.bs: [1, 8, 64, 256]                 # a list of values
+      hardware_overrides.fabric.egress_gbps: {start: 100, stop: 400, step: 100}  # a range
+
+Every point is a full scenario (validated like a scenario file; errors name the sweep
+file and the axis key). Each finished point leaves OUT/points/<point>/report.json; a rerun
+skips points whose report exists for the same scenario, so an interrupted sweep resumes.
+OUT/results.csv has one row per point and op: the axis values, latency and phase spans.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import io
+import itertools
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from npusim.errors import InputError
+
+SWEEP_KEYS = ("name", "base", "axes")
+
+
+@dataclass(frozen=True)
+class Point:
+    name: str
+    values: dict[str, Any]  # axis key -> value
+    doc: dict[str, Any]  # the point's scenario document
+    digest: str
+
+
+def _axis_values(src: str, key: str, spec: Any) -> list[Any]:
+    if isinstance(spec, list):
+        if not spec:
+            raise InputError(src, f"axes.{key}", "empty list; give at least one value")
+        return spec
+    if isinstance(spec, dict) and set(spec) <= {"start", "stop", "step"} and \
+            {"start", "stop"} <= set(spec):
+        start, stop, step = spec["start"], spec["stop"], spec.get("step", 1)
+        nums = (start, stop, step)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums) \
+                or step <= 0 or stop < start:
+            raise InputError(src, f"axes.{key}", "a range needs numbers start <= stop and "
+                             "step > 0")
+        count = int((stop - start) / step + 1e-9) + 1
+        vals = [start + i * step for i in range(count)]
+        return [int(v) if all(isinstance(x, int) for x in nums) else v for v in vals]
+    raise InputError(src, f"axes.{key}", "allowed: a list of values or "
+                     "{start: A, stop: B, step: C}")
+
+
+def _set_dotted(doc: dict[str, Any], key: str, value: Any) -> None:
+    """workload.bs -> doc['workload']['bs']; hardware_overrides.X.Y -> override 'X.Y'."""
+    if key.startswith("hardware_overrides."):
+        doc.setdefault("hardware_overrides", {})[key.split(".", 1)[1]] = value
+        return
+    node = doc
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(key)
+    node[parts[-1]] = value
+
+
+def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
+    """Expand a sweep file into validated points."""
+    from npusim.hw.config import read_yaml_mapping
+    from npusim.scenario import scenario_from_doc
+
+    p = Path(path)
+    src = str(p)
+    doc = read_yaml_mapping(p)
+    for k in doc:
+        if k not in SWEEP_KEYS:
+            raise InputError(src, str(k), f"unknown key; allowed: {', '.join(SWEEP_KEYS)}")
+    for k in SWEEP_KEYS:
+        if k not in doc:
+            raise InputError(src, k, "missing")
+    name, axes = doc["name"], doc["axes"]
+    if not isinstance(name, str) or not name:
+        raise InputError(src, "name", "must be a non-empty string")
+    if not isinstance(axes, dict) or not axes:
+        raise InputError(src, "axes", "must map dotted scenario keys to values")
+    base_path = (p.parent / str(doc["base"])).resolve()
+    if not base_path.is_file():
+        raise InputError(src, "base", f"scenario file {base_path} not found")
+    base = read_yaml_mapping(base_path)
+    keys = list(axes)
+    values = [_axis_values(src, k, axes[k]) for k in keys]
+    points = []
+    for i, combo in enumerate(itertools.product(*values)):
+        pdoc = copy.deepcopy(base)
+        pname = f"{name}-{i:04d}"
+        pdoc["name"] = pname
+        for k, v in zip(keys, combo, strict=True):
+            try:
+                _set_dotted(pdoc, k, v)
+            except ValueError:
+                raise InputError(src, f"axes.{k}", "names no scenario key") from None
+        try:
+            scenario_from_doc(pdoc, f"{src} (point {pname})", base_path.parent)
+        except InputError as exc:
+            raise InputError(exc.source, exc.key, exc.message) from None
+        digest = hashlib.sha256(json.dumps(pdoc, sort_keys=True).encode()).hexdigest()[:16]
+        points.append(Point(pname, dict(zip(keys, combo, strict=True)), pdoc, digest))
+    return name, points
+
+
+def _run_point(args: tuple[dict[str, Any], str, str, str]) -> str:
+    """Worker: simulate one point and write its report atomically."""
+    from npusim.report.build import build_report
+    from npusim.report.io import write_json_atomic
+    from npusim.scenario import scenario_from_doc
+    from npusim.sim import simulate
+
+    doc, src, base_dir, out = args
+    sc = scenario_from_doc(doc, src, Path(base_dir))
+    report = build_report(simulate(sc))
+    write_json_atomic(Path(out), report)
+    return out
+
+
+def _done(report_path: Path, digest: str) -> bool:
+    marker = report_path.with_name("point.json")
+    if not (report_path.is_file() and marker.is_file()):
+        return False
+    try:
+        return json.loads(marker.read_text()).get("digest") == digest
+    except (OSError, ValueError):
+        return False
+
+
+def run_sweep(path: str | Path, out: Path, workers: int | None = None) -> Path:
+    """Run every point not already done; write results.csv; return its path."""
+    from npusim.report.io import write_json_atomic, write_text_atomic
+
+    src = str(path)
+    _, points = load_sweep(path)
+    base_dir = str(Path(path).resolve().parent)
+    todo = []
+    for pt in points:
+        rp = out / "points" / pt.name / "report.json"
+        if not _done(rp, pt.digest):
+            todo.append((pt, rp))
+    n = len(points)
+    print(f"sweep {src}: {n} point(s), {n - len(todo)} already done", file=sys.stderr)
+    workers = workers or min(len(todo), os.cpu_count() or 1) or 1
+    done = n - len(todo)
+    if todo:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_run_point, (pt.doc, f"{src} (point {pt.name})",
+                                                base_dir, str(rp))): (pt, rp)
+                       for pt, rp in todo}
+            for fut in as_completed(futures):
+                pt, rp = futures[fut]
+                fut.result()  # an error in a point stops the sweep (finished ones stay)
+                write_json_atomic(rp.with_name("point.json"),
+                                  {"digest": pt.digest, "values": pt.values})
+                done += 1
+                print(f"  [{done}/{n}] {pt.name} {pt.values}", file=sys.stderr, flush=True)
+    return write_text_atomic(out / "results.csv", _csv(points, out))
+
+
+def _csv(points: list[Point], out: Path) -> str:
+    keys = list(points[0].values) if points else []
+    rows = []
+    phases: list[str] = []
+    for pt in points:
+        report = json.loads((out / "points" / pt.name / "report.json").read_text())
+        for op in report["ops"]:
+            for ph in op["phases"]:
+                if ph not in phases:
+                    phases.append(ph)
+            rows.append((pt, op))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["point", *keys, "op", "latency_us",
+                *[f"{ph}_{e}" for ph in phases for e in ("start_us", "end_us")]])
+    for pt, op in rows:
+        spans = []
+        for ph in phases:
+            span = op["phases"].get(ph)
+            spans += [span["start_us"], span["end_us"]] if span else ["", ""]
+        w.writerow([pt.name, *[pt.values[k] for k in keys], op["op"], op["latency_us"],
+                    *spans])
+    return buf.getvalue()
