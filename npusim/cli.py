@@ -253,6 +253,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    import json
+
+    from npusim.report.plot import plot_report, plot_sweep
+
+    src = Path(args.input)
+    if not src.is_file():
+        raise InputError(str(src), None, "file not found")
+    if src.suffix == ".csv":
+        out = Path(args.out) if args.out else src.with_suffix(".png")
+        table = Path(args.published) if args.published else None
+        path = plot_sweep(src, args.axis, out, args.group, table)
+    else:
+        try:
+            report = json.loads(src.read_text())
+        except ValueError:
+            raise InputError(str(src), None, "not JSON: expected results.csv or report.json"
+                             ) from None
+        if not isinstance(report, dict) or "ops" not in report:
+            raise InputError(str(src), None, "not a report.json (no ops)")
+        out = Path(args.out) if args.out else src.with_suffix(".png")
+        path = plot_report(report, out)
+    print(f"figure: {path}")
+    return EXIT_OK
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
 
@@ -353,6 +379,15 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
     swp.add_argument("--workers", type=int, default=None, help="parallel processes")
     swp.set_defaults(func=cmd_sweep)
+
+    plo = sub.add_parser("plot", help="figure from a sweep results.csv (latency vs an axis, "
+                         "phases stacked) or a report.json (per-rank phase bars)")
+    plo.add_argument("input", metavar="results.csv|report.json")
+    plo.add_argument("--axis", help="sweep axis for the x axis (default: the first)")
+    plo.add_argument("--group", help="sweep axis that splits the panels")
+    plo.add_argument("--published", metavar="CSV", help="measured points to overlay")
+    plo.add_argument("--out", metavar="PNG", help="output file (default beside the input)")
+    plo.set_defaults(func=cmd_plot)
 
     pre = sub.add_parser("presets", help="list the hardware presets in configs/")
     pre.set_defaults(func=cmd_presets)

@@ -7,6 +7,9 @@ A sweep file:
     axes:
       workload.bs: [1, 8, 64, 256]                 # a list of values
       hardware_overrides.fabric.egress_gbps: {start: 100, stop: 400, step: 100}  # a range
+      quant:                                       # a zipped axis: each value sets keys
+        - {workload.dispatch_quant: none, workload.combine_quant: none}
+        - {workload.dispatch_quant: mxfp8, workload.combine_quant: int8}
 
 Every point is a full scenario (validated like a scenario file; errors name the sweep
 file and the axis key). Each finished point leaves OUT/points/<point>/report.json; a rerun
@@ -106,17 +109,25 @@ def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
         pdoc = copy.deepcopy(base)
         pname = f"{name}-{i:04d}"
         pdoc["name"] = pname
+        labels = {}
         for k, v in zip(keys, combo, strict=True):
-            try:
-                _set_dotted(pdoc, k, v)
-            except ValueError:
-                raise InputError(src, f"axes.{k}", "names no scenario key") from None
+            # a mapping sets several keys together (a zipped axis named freely)
+            sets = {kk: vv for kk, vv in v.items() if kk != "label"} if isinstance(v, dict) \
+                else {k: v}
+            labels[k] = (v.get("label") or "/".join(str(x) for x in sets.values())) \
+                if isinstance(v, dict) else v
+            for kk, vv in sets.items():
+                try:
+                    _set_dotted(pdoc, kk, vv)
+                except ValueError:
+                    raise InputError(src, f"axes.{k}", f"{kk!r} names no scenario key"
+                                     ) from None
         try:
             scenario_from_doc(pdoc, f"{src} (point {pname})", base_path.parent)
         except InputError as exc:
             raise InputError(exc.source, exc.key, exc.message) from None
         digest = hashlib.sha256(json.dumps(pdoc, sort_keys=True).encode()).hexdigest()[:16]
-        points.append(Point(pname, dict(zip(keys, combo, strict=True)), pdoc, digest))
+        points.append(Point(pname, labels, pdoc, digest))
     return name, points
 
 

@@ -1,0 +1,143 @@
+"""Figures (optional extra `npusim[plot]`, matplotlib): a sweep's latency against one
+axis with the phase breakdown stacked, and a report's per-rank phase bars.
+
+Plots read the files npusim writes (results.csv, report.json); they know nothing of the
+simulator.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from npusim.errors import InputError
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        raise InputError("npusim plot", None, "needs matplotlib: pip install 'npusim[plot]'"
+                         ) from None
+    return plt
+
+
+def _phase_durations(row: dict[str, str], phases: list[str]) -> list[float]:
+    """Each phase's share of the latency, in the order phases end: the part of the
+    timeline between the previous phase's end and this one's (so the stack adds up to
+    the op's latency and shows which phase finishes the op)."""
+    ends = []
+    for ph in phases:
+        end = row.get(f"{ph}_end_us", "")
+        if end != "":
+            ends.append((float(end), ph))
+    ends.sort()
+    out = {ph: 0.0 for ph in phases}
+    prev = 0.0
+    for end, ph in ends:
+        out[ph] = max(0.0, end - prev)
+        prev = max(prev, end)
+    return [out[ph] for ph in phases]
+
+
+def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = None,
+               published: Path | None = None) -> Path:
+    """Latency vs `axis` per op (one panel per op and `group` value), phases stacked."""
+    plt = _pyplot()
+    try:
+        rows = list(csv.DictReader(csv_path.open()))
+    except OSError as exc:
+        raise InputError(str(csv_path), None, f"cannot read: {exc.strerror or exc}") from None
+    if not rows or "op" not in rows[0] or "latency_us" not in rows[0]:
+        raise InputError(str(csv_path), None, "not a sweep results.csv (needs op, latency_us)")
+    axes_cols = [c for c in rows[0] if c not in ("point", "op", "latency_us")
+                 and not c.endswith(("_start_us", "_end_us"))]
+    axis = axis or (axes_cols[0] if axes_cols else None)
+    if axis not in axes_cols:
+        raise InputError(str(csv_path), "--axis", f"{axis!r}; allowed: {', '.join(axes_cols)}")
+    if group is not None and group not in axes_cols:
+        raise InputError(str(csv_path), "--group", f"{group!r}; allowed: {', '.join(axes_cols)}")
+    phases = [c[: -len("_end_us")] for c in rows[0] if c.endswith("_end_us")]
+    panels: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
+    for r in rows:
+        panels[(r["op"], r[group] if group else "")].append(r)
+    marks = _published_points(published) if published else {}
+    keys = sorted(panels)
+    fig, axs = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for ax, key in zip(axs[0], keys, strict=True):
+        sel = sorted(panels[key], key=lambda r: float(r[axis]))
+        xs = [float(r[axis]) for r in sel]
+        used = [ph for ph in phases if any(r.get(f"{ph}_end_us") for r in sel)]
+        stacks = [_phase_durations(r, used) for r in sel]
+        bottom = [0.0] * len(sel)
+        for j, ph in enumerate(used):
+            ys = [s[j] for s in stacks]
+            ax.fill_between(xs, bottom, [b + y for b, y in zip(bottom, ys, strict=True)],
+                            step=None, alpha=0.6, color=colors(j), label=ph)
+            bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
+        ax.plot(xs, [float(r["latency_us"]) for r in sel], "k.-", lw=1, label="latency")
+        for (op, quant), pts in marks.items():
+            if op == key[0] and (not group or quant in key[1]):
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "r*", ms=9,
+                        label=f"published {quant}")
+        op, g = key
+        ax.set_title(f"{op}" + (f" ({group}={g})" if group else ""), fontsize=9)
+        ax.set_xlabel(axis)
+        ax.set_ylabel("latency (us)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def _published_points(table: Path) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    from npusim.calibrate import read_table
+
+    marks: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for m in read_table(table):
+        marks[(m.op, m.quant)].append((float(m.workload["bs"]), m.measured_us))
+    return marks
+
+
+def plot_report(report: dict[str, Any], out: Path) -> Path:
+    """Per-rank phase bars (start..end) of every op in a report.json."""
+    plt = _pyplot()
+    ops = report.get("ops") or []
+    if not ops:
+        raise InputError("report", "ops", "no ops to plot")
+    fig, axs = plt.subplots(len(ops), 1, figsize=(8, 1.2 + 0.35 * len(ops[0]["ranks"]) *
+                                               len(ops)), squeeze=False)
+    colors = plt.get_cmap("tab10")
+    for ax, op in zip(axs[:, 0], ops, strict=True):
+        names = list(op["phases"])
+        for rank in op["ranks"]:
+            for j, ph in enumerate(names):
+                span = rank["phases"].get(ph)
+                if span:
+                    ax.barh(rank["rank"] + (j - len(names) / 2) * 0.8 / len(names),
+                            span["end_us"] - span["start_us"], left=span["start_us"],
+                            height=0.8 / len(names), color=colors(j),
+                            label=ph if rank["rank"] == 0 else None)
+        ax.set_title(f"{op['op']}: latency {op['latency_us']:.2f} us", fontsize=9)
+        ax.set_xlabel("us from the op's start")
+        ax.set_ylabel("rank")
+        ax.invert_yaxis()
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out

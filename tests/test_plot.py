@@ -1,0 +1,50 @@
+"""npusim plot: figures from a sweep CSV and from a report (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npusim.cli import main
+from npusim.errors import InputError
+
+pytest.importorskip("matplotlib")
+
+from npusim.report.plot import _phase_durations, plot_sweep  # noqa: E402
+
+CSV = ("point,workload.bs,op,latency_us,send_data_start_us,send_data_end_us,"
+       "local_copy_start_us,local_copy_end_us\n"
+       "p-0,1,dispatch,10.0,1.0,6.0,2.0,10.0\n"
+       "p-1,8,dispatch,20.0,1.0,15.0,2.0,20.0\n")
+
+
+def test_stacked_phase_shares_add_up_to_the_latency():
+    row = {"send_data_end_us": "6.0", "local_copy_end_us": "10.0"}
+    assert _phase_durations(row, ["send_data", "local_copy"]) == [6.0, 4.0]
+
+
+def test_sweep_figure_is_a_png(tmp_path):
+    src = tmp_path / "results.csv"
+    src.write_text(CSV)
+    out = plot_sweep(src, "workload.bs", tmp_path / "f.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_axis_is_an_input_error(tmp_path):
+    src = tmp_path / "results.csv"
+    src.write_text(CSV)
+    with pytest.raises(InputError) as info:
+        plot_sweep(src, "workload.h", tmp_path / "f.png")
+    assert info.value.key == "--axis" and "workload.bs" in str(info.value)
+
+
+def test_report_figure_from_the_cli(tmp_path):
+    scen = tmp_path / "s.yaml"
+    scen.write_text("name: s\nworkload: {op: dispatch, bs: 4, h: 1024, k: 2, ep_world_size: 2,"
+                    " experts_per_rank: 2, timing_only: true}\n")
+    assert main(["run", str(scen), "--out", str(tmp_path / "r")]) == 0
+    assert main(["plot", str(tmp_path / "r" / "report.json"), "--out",
+                 str(tmp_path / "r.png")]) == 0
+    assert Path(tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["plot", str(tmp_path / "missing.json")]) == 2
