@@ -248,7 +248,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("out") / "sweeps" / stem
     if out.exists() and not out.is_dir():
         raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    csv_path = run_sweep(args.sweep, out, args.workers)
+    csv_path = run_sweep(args.sweep, out, args.workers, args.backend)
     print(f"results: {csv_path}")
     return EXIT_OK
 
@@ -378,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("sweep", metavar="SWEEP.yaml")
     swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
     swp.add_argument("--workers", type=int, default=None, help="parallel processes")
+    swp.add_argument("--backend", default="processes", help="processes (default) or ray "
+                     "(the cluster in RAY_ADDRESS, else a local Ray instance)")
     swp.set_defaults(func=cmd_sweep)
 
     plo = sub.add_parser("plot", help="figure from a sweep results.csv (latency vs an axis, "

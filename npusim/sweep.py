@@ -1,4 +1,5 @@
-"""Sweeps: a base scenario plus axes, run as a cartesian product in parallel processes.
+"""Sweeps: a base scenario plus axes, run as a cartesian product in parallel processes
+(or as Ray tasks on a cluster).
 
 A sweep file:
 
@@ -131,18 +132,16 @@ def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
     return name, points
 
 
-def _run_point(args: tuple[dict[str, Any], str, str, str]) -> str:
-    """Worker: simulate one point and write its report atomically."""
+def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
+    """Worker (a local process or a Ray task): simulate one point, return its report.
+    The driver writes the files, so workers need no shared file system."""
     from npusim.report.build import build_report
-    from npusim.report.io import write_json_atomic
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
-    doc, src, base_dir, out = args
+    doc, src, base_dir = args
     sc = scenario_from_doc(doc, src, Path(base_dir))
-    report = build_report(simulate(sc))
-    write_json_atomic(Path(out), report)
-    return out
+    return build_report(simulate(sc))
 
 
 def _done(report_path: Path, digest: str) -> bool:
@@ -155,10 +154,18 @@ def _done(report_path: Path, digest: str) -> bool:
         return False
 
 
-def run_sweep(path: str | Path, out: Path, workers: int | None = None) -> Path:
-    """Run every point not already done; write results.csv; return its path."""
-    from npusim.report.io import write_json_atomic, write_text_atomic
+BACKENDS = ("processes", "ray")
 
+
+def run_sweep(path: str | Path, out: Path, workers: int | None = None,
+              backend: str = "processes") -> Path:
+    """Run every point not already done; write results.csv; return its path.
+
+    backend "processes": a local process pool. "ray": Ray tasks on the cluster named by
+    RAY_ADDRESS, or on a local Ray instance (`npusim[ray]`)."""
+    if backend not in BACKENDS:
+        raise InputError("command line", "--backend", f"{backend!r}; allowed: "
+                         f"{', '.join(BACKENDS)}")
     src = str(path)
     _, points = load_sweep(path)
     base_dir = str(Path(path).resolve().parent)
@@ -169,21 +176,62 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None) -> Path:
             todo.append((pt, rp))
     n = len(points)
     print(f"sweep {src}: {n} point(s), {n - len(todo)} already done", file=sys.stderr)
-    workers = workers or min(len(todo), os.cpu_count() or 1) or 1
-    done = n - len(todo)
-    if todo:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(_run_point, (pt.doc, f"{src} (point {pt.name})",
-                                                base_dir, str(rp))): (pt, rp)
-                       for pt, rp in todo}
-            for fut in as_completed(futures):
-                pt, rp = futures[fut]
-                fut.result()  # an error in a point stops the sweep (finished ones stay)
-                write_json_atomic(rp.with_name("point.json"),
-                                  {"digest": pt.digest, "values": pt.values})
-                done += 1
-                print(f"  [{done}/{n}] {pt.name} {pt.values}", file=sys.stderr, flush=True)
+    counter = [n - len(todo)]
+    jobs = [((pt.doc, f"{src} (point {pt.name})", base_dir), pt, rp) for pt, rp in todo]
+    if jobs:
+        runner = _run_ray if backend == "ray" else _run_processes
+        for report, pt, rp in runner(jobs, workers):
+            _record(report, pt, rp, counter, n)
+    from npusim.report.io import write_text_atomic
+
     return write_text_atomic(out / "results.csv", _csv(points, out))
+
+
+def _record(report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int) -> None:
+    from npusim.report.io import write_json_atomic
+
+    write_json_atomic(rp, report)
+    write_json_atomic(rp.with_name("point.json"), {"digest": pt.digest, "values": pt.values})
+    counter[0] += 1
+    print(f"  [{counter[0]}/{n}] {pt.name} {pt.values}", file=sys.stderr, flush=True)
+
+
+def _run_processes(jobs: list, workers: int | None):
+    workers = workers or min(len(jobs), os.cpu_count() or 1) or 1
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_run_point, args): (pt, rp) for args, pt, rp in jobs}
+        for fut in as_completed(futures):
+            pt, rp = futures[fut]
+            # an error in a point stops the sweep; finished points stay for a resume
+            yield fut.result(), pt, rp
+
+
+def _run_ray(jobs: list, workers: int | None):
+    try:
+        import ray
+    except ModuleNotFoundError:
+        raise InputError("command line", "--backend", "ray needs the Ray package: "
+                         "pip install 'npusim[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "logging_level": "ERROR"}
+        if not address and workers:
+            kwargs["num_cpus"] = workers
+        ray.init(address=address or None, **kwargs)
+        started = True
+    try:
+        task = ray.remote(_run_point)
+        pending = {task.remote(args): (pt, rp) for args, pt, rp in jobs}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            ref = ready[0]
+            pt, rp = pending.pop(ref)
+            yield ray.get(ref), pt, rp
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def _csv(points: list[Point], out: Path) -> str:

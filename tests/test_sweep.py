@@ -75,3 +75,19 @@ def test_bad_sweep_file_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "base" in err[0] and "not found" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_ray_backend_gives_the_same_results(tmp_path, capsys):
+    """The same sweep on a local Ray instance: same points, same CSV as with processes."""
+    pytest.importorskip("ray")
+    p = sweep_file(tmp_path, {"workload.bs": [1, 8]})
+    local, ray_out = tmp_path / "local", tmp_path / "ray"
+    assert main(["sweep", str(p), "--out", str(local), "--workers", "1"]) == 0
+    assert main(["sweep", str(p), "--out", str(ray_out), "--workers", "2",
+                 "--backend", "ray"]) == 0
+    assert (ray_out / "results.csv").read_text() == (local / "results.csv").read_text()
+
+
+def test_unknown_backend_is_an_input_error(tmp_path):
+    p = sweep_file(tmp_path, {"workload.bs": [1]})
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--backend", "dask"]) == 2
