@@ -27,6 +27,17 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(plt: Any, fig: Any, out: Path) -> Path:
+    """Write the figure atomically (temp file + rename) and free it."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
 def _phase_durations(row: dict[str, str], phases: list[str]) -> list[float]:
     """Each phase's share of the latency, in the order phases end: the part of the
     timeline between the previous phase's end and this one's (so the stack adds up to
@@ -92,13 +103,7 @@ def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = 
         ax.set_ylabel("latency (us)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return _save(plt, fig, out)
 
 
 def _published_points(table: Path) -> dict[tuple[str, str], list[tuple[float, float]]]:
@@ -134,10 +139,4 @@ def plot_report(report: dict[str, Any], out: Path) -> Path:
         ax.set_ylabel("rank")
         ax.invert_yaxis()
         ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
-    return out
+    return _save(plt, fig, out)
