@@ -47,7 +47,7 @@ class Resource:
         self.caps: dict[float, int] = {}  # cap -> number of flows with that cap
         self.cap_sum = 0.0
         self.level = INF
-        self.groups: dict[Group, None] = {}  # groups whose path crosses this resource
+        self.groups: dict[Group, None] = {}  # non-empty groups whose path crosses this resource
         self.bytes = 0
         self.nflows = 0
 
@@ -122,9 +122,12 @@ class Group:
         done = []
         while self.heap and self.heap[0][0] <= self.clock + _EPS * max(1.0, self.heap[0][0]):
             done.append(heapq.heappop(self.heap)[2])
+        if not self.heap:  # idle: level changes need not re-rate it until a flow joins
+            for r in self.path:
+                del r.groups[self]
         for f in done:
             net._finish(f)
-        self.arm()
+        net._dirty[self] = None  # re-armed once the instant's level changes are applied
 
 
 class Flow:
@@ -151,7 +154,14 @@ class Flow:
 
 
 class FlowNetwork:
-    """Owns all flows of one simulation."""
+    """Owns all flows of one simulation.
+
+    Level changes are applied once per instant, not once per start or finish: the flows
+    that finish at one time, and the transfers their pipes start at once in their place,
+    are netted out first (a pipe handing over to its next transfer on the same path moves
+    no level at all), then the levels are recomputed and the groups re-rated. No time
+    passes in between, so the rates over every interval are exactly those of the
+    one-at-a-time order."""
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
@@ -166,7 +176,12 @@ class FlowNetwork:
         # observer(resource, t_ns, used_gbps) after every change of a resource's used
         # bandwidth; None (the default) costs one test per flow start and finish
         self.observer: Callable[[Resource, float, float], None] | None = None
-        self._touched: dict[Resource, None] = {}
+        # changes of this instant not yet applied: (path, cap, +1 | -1) per start/finish,
+        # groups that got their first flow, groups to re-arm; flushed when _batch is 0
+        self._pending: list[tuple[tuple[Resource, ...], float, int]] = []
+        self._joining: list[Group] = []
+        self._dirty: dict[Group, None] = {}
+        self._batch = 0
 
     def start(self, size: int, cap_gbps: float, path: tuple[Resource, ...], latency_ns: float,
               on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None,
@@ -182,13 +197,15 @@ class FlowNetwork:
         self.active += 1
         for r in path:
             r.bytes += size
-        self._change(path, cap, +1)
         key = (path, cap)
         g = self._groups.get(key)
         if g is None:
             g = self._groups[key] = Group(self, path, cap)
+        if not g.heap:  # (re)joins its resources; its rate is set when the levels are
+            g.t_last = now
             for r in path:
                 r.groups[g] = None
+            self._joining.append(g)
         else:
             g.settle(now)
         f.group = g
@@ -196,10 +213,51 @@ class FlowNetwork:
         self._seq += 1
         heapq.heappush(g.heap, (f.tag, self._seq, f))
         if g.heap[0][2] is f:
-            g.arm()
-        if self.observer is not None:
-            self._observe(path)
+            self._dirty[g] = None
+        self._pending.append((path, cap, +1))
+        if not self._batch:
+            self._flush()
         return f
+
+    def _flush(self) -> None:
+        """Apply this instant's starts and finishes: move the levels, re-rate the groups
+        that cross a resource whose level moved, re-arm the groups whose first finish
+        moved."""
+        now = self.env.now
+        old_levels: dict[Resource, float] = {}
+        for path, cap, delta in self._pending:
+            for r in path:
+                if r not in old_levels:
+                    old_levels[r] = r.level
+                r.add_cap(cap, delta)
+        self._pending.clear()
+        rerate: dict[Group, None] = dict.fromkeys(self._joining)
+        self._joining.clear()
+        for r, old in old_levels.items():
+            new = r._water_fill()
+            if new == old:
+                continue
+            r.level = new
+            for g in r.groups:
+                if g.rate <= new and g.rate != old:
+                    continue  # r neither limited this group before nor limits it now
+                rerate[g] = None
+        dirty = self._dirty
+        for g in rerate:
+            rate = g.current_rate()
+            if rate != g.rate:
+                g.settle(now)
+                g.rate = rate
+                dirty[g] = None
+        for g in dirty:
+            g.arm()
+        dirty.clear()
+        if self.observer is not None:
+            touched = dict.fromkeys(old_levels)
+            for g in rerate:
+                touched.update(dict.fromkeys(g.path))
+            for r in touched:
+                self.observer(r, now, r.used())
 
     def _wake_at(self, t: float, group: Group, version: int) -> None:
         self._seq += 1
@@ -219,54 +277,22 @@ class FlowNetwork:
         self._timer_at = INF
         now = self.env.now
         wakes = self._wakes
+        self._batch += 1
         while wakes and wakes[0][0] <= now:
             _, _, group, v = heapq.heappop(wakes)
             if v == group.version:
                 group.fire()
+        self._batch -= 1
+        self._flush()
         while wakes and wakes[0][3] != wakes[0][2].version:
             heapq.heappop(wakes)  # stale
         if wakes and wakes[0][0] < self._timer_at:
             self._arm_timer(wakes[0][0])
 
-    def _change(self, path: tuple[Resource, ...], cap: float, delta: int) -> None:
-        """A flow of `cap` joins (+1) or leaves (-1) `path`: update levels and re-rate
-        the groups that cross a resource whose level moved."""
-        now = self.env.now
-        for r in path:
-            old = r.level
-            r.add_cap(cap, delta)
-            new = r._water_fill()
-            if new == old:
-                continue
-            r.level = new
-            for g in r.groups:
-                if g.rate <= new and g.rate != old:
-                    continue  # r neither limited this group before nor limits it now
-                rate = g.current_rate()
-                if rate != g.rate:
-                    g.settle(now)
-                    g.rate = rate
-                    g.arm()
-                    if self.observer is not None:
-                        self._touched.update(dict.fromkeys(g.path))
-
-    def _observe(self, path: tuple[Resource, ...]) -> None:
-        """Tell the observer the used bandwidth of every resource whose flows changed."""
-        touched = self._touched
-        touched.update(dict.fromkeys(path))
-        now = self.env.now
-        obs = self.observer
-        assert obs is not None
-        for r in touched:
-            obs(r, now, r.used())
-        touched.clear()
-
     def _finish(self, f: Flow) -> None:
         """Last byte sent: free the bandwidth, tell the pipe, deliver after the latency."""
         self.active -= 1
-        self._change(f.path, f.cap, -1)
-        if self.observer is not None:
-            self._observe(f.path)
+        self._pending.append((f.path, f.cap, -1))
         if f.on_sent is not None:
             f.on_sent()
         env = self.env

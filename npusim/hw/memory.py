@@ -152,6 +152,12 @@ class SparseRegion(Region):
         return None
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
+        within = offset & (PAGE - 1)
+        if within + nbytes <= PAGE:  # the common case: inside one page
+            p = self.pages.get(offset >> PAGE_SHIFT)
+            if p is None:
+                return np.zeros(nbytes, dtype=np.uint8)
+            return p[within:within + nbytes].copy()
         out = np.zeros(nbytes, dtype=np.uint8)
         pos = 0
         while pos < nbytes:

@@ -76,7 +76,14 @@ class Strided:
             dst[: self.nbytes] = moved
             return
         pitch = self.length + self.dst_gap
-        for i in range(self.count):
+        if self.dst_gap > 0:  # disjoint blocks: one strided assignment
+            full = self.count - 1  # the last block has no gap after it in the span
+            if full:
+                dst[:full * pitch].reshape(full, pitch)[:, :self.length] = (
+                    moved[:full * self.length].reshape(full, self.length))
+            dst[full * pitch:full * pitch + self.length] = moved[full * self.length:self.nbytes]
+            return
+        for i in range(self.count):  # overlapping blocks land in order
             dst[i * pitch:i * pitch + self.length] = moved[i * self.length:(i + 1) * self.length]
 
 
@@ -445,15 +452,17 @@ class KernelContext:
                     raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
                                      f"bytes an earlier put of this call wrote ({other}): "
                                      "a race", address=dst_offset, size=dst_span)
-        raw = src.bytes_at(src_offset, src_span)
-        payload = strided.gather(raw).copy() if strided else raw.copy()
-        nbytes = strided.charged(self.ub.alignment) if strided else payload.size
+        nbytes = strided.charged(self.ub.alignment) if strided else src_span
         src.read_busy = INF
         op = Op(self.env, name, "mte3")
         pipe = self.core.mte3
         pipe.last = op
 
         def done(t: float) -> None:
+            # the bytes are read from UB at delivery: the hazard checks guarantee nothing
+            # wrote them since the issue (src.read_busy holds every writer off until now)
+            raw = src.bytes_at(src_offset, src_span)
+            payload = strided.gather(raw) if strided else raw
             if strided is None or strided.dst_gap == 0:
                 dst.write(dst_offset, payload)
             else:  # read-modify-write of the span: atomic at this instant
