@@ -92,6 +92,8 @@ def expert_outputs(d: dict[str, np.ndarray], t: MoeTiling) -> np.ndarray:
     """Identity experts: the dispatched rows dequantised to the token dtype."""
     dt = token_dtype(t.dtype)
     ex = d["expand_x"]
+    if t.dispatch_quant == "none":  # the rows as they are (combine only reads them)
+        return ex.view(dt)
     out = np.zeros((t.max_rows, t.h), dtype=dt)
     n = int(d["ep_recv_count"][-1])
     if not n:
@@ -101,8 +103,6 @@ def expert_outputs(d: dict[str, np.ndarray], t: MoeTiling) -> np.ndarray:
     elif t.dispatch_quant == "int8":
         out[:n] = int8_token_dequantize(ex[:n].view(np.int8), d["dynamic_scales"][:n],
                                         out_dtype=dt)
-    else:
-        out[:n] = ex[:n].view(dt)
     return out
 
 

@@ -70,28 +70,39 @@ def send_rows(ctx: KernelContext, t: MoeTiling) -> Wait:
     yield from ctx.pipe_barrier("mte2")  # SyncFunc<MTE2_S>
     info = ctx.ub_read(triplets, np.int32, 3 * rows, ops=0).reshape(rows, 3)
     expand_x = ctx.tensor("expand_x")
-    last_use: list[Any] = [None, None]  # the op that last read each slot pair
+    order = [(loop + ctx.rank_id) % rows for loop in range(rows)]  # rank-staggered start
+    last_use: list[Any] = [None, None]  # the data put that last read each slot pair
+    loads: list[Any] = [None] * rows
+
+    def load_row(loop: int) -> Wait:
+        """AllocTensor + DataCopy: the load waits until the slot's last put has read it."""
+        p = loop % 2
+        if last_use[p] is not None:
+            yield from ctx.wait(last_use[p])
+        loads[loop] = ctx.copy_in(in_slots[p], expand_x, (r0 + order[loop]) * 2 * h, 2 * h,
+                                  name="load_row")
+
+    yield from load_row(0)
     for loop in range(rows):
-        i = (loop + ctx.rank_id) % rows  # rank-staggered start
-        row = r0 + i
-        src, token, k = (int(v) for v in info[i])
+        src, token, k = (int(v) for v in info[order[loop]])
         ctx.scalar(3)
         p = loop % 2
         slot_in = in_slots[p]
-        if last_use[p] is not None:
-            yield from ctx.wait(last_use[p])  # AllocTensor: the slot's last reader is done
-        load = ctx.copy_in(slot_in, expand_x, row * 2 * h, 2 * h, name="load_row")
-        yield from ctx.wait(load)  # EnQue/DeQue
+        yield from ctx.wait(loads[loop])  # EnQue/DeQue
         dst_off = lay.combine_slot(token, k)
         if int8:
             out = out_slots[p]
             _int8_quantise(ctx, t, slot_in, out, dt)
+            if loop + 1 < rows:  # the scalar runs ahead: the next row loads meanwhile
+                yield from load_row(loop + 1)
             yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
-            ctx.put(src, dst_off, out, crec.send_bytes, name="copy_row")
+            last_use[p] = ctx.put(src, dst_off, out, crec.send_bytes, name="copy_row")
         else:
-            ctx.put(src, dst_off, slot_in, 2 * h, name="copy_row")
+            last_use[p] = ctx.put(src, dst_off, slot_in, 2 * h, name="copy_row")
+            if loop + 1 < rows:
+                yield from load_row(loop + 1)
         ctx.mte_fence("mte3")  # PipeBarrier<PIPE_MTE3>: the flag follows the landed row
-        last_use[p] = ctx.put(src, lay.combine_flag(token, k), flag, 32, name="put_flag")
+        ctx.put(src, lay.combine_flag(token, k), flag, 32, name="put_flag")
     yield from ctx.pipe_barrier("mte3")  # SyncFunc<MTE3_S>
 
 
@@ -159,34 +170,49 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
                 yield from ctx.wait(out_op)  # SyncFunc<MTE3_V>: token buffer free again
             ctx.vector("dup_acc", h, np.float32, writes=[acc],
                        fn=lambda: acc.view(np.float32, h).fill(0))
+            # The expert ids (scalar GetValue); special experts (id >= E) are skipped and
+            # do not advance the weight index.
+            valid: list[tuple[int, float]] = []
             widx = token * t.k
             for k in range(t.k):
                 eid = int(ctx.gm_read_scalar(ids_gm, 4 * (token * t.k + k), np.int32))
-                if not 0 <= eid < e_total:
-                    continue  # special expert: skipped, weight index not advanced
-                w = weights[widx]
-                widx += 1
-                buf = rows[parity]
-                if last_row_use[parity] is not None:
-                    yield from ctx.wait(last_row_use[parity])
-                nbytes = crec.send_bytes
-                yield from ctx.wait(ctx.copy_in(buf, win, lay.combine_slot(token, k), nbytes,
-                                                name="load_slot"))
+                if 0 <= eid < e_total:
+                    valid.append((k, weights[widx]))
+                    widx += 1
+            loads: list[Any] = [None] * len(valid)
+
+            def load_slot(j: int, token: int = token, valid=valid, loads=loads,
+                          parity: int = parity) -> Wait:
+                """Two-slot queue: a slot is refilled once the vector unit is done with it."""
+                p = (parity + j) % 2
+                if last_row_use[p] is not None:
+                    yield from ctx.wait(last_row_use[p])
+                loads[j] = ctx.copy_in(rows[p], win, lay.combine_slot(token, valid[j][0]),
+                                       crec.send_bytes, name="load_slot")
+
+            for j in range(min(2, len(valid))):
+                yield from load_slot(j)
+            for j, (_, w) in enumerate(valid):
+                buf = rows[(parity + j) % 2]
+                yield from ctx.wait(loads[j])  # DeQue: the vector unit waits for the row
                 if int8:
                     _int8_dequantise(ctx, t, buf, dt)
+
                 def accumulate(buf=buf, w=w) -> None:
                     prod = mul_buf.view(np.float32, h)
                     np.multiply(buf.view(dt, h), np.float32(w), out=prod, dtype=np.float32)
                     a = acc.view(np.float32, h)
                     np.add(a, prod, out=a)
 
-                last_row_use[parity] = ctx.vector_seq(
+                last_row_use[(parity + j) % 2] = ctx.vector_seq(
                     "weighted_add",
                     [("cast_f32", h, np.float32), ("muls_weight", h, np.float32),
                      ("add", h, np.float32)],
                     reads=[buf, row_f32, mul_buf], writes=[row_f32, mul_buf, acc],
                     fn=accumulate if functional else None)
-                parity ^= 1
+                if j + 2 < len(valid):  # the load two ahead, into the slot just consumed
+                    yield from load_slot(j + 2)
+            parity = (parity + len(valid)) % 2
 
             def cast_out() -> None:
                 token_buf.view(dt, h)[:] = acc.view(np.float32, h).astype(dt)
@@ -220,5 +246,7 @@ def _int8_dequantise(ctx: KernelContext, t: MoeTiling, buf, dt: np.dtype) -> Non
 
 
 def _sum_check_ns(ctx: KernelContext, n: int) -> float:
+    """ReduceSum over the n polled fp32 flags (n/64 repeats) and a scalar compare."""
     v = ctx.cfg.vector
-    return (v.issue_cycles + max(1, -(-n // 64))) * ctx.cycle_ns + 2 * ctx.issue_ns
+    return ((v.issue_cycles + max(1, -(-n // 64)) * v.cycles_per_repeat) * ctx.cycle_ns
+            + 2 * ctx.issue_ns)

@@ -392,7 +392,8 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
 def _check_cost(ctx: KernelContext, n: int) -> float:
     """A poll's check after the read: one vector reduce and a scalar compare (ns)."""
     v = ctx.cfg.vector
-    return (v.issue_cycles + max(1, -(-n // 8))) * ctx.cycle_ns + 2 * ctx.issue_ns
+    return ((v.issue_cycles + max(1, -(-n // 8)) * v.cycles_per_repeat) * ctx.cycle_ns
+            + 2 * ctx.issue_ns)
 
 
 # --------------------------------------------------------------------------- local copy
@@ -503,7 +504,10 @@ def _block_base(t: MoeTiling, state: int, idx: int) -> int:
 
 
 def _flag_check_cost(ctx: KernelContext, nflags: int) -> float:
-    """GatherMask + CompareScalar over the polled flags and a scalar leading-ones scan."""
+    """GatherMask + CompareScalar over the polled flags and a scalar leading-ones scan.
+
+    GatherMask picks element 0 of each 32 B flag block with one repeat per flag (mask 1,
+    repeat nflags); CompareScalar covers Align64(nflags) fp32, nflags/64 repeats."""
     v = ctx.cfg.vector
-    vec = 2 * v.issue_cycles + nflags / 8 + -(-nflags // 64)
+    vec = 2 * v.issue_cycles + (nflags + -(-nflags // 64)) * v.cycles_per_repeat
     return vec * ctx.cycle_ns + (2 + nflags / 64) * ctx.issue_ns
