@@ -58,6 +58,8 @@ def case_id(**w: Any) -> str:
                  + (f"s{r['s']:g}" if "s" in r else ""))
     if w.get("expert_token_nums_type", "count") == "cumsum":
         parts.append("cumsum")
+    if w.get("shared_experts"):
+        parts.append(f"s{w['shared_experts']}r{w['shared_expert_ranks']}")
     return "-".join(parts)
 
 
@@ -67,7 +69,8 @@ def workload_inputs(sc: Scenario) -> RunInputs:
     return generate_inputs(w.ep_world_size, w.bs, w.h, w.k, w.experts_per_rank, w.dtype,
                            routing=w.routing.kind, seed=w.routing.seed,
                            zipf_s=w.routing.s if w.routing.s is not None else 1.2,
-                           with_combine="combine" in w.ops)
+                           with_combine="combine" in w.ops, shared_experts=w.shared_experts,
+                           shared_expert_ranks=w.shared_expert_ranks)
 
 
 def simulate_with(sc: Scenario, inputs: list[dict[str, np.ndarray]]) -> RunResult:
@@ -83,7 +86,9 @@ def dispatch_ref(sc: Scenario, x: list[np.ndarray], ids: list[np.ndarray]
                  ) -> list[dict[str, np.ndarray]]:
     w = sc.workload
     return reference_dispatch(x, ids, w.experts_per_rank, w.dispatch_quant,
-                              w.expert_token_nums_type, saturate=w.mxfp8_saturate)
+                              w.expert_token_nums_type, saturate=w.mxfp8_saturate,
+                              shared_experts=w.shared_experts,
+                              shared_expert_ranks=w.shared_expert_ranks)
 
 
 def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
@@ -92,7 +97,7 @@ def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
     """reference_combine; assist info and counts from `disp` or from the routing alone."""
     w = sc.workload
     if disp is None:
-        plans = dispatch_plan(ids, w.experts_per_rank)
+        plans = dispatch_plan(ids, w.experts_per_rank, w.shared_experts, w.shared_expert_ranks)
         assist = [np.stack([p.src, p.token, p.k], axis=1) for p in plans]
         recv = [np.cumsum(p.counts) for p in plans]
     else:
@@ -100,7 +105,8 @@ def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
         recv = [d["ep_recv_count"] for d in disp]
     return reference_combine(expand_x, assist, recv, ids, scales, w.bs, w.h, w.k,
                              w.experts_per_rank, quant=w.combine_quant, dtype=w.dtype,
-                             recip=recip)
+                             recip=recip, shared_experts=w.shared_experts,
+                             shared_expert_ranks=w.shared_expert_ranks)
 
 
 def assert_bytes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
