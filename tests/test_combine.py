@@ -22,6 +22,7 @@ from simhelp import (
     case_id,
     combine_ref,
     dispatch_ref,
+    round_trip_bound,
     run,
     scenario,
     simulate_with,
@@ -148,56 +149,7 @@ def test_combine_int8_zero_blocks(tmp_path: Path, dtype: str) -> None:
 
 # --------------------------------------------------------------------------- round trip
 # dispatch -> identity experts -> combine with weights summing to 1 returns x within
-# the quantisation error. The bound is derived here from the formats, per element:
-#   u  = unit roundoff of the token dtype (2^-11 fp16, 2^-8 bf16)
-#   e1 = dispatch quantise + dequantise to the token dtype:
-#        none 0;  mxfp8 e5m2 (2 mantissa bits, RNE; saturating) |x| 2^-3, plus e5m2
-#        subnormals (< block amax 2^-32 absolute), then the cast to the token dtype;
-#        int8 per token: half a step amax/127/2 (fp32 scale 1/d, product rounding), then cast
-#   e2 = combine INT8 block of 8 on the dispatched row v (block max m <= max |x| + e1):
-#        q = rint(fp16(v / s)) is within 0.5 + 2^-5 steps (fp16 ulp below 128 is 2^-4) of
-#        v / s, s = m / 127; the stored scale rounds to the token dtype (|q| s u <= m u);
-#        the dequantised value rounds to the token dtype once more (u (|x| + e1 + e2))
-#   sum_k w_k row_k in fp32 and the final cast: |sum w| (e1 + e2) + |1 - sum w| |x| plus
-#        K 2^-24 of the magnitudes and u of the result.
-# Every fp32 intermediate rounding (127 / amax, 1 / d, the products and quotients) is a few
-# 2^-24 of amax at most; each stage carries amax 2^-18 for all of them.
-
-
-def _unit_roundoff(dtype: str) -> float:
-    return 2.0**-11 if dtype == "float16" else 2.0**-8
-
-
-def _round_trip_bound(x: np.ndarray, w: np.ndarray, dquant: str, cquant: str, dtype: str
-                      ) -> np.ndarray:
-    u = _unit_roundoff(dtype)
-    ax = np.abs(x.astype(np.float64))
-    amax = ax.max(axis=1, keepdims=True)
-    sub = 2.0**-24 if dtype == "float16" else 0.0  # fp16 subnormal spacing / 2
-    f32 = amax * 2.0**-18  # fp32 intermediate roundings of one stage
-    if dquant == "none":
-        e1 = np.zeros_like(ax)
-    elif dquant == "mxfp8":
-        blocks = ax.reshape(ax.shape[0], -1, 32).max(axis=2)
-        e1 = ax * 2.0**-3 + np.repeat(blocks, 32, axis=1) * 2.0**-32
-        e1 = e1 + u * (ax + e1) + sub
-    elif dquant == "int8":
-        e1 = amax / 127 / 2 + f32
-        e1 = e1 + u * (ax + e1) + sub
-    else:
-        raise ValueError(dquant)
-    if cquant == "int8":
-        v = ax + e1
-        m = np.repeat(v.reshape(v.shape[0], -1, 8).max(axis=2), 8, axis=1)
-        e2 = m / 127 * (0.5 + 2.0**-5) + m * u + f32
-        e2 = e2 + u * (v + e2) + sub
-    else:
-        e2 = np.zeros_like(ax)
-    wabs = np.abs(w.astype(np.float64)).sum(axis=1, keepdims=True)
-    wdev = np.abs(1 - w.astype(np.float64).sum(axis=1, keepdims=True))
-    K = w.shape[1]
-    inner = wabs * (e1 + e2) + wdev * ax + K * 2.0**-24 * wabs * (ax + e1 + e2)
-    return inner + u * (ax + inner) + sub
+# the quantisation error bound derived in simhelp.round_trip_bound.
 
 
 ROUND_TRIPS = [
@@ -245,7 +197,7 @@ def test_round_trip_identity_experts(tmp_path: Path, dquant: str, cquant: str, d
             assert_bytes_equal(got, x, f"rank {r} x round trip")
             continue
         err = np.abs(g - x.astype(np.float64))
-        bound = _round_trip_bound(x, ws[r], dquant, cquant, dtype)
+        bound = round_trip_bound(x, ws[r], dquant, cquant, dtype)
         worst = np.unravel_index(int(np.argmax(err - bound)), err.shape)
         assert (err <= bound).all(), (
             f"rank {r} token {worst[0]} element {worst[1]}: x={float(x[worst]):g}, "
