@@ -13,7 +13,7 @@ from npusim import sim
 from npusim.reference import dispatch_plan, reference_combine, reference_dispatch
 from npusim.result import RunResult
 from npusim.scenario import Scenario, load_scenario
-from npusim.sim import simulate
+from npusim.sim import DISPATCH_OUTPUTS, simulate
 from npusim.workload.inputs import RunInputs, generate_inputs
 
 
@@ -107,6 +107,23 @@ def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
                              w.experts_per_rank, quant=w.combine_quant, dtype=w.dtype,
                              recip=recip, shared_experts=w.shared_experts,
                              shared_expert_ranks=w.shared_expert_ranks)
+
+
+def check_dispatch_outputs(outputs: list[dict[str, np.ndarray]],
+                           ref: list[dict[str, np.ndarray]]) -> None:
+    """Every rank's five dispatch outputs byte for byte."""
+    assert len(outputs) == len(ref)
+    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
+        assert set(got) == set(want) == set(DISPATCH_OUTPUTS), (r, sorted(got), sorted(want))
+        for name, arr in want.items():
+            assert_bytes_equal(got[name], arr, f"rank {r} {name}")
+
+
+def check_x(outputs: list[dict[str, np.ndarray]], ref: list[np.ndarray], what: str) -> None:
+    """Every rank's combine output x byte for byte."""
+    assert len(outputs) == len(ref)
+    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
+        assert_bytes_equal(got["x"], want, f"rank {r} x ({what})")
 
 
 def assert_bytes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:

@@ -20,6 +20,8 @@ import pytest
 from simhelp import (
     assert_bytes_equal,
     case_id,
+    check_dispatch_outputs,
+    check_x,
     combine_ref,
     dispatch_ref,
     round_trip_bound,
@@ -72,12 +74,6 @@ CHAIN_CASES = [
 ]
 
 
-def _check_x(outputs: list[dict[str, np.ndarray]], ref: list[np.ndarray], what: str) -> None:
-    assert len(outputs) == len(ref)
-    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
-        assert_bytes_equal(got["x"], want, f"rank {r} x ({what})")
-
-
 @pytest.mark.parametrize("workload", COMBINE_CASES)
 def test_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
     sc, res = run(tmp_path, **workload)
@@ -86,10 +82,10 @@ def test_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
     inp = workload_inputs(sc)
     disp = reference_dispatch(inp.x, inp.expert_ids, sc.workload.experts_per_rank, "none")
     ref = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, True, disp)
-    _check_x(op.outputs, ref, "kernel arithmetic, recip")
+    check_x(op.outputs, ref, "kernel arithmetic, recip")
     if sc.workload.dtype == "float16":
         golden = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, False, disp)
-        _check_x(op.outputs, golden, "golden arithmetic, divide")
+        check_x(op.outputs, golden, "golden arithmetic, divide")
 
 
 # Unsaturated MXFP8 (the sample's rule) turns an element >= 1.875 * 2^floor(log2 amax) of its
@@ -103,15 +99,13 @@ def test_dispatch_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) ->
     w = sc.workload
     inp = workload_inputs(sc)
     disp = dispatch_ref(sc, inp.x, inp.expert_ids)
-    for r, d in enumerate(disp):  # dispatch is already right, so combine sees what we assume
-        for name, arr in d.items():
-            assert_bytes_equal(res.ops[0].outputs[r][name], arr, f"rank {r} dispatch {name}")
+    check_dispatch_outputs(res.ops[0].outputs, disp)  # so combine sees what we assume
     experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.h, w.dtype) for d in disp]
     ref = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, True, disp)
-    _check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
+    check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
     if w.dtype == "float16":
         golden = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, False, disp)
-        _check_x(res.ops[1].outputs, golden, "golden arithmetic, divide")
+        check_x(res.ops[1].outputs, golden, "golden arithmetic, divide")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -123,7 +117,7 @@ def test_combine_divide_arithmetic_selectable(tmp_path: Path, dtype: str) -> Non
     assert sc.workload.combine_recip is False
     inp = workload_inputs(sc)
     ref = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, False)
-    _check_x(res.ops[0].outputs, ref, "golden arithmetic, divide")
+    check_x(res.ops[0].outputs, ref, "golden arithmetic, divide")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -144,7 +138,7 @@ def test_combine_int8_zero_blocks(tmp_path: Path, dtype: str) -> None:
     ref = combine_ref(sc, ex, inp.expert_ids, inp.expert_scales, True)
     for r in range(4):
         assert not np.isnan(res.ops[0].outputs[r]["x"].astype(np.float32)).any()
-    _check_x(res.ops[0].outputs, ref, "zero blocks")
+    check_x(res.ops[0].outputs, ref, "zero blocks")
 
 
 # --------------------------------------------------------------------------- round trip

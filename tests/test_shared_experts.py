@@ -23,6 +23,8 @@ import yaml
 from simhelp import (
     assert_bytes_equal,
     case_id,
+    check_dispatch_outputs,
+    check_x,
     combine_ref,
     dispatch_ref,
     round_trip_bound,
@@ -83,17 +85,14 @@ CHAIN_CASES = [
 ]
 
 
-def _check_dispatch(outputs: list[dict[str, np.ndarray]], ref: list[dict[str, np.ndarray]]
-                    ) -> None:
-    assert len(outputs) == len(ref)
-    for r, d in enumerate(ref):
-        for name, arr in d.items():
-            assert_bytes_equal(outputs[r][name], arr, f"rank {r} dispatch {name}")
-
-
-def _check_x(outputs: list[dict[str, np.ndarray]], ref: list[np.ndarray], what: str) -> None:
-    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
-        assert_bytes_equal(got["x"], want, f"rank {r} x ({what})")
+def _run_dispatch(tmp_path: Path, workload: dict[str, Any]):
+    """Run the workload, check its dispatch outputs against the reference; returns
+    (scenario, result, inputs, reference dispatch outputs)."""
+    sc, res = run(tmp_path, **workload)
+    inp = workload_inputs(sc)
+    disp = dispatch_ref(sc, inp.x, inp.expert_ids)
+    check_dispatch_outputs(res.ops[0].outputs, disp)
+    return sc, res, inp, disp
 
 
 # Unsaturated MXFP8 (the sample's rule) can produce inf, and combine's INT8 block 0 * inf NaN,
@@ -103,11 +102,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:Runtim
 
 @pytest.mark.parametrize("workload", DISPATCH_CASES)
 def test_dispatch_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
-    sc, res = run(tmp_path, **workload)
+    sc, res, _, _ = _run_dispatch(tmp_path, workload)
     w = sc.workload
-    inp = workload_inputs(sc)
-    ref = dispatch_ref(sc, inp.x, inp.expert_ids)
-    _check_dispatch(res.ops[0].outputs, ref)
     R = w.shared_expert_ranks // w.shared_experts
     for r in range(w.shared_expert_ranks):  # a shared rank's output shapes
         out = res.ops[0].outputs[r]
@@ -121,22 +117,19 @@ def test_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
     sc, res = run(tmp_path, **workload)
     inp = workload_inputs(sc)
     ref = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, True)
-    _check_x(res.ops[0].outputs, ref, "kernel arithmetic, recip")
+    check_x(res.ops[0].outputs, ref, "kernel arithmetic, recip")
     if sc.workload.dtype == "float16":
         golden = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, False)
-        _check_x(res.ops[0].outputs, golden, "golden arithmetic, divide")
+        check_x(res.ops[0].outputs, golden, "golden arithmetic, divide")
 
 
 @pytest.mark.parametrize("workload", CHAIN_CASES)
 def test_dispatch_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
-    sc, res = run(tmp_path, **workload)
+    sc, res, inp, disp = _run_dispatch(tmp_path, workload)
     w = sc.workload
-    inp = workload_inputs(sc)
-    disp = dispatch_ref(sc, inp.x, inp.expert_ids)
-    _check_dispatch(res.ops[0].outputs, disp)
     experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.h, w.dtype) for d in disp]
     ref = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, True, disp)
-    _check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
+    check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
 
 
 def test_worked_example_by_hand(tmp_path: Path) -> None:
