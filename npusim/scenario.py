@@ -628,6 +628,21 @@ def _check_window(src: str, w: Workload, hw: HardwareConfig, overrides: Mapping[
     )
 
 
+def _check_shared_cores(src: str, w: Workload, hw: HardwareConfig) -> None:
+    """The shared-send cores (V2: max(1, C*S // (K+S))) must leave a MoE-send core and a
+    cum-sum core."""
+    if not w.shared_experts:
+        return
+    cores = hw.chip.aiv_cores
+    n_sh = layout.shared_send_core_count(cores, w.k, w.shared_experts)
+    if cores - n_sh < 2:
+        raise InputError(
+            src, "workload.shared_experts",
+            f"{w.shared_experts} shared experts with k={w.k} take {n_sh} of the {cores} AIV "
+            "cores (max(1, C*S // (K+S))), leaving fewer than the 2 that MoE sends and counts "
+            "need; allowed: fewer shared experts or more chip.aiv_cores")
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -685,6 +700,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     overrides = _flatten_overrides(src, doc.get("hardware_overrides"))
     hardware = _hardware(src, ref, overrides, base)
     _check_window(src, workload, hardware, overrides)
+    _check_shared_cores(src, workload, hardware)
 
     return Scenario(
         name=name,

@@ -123,13 +123,18 @@ def test_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
         check_x(res.ops[0].outputs, golden, "golden arithmetic, divide")
 
 
-@pytest.mark.parametrize("workload", CHAIN_CASES)
-def test_dispatch_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
+def _check_chain(tmp_path: Path, workload: dict[str, Any]) -> None:
+    """dispatch_combine: dispatch outputs, then x from identity experts, byte for byte."""
     sc, res, inp, disp = _run_dispatch(tmp_path, workload)
     w = sc.workload
     experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.h, w.dtype) for d in disp]
     ref = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, True, disp)
     check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
+
+
+@pytest.mark.parametrize("workload", CHAIN_CASES)
+def test_dispatch_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
+    _check_chain(tmp_path, workload)
 
 
 def test_worked_example_by_hand(tmp_path: Path) -> None:
@@ -260,6 +265,29 @@ def test_bad_shared_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Capt
     assert len(err.splitlines()) == 1, err
     assert err.startswith(f"npusim: error: {path}: {key}: "), err
     assert not out.exists()
+
+
+def test_too_few_cores_for_the_shared_sends(tmp_path: Path) -> None:
+    """C = 3, K = 1, S = 1: one shared-send core (max(1, 3 // 2)) leaves 2: fine; C = 2
+    leaves 1, with no room for both a MoE-send and a cum-sum core."""
+    doc = {"name": "s", "hardware_overrides": {"chip.aiv_cores": 3}, "workload": {
+        **BASE, "k": 1, "shared_experts": 1, "shared_expert_ranks": 1}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert load_scenario(path).hardware.chip.aiv_cores == 3
+    doc["hardware_overrides"]["chip.aiv_cores"] = 2
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError) as info:
+        load_scenario(path)
+    assert info.value.key == "workload.shared_experts" and "chip.aiv_cores" in str(info.value)
+
+
+def test_three_cores_one_of_each_role(tmp_path: Path) -> None:
+    """A MoE-send core, a cum-sum core and a shared-send core: still byte-exact."""
+    _check_chain(tmp_path, dict(
+        overrides={"chip.aiv_cores": 3}, op="dispatch_combine", ep_world_size=4,
+        shared_experts=1, shared_expert_ranks=2, bs=4, h=1024, k=1, experts_per_rank=2,
+        dispatch_quant="int8", combine_quant="int8", routing=U(12)))
 
 
 def test_case_dir_refuses_shared_experts(tmp_path: Path) -> None:

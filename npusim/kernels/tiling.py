@@ -36,6 +36,16 @@ class MoeTiling:
     timing_only: bool = False  # move no payload bytes (flags and counts still move)
     shared_expert_ranks: int = 0  # S_r: ranks 0..S_r-1 hold the shared experts
 
+    def __post_init__(self) -> None:
+        S, S_r = self.shared_experts, self.shared_expert_ranks
+        if (S == 0) != (S_r == 0) or (S and (S_r % S or S_r >= self.world)):
+            raise ValueError(f"shared experts S={S} on S_r={S_r} of {self.world} ranks: need "
+                             "both zero, or S_r a multiple of S below the world size")
+        if S and self.n_all_to_all < 1:
+            raise ValueError(f"{self.cores} cores leave no MoE-send core next to "
+                             f"{self.n_shared_send_cores} shared-send and {self.n_cumsum} "
+                             "cum-sum cores")
+
     # ---- shared experts (ops-transformer MoeDistributeDispatchV2 / CombineV2)
     @property
     def moe_ranks(self) -> int:
