@@ -6,9 +6,11 @@ follows ops-transformer's quant_mode 2). Comments name the Ascend C steps. Vecto
 are the sample's instruction counts (see docs/kernels.md); the hardware config turns
 them into time.
 
-Core roles: cores [0, n_a2a) send tokens (AllToAllDispatch); the last n_cs cores send
-the per-expert counts and form the prefix sums (CalCumSum); then every core copies
-received tokens from its window to the outputs (LocalWindowCopy).
+Core roles: cores [0, n_a2a) send tokens (AllToAllDispatch); the next n_cs cores send
+the per-expert counts and form the prefix sums (CalCumSum); with shared experts the last
+max(1, C*S // (K+S)) cores send every token to the shared experts (ops-transformer V2
+SendToSharedExpert; without them n_cs are the last cores, as in the sample); then every
+core copies received tokens from its window to the outputs (LocalWindowCopy).
 
 GM tensors on every rank: x [BS,H], expert_ids [BS,K] int32 (inputs); expand_x,
 dynamic_scales, assist_info_for_combine, expert_token_nums, ep_recv_count (outputs);
