@@ -59,6 +59,7 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "combine_recip": True,
     "expert_token_nums_type": "count",
     "shared_experts": 0,
+    "shared_expert_ranks": 0,
     "timing_only": False,
     "routing": {"kind": "balanced", "seed": 0},
 }
@@ -101,11 +102,12 @@ class Workload:
     shared_experts: int = 0
     timing_only: bool = False
     routing: Routing = field(default_factory=Routing)
+    shared_expert_ranks: int = 0
 
     @property
     def num_experts(self) -> int:
-        """E = W * L."""
-        return self.ep_world_size * self.experts_per_rank
+        """E = (W - S_r) * L MoE experts (W * L without shared experts)."""
+        return (self.ep_world_size - self.shared_expert_ranks) * self.experts_per_rank
 
     @property
     def ops(self) -> tuple[str, ...]:
@@ -114,7 +116,7 @@ class Workload:
 
     @property
     def max_recv_rows(self) -> int:
-        """A = BS * W * min(K, L): the most rows one rank can receive."""
+        """A = BS * W * min(K, L): the most rows one MoE rank can receive."""
         return self.bs * self.ep_world_size * min(self.k, self.experts_per_rank)
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +135,7 @@ class Workload:
             "combine_recip": self.combine_recip,
             "expert_token_nums_type": self.expert_token_nums_type,
             "shared_experts": self.shared_experts,
+            "shared_expert_ranks": self.shared_expert_ranks,
             "timing_only": self.timing_only,
             "routing": self.routing.to_dict(),
         }
@@ -183,13 +186,13 @@ class Scenario:
 def window_data_bytes(w: Workload) -> int:
     """Bytes one data state needs: combine receive area + (if dispatching) the grid.
 
-    recv = BS*(K+S)*Align512(2H) (S shared-expert slots, counted conservatively) and
-    grid = W*L*BS*slot_bytes, as in the sample (reference/kernels.md).
+    recv = BS*(K+S)*Align512(2H) (S shared-expert slots) and grid = W*L*BS*slot_bytes, as
+    in the sample (reference/kernels.md); a shared rank's grid (W blocks) is smaller.
     """
     d_slot = layout.dispatch_record_layout(w.h, w.dispatch_quant, w.dtype).slot_bytes
     c_slot = layout.combine_record_layout(w.h, w.combine_quant, w.dtype).slot_bytes
     recv = w.bs * (w.k + w.shared_experts) * c_slot
-    grid = w.num_experts * w.bs * d_slot if "dispatch" in w.ops else 0
+    grid = w.ep_world_size * w.experts_per_rank * w.bs * d_slot if "dispatch" in w.ops else 0
     return recv + grid
 
 
@@ -198,7 +201,8 @@ def _layout_problem(w: Workload, hw: HardwareConfig) -> str | None:
     lay = layout.WindowLayout(
         W=w.ep_world_size, BS=w.bs, H=w.h, K=w.k, L=w.experts_per_rank,
         quant=w.dispatch_quant, dtype=w.dtype, cores=hw.chip.aiv_cores,
-        window_bytes=hw.window.bytes,
+        window_bytes=hw.window.bytes, shared_experts=w.shared_experts,
+        shared_ranks=w.shared_expert_ranks,
     )
     try:
         lay.validate()
@@ -384,38 +388,37 @@ def _workload(src: str, raw: Any) -> Workload:
         )
     k = _int(src, k_("k"), doc["k"], *K_RANGE, why="kernel limit")
     w = _int(src, k_("ep_world_size"), doc["ep_world_size"], *W_RANGE, why="kernel limit")
+    shared, shared_ranks = _shared(src, k_, get("shared_experts"), get("shared_expert_ranks"), w)
+    moe_ranks = w - shared_ranks
     l_ = _int(
         src,
         k_("experts_per_rank"),
         doc["experts_per_rank"],
         1,
         MAX_EXPERTS // 2,
-        why=f"and ep_world_size * experts_per_rank <= {MAX_EXPERTS}",
+        why=f"and ep_world_size * experts_per_rank <= {MAX_EXPERTS}" if not shared_ranks
+        else f"and (ep_world_size - shared_expert_ranks) * experts_per_rank <= {MAX_EXPERTS}",
     )
-    e = w * l_
+    e = moe_ranks * l_
     if e > MAX_EXPERTS:
+        if shared_ranks:
+            what = f"(ep_world_size - shared_expert_ranks) * experts_per_rank = {moe_ranks} * "
+        else:
+            what = f"ep_world_size * experts_per_rank = {w} * "
         raise InputError(
             src,
             k_("experts_per_rank"),
-            f"ep_world_size * experts_per_rank = {w} * {l_} = {e} experts; allowed: at most "
-            f"{MAX_EXPERTS} (kernel limit), so experts_per_rank <= {MAX_EXPERTS // w}",
+            f"{what}{l_} = {e} experts; allowed: at most "
+            f"{MAX_EXPERTS} (kernel limit), so experts_per_rank <= {MAX_EXPERTS // moe_ranks}",
         )
     if k > e:
+        which = ("ep_world_size * experts_per_rank" if not shared_ranks
+                 else "MoE experts, (ep_world_size - shared_expert_ranks) * experts_per_rank")
         raise InputError(
             src,
             k_("k"),
-            f"top-k {k} exceeds the {e} experts (ep_world_size * "
-            f"experts_per_rank); a token's K experts are distinct, so allowed: k <= {e}",
-        )
-    shared = _int(src, k_("shared_experts"), get("shared_experts"), *SHARED_RANGE)
-    if shared and op == "dispatch":
-        raise InputError(
-            src, k_("shared_experts"), "is a combine option; allowed with op: dispatch: 0"
-        )
-    if shared:  # the kernels do not model shared-expert slots yet: refuse, do not ignore
-        raise InputError(
-            src, k_("shared_experts"),
-            f"{shared}: shared-expert slots are not modelled yet; allowed: 0",
+            f"top-k {k} exceeds the {e} experts ({which}); a token's K experts are distinct, "
+            f"so allowed: k <= {e}",
         )
     return Workload(
         op=op,
@@ -435,7 +438,32 @@ def _workload(src: str, raw: Any) -> Workload:
         shared_experts=shared,
         timing_only=_bool(src, k_("timing_only"), get("timing_only")),
         routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
+        shared_expert_ranks=shared_ranks,
     )
+
+
+def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int) -> tuple[int, int]:
+    """(S, S_r) under ops-transformer V2's rules: S in 0..4, S_r in 0..W-1, both zero or
+    both nonzero, S_r a multiple of S (each shared expert on R = S_r / S ranks)."""
+    shared = _int(src, k_("shared_experts"), raw_s, *SHARED_RANGE, why="kernel limit")
+    ranks = _int(src, k_("shared_expert_ranks"), raw_sr, 0, w - 1,
+                 why="ranks 0..S_r-1 hold the shared experts; at least one MoE rank remains")
+    if shared and not ranks:
+        raise InputError(
+            src, k_("shared_expert_ranks"),
+            f"0 with shared_experts: {shared}; allowed: a multiple of {shared} in "
+            f"{shared}..{w - 1} (the shared experts need ranks of their own)")
+    if ranks and not shared:
+        raise InputError(
+            src, k_("shared_experts"),
+            f"0 with shared_expert_ranks: {ranks}; allowed: 1..4 dividing {ranks}, or set "
+            "shared_expert_ranks: 0")
+    if shared and ranks % shared:
+        raise InputError(
+            src, k_("shared_expert_ranks"),
+            f"{ranks} is not a multiple of shared_experts ({shared}); allowed: multiples of "
+            f"{shared} in {shared}..{w - 1} (each shared expert on S_r / S ranks)")
+    return shared, ranks
 
 
 def _flatten_overrides(src: str, raw: Any, prefix: str = "") -> dict[str, Any]:
@@ -600,6 +628,21 @@ def _check_window(src: str, w: Workload, hw: HardwareConfig, overrides: Mapping[
     )
 
 
+def _check_shared_cores(src: str, w: Workload, hw: HardwareConfig) -> None:
+    """The shared-send cores (V2: max(1, C*S // (K+S))) must leave a MoE-send core and a
+    cum-sum core."""
+    if not w.shared_experts:
+        return
+    cores = hw.chip.aiv_cores
+    n_sh = layout.shared_send_core_count(cores, w.k, w.shared_experts)
+    if cores - n_sh < 2:
+        raise InputError(
+            src, "workload.shared_experts",
+            f"{w.shared_experts} shared experts with k={w.k} take {n_sh} of the {cores} AIV "
+            "cores (max(1, C*S // (K+S))), leaving fewer than the 2 that MoE sends and counts "
+            "need; allowed: fewer shared experts or more chip.aiv_cores")
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -636,6 +679,13 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     run = _run(src, doc.get("run"))
     case_dir, case_src, case_key = _case_dir(src, doc.get("data"), base, case_dir_override)
     if case_dir is not None:
+        if workload.shared_experts:
+            raise InputError(
+                case_src,
+                case_key,
+                "the CANN sample's case directories have no shared experts; allowed only "
+                "with workload.shared_experts: 0",
+            )
         if workload.timing_only:
             raise InputError(
                 case_src,
@@ -650,6 +700,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     overrides = _flatten_overrides(src, doc.get("hardware_overrides"))
     hardware = _hardware(src, ref, overrides, base)
     _check_window(src, workload, hardware, overrides)
+    _check_shared_cores(src, workload, hardware)
 
     return Scenario(
         name=name,

@@ -35,7 +35,7 @@ def tiling_of(scenario: Scenario) -> MoeTiling:
         dispatch_quant=w.dispatch_quant, combine_quant=w.combine_quant,
         expert_token_nums_type=w.expert_token_nums_type, mxfp8_saturate=w.mxfp8_saturate,
         combine_recip=w.combine_recip, shared_experts=w.shared_experts,
-        timing_only=w.timing_only,
+        timing_only=w.timing_only, shared_expert_ranks=w.shared_expert_ranks,
     )
 
 
@@ -48,7 +48,9 @@ def load_inputs(scenario: Scenario) -> list[dict[str, np.ndarray]]:
     inp = generate_inputs(w.ep_world_size, w.bs, w.h, w.k, w.experts_per_rank, w.dtype,
                           routing=w.routing.kind, seed=w.routing.seed,
                           zipf_s=w.routing.s if w.routing.s is not None else 1.2,
-                          with_combine=w.op == "combine", payload=not w.timing_only)
+                          with_combine=w.op == "combine", payload=not w.timing_only,
+                          shared_experts=w.shared_experts,
+                          shared_expert_ranks=w.shared_expert_ranks)
     return inp.per_rank()
 
 
@@ -69,9 +71,9 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
             run, dispatch_out = run_dispatch(machine, t, inputs, limit_ns)
         else:
             if dispatch_out is not None and scenario.data.case_dir is None:
-                expand = [expert_outputs(d, t) if not t.timing_only
-                          else np.zeros((t.max_rows, t.h), token_dtype(t.dtype))
-                          for d in dispatch_out]
+                expand = [expert_outputs(d, t, r) if not t.timing_only
+                          else np.zeros((t.max_rows_of(r), t.h), token_dtype(t.dtype))
+                          for r, d in enumerate(dispatch_out)]
                 meta = dispatch_out
             else:
                 expand = [r["expand_x"] for r in inputs]
@@ -88,13 +90,14 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
                      time.perf_counter() - wall0, samples=machine.trace.samples)
 
 
-def expert_outputs(d: dict[str, np.ndarray], t: MoeTiling) -> np.ndarray:
-    """Identity experts: the dispatched rows dequantised to the token dtype."""
+def expert_outputs(d: dict[str, np.ndarray], t: MoeTiling, rank: int) -> np.ndarray:
+    """Identity experts (shared ones too): the dispatched rows dequantised to the token
+    dtype."""
     dt = token_dtype(t.dtype)
     ex = d["expand_x"]
     if t.dispatch_quant == "none":  # the rows as they are (combine only reads them)
         return ex.view(dt)
-    out = np.zeros((t.max_rows, t.h), dtype=dt)
+    out = np.zeros((t.max_rows_of(rank), t.h), dtype=dt)
     n = int(d["ep_recv_count"][-1])
     if not n:
         return out
@@ -141,16 +144,16 @@ def _set_window_zones(machine: Machine, t: MoeTiling) -> None:
 def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarray]],
                  limit_ns: float) -> tuple[OpRun, list[dict[str, np.ndarray]]]:
     rec = t.record
-    a, wl = t.max_rows, t.world * t.experts_per_rank
     row_dtype = token_dtype(t.dtype) if t.dispatch_quant == "none" else np.uint8
     scale_bytes = {"mxfp8": rec.scale_bytes, "int8": 4, "none": 0}[t.dispatch_quant]
-    for rank, inp in zip(machine.ranks, inputs, strict=True):
+    for r, (rank, inp) in enumerate(zip(machine.ranks, inputs, strict=True)):
+        a, wl = t.max_rows_of(r), t.status_count(r)
         rank.tensor("x", np.ascontiguousarray(inp["x"], dtype=token_dtype(t.dtype)))
         rank.tensor("expert_ids", np.ascontiguousarray(inp["expert_ids"], dtype=np.int32))
         rank.tensor("expand_x", a * rec.data_bytes)
         rank.tensor("dynamic_scales", a * scale_bytes)
         rank.tensor("assist_info_for_combine", a * 12)
-        rank.tensor("expert_token_nums", 8 * t.experts_per_rank)
+        rank.tensor("expert_token_nums", 8 * t.local_experts(r))
         rank.tensor("ep_recv_count", 4 * wl)
         rank.tensor("workspace", 4 * t.cores * wl)
     _set_window_zones(machine, t)
@@ -158,8 +161,9 @@ def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarr
     first_span = len(machine.trace.spans)
     res = launch(machine, dispatch_program(t), time_limit_ns=limit_ns, cores=t.cores)
     outputs = []
-    for rank in machine.ranks:
+    for r, rank in enumerate(machine.ranks):
         tens = rank.tensors
+        a = t.max_rows_of(r)
         if t.dispatch_quant == "mxfp8":
             scales = tens["dynamic_scales"].as_array(np.uint8, (a, scale_bytes))
         elif t.dispatch_quant == "int8":
@@ -187,10 +191,11 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
 
     dt = token_dtype(t.dtype)
     if meta is None:
-        plans = dispatch_plan([inp["expert_ids"] for inp in inputs], t.experts_per_rank)
+        plans = dispatch_plan([inp["expert_ids"] for inp in inputs], t.experts_per_rank,
+                              t.shared_experts, t.shared_expert_ranks)
         meta = []
-        for plan in plans:
-            assist = np.zeros((t.max_rows, 3), np.int32)
+        for r, plan in enumerate(plans):
+            assist = np.zeros((t.max_rows_of(r), 3), np.int32)
             assist[:plan.n] = np.stack([plan.src, plan.token, plan.k], axis=1)
             meta.append({"assist_info_for_combine": assist,
                          "ep_recv_count": np.cumsum(plan.counts).astype(np.int32)})

@@ -13,7 +13,7 @@ from npusim import sim
 from npusim.reference import dispatch_plan, reference_combine, reference_dispatch
 from npusim.result import RunResult
 from npusim.scenario import Scenario, load_scenario
-from npusim.sim import simulate
+from npusim.sim import DISPATCH_OUTPUTS, simulate
 from npusim.workload.inputs import RunInputs, generate_inputs
 
 
@@ -58,6 +58,8 @@ def case_id(**w: Any) -> str:
                  + (f"s{r['s']:g}" if "s" in r else ""))
     if w.get("expert_token_nums_type", "count") == "cumsum":
         parts.append("cumsum")
+    if w.get("shared_experts"):
+        parts.append(f"s{w['shared_experts']}r{w['shared_expert_ranks']}")
     return "-".join(parts)
 
 
@@ -67,7 +69,8 @@ def workload_inputs(sc: Scenario) -> RunInputs:
     return generate_inputs(w.ep_world_size, w.bs, w.h, w.k, w.experts_per_rank, w.dtype,
                            routing=w.routing.kind, seed=w.routing.seed,
                            zipf_s=w.routing.s if w.routing.s is not None else 1.2,
-                           with_combine="combine" in w.ops)
+                           with_combine="combine" in w.ops, shared_experts=w.shared_experts,
+                           shared_expert_ranks=w.shared_expert_ranks)
 
 
 def simulate_with(sc: Scenario, inputs: list[dict[str, np.ndarray]]) -> RunResult:
@@ -83,7 +86,9 @@ def dispatch_ref(sc: Scenario, x: list[np.ndarray], ids: list[np.ndarray]
                  ) -> list[dict[str, np.ndarray]]:
     w = sc.workload
     return reference_dispatch(x, ids, w.experts_per_rank, w.dispatch_quant,
-                              w.expert_token_nums_type, saturate=w.mxfp8_saturate)
+                              w.expert_token_nums_type, saturate=w.mxfp8_saturate,
+                              shared_experts=w.shared_experts,
+                              shared_expert_ranks=w.shared_expert_ranks)
 
 
 def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
@@ -92,7 +97,7 @@ def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
     """reference_combine; assist info and counts from `disp` or from the routing alone."""
     w = sc.workload
     if disp is None:
-        plans = dispatch_plan(ids, w.experts_per_rank)
+        plans = dispatch_plan(ids, w.experts_per_rank, w.shared_experts, w.shared_expert_ranks)
         assist = [np.stack([p.src, p.token, p.k], axis=1) for p in plans]
         recv = [np.cumsum(p.counts) for p in plans]
     else:
@@ -100,7 +105,25 @@ def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
         recv = [d["ep_recv_count"] for d in disp]
     return reference_combine(expand_x, assist, recv, ids, scales, w.bs, w.h, w.k,
                              w.experts_per_rank, quant=w.combine_quant, dtype=w.dtype,
-                             recip=recip)
+                             recip=recip, shared_experts=w.shared_experts,
+                             shared_expert_ranks=w.shared_expert_ranks)
+
+
+def check_dispatch_outputs(outputs: list[dict[str, np.ndarray]],
+                           ref: list[dict[str, np.ndarray]]) -> None:
+    """Every rank's five dispatch outputs byte for byte."""
+    assert len(outputs) == len(ref)
+    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
+        assert set(got) == set(want) == set(DISPATCH_OUTPUTS), (r, sorted(got), sorted(want))
+        for name, arr in want.items():
+            assert_bytes_equal(got[name], arr, f"rank {r} {name}")
+
+
+def check_x(outputs: list[dict[str, np.ndarray]], ref: list[np.ndarray], what: str) -> None:
+    """Every rank's combine output x byte for byte."""
+    assert len(outputs) == len(ref)
+    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
+        assert_bytes_equal(got["x"], want, f"rank {r} x ({what})")
 
 
 def assert_bytes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -121,3 +144,60 @@ def assert_bytes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
         f"{what}: {bad.size} of {g.size} elements differ; first at index "
         f"{tuple(int(v) for v in where)}: got {g.reshape(-1)[i]!r}, expected {e.reshape(-1)[i]!r}"
     )
+
+
+# --------------------------------------------------------------------------- round-trip bound
+# dispatch -> identity experts -> combine returns (sum_k w_k + S) x: every MoE expert gives
+# back its (quantised) token times its weight, every one of the S shared experts the token
+# with weight 1. With weights summing to 1 that is (1 + S) x. The bound on |x_out - (1+S) x|
+# is derived here from the formats, per element:
+#   u  = unit roundoff of the token dtype (2^-11 fp16, 2^-8 bf16)
+#   e1 = dispatch quantise + dequantise to the token dtype:
+#        none 0;  mxfp8 e5m2 (2 mantissa bits, RNE; saturating) |x| 2^-3, plus e5m2
+#        subnormals (< block amax 2^-32 absolute), then the cast to the token dtype;
+#        int8 per token: half a step amax/127/2 (fp32 scale 1/d, product rounding), then cast
+#   e2 = combine INT8 block of 8 on the dispatched row v (block max m <= max |x| + e1):
+#        q = rint(fp16(v / s)) is within 0.5 + 2^-5 steps (fp16 ulp below 128 is 2^-4) of
+#        v / s, s = m / 127; the stored scale rounds to the token dtype (|q| s u <= m u);
+#        the dequantised value rounds to the token dtype once more (u (|x| + e1 + e2))
+#   sum_k w_k row_k + sum_j row_j in fp32 and the final cast: (|sum w| + S) (e1 + e2)
+#        + |1 - sum w| |x| plus (K + S) 2^-24 of the magnitudes and u of the result.
+# Every fp32 intermediate rounding (127 / amax, 1 / d, the products and quotients) is a few
+# 2^-24 of amax at most; each stage carries amax 2^-18 for all of them.
+
+
+def unit_roundoff(dtype: str) -> float:
+    return 2.0**-11 if dtype == "float16" else 2.0**-8
+
+
+def round_trip_bound(x: np.ndarray, w: np.ndarray, dquant: str, cquant: str, dtype: str,
+                     shared: int = 0) -> np.ndarray:
+    """Per element bound on |x_out - (1 + shared) x| for weights w [BS, K] summing to ~1."""
+    u = unit_roundoff(dtype)
+    ax = np.abs(x.astype(np.float64))
+    amax = ax.max(axis=1, keepdims=True)
+    sub = 2.0**-24 if dtype == "float16" else 0.0  # fp16 subnormal spacing / 2
+    f32 = amax * 2.0**-18  # fp32 intermediate roundings of one stage
+    if dquant == "none":
+        e1 = np.zeros_like(ax)
+    elif dquant == "mxfp8":
+        blocks = ax.reshape(ax.shape[0], -1, 32).max(axis=2)
+        e1 = ax * 2.0**-3 + np.repeat(blocks, 32, axis=1) * 2.0**-32
+        e1 = e1 + u * (ax + e1) + sub
+    elif dquant == "int8":
+        e1 = amax / 127 / 2 + f32
+        e1 = e1 + u * (ax + e1) + sub
+    else:
+        raise ValueError(dquant)
+    if cquant == "int8":
+        v = ax + e1
+        m = np.repeat(v.reshape(v.shape[0], -1, 8).max(axis=2), 8, axis=1)
+        e2 = m / 127 * (0.5 + 2.0**-5) + m * u + f32
+        e2 = e2 + u * (v + e2) + sub
+    else:
+        e2 = np.zeros_like(ax)
+    wabs = np.abs(w.astype(np.float64)).sum(axis=1, keepdims=True) + shared
+    wdev = np.abs(1 - w.astype(np.float64).sum(axis=1, keepdims=True))
+    n = w.shape[1] + shared
+    inner = wabs * (e1 + e2) + wdev * ax + n * 2.0**-24 * wabs * (ax + e1 + e2)
+    return inner + u * ((1 + shared) * ax + inner) + sub

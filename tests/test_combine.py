@@ -20,8 +20,11 @@ import pytest
 from simhelp import (
     assert_bytes_equal,
     case_id,
+    check_dispatch_outputs,
+    check_x,
     combine_ref,
     dispatch_ref,
+    round_trip_bound,
     run,
     scenario,
     simulate_with,
@@ -71,12 +74,6 @@ CHAIN_CASES = [
 ]
 
 
-def _check_x(outputs: list[dict[str, np.ndarray]], ref: list[np.ndarray], what: str) -> None:
-    assert len(outputs) == len(ref)
-    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
-        assert_bytes_equal(got["x"], want, f"rank {r} x ({what})")
-
-
 @pytest.mark.parametrize("workload", COMBINE_CASES)
 def test_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
     sc, res = run(tmp_path, **workload)
@@ -85,10 +82,10 @@ def test_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
     inp = workload_inputs(sc)
     disp = reference_dispatch(inp.x, inp.expert_ids, sc.workload.experts_per_rank, "none")
     ref = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, True, disp)
-    _check_x(op.outputs, ref, "kernel arithmetic, recip")
+    check_x(op.outputs, ref, "kernel arithmetic, recip")
     if sc.workload.dtype == "float16":
         golden = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, False, disp)
-        _check_x(op.outputs, golden, "golden arithmetic, divide")
+        check_x(op.outputs, golden, "golden arithmetic, divide")
 
 
 # Unsaturated MXFP8 (the sample's rule) turns an element >= 1.875 * 2^floor(log2 amax) of its
@@ -102,15 +99,13 @@ def test_dispatch_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) ->
     w = sc.workload
     inp = workload_inputs(sc)
     disp = dispatch_ref(sc, inp.x, inp.expert_ids)
-    for r, d in enumerate(disp):  # dispatch is already right, so combine sees what we assume
-        for name, arr in d.items():
-            assert_bytes_equal(res.ops[0].outputs[r][name], arr, f"rank {r} dispatch {name}")
+    check_dispatch_outputs(res.ops[0].outputs, disp)  # so combine sees what we assume
     experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.h, w.dtype) for d in disp]
     ref = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, True, disp)
-    _check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
+    check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
     if w.dtype == "float16":
         golden = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, False, disp)
-        _check_x(res.ops[1].outputs, golden, "golden arithmetic, divide")
+        check_x(res.ops[1].outputs, golden, "golden arithmetic, divide")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -122,7 +117,7 @@ def test_combine_divide_arithmetic_selectable(tmp_path: Path, dtype: str) -> Non
     assert sc.workload.combine_recip is False
     inp = workload_inputs(sc)
     ref = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, False)
-    _check_x(res.ops[0].outputs, ref, "golden arithmetic, divide")
+    check_x(res.ops[0].outputs, ref, "golden arithmetic, divide")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -143,61 +138,12 @@ def test_combine_int8_zero_blocks(tmp_path: Path, dtype: str) -> None:
     ref = combine_ref(sc, ex, inp.expert_ids, inp.expert_scales, True)
     for r in range(4):
         assert not np.isnan(res.ops[0].outputs[r]["x"].astype(np.float32)).any()
-    _check_x(res.ops[0].outputs, ref, "zero blocks")
+    check_x(res.ops[0].outputs, ref, "zero blocks")
 
 
 # --------------------------------------------------------------------------- round trip
 # dispatch -> identity experts -> combine with weights summing to 1 returns x within
-# the quantisation error. The bound is derived here from the formats, per element:
-#   u  = unit roundoff of the token dtype (2^-11 fp16, 2^-8 bf16)
-#   e1 = dispatch quantise + dequantise to the token dtype:
-#        none 0;  mxfp8 e5m2 (2 mantissa bits, RNE; saturating) |x| 2^-3, plus e5m2
-#        subnormals (< block amax 2^-32 absolute), then the cast to the token dtype;
-#        int8 per token: half a step amax/127/2 (fp32 scale 1/d, product rounding), then cast
-#   e2 = combine INT8 block of 8 on the dispatched row v (block max m <= max |x| + e1):
-#        q = rint(fp16(v / s)) is within 0.5 + 2^-5 steps (fp16 ulp below 128 is 2^-4) of
-#        v / s, s = m / 127; the stored scale rounds to the token dtype (|q| s u <= m u);
-#        the dequantised value rounds to the token dtype once more (u (|x| + e1 + e2))
-#   sum_k w_k row_k in fp32 and the final cast: |sum w| (e1 + e2) + |1 - sum w| |x| plus
-#        K 2^-24 of the magnitudes and u of the result.
-# Every fp32 intermediate rounding (127 / amax, 1 / d, the products and quotients) is a few
-# 2^-24 of amax at most; each stage carries amax 2^-18 for all of them.
-
-
-def _unit_roundoff(dtype: str) -> float:
-    return 2.0**-11 if dtype == "float16" else 2.0**-8
-
-
-def _round_trip_bound(x: np.ndarray, w: np.ndarray, dquant: str, cquant: str, dtype: str
-                      ) -> np.ndarray:
-    u = _unit_roundoff(dtype)
-    ax = np.abs(x.astype(np.float64))
-    amax = ax.max(axis=1, keepdims=True)
-    sub = 2.0**-24 if dtype == "float16" else 0.0  # fp16 subnormal spacing / 2
-    f32 = amax * 2.0**-18  # fp32 intermediate roundings of one stage
-    if dquant == "none":
-        e1 = np.zeros_like(ax)
-    elif dquant == "mxfp8":
-        blocks = ax.reshape(ax.shape[0], -1, 32).max(axis=2)
-        e1 = ax * 2.0**-3 + np.repeat(blocks, 32, axis=1) * 2.0**-32
-        e1 = e1 + u * (ax + e1) + sub
-    elif dquant == "int8":
-        e1 = amax / 127 / 2 + f32
-        e1 = e1 + u * (ax + e1) + sub
-    else:
-        raise ValueError(dquant)
-    if cquant == "int8":
-        v = ax + e1
-        m = np.repeat(v.reshape(v.shape[0], -1, 8).max(axis=2), 8, axis=1)
-        e2 = m / 127 * (0.5 + 2.0**-5) + m * u + f32
-        e2 = e2 + u * (v + e2) + sub
-    else:
-        e2 = np.zeros_like(ax)
-    wabs = np.abs(w.astype(np.float64)).sum(axis=1, keepdims=True)
-    wdev = np.abs(1 - w.astype(np.float64).sum(axis=1, keepdims=True))
-    K = w.shape[1]
-    inner = wabs * (e1 + e2) + wdev * ax + K * 2.0**-24 * wabs * (ax + e1 + e2)
-    return inner + u * (ax + inner) + sub
+# the quantisation error bound derived in simhelp.round_trip_bound.
 
 
 ROUND_TRIPS = [
@@ -245,7 +191,7 @@ def test_round_trip_identity_experts(tmp_path: Path, dquant: str, cquant: str, d
             assert_bytes_equal(got, x, f"rank {r} x round trip")
             continue
         err = np.abs(g - x.astype(np.float64))
-        bound = _round_trip_bound(x, ws[r], dquant, cquant, dtype)
+        bound = round_trip_bound(x, ws[r], dquant, cquant, dtype)
         worst = np.unravel_index(int(np.argmax(err - bound)), err.shape)
         assert (err <= bound).all(), (
             f"rank {r} token {worst[0]} element {worst[1]}: x={float(x[worst]):g}, "

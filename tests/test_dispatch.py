@@ -18,8 +18,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from simhelp import (
-    assert_bytes_equal,
     case_id,
+    check_dispatch_outputs,
     dispatch_ref,
     run,
     scenario,
@@ -28,9 +28,6 @@ from simhelp import (
 )
 
 from npusim.reference import dispatch_plan
-
-OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_token_nums",
-           "ep_recv_count")
 
 
 def U(seed: int) -> dict[str, Any]:
@@ -69,14 +66,6 @@ CASES = [
 ]
 
 
-def _check_dispatch(outputs: list[dict[str, np.ndarray]], ref: list[dict[str, np.ndarray]]
-                    ) -> None:
-    assert len(outputs) == len(ref)
-    for r, (got, want) in enumerate(zip(outputs, ref, strict=True)):
-        for name in OUTPUTS:
-            assert_bytes_equal(got[name], want[name], f"rank {r} {name}")
-
-
 @pytest.mark.parametrize(("workload", "empty"), CASES)
 def test_dispatch_bit_exact(tmp_path: Path, workload: dict[str, Any], empty: bool) -> None:
     sc, res = run(tmp_path, **workload)
@@ -89,7 +78,7 @@ def test_dispatch_bit_exact(tmp_path: Path, workload: dict[str, Any], empty: boo
         assert min(p.n for p in plans) == 0
         per_expert = np.concatenate([p.counts.reshape(L, -1).sum(axis=1) for p in plans])
         assert (per_expert == 0).any()
-    _check_dispatch(op.outputs, dispatch_ref(sc, inp.x, inp.expert_ids))
+    check_dispatch_outputs(op.outputs, dispatch_ref(sc, inp.x, inp.expert_ids))
 
 
 def test_dispatch_hand_table(tmp_path: Path) -> None:
@@ -144,4 +133,4 @@ def test_dispatch_mxfp8_overflow_edge(tmp_path: Path, saturate: bool, dtype: str
     src_row = np.nonzero((ref[0]["assist_info_for_combine"][:, :2] == [0, 0]).all(axis=1))[0]
     first = ref[0]["expand_x"][src_row[0], :2].view(e5m2).astype(np.float32)
     assert first.tolist() == ([57344.0, -57344.0] if saturate else [np.inf, -np.inf])
-    _check_dispatch(res.ops[0].outputs, ref)
+    check_dispatch_outputs(res.ops[0].outputs, ref)

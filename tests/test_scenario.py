@@ -209,7 +209,8 @@ BROKEN: list[tuple[str, Any, str, str]] = [
     ("recip-str", with_(W + "combine_recip", "yes"), W + "combine_recip", "true or false"),
     ("etn", with_(W + "expert_token_nums_type", 0), W + "expert_token_nums_type", "count"),
     ("shared-5", with_(W + "shared_experts", 5), W + "shared_experts", "0..4"),
-    ("shared-dispatch", with_(W + "shared_experts", 1), W + "shared_experts", "combine"),
+    ("shared-no-ranks", with_(W + "shared_experts", 1), W + "shared_expert_ranks",
+     "shared experts need ranks"),
     ("timing-str", with_(W + "timing_only", "no"), W + "timing_only", "true or false"),
     ("routing-kind", with_(W + "routing", {"kind": "zipfian"}), W + "routing.kind", "zipf"),
     ("routing-key", with_(W + "routing", {"sede": 1}), W + "routing.sede", "'seed'"),
@@ -377,7 +378,8 @@ KEYS = [
     f"workload.{k}"
     for k in (
         "op bs h k ep_world_size experts_per_rank dtype dispatch_quant combine_quant "
-        "mxfp8_saturate combine_recip expert_token_nums_type shared_experts timing_only"
+        "mxfp8_saturate combine_recip expert_token_nums_type shared_experts shared_expert_ranks "
+        "timing_only"
     ).split()
 ]
 
@@ -433,12 +435,3 @@ DOCS = st.recursive(
 @given(doc=DOCS)
 def test_fuzz_random_documents(doc: Any) -> None:
     assert _load_text(yaml.safe_dump(doc)) is None
-
-
-def test_shared_experts_are_refused_until_modelled(tmp_path: Path) -> None:
-    p = tmp_path / "s.yaml"
-    p.write_text("name: s\nworkload: {op: combine, bs: 8, h: 1024, k: 4, ep_world_size: 2,"
-                 " experts_per_rank: 4, shared_experts: 1}\n")
-    with pytest.raises(InputError) as info:
-        load_scenario(p)
-    assert info.value.key == "workload.shared_experts" and "allowed: 0" in str(info.value)

@@ -7,10 +7,15 @@ receive slot (token*K + k), then, after the MTE3 pipe has drained, a 32 B flag o
 each token the core polls its K flags, resets them, and accumulates the K rows
 (dequantised) times their routing weights in fp32, then writes x[token].
 
+Shared experts (ops-transformer CombineV2; the sample has none): a token has K + S slots
+and flags, shared expert j's result in slot K + j (the third triplet field). A shared
+rank sends its rows back with the same code as a MoE rank; the receiver waits for K + S
+flags and, after the K weighted rows, adds the S shared rows with weight 1 (no Muls).
+
 GM tensors on every rank: expand_x [A,H], assist_info_for_combine [A,3] int32,
-ep_recv_count [W*L] int32, expert_ids [BS,K] int32, expert_scales [BS,K] fp32 (inputs);
-x [BS,H] (output). Combine never flips the window state: slots from offset 0, flags at
-1022 MiB + 64 KiB.
+ep_recv_count [W*L] int32 ([W] on a shared rank), expert_ids [BS,K] int32,
+expert_scales [BS,K] fp32 (inputs); x [BS,H] (output). Combine never flips the window
+state: slots from offset 0, flags at 1022 MiB + 64 KiB.
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ def send_rows(ctx: KernelContext, t: MoeTiling) -> Wait:
     lay = t.window
     crec = t.combine_record
     dt = q.token_dtype(t.dtype)
-    # Init: one scalar GM read of the received row count ep_recv_count[W*L - 1].
-    wl = t.world * t.experts_per_rank
+    # Init: one scalar GM read of the received row count ep_recv_count[W*L - 1]
+    # (ep_recv_count[W - 1] on a shared rank).
+    wl = t.status_count(ctx.rank_id)
     n = int(ctx.gm_read_scalar(ctx.tensor("ep_recv_count"), 4 * (wl - 1), np.int32))
     r0, r1 = split_to_core(n, ctx.num_cores, ctx.core_id)
     rows = r1 - r0
@@ -136,6 +142,7 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
     lay = t.window
     e_total = t.n_experts
     int8 = t.combine_quant == "int8"
+    n_slots = lay.slots_per_token  # K + S
     t0, t1 = split_to_core(t.bs, ctx.num_cores, ctx.core_id)
     scales_buf = ctx.alloc("expert_scales", 4 * t.bs * t.k)
     token_buf = ctx.alloc("token", align32(2 * h))
@@ -143,9 +150,9 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
     mul_buf = ctx.alloc("mul", align32(4 * h))
     acc = ctx.alloc("sum", align32(4 * h))
     rows = [ctx.alloc(f"moe_sum{p}", align32(2 * h)) for p in range(2)]
-    flags = ctx.alloc("state", 32 * t.k)
-    reset = ctx.alloc("state_reset", 32 * t.k)
-    ctx.vector("dup_reset", 8 * t.k, np.float32, writes=[reset],
+    flags = ctx.alloc("state", 32 * n_slots)
+    reset = ctx.alloc("state_reset", 32 * n_slots)
+    ctx.vector("dup_reset", 8 * n_slots, np.float32, writes=[reset],
                fn=lambda: reset.view(np.float32).fill(0))
     if t1 <= t0:
         return
@@ -161,10 +168,10 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
     for token in range(t0, t1):
         with ctx.phase("wait_status"):
             flag_off = lay.combine_flag(token, 0)
-            yield from ctx.wait_until(win, flag_off, 32 * t.k,
-                                      SumEquals(np.float32, 8.0 * t.k, tolerance=0.5), flags,
-                                      name="wait_flags", check_ns=_sum_check_ns(ctx, 8 * t.k))
-            ctx.copy_out(win, flag_off, reset, 32 * t.k, name="reset_flags")
+            yield from ctx.wait_until(win, flag_off, 32 * n_slots,
+                                      SumEquals(np.float32, 8.0 * n_slots, tolerance=0.5), flags,
+                                      name="wait_flags", check_ns=_sum_check_ns(ctx, 8 * n_slots))
+            ctx.copy_out(win, flag_off, reset, 32 * n_slots, name="reset_flags")
         with ctx.phase("combine"):
             if out_op is not None:
                 yield from ctx.wait(out_op)  # SyncFunc<MTE3_V>: token buffer free again
@@ -172,13 +179,16 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
                        fn=lambda: acc.view(np.float32, h).fill(0))
             # The expert ids (scalar GetValue); special experts (id >= E) are skipped and
             # do not advance the weight index.
-            valid: list[tuple[int, float]] = []
+            valid: list[tuple[int, float | None]] = []
             widx = token * t.k
-            for k in range(t.k):
-                eid = int(ctx.gm_read_scalar(ids_gm, 4 * (token * t.k + k), np.int32))
-                if 0 <= eid < e_total:
-                    valid.append((k, weights[widx]))
-                    widx += 1
+            for k in range(n_slots):
+                if k < t.k:  # MoE slot: id check, weight
+                    eid = int(ctx.gm_read_scalar(ids_gm, 4 * (token * t.k + k), np.int32))
+                    if 0 <= eid < e_total:
+                        valid.append((k, weights[widx]))
+                        widx += 1
+                else:  # shared expert k - K: weight 1, a plain Add
+                    valid.append((k, None))
             loads: list[Any] = [None] * len(valid)
 
             def load_slot(j: int, token: int = token, valid=valid, loads=loads,
@@ -197,19 +207,8 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
                 yield from ctx.wait(loads[j])  # DeQue: the vector unit waits for the row
                 if int8:
                     _int8_dequantise(ctx, t, buf, dt)
-
-                def accumulate(buf=buf, w=w) -> None:
-                    prod = mul_buf.view(np.float32, h)
-                    np.multiply(buf.view(dt, h), np.float32(w), out=prod, dtype=np.float32)
-                    a = acc.view(np.float32, h)
-                    np.add(a, prod, out=a)
-
-                last_row_use[(parity + j) % 2] = ctx.vector_seq(
-                    "weighted_add",
-                    [("cast_f32", h, np.float32), ("muls_weight", h, np.float32),
-                     ("add", h, np.float32)],
-                    reads=[buf, row_f32, mul_buf], writes=[row_f32, mul_buf, acc],
-                    fn=accumulate if functional else None)
+                last_row_use[(parity + j) % 2] = _accumulate(ctx, h, dt, buf, w, row_f32,
+                                                             mul_buf, acc, functional)
                 if j + 2 < len(valid):  # the load two ahead, into the slot just consumed
                     yield from load_slot(j + 2)
             parity = (parity + len(valid)) % 2
@@ -222,6 +221,32 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling) -> Wait:
             yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
             out_op = ctx.copy_out(x_out, token * 2 * h, token_buf, 2 * h, name="write_x")
     yield from ctx.pipe_barrier("mte3")
+
+
+def _accumulate(ctx: KernelContext, h: int, dt: np.dtype, buf, w, row_f32, mul_buf, acc,
+                functional: bool):
+    """acc += fp32(row) * w (Cast, Muls, Add), or acc += fp32(row) for a shared expert
+    (w is None: Cast, Add). The product is rounded to fp32 before the add (no FMA)."""
+    if w is None:
+        def add_shared() -> None:
+            a = acc.view(np.float32, h)
+            np.add(a, buf.view(dt, h).astype(np.float32), out=a)
+
+        return ctx.vector_seq(
+            "shared_add", [("cast_f32", h, np.float32), ("add", h, np.float32)],
+            reads=[buf, row_f32], writes=[row_f32, acc], fn=add_shared if functional else None)
+
+    def accumulate() -> None:
+        prod = mul_buf.view(np.float32, h)
+        np.multiply(buf.view(dt, h), np.float32(w), out=prod, dtype=np.float32)
+        a = acc.view(np.float32, h)
+        np.add(a, prod, out=a)
+
+    return ctx.vector_seq(
+        "weighted_add",
+        [("cast_f32", h, np.float32), ("muls_weight", h, np.float32), ("add", h, np.float32)],
+        reads=[buf, row_f32, mul_buf], writes=[row_f32, mul_buf, acc],
+        fn=accumulate if functional else None)
 
 
 def _int8_dequantise(ctx: KernelContext, t: MoeTiling, buf, dt: np.dtype) -> None:

@@ -6,9 +6,11 @@ follows ops-transformer's quant_mode 2). Comments name the Ascend C steps. Vecto
 are the sample's instruction counts (see docs/kernels.md); the hardware config turns
 them into time.
 
-Core roles: cores [0, n_a2a) send tokens (AllToAllDispatch); the last n_cs cores send
-the per-expert counts and form the prefix sums (CalCumSum); then every core copies
-received tokens from its window to the outputs (LocalWindowCopy).
+Core roles: cores [0, n_a2a) send tokens (AllToAllDispatch); the next n_cs cores send
+the per-expert counts and form the prefix sums (CalCumSum); with shared experts the last
+max(1, C*S // (K+S)) cores send every token to the shared experts (ops-transformer V2
+SendToSharedExpert; without them n_cs are the last cores, as in the sample); then every
+core copies received tokens from its window to the outputs (LocalWindowCopy).
 
 GM tensors on every rank: x [BS,H], expert_ids [BS,K] int32 (inputs); expand_x,
 dynamic_scales, assist_info_for_combine, expert_token_nums, ep_recv_count (outputs);
@@ -59,9 +61,14 @@ def dispatch_program(tiling: MoeTiling):
 
     def program(ctx: KernelContext) -> Wait:
         state = yield from init_win_state(ctx)
+        first_shared = tiling.cores - tiling.n_shared_send_cores
         if ctx.core_id < tiling.n_all_to_all:
             with ctx.phase("send_data"):
                 yield from all_to_all_dispatch(ctx, tiling, state, memo)
+        elif ctx.core_id >= first_shared:
+            with ctx.phase("send_data"):
+                yield from send_to_shared_expert(ctx, tiling, state, ctx.core_id - first_shared,
+                                                 memo)
         else:
             m = ctx.core_id - tiling.n_all_to_all
             with ctx.phase("send_status"):
@@ -113,25 +120,78 @@ def owned_experts(t: MoeTiling, core: int) -> list[tuple[int, int, int]]:
     return out
 
 
+class SendBuffers:
+    """UB of a sending core and the per-token state of its ping-pong (parity, last put)."""
+
+    def __init__(self, ctx: KernelContext, t: MoeTiling) -> None:
+        rec = t.record
+        h = t.h
+        # UB, in the sample's order: input queue, output halves (then the caller's ids),
+        # record, scratch.
+        if t.dispatch_quant == "none":
+            self.in_slots = [(ctx.alloc(f"in{p}", align32(2 * h)),
+                              ctx.alloc(f"in{p}_triplet", 32)) for p in range(2)]
+        else:
+            self.in_slots = [(ctx.alloc(f"in{p}", align128(h) * 2), None) for p in range(2)]
+        self.outs = [ctx.alloc(f"out{p}", rec.slot_bytes) for p in range(2)]
+        self.record = self.triplet = self.tail = None
+        self.parity = 0
+        self.prev_put = None
+
+    def alloc_record(self, ctx: KernelContext, t: MoeTiling) -> None:
+        rec = t.record
+        if t.dispatch_quant != "none":
+            self.record = ctx.alloc("record", rec.triplet_offset)
+            self.triplet = ctx.alloc("triplet", 32)
+        tail_bytes = rec.blocks * SPLIT_BLOCK_DATA - rec.record_bytes
+        self.tail = ctx.alloc("record_tail", tail_bytes) if tail_bytes > 0 else None
+
+    def dup_flags(self, ctx: KernelContext, t: MoeTiling) -> None:
+        """Duplicate 1.0f over both output halves: the per-block "arrived" flags."""
+        outs = self.outs
+        ctx.vector("dup_flags", 2 * t.record.slot_bytes // 4, np.float32, writes=outs,
+                   fn=lambda: [o.view(np.float32).fill(ONE_F32) for o in outs])
+
+
+def send_token(ctx: KernelContext, t: MoeTiling, b: SendBuffers, memo: dict[bytes, np.ndarray],
+               token: int, k: int, dst: int, offset: int) -> Wait:
+    """One token to one expert: (zero-fill,) load, (quantise,) triplet (rank, token, k)
+    once the previous put has read the record, pack 480/512, put to ``dst`` at ``offset``."""
+    h = t.h
+    x = ctx.tensor("x")
+    slot_in, trip_in = b.in_slots[b.parity]
+    out = b.outs[b.parity]
+    if t.dispatch_quant == "none":
+        load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
+        yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
+        yield from ctx.wait(b.prev_put) if b.prev_put else iter(())  # FillTriple: MTE3_S
+        ctx.ub_write(trip_in, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
+        src_bufs = [slot_in, trip_in]
+    else:
+        ctx.vector("dup_zero", align128(h) * 2, np.uint8, writes=[slot_in],
+                   fn=lambda s=slot_in: s.view(np.uint8).fill(0))
+        yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
+        load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
+        yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
+        _quantise(ctx, t, slot_in, b.record, memo)
+        yield from ctx.wait(b.prev_put) if b.prev_put else iter(())  # FillTriple: MTE3_S
+        ctx.ub_write(b.triplet, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
+        src_bufs = [b.record, b.triplet]
+    if b.tail is not None:
+        src_bufs.append(b.tail)
+    _pack(ctx, t, src_bufs, out)
+    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
+    b.prev_put = ctx.put(dst, offset, out, t.record.slot_bytes, name="put_token")
+    b.parity ^= 1
+
+
 def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
                         memo: dict[bytes, np.ndarray]) -> Wait:
     rec = t.record
     lay = t.window
-    quant = t.dispatch_quant
-    h = t.h
-    # UB, in the sample's order: input queue, output halves, ids, record, scratch.
-    if quant == "none":
-        in_slots = [(ctx.alloc(f"in{p}", align32(2 * h)), ctx.alloc(f"in{p}_triplet", 32))
-                    for p in range(2)]
-    else:
-        in_slots = [(ctx.alloc(f"in{p}", align128(h) * 2), None) for p in range(2)]
-    outs = [ctx.alloc(f"out{p}", rec.slot_bytes) for p in range(2)]
+    b = SendBuffers(ctx, t)
     ids_buf, ids = yield from _load_expert_ids(ctx, t, "expert_ids")
-    if quant != "none":
-        record = ctx.alloc("record", rec.triplet_offset)
-        triplet = ctx.alloc("triplet", 32)
-    tail_bytes = rec.blocks * SPLIT_BLOCK_DATA - rec.record_bytes
-    tail = ctx.alloc("record_tail", max(tail_bytes, 0)) if tail_bytes > 0 else None
+    b.alloc_record(ctx, t)
     owned = owned_experts(t, ctx.core_id)
     mask_bytes = align32(align256(4 * t.bs * t.k) // 4 // 8)
     mask = ctx.alloc("expert_mask", mask_bytes * max(1, len(owned)))
@@ -148,15 +208,10 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
         ctx.scalar(1)
         positions.append(np.flatnonzero(ids == e))
-    # Duplicate 1.0f over both output halves: the per-block "arrived" flags.
-    ctx.vector("dup_flags", 2 * rec.slot_bytes // 4, np.float32, writes=outs,
-               fn=lambda: [o.view(np.float32).fill(ONE_F32) for o in outs])
+    b.dup_flags(ctx, t)
     yield from ctx.pipe_barrier("vector")
 
-    x = ctx.tensor("x")
     words = -(-(t.bs * t.k) // 64)
-    parity = 0
-    prev_put = None
     n_owned = len(owned)
     for idx in range(n_owned):
         i = (idx + ctx.rank_id % n_owned) % n_owned if n_owned else 0
@@ -164,7 +219,7 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
         flat_ids = positions[i]
         if flat_ids.size == 0:
             continue
-        dst = e // t.experts_per_rank
+        dst = t.expert_rank(e)
         block = lay.dispatch_block(state, ctx.rank_id, e % t.experts_per_rank)
         ctx.loop(words)
         for j, flat in enumerate(flat_ids.tolist()):
@@ -172,31 +227,29 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
             if j % group != place:
                 continue
             token, k = divmod(flat, t.k)
-            slot_in, trip_in = in_slots[parity]
-            out = outs[parity]
-            if quant == "none":
-                load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
-                yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
-                yield from ctx.wait(prev_put) if prev_put else iter(())  # FillTriple: MTE3_S
-                ctx.ub_write(trip_in, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
-                src_bufs = [slot_in, trip_in]
-            else:
-                ctx.vector("dup_zero", align128(h) * 2, np.uint8, writes=[slot_in],
-                           fn=lambda s=slot_in: s.view(np.uint8).fill(0))
-                yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
-                load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
-                yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
-                _quantise(ctx, t, slot_in, record, memo)
-                yield from ctx.wait(prev_put) if prev_put else iter(())  # FillTriple: MTE3_S
-                ctx.ub_write(triplet, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
-                src_bufs = [record, triplet]
-            if tail is not None:
-                src_bufs.append(tail)
-            _pack(ctx, t, src_bufs, out)
-            yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
-            prev_put = ctx.put(dst, block + j * rec.slot_bytes, out, rec.slot_bytes,
-                               name="put_token")
-            parity ^= 1
+            yield from send_token(ctx, t, b, memo, token, k, dst, block + j * rec.slot_bytes)
+    yield from ctx.pipe_barrier("mte3")
+
+
+def send_to_shared_expert(ctx: KernelContext, t: MoeTiling, state: int, c: int,
+                          memo: dict[bytes, np.ndarray]) -> Wait:
+    """SendToSharedExpert (ops-transformer V2; the sample has no shared experts).
+
+    Shared-send core ``c`` takes a contiguous share (SplitToCore) of the BS*S items
+    v = j*BS + token (shared expert j major). Token ``token`` of this rank r goes to the
+    replica (r mod R) + j*R, into the block of source r at row ``token``, with the
+    triplet (r, token, K + j): combine sends the result back to slot K + j."""
+    b = SendBuffers(ctx, t)
+    b.alloc_record(ctx, t)
+    b.dup_flags(ctx, t)
+    yield from ctx.pipe_barrier("vector")
+    v0, v1 = split_to_core(t.bs * t.shared_experts, t.n_shared_send_cores, c)
+    block = t.window.shared_block(state, ctx.rank_id)
+    for v in range(v0, v1):
+        j, token = divmod(v, t.bs)
+        ctx.scalar(4)  # token / expert index, destination rank, slot offset
+        yield from send_token(ctx, t, b, memo, token, t.k + j, t.shared_dst(ctx.rank_id, j),
+                              block + token * t.record.slot_bytes)
     yield from ctx.pipe_barrier("mte3")
 
 
@@ -264,11 +317,17 @@ def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
 
 # --------------------------------------------------------------------------- counts
 def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wait:
-    """CalAndSendCnt: count the ids of each expert of my range, put (1.0, count) entries."""
+    """CalAndSendCnt: count the ids of each expert of my range, put (1.0, count) entries.
+
+    With shared experts the range covers S_r + E status "experts" (ops-transformer V2
+    SetStatus): index i < S_r is shared rank i, which gets count BS if this rank sends to
+    it (i mod R == r mod R) and 0 otherwise, at its status entry of source r; index
+    S_r + e is MoE expert e as in the sample."""
     ids_buf, ids = yield from _load_expert_ids(ctx, t, "cs_expert_ids")
-    e0, e1 = split_to_core(t.n_experts, t.n_cumsum, m)
+    n_sr = t.shared_expert_ranks
+    e0, e1 = split_to_core(n_sr + t.n_experts, t.n_cumsum, m)
     entries = [ctx.alloc(f"status{e}", 32) for e in range(e0, e1)]
-    n_entries = -(-t.n_experts // 8) * 8  # Align8(E)
+    n_entries = -(-(n_sr + t.n_experts) // 8) * 8  # Align8(S_r + E)
 
     def flags() -> None:
         for b in entries:
@@ -279,24 +338,35 @@ def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wa
     ctx.vector("dup_flag", repeats=n_entries // 8, writes=entries, fn=flags)
     yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
     n = t.bs * t.k
-    for e, buf in zip(range(e0, e1), entries, strict=True):
-        for op in ("dup", "sub", "abs", "mins"):
-            ctx.vector(op, n, np.int32, reads=[ids_buf])
-        ctx.vector("reduce_sum", n, np.float32, reads=[ids_buf])
-        yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
-        count = int(np.count_nonzero(ids == e))
+    for i, buf in zip(range(e0, e1), entries, strict=True):
+        if i < n_sr:  # a shared rank: every token of mine, or none
+            R = t.ranks_per_shared_expert
+            ctx.scalar(2)
+            count = t.bs if i % R == ctx.rank_id % R else 0
+            dst, le = i, 0
+        else:
+            e = i - n_sr
+            for op in ("dup", "sub", "abs", "mins"):
+                ctx.vector(op, n, np.int32, reads=[ids_buf])
+            ctx.vector("reduce_sum", n, np.float32, reads=[ids_buf])
+            yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
+            count = int(np.count_nonzero(ids == e))
+            dst, le = t.expert_rank(e), e % t.experts_per_rank
         ctx.ub_write(buf, 4, np.array([count], np.int32))
-        dst = e // t.experts_per_rank
-        off = t.window.dispatch_status_entry(state, e % t.experts_per_rank, ctx.rank_id)
+        off = t.window.dispatch_status_entry(state, le, ctx.rank_id)
         ctx.put(dst, off, buf, 32, name="put_status")
     yield from ctx.drain()
 
 
 # --------------------------------------------------------------------------- prefix sums
 def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wait:
-    """WaitDispatch + CalRecvAndSetFlag (+ SetExpertTokenNums on cum-sum core 0)."""
+    """WaitDispatch + CalRecvAndSetFlag (+ SetExpertTokenNums on cum-sum core 0).
+
+    A MoE rank has W*L status entries (local expert major); a shared rank has W, one per
+    source rank, and a single expert_token_nums entry."""
     ctx.ub.reset()
-    wl = t.world * t.experts_per_rank
+    wl = t.status_count(ctx.rank_id)
+    n_local = t.local_experts(ctx.rank_id)
     n_cs = t.n_cumsum
     s0, s1 = split_to_core(wl, n_cs, m)
     n_s = s1 - s0
@@ -308,7 +378,7 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
     ones = ctx.alloc("ready_ones", 32 * ctx.num_cores)
     column = ctx.alloc("handoff_column", 32 * n_cs)
     all_status = ctx.alloc("all_status", 32 * wl)
-    token_nums = ctx.alloc("expert_token_nums", align32(8 * t.experts_per_rank))
+    token_nums = ctx.alloc("expert_token_nums", align32(8 * n_local))
     check_ns = _check_cost(ctx, n_s)
 
     counts = np.zeros(0, np.int64)
@@ -376,15 +446,15 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
     if m == 0:  # SetExpertTokenNums: re-read all statuses (flag + count) of this state
         yield from ctx.wait(ctx.copy_in(all_status, win, status_base, 32 * wl,
                                         name="read_all_status"))
-        per_le = all_status.view(np.int32).reshape(t.experts_per_rank, t.world, 8)[:, :, 1]
+        per_le = all_status.view(np.int32).reshape(n_local, t.world, 8)[:, :, 1]
         nums = per_le.sum(axis=1).astype(np.int64)
-        for _ in range(t.experts_per_rank):
+        for _ in range(n_local):
             ctx.vector("reduce_sum", 2 * t.world, np.float32, reads=[all_status])
         yield from ctx.pipe_barrier("vector")
         if t.expert_token_nums_type == "cumsum":
             nums = np.cumsum(nums)
-        ctx.ub_write(token_nums, 0, nums.astype(np.int64), ops=2 * t.experts_per_rank)
-        ctx.copy_out(ctx.tensor("expert_token_nums"), 0, token_nums, 8 * t.experts_per_rank,
+        ctx.ub_write(token_nums, 0, nums.astype(np.int64), ops=2 * n_local)
+        ctx.copy_out(ctx.tensor("expert_token_nums"), 0, token_nums, 8 * n_local,
                      name="write_expert_token_nums")
     yield from ctx.drain()
 
@@ -401,7 +471,7 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
     """Wait for the prefix table, then drain my status indices' tokens into the outputs."""
     ctx.ub.reset()
     n_cs = t.n_cumsum
-    wl = t.world * t.experts_per_rank
+    wl = t.status_count(ctx.rank_id)
     rec = t.record
     win = ctx.window()
     ready = ctx.alloc("ready", 32 * n_cs)
@@ -457,7 +527,7 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
         candidates = []
         for _, (idx, _, finish, left) in enumerate(valid):
             n = min(left, max_tokens)
-            base = _block_base(t, state, idx) + finish * rec.slot_bytes
+            base = _block_base(t, state, idx, ctx.rank_id) + finish * rec.slot_bytes
             flags = Strided(rec.blocks * n, 4, src_gap=SPLIT_BLOCK_BYTES - 4, dst_gap=28)
             candidates.append(Poll(win, base + SPLIT_BLOCK_DATA, AllEqual(np.float32, 1.0),
                                    tbuf, strided=flags,
@@ -465,7 +535,7 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
         v = yield from ctx.poll_round_robin(candidates, v % len(valid), name="wait_tokens")
         idx, row0, finish, left = valid[v]
         n = min(left, max_tokens)
-        base = _block_base(t, state, idx) + finish * rec.slot_bytes
+        base = _block_base(t, state, idx, ctx.rank_id) + finish * rec.slot_bytes
         # CopyInAndOut: strip the flags on the way in, then three strided copies out.
         yield from ctx.wait(ctx.copy_in(tbuf, win, base, 0, name="copy_tokens",
                                         strided=Strided(rec.blocks * n, SPLIT_BLOCK_DATA,
@@ -490,7 +560,8 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
             yield from ctx.pipe_barrier("mte3")
             ctx.vector("dup_zero", 8, np.int32, writes=[flag_zero])
             yield from ctx.pipe_barrier("vector")
-            ctx.copy_out(win, _block_base(t, state, idx) + SPLIT_BLOCK_DATA, flag_zero, 0,
+            first_flag = _block_base(t, state, idx, ctx.rank_id) + SPLIT_BLOCK_DATA
+            ctx.copy_out(win, first_flag, flag_zero, 0,
                          strided=Strided(rec.blocks * finish, 4, src_gap=-4,
                                          dst_gap=SPLIT_BLOCK_BYTES - 4),
                          name="clear_block_flags")
@@ -498,7 +569,10 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
         yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
 
 
-def _block_base(t: MoeTiling, state: int, idx: int) -> int:
+def _block_base(t: MoeTiling, state: int, idx: int, rank: int) -> int:
+    """Window block of status index idx: source idx on a shared rank, else (le, src)."""
+    if t.is_shared_rank(rank):
+        return t.window.shared_block(state, idx)
     le, src = divmod(idx, t.world)
     return t.window.dispatch_block(state, src, le)
 

@@ -187,6 +187,12 @@ def cumsum_core_count(n_experts: int, cores: int, W: int, L: int) -> int:
     return min(max(n_experts // 32, 1), cores // 2, CUMSUM_MAX_CORES, W * L)
 
 
+def shared_send_core_count(cores: int, K: int, S: int) -> int:
+    """Cores that send to the shared experts (ops-transformer V2 sharedUsedAivNum):
+    max(1, C*S // (K+S)) when S > 0, else 0. The cum-sum cores are counted from the rest."""
+    return max(1, cores * S // (K + S)) if S else 0
+
+
 @dataclass(frozen=True)
 class WindowLayout:
     """Offsets (from the window base) of everything dispatch/combine keep in the 1 GiB window.
@@ -194,6 +200,11 @@ class WindowLayout:
     ``state`` is the per-call 0/1 data state that double-buffers dispatch's data and status
     areas. Combine (sample HEAD) always uses state 0: receive slots at the window base and
     flags at 1022 MiB + 64 KiB.
+
+    Shared experts (ops-transformer V2): the first ``shared_ranks`` ranks hold the
+    ``shared_experts`` shared experts; each token has K + S combine slots and flags (slot
+    K + j for shared expert j), and a shared rank's dispatch grid is one BS-slot block per
+    source rank (status entry = source rank). With S = 0 everything is the sample's.
     """
 
     W: int
@@ -205,10 +216,18 @@ class WindowLayout:
     dtype: str = "float16"
     cores: int = 64
     window_bytes: int = WINDOW_BYTES
+    shared_experts: int = 0  # S
+    shared_ranks: int = 0  # S_r: ranks 0..S_r-1 hold the shared experts
 
     @property
     def n_experts(self) -> int:
-        return self.W * self.L
+        """E: MoE experts, L on each of the W - S_r MoE ranks."""
+        return (self.W - self.shared_ranks) * self.L
+
+    @property
+    def slots_per_token(self) -> int:
+        """K + S combine receive slots (and flags) per token."""
+        return self.K + self.shared_experts
 
     @property
     def record(self) -> DispatchRecordLayout:
@@ -224,7 +243,8 @@ class WindowLayout:
 
     @property
     def n_cumsum(self) -> int:
-        return cumsum_core_count(self.n_experts, self.cores, self.W, self.L)
+        rest = self.cores - shared_send_core_count(self.cores, self.K, self.shared_experts)
+        return cumsum_core_count(self.n_experts, rest, self.W, self.L)
 
     # ---- dispatch status region
     def dispatch_status_entry(self, state: int, local_expert: int, src_rank: int) -> int:
@@ -250,15 +270,16 @@ class WindowLayout:
 
     # ---- combine
     def combine_flag(self, token: int, k: int) -> int:
-        """32 B of eight fp32 1.0 per received (token, k) row."""
-        return STATUS_REGION + COMBINE_STATE + (token * self.K + k) * STATE_ENTRY_BYTES
+        """32 B of eight fp32 1.0 per received (token, k) row; k in [0, K + S)."""
+        slot = token * self.slots_per_token + k
+        return STATUS_REGION + COMBINE_STATE + slot * STATE_ENTRY_BYTES
 
     def combine_slot(self, token: int, k: int) -> int:
-        return (token * self.K + k) * self.combine_slot_bytes
+        return (token * self.slots_per_token + k) * self.combine_slot_bytes
 
     @property
     def combine_area_bytes(self) -> int:
-        return self.BS * self.K * self.combine_slot_bytes
+        return self.BS * self.slots_per_token * self.combine_slot_bytes
 
     # ---- dispatch data region
     def dispatch_data_base(self, state: int) -> int:
@@ -271,6 +292,10 @@ class WindowLayout:
 
     def dispatch_slot(self, state: int, src_rank: int, local_expert: int, index: int) -> int:
         return self.dispatch_block(state, src_rank, local_expert) + index * self.slot_bytes
+
+    def shared_block(self, state: int, src_rank: int) -> int:
+        """On a shared rank: the BS-slot block ``src_rank`` fills (row = token index)."""
+        return self.dispatch_data_base(state) + src_rank * self.BS * self.slot_bytes
 
     @property
     def dispatch_area_bytes(self) -> int:
@@ -285,7 +310,7 @@ class WindowLayout:
             st = STATUS_REGION + s * DISPATCH_STATE_STRIDE
             r[f"dispatch_status_{s}"] = (st, st + self.W * self.L * STATE_ENTRY_BYTES)
         cf = STATUS_REGION + COMBINE_STATE
-        r["combine_flags"] = (cf, cf + self.BS * self.K * STATE_ENTRY_BYTES)
+        r["combine_flags"] = (cf, cf + self.BS * self.slots_per_token * STATE_ENTRY_BYTES)
         ds = STATUS_REGION + DATA_STATE_WORDS
         r["data_state_words"] = (ds, ds + self.cores * WIN_ADDR_ALIGN)
         ch = STATUS_REGION + CUMSUM_HANDOFF
@@ -332,5 +357,6 @@ __all__ = [
     "cumsum_core_count",
     "dispatch_record_layout",
     "pack_record_to_slot",
+    "shared_send_core_count",
     "unpack_slot",
 ]

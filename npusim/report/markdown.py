@@ -22,7 +22,7 @@ def _us(x: float | None) -> str:
     return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
 
 
-def _op_section(op: Mapping[str, Any]) -> list[str]:
+def _op_section(op: Mapping[str, Any], shared_ranks: int = 0) -> list[str]:
     crit = op.get("critical") or {}
     diag = op.get("diagnosis") or {}
     out = [f"## {op.get('op', '?')}", "",
@@ -46,7 +46,8 @@ def _op_section(op: Mapping[str, Any]) -> list[str]:
             for n in names:
                 ph = r.get("phases", {}).get(n)
                 cells.append(f"{ph['start_us']:.3f} - {ph['end_us']:.3f}" if ph else "-")
-            rows.append([str(r["rank"]), _us(r.get("latency_us")), *cells,
+            label = f"{r['rank']} (shared)" if r["rank"] < shared_ranks else str(r["rank"])
+            rows.append([label, _us(r.get("latency_us")), *cells,
                          str(r.get("bytes_sent")), str(r.get("bytes_received"))])
         out += _table(["rank", "latency us", *names, "bytes sent", "bytes received"], rows)
     classes = op.get("link_classes", {})
@@ -77,6 +78,15 @@ def _routing(r: Any) -> str:
     return f"{r.get('kind')} ({rest})" if rest else str(r.get("kind"))
 
 
+def _shared_text(wl: Mapping[str, Any]) -> str:
+    """', shared experts S=.. on ranks 0..S_r-1' when the workload has them, else ''."""
+    s, sr = wl.get("shared_experts") or 0, wl.get("shared_expert_ranks") or 0
+    if not s:
+        return ""
+    return (f", shared experts S={s} on ranks 0..{sr - 1} "
+            f"(E={wl.get('num_experts')} MoE experts on ranks {sr}..)")
+
+
 def format_markdown(report: Mapping[str, Any]) -> str:
     """The whole report.md text."""
     sc = report.get("scenario", {})
@@ -93,10 +103,11 @@ def format_markdown(report: Mapping[str, Any]) -> str:
             f"- workload: {wl.get('op')}, W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
             f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
             f"{wl.get('dtype')}, dispatch quant {wl.get('dispatch_quant')}, "
-            f"combine quant {wl.get('combine_quant')}, routing {_routing(wl.get('routing'))}")
+            f"combine quant {wl.get('combine_quant')}, routing {_routing(wl.get('routing'))}"
+            + _shared_text(wl))
     out.append(f"- schema: {report.get('schema')}; every field: docs/report.md")
     for op in report.get("ops", []):
-        out += ["", *_op_section(op)]
+        out += ["", *_op_section(op, int(wl.get("shared_expert_ranks") or 0))]
     events = report.get("sim", {}).get("events")
     if events is not None:
         out += ["", f"Simulation: {events} events (wall time: see report.json)."]

@@ -103,7 +103,10 @@ def format_summary(report: Mapping[str, Any]) -> str:
             f"  (op {wl.get('op')}, W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
             f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
             f"{wl.get('dtype')}, dispatch quant {wl.get('dispatch_quant')}, "
-            f"combine quant {wl.get('combine_quant')})"
+            f"combine quant {wl.get('combine_quant')}"
+            + (f", S={wl['shared_experts']} shared experts on {wl.get('shared_expert_ranks')} "
+               "ranks" if wl.get("shared_experts") else "")
+            + ")"
         )
     for op in report.get("ops", []):
         lines.append("")

@@ -5,6 +5,10 @@ expert_scales [BS, K] ~ U(-1, 1) fp32, and the standalone combine input expand_x
 (A = BS * W * min(K, L)) whose first n rows (n = rows this rank receives in dispatch) are
 ~ U(-10, 10) and the rest zero, as the sample pads it.
 
+With shared experts (S on the first S_r ranks) the routing names only the E = L * (W - S_r)
+MoE experts, and a shared rank's expand_x has A = BS * ceil(W / R) rows (R = S_r / S) of
+which BS * (number of ranks sending to it) are filled.
+
 Determinism: one ``numpy.random.SeedSequence(seed)`` is split into independent streams for
 x, routing, expert_scales and expand_x, so e.g. changing the routing kind does not change x.
 Values differ from the sample's (torch) for the same seed; the structure is the same.
@@ -37,14 +41,23 @@ class RunInputs:
     expert_scales: list[np.ndarray]
     expand_x: list[np.ndarray] = field(default_factory=list)
     recv_counts: list[int] = field(default_factory=list)
+    S: int = 0  # shared experts
+    S_r: int = 0  # shared-expert ranks (0..S_r-1)
 
     @property
     def E(self) -> int:
-        return self.W * self.L
+        return (self.W - self.S_r) * self.L
 
     @property
     def A(self) -> int:
+        """Rows of a MoE rank's expand_x (see rows_of for every rank)."""
         return max_recv_rows(self.W, self.BS, self.K, self.L)
+
+    def rows_of(self, rank: int) -> int:
+        """Rows of this rank's expand_x: A on a MoE rank, BS * ceil(W / R) on a shared one."""
+        if rank < self.S_r:
+            return self.BS * -(-self.W // (self.S_r // self.S))
+        return self.A
 
     def per_rank(self) -> list[dict[str, np.ndarray]]:
         """One dict per rank with the sample's input names."""
@@ -66,13 +79,20 @@ def max_recv_rows(W: int, BS: int, K: int, L: int) -> int:
     return BS * W * min(K, L)
 
 
-def recv_counts(expert_ids: list[np.ndarray], L: int) -> list[int]:
-    """Rows each rank receives in dispatch: ids e in [0, E) land on rank e // L."""
+def recv_counts(expert_ids: list[np.ndarray], L: int, S: int = 0, S_r: int = 0) -> list[int]:
+    """Rows each rank receives in dispatch: ids e in [0, E) land on rank S_r + e // L; a
+    shared rank d gets all BS tokens of every rank r with r mod R == d mod R."""
     W = len(expert_ids)
-    E = W * L
+    E = (W - S_r) * L
     flat = np.concatenate([np.asarray(ids).reshape(-1) for ids in expert_ids])
     flat = flat[(flat >= 0) & (flat < E)]
-    return np.bincount(flat // L, minlength=W).astype(int).tolist()
+    counts = np.bincount(S_r + flat // L, minlength=W).astype(int).tolist()
+    if S_r:
+        R = S_r // S
+        bs = np.asarray(expert_ids[0]).shape[0]
+        for d in range(S_r):
+            counts[d] = bs * sum(1 for r in range(W) if r % R == d % R)
+    return counts
 
 
 def uniform_tokens(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -93,10 +113,16 @@ def generate_inputs(
     hot_expert: int = 0,
     with_combine: bool = True,
     payload: bool = True,
+    shared_experts: int = 0,
+    shared_expert_ranks: int = 0,
 ) -> RunInputs:
     """Generate every rank's inputs for a run; see the module docstring for distributions."""
     if L < 1 or H < 1:
         raise ValueError(f"need L >= 1 and H >= 1 (got L={L}, H={H})")
+    S, S_r = shared_experts, shared_expert_ranks
+    if (S == 0) != (S_r == 0) or (S and (S_r % S or S_r >= W)):
+        raise ValueError(f"shared experts S={S} on S_r={S_r} of W={W} ranks: both zero, or "
+                         "S_r % S == 0 and S_r < W")
     dt = token_dtype(dtype)
     s_x, s_route, s_scales, s_expand = (
         np.random.default_rng(c) for c in np.random.SeedSequence(seed).spawn(4)
@@ -104,13 +130,14 @@ def generate_inputs(
     # payload=False (timing-only runs): token values are zeros; routing and weights stay
     x = [uniform_tokens(s_x, (BS, H), dt) if payload else np.zeros((BS, H), dt)
          for _ in range(W)]
-    ids = make_routing(routing, W, BS, K, W * L, rng=s_route, zipf_s=zipf_s, hot_expert=hot_expert)
+    ids = make_routing(routing, W, BS, K, (W - S_r) * L, rng=s_route, zipf_s=zipf_s,
+                       hot_expert=hot_expert)
     scales = [s_scales.uniform(-1.0, 1.0, size=(BS, K)).astype(np.float32) for _ in range(W)]
-    inp = RunInputs(W, BS, H, K, L, dt, x, ids, scales)
+    inp = RunInputs(W, BS, H, K, L, dt, x, ids, scales, S=S, S_r=S_r)
     if with_combine:
-        inp.recv_counts = recv_counts(ids, L)
-        A = inp.A
-        for n in inp.recv_counts:
+        inp.recv_counts = recv_counts(ids, L, S, S_r)
+        for r, n in enumerate(inp.recv_counts):
+            A = inp.rows_of(r)
             if n > A:
                 raise ValueError(f"a rank receives {n} rows > A={A}: expert ids not distinct")
             ex = np.zeros((A, H), dtype=dt)
