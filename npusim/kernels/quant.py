@@ -97,6 +97,22 @@ def _blocks_f32(x: np.ndarray, block: int, n_blocks: int) -> np.ndarray:
     return out.reshape(rows, n_blocks, block)
 
 
+def _round_to_fp16_grid(y: np.ndarray) -> np.ndarray:
+    """fp32 values rounded (nearest even) to fp16 precision, in fp32: what fp16(y) holds,
+    without numpy's slow fp16 conversions. Adding and removing 1.5 * 2^(e + 13) leaves y
+    rounded to a multiple of 2^(e - 10), fp16's spacing at y's exponent e (clamped at
+    fp16's smallest normal exponent, so subnormals round on their 2^-24 grid). Beyond
+    fp16's range the result stays finite where fp16 would be inf; callers clip."""
+    e = y.view(np.uint32) & np.uint32(0x7F800000)
+    np.maximum(e, np.uint32(113 << 23), out=e)
+    e += np.uint32(13 << 23)
+    m = e.view(np.float32)
+    m *= np.float32(1.5)
+    out = y + m
+    out -= m
+    return out
+
+
 def _block_absmax(blocks: np.ndarray) -> np.ndarray:
     """max |x| over the last axis (NaN propagates), shaped (rows, n_blocks).
 
@@ -174,6 +190,11 @@ def mxfp8_dequantize(
     nb = ceil_div(h, MXFP8_BLOCK)
     if scales.shape[0] != rows or scales.shape[1] < nb:
         raise ValueError(f"scales shape {scales.shape} does not cover data shape {data.shape}")
+    out_dt = _out_dtype(out_dtype)
+    if out_dt.itemsize == 2 and h == nb * MXFP8_BLOCK:  # one table lookup per element
+        idx = data.reshape(rows, nb, MXFP8_BLOCK).astype(np.uint16)
+        idx |= (scales[:, :nb].astype(np.uint16) << 8)[:, :, None]
+        return _mxfp8_table(out_dt)[idx].reshape(rows, h)
     if h == nb * MXFP8_BLOCK:
         vals = _E5M2_F32[data].reshape(rows, nb, MXFP8_BLOCK)
     else:
@@ -186,7 +207,24 @@ def mxfp8_dequantize(
     out = vals * factor[:, :, None]  # exact: e5m2 * 2^(s - 127)
     if nan_block.any():
         out[nan_block] = np.float32(np.nan)
-    return out.reshape(rows, nb * MXFP8_BLOCK)[:, :h].astype(_out_dtype(out_dtype))
+    return out.reshape(rows, nb * MXFP8_BLOCK)[:, :h].astype(out_dt)
+
+
+_MXFP8_TABLES: dict[np.dtype, np.ndarray] = {}
+
+
+def _mxfp8_table(dt: np.dtype) -> np.ndarray:
+    """Every (scale byte, element byte) pair dequantised to `dt`, indexed by scale << 8 |
+    element: the general path's own arithmetic, evaluated once."""
+    table = _MXFP8_TABLES.get(dt)
+    if table is None:
+        codes = np.arange(256, dtype=np.uint8)
+        data = np.tile(codes, 256).reshape(256, 256)  # row = scale byte, column = element
+        scales = np.repeat(codes, 256).reshape(256, 256)[:, ::MXFP8_BLOCK]
+        with np.errstate(over="ignore", invalid="ignore"):  # large scales give inf
+            table = mxfp8_dequantize(data, scales, np.float32).astype(dt).reshape(-1)
+        _MXFP8_TABLES[dt] = table
+    return table
 
 
 def _out_dtype(dt: np.dtype | str) -> np.dtype:
@@ -266,8 +304,7 @@ def int8_block_quantize(
     s = m * _F32_ONE_OVER_127 if recip else m / np.float32(INT8_QMAX)
     s[s == 0] = np.float32(1.0)
     with np.errstate(invalid="ignore", over="ignore"):
-        # fp16(f / s), then rint in fp32 (exact for fp16 values; numpy's fp16 ufuncs are slow)
-        qf = (blocks / s).astype(np.float16).astype(np.float32)
+        qf = _round_to_fp16_grid(blocks / s)  # fp16(f / s), kept in fp32
         np.rint(qf, out=qf)
         np.clip(qf, -128, 127, out=qf)
         qf[np.isnan(qf)] = 0

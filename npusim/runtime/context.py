@@ -615,13 +615,16 @@ class KernelContext:
 
         best: list[Any] = [math.inf, -1, 0]  # wake time, poll index, version
         woke = env.event()
+        # fire -> on_change -> arm -> fire is a reference cycle; it goes through this
+        # list, emptied when the wait ends, so the closures are freed without the collector
+        handlers: list[Any] = []
 
         def arm(i: int, at: float) -> None:
             best[0], best[1] = at, i
             best[2] += 1
             version = best[2]
             env.timeout(max(0.0, at - env.now)).callbacks.append(
-                lambda _e, v=version: fire(v))
+                lambda _e, v=version: handlers and handlers[0](v))
 
         def fire(version: int) -> None:
             if version != best[2] or woke.triggered:
@@ -645,6 +648,7 @@ class KernelContext:
                 if at < best[0]:
                     arm(i, at)
 
+        handlers.append(fire)
         watchers = []
         for i, p in enumerate(polls):
             w = Watcher(p.offset, p.span, lambda i=i: on_change(i))
@@ -655,6 +659,8 @@ class KernelContext:
             on_change(i)
         self._poll = polls[start]
         yield from self._block(woke, f"{name} on the window of rank {self.rank_id}", name)
+        handlers.clear()
+        watchers.clear()
         self._poll = None
         i, data = woke.value
         self.t = max(self.t, env.now) + polls[i].check_ns + tail

@@ -12,6 +12,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from npusim.engine.env import collector_paused
 from npusim.errors import DeadlockError, KernelError, SimTimeLimitError
 from npusim.hw.machine import Machine
 from npusim.runtime.context import KernelContext
@@ -52,15 +53,16 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     limit_at = t0 + time_limit_ns
     step = env.step
     peek = env.peek
-    while not done.triggered:
-        nxt = peek()
-        if nxt == math.inf:
-            raise DeadlockError(_deadlock_text(contexts, env.now))
-        if nxt > limit_at:
-            raise SimTimeLimitError(
-                f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached with cores "
-                f"still running:\n{_waiters(contexts)}")
-        step()
+    with collector_paused():
+        while not done.triggered:
+            nxt = peek()
+            if nxt == math.inf:
+                raise DeadlockError(_deadlock_text(contexts, env.now))
+            if nxt > limit_at:
+                raise SimTimeLimitError(
+                    f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached with "
+                    f"cores still running:\n{_waiters(contexts)}")
+            step()
     if not done.ok:
         raise done.value
     end = max(max(r) for r in ends)
