@@ -38,6 +38,10 @@ class Region:
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         raise NotImplementedError
 
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        """read(offset, out.size) straight into `out` (a UB slice): no temporary copy."""
+        out[:] = self.read(offset, out.size)
+
     def write(self, offset: int, data: np.ndarray) -> None:
         raise NotImplementedError
 
@@ -93,6 +97,9 @@ class DenseRegion(Region):
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         return self.buf[offset:offset + nbytes].copy()
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        out[:] = self.buf[offset:offset + out.size]
 
     def write(self, offset: int, data: np.ndarray) -> None:
         self.buf[offset:offset + data.size] = data
@@ -169,6 +176,18 @@ class SparseRegion(Region):
                 out[pos:pos + n] = p[within:within + n]
             pos += n
         return out
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        nbytes = out.size
+        within = offset & (PAGE - 1)
+        if within + nbytes <= PAGE:
+            p = self.pages.get(offset >> PAGE_SHIFT)
+            if p is None:
+                out[:] = 0
+            else:
+                out[:] = p[within:within + nbytes]
+            return
+        out[:] = self.read(offset, nbytes)
 
     def write(self, offset: int, data: np.ndarray) -> None:
         nbytes = data.size

@@ -61,6 +61,7 @@ class UnifiedBuffer:
         self.data = np.zeros(capacity, dtype=np.uint8)
         self.written = np.zeros(capacity, dtype=bool)  # bytes written in this call
         self.top = 0
+        self.high = 0  # highest top since the last new call: bytes above it were never marked
         self.buffers: list[UBBuffer] = []
 
     def alloc(self, name: str, nbytes: int) -> UBBuffer:
@@ -74,6 +75,8 @@ class UnifiedBuffer:
             )
         buf = UBBuffer(self, name, self.top, size)
         self.top += size
+        if self.top > self.high:
+            self.high = self.top
         self.buffers.append(buf)
         return buf
 
@@ -82,8 +85,9 @@ class UnifiedBuffer:
         were written, so reading what an earlier call left behind is caught."""
         self.top = 0
         self.buffers.clear()
-        if new_call:
-            self.written[:] = False
+        if new_call:  # only the part ever allocated (the rest keeps untouched, unpaged memory)
+            self.written[:self.high] = False
+            self.high = 0
 
     def mark(self, start: int, nbytes: int) -> None:
         self.written[start:start + nbytes] = True

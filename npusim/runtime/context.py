@@ -380,10 +380,10 @@ class KernelContext:
         path = (self.rank.hbm,)
 
         def done(t: float) -> None:
-            data = src.read(src_offset, src_span)
             if strided is None:
-                ub_data[at:at + nbytes] = data
+                src.read_into(src_offset, ub_data[at:at + nbytes])
             else:
+                data = src.read(src_offset, src_span)
                 strided.scatter(ub_data[at:at + dst_span], strided.gather(data))
             self._mark(at, dst_span, strided, dst_side=True)
             dst.write_ready = t
