@@ -102,7 +102,8 @@ def expert_outputs(d: dict[str, np.ndarray], t: MoeTiling, rank: int) -> np.ndar
     if not n:
         return out
     if t.dispatch_quant == "mxfp8":
-        out[:n] = mxfp8_dequantize(ex[:n].view(np.uint8), d["dynamic_scales"][:n], out_dtype=dt)
+        mxfp8_dequantize(ex[:n].view(np.uint8), d["dynamic_scales"][:n], out_dtype=dt,
+                         out=out[:n])
     elif t.dispatch_quant == "int8":
         out[:n] = int8_token_dequantize(ex[:n].view(np.int8), d["dynamic_scales"][:n],
                                         out_dtype=dt)

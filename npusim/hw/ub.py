@@ -21,7 +21,8 @@ INF = math.inf
 class UBBuffer:
     """A named, aligned allocation in UB (like a TBuf/TQue buffer in Ascend C)."""
 
-    __slots__ = ("ub", "name", "offset", "nbytes", "write_ready", "read_busy", "writer")
+    __slots__ = ("ub", "name", "offset", "nbytes", "write_ready", "read_busy", "writer",
+                 "all_written")
 
     def __init__(self, ub: UnifiedBuffer, name: str, offset: int, nbytes: int) -> None:
         self.ub = ub
@@ -31,6 +32,7 @@ class UBBuffer:
         self.write_ready = 0.0  # time the last write to it completes (INF: in flight)
         self.read_busy = 0.0  # time the last read of it completes (INF: in flight)
         self.writer = ""
+        self.all_written = False  # every byte marked written in this call (marks are sticky)
 
     def view(self, dtype: np.dtype | type, count: int | None = None, byte_offset: int = 0
              ) -> np.ndarray:

@@ -220,7 +220,9 @@ class KernelContext:
         if fn is not None:
             fn()
         for b in writes:
-            self.ub.mark(b.offset, b.nbytes)
+            if not b.all_written:
+                self.ub.mark(b.offset, b.nbytes)
+                b.all_written = True
             b.write_ready = end
             b.writer = f"vector {name}"
         for b in reads:
