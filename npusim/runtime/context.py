@@ -33,6 +33,16 @@ from npusim.runtime.conditions import Condition
 
 Wait = Generator[Any, Any, None]
 
+_ITEMSIZE: dict[Any, int] = {}
+
+
+def _itemsize(dtype: Any) -> int:
+    """np.dtype(dtype).itemsize, cached (vector instructions ask for it millions of times)."""
+    size = _ITEMSIZE.get(dtype)
+    if size is None:
+        size = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
+    return size
+
 
 @dataclass(frozen=True)
 class Strided:
@@ -182,7 +192,8 @@ class KernelContext:
         start = self.t
         self.t += dur
         self.core.scalar.busy_ns += dur
-        self.trace.activity(self.rank_id, self.core_id, "scalar", self.step, start, self.t)
+        if self.trace.detailed:
+            self.trace.activity(self.rank_id, self.core_id, "scalar", self.step, start, self.t)
 
     def loop(self, iterations: int = 1) -> None:
         """Per-iteration overhead of a scalar loop."""
@@ -199,7 +210,7 @@ class KernelContext:
         to UB at issue; the pipe-hazard checks make that equal to applying it at the end."""
         vcfg = self.cfg.vector
         if repeats is None:
-            nbytes = elements * np.dtype(dtype).itemsize
+            nbytes = elements * _itemsize(dtype)
             repeats = -(-nbytes // vcfg.bytes_per_cycle)
         dur = (vcfg.issue_cycles + (repeats * passes + extra_cycles) * vcfg.cycles_per_repeat
                ) * self.cycle_ns
@@ -232,7 +243,8 @@ class KernelContext:
         op.start_at = start
         op.done_at = end
         self.core.vector.last = op
-        self.trace.activity(self.rank_id, self.core_id, "vector", name, start, end)
+        if self.trace.detailed:
+            self.trace.activity(self.rank_id, self.core_id, "vector", name, start, end)
         return op
 
     def vector_function(self, name: str, instructions: int, reads: Iterable[UBBuffer] = (),
@@ -256,7 +268,7 @@ class KernelContext:
         cycles = 0.0
         for _, elements, dtype in instrs:
             n += 1
-            cycles += -(-(elements * np.dtype(dtype).itemsize) // bpc)
+            cycles += -(-(elements * _itemsize(dtype)) // bpc)
         self.t += (n - 1) * self.issue_ns
         # n issue costs in all: one in vector(), n - 1 as extra repeat-free cycles
         extra = cycles + (n - 1) * vcfg.issue_cycles / vcfg.cycles_per_repeat
@@ -334,6 +346,8 @@ class KernelContext:
     def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
                        strided: Strided | None, what: str) -> None:
         """A transfer or scalar load must not read UB bytes this call never wrote."""
+        if buf.all_written:
+            return
         at = buf.offset + byte_offset
         if strided is None or strided.src_gap <= 0:
             first = self.ub.unwritten(at, strided.length if strided and strided.src_gap < 0
@@ -387,7 +401,10 @@ class KernelContext:
             else:
                 data = src.read(src_offset, src_span)
                 strided.scatter(ub_data[at:at + dst_span], strided.gather(data))
-            self._mark(at, dst_span, strided, dst_side=True)
+            if not dst.all_written:
+                self._mark(at, dst_span, strided, dst_side=True)
+                if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
+                    dst.all_written = True
             dst.write_ready = t
             self._finish(pipe, op, t, moved)
 
@@ -527,7 +544,8 @@ class KernelContext:
         self.waiting = None
         if self.env.now > self.t:
             self.t = self.env.now
-        self.trace.activity(self.rank_id, self.core_id, "wait", label, start, self.t)
+        if self.trace.detailed:
+            self.trace.activity(self.rank_id, self.core_id, "wait", label, start, self.t)
 
     def wait(self, *ops: Op) -> Wait:
         """Block until the ops complete (WaitFlag / DeQue between pipes)."""
