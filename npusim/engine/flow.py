@@ -182,6 +182,17 @@ class FlowNetwork:
         self._joining: list[Group] = []
         self._dirty: dict[Group, None] = {}
         self._batch = 0
+        # calls due at a time (a pipe starting its next transfer): (time, seq, fn), run by
+        # the same timer as the wake-ups, inside the instant's batch
+        self._calls: list[tuple[float, int, Callable[[], None]]] = []
+
+    def call_at(self, t: float, fn: Callable[[], None]) -> None:
+        """Run fn() at time t (> now) from the network's timer: no simulator event of its
+        own, and a transfer started there joins the instant's netted level changes."""
+        self._seq += 1
+        heapq.heappush(self._calls, (t, self._seq, fn))
+        if t < self._timer_at:
+            self._arm_timer(t)
 
     def start(self, size: int, cap_gbps: float, path: tuple[Resource, ...], latency_ns: float,
               on_done: Callable[[float], None], on_sent: Callable[[], None] | None = None,
@@ -277,17 +288,21 @@ class FlowNetwork:
         self._timer_at = INF
         now = self.env.now
         wakes = self._wakes
+        calls = self._calls
         self._batch += 1
         while wakes and wakes[0][0] <= now:
             _, _, group, v = heapq.heappop(wakes)
             if v == group.version:
                 group.fire()
+        while calls and calls[0][0] <= now:
+            heapq.heappop(calls)[2]()
         self._batch -= 1
         self._flush()
         while wakes and wakes[0][3] != wakes[0][2].version:
             heapq.heappop(wakes)  # stale
-        if wakes and wakes[0][0] < self._timer_at:
-            self._arm_timer(wakes[0][0])
+        nxt = min(wakes[0][0] if wakes else INF, calls[0][0] if calls else INF)
+        if nxt < self._timer_at:
+            self._arm_timer(nxt)
 
     def _finish(self, f: Flow) -> None:
         """Last byte sent: free the bandwidth, tell the pipe, deliver after the latency."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import simpy
 
@@ -18,15 +20,15 @@ from npusim.hw.ub import UnifiedBuffer
 class Core:
     """One AIV core: four pipes and its UB."""
 
-    def __init__(self, env: simpy.Environment, rank: int, index: int, cfg: HardwareConfig
-                 ) -> None:
+    def __init__(self, env: simpy.Environment, rank: int, index: int, cfg: HardwareConfig,
+                 later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
         self.rank = rank
         self.index = index
         self.ub = UnifiedBuffer(cfg.ub.bytes, cfg.ub.alignment)
         self.scalar = FixedPipe("scalar")
         self.vector = FixedPipe("vector")
-        self.mte2 = TransferPipe(env, "mte2")
-        self.mte3 = TransferPipe(env, "mte3")
+        self.mte2 = TransferPipe(env, "mte2", later)
+        self.mte3 = TransferPipe(env, "mte3", later)
 
 
 class Barrier:
@@ -54,13 +56,14 @@ class Barrier:
 class Rank:
     """One die: cores, HBM bandwidth, named GM tensors and the symmetric window."""
 
-    def __init__(self, env: SimEnv, index: int, cfg: HardwareConfig) -> None:
+    def __init__(self, env: SimEnv, index: int, cfg: HardwareConfig,
+                 later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
         self.index = index
         self.cfg = cfg
         self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
         self.window = SparseRegion("window", index, cfg.window.bytes)
         self.tensors: dict[str, DenseRegion] = {}
-        self.cores = [Core(env, index, c, cfg) for c in range(cfg.chip.aiv_cores)]
+        self.cores = [Core(env, index, c, cfg, later) for c in range(cfg.chip.aiv_cores)]
         self.barrier = Barrier(env, len(self.cores), cfg.sync.syncall_ns)
         self.bytes_out = 0  # bytes this rank put into other ranks' windows
         self.bytes_in = 0  # bytes other ranks put into this rank's window
@@ -85,7 +88,8 @@ class Machine:
         self.net = FlowNetwork(self.env)
         self.trace = trace or Trace()
         self.fabric = Fabric(cfg.fabric, world)
-        self.ranks = [Rank(self.env, r, cfg) for r in range(world)]
+        # transfers issued ahead of simulated time start from the flow network's timer
+        self.ranks = [Rank(self.env, r, cfg, self.net.call_at) for r in range(world)]
         if self.trace.detailed:  # link-utilisation counters for the timeline
             self.net.observer = self._sample
 

@@ -70,11 +70,15 @@ class TransferPipe:
     holds the next transfer until every earlier one has been delivered."""
 
     __slots__ = ("name", "env", "queue", "streaming", "inflight", "last", "busy_ns",
-                 "fence_next")
+                 "fence_next", "later")
 
-    def __init__(self, env: simpy.Environment, name: str) -> None:
+    def __init__(self, env: simpy.Environment, name: str,
+                 later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
         self.name = name
         self.env = env
+        # later(t, fn): run fn at time t (the flow network's timer, which starts the
+        # transfer anyway; a simpy timeout when the pipe stands alone)
+        self.later = later or self._timeout_at
         self.queue: deque[tuple[float, Callable[[], None], bool]] = deque()
         self.streaming = False
         self.inflight = 0
@@ -110,8 +114,10 @@ class TransferPipe:
         self.queue.popleft()
         self.streaming = True
         self.inflight += 1
-        now = self.env.now
-        if earliest > now:
-            self.env.timeout(earliest - now).callbacks.append(lambda _e: begin())
+        if earliest > self.env.now:
+            self.later(earliest, begin)
         else:
             begin()
+
+    def _timeout_at(self, t: float, fn: Callable[[], None]) -> None:
+        self.env.timeout(t - self.env.now).callbacks.append(lambda _e: fn())
