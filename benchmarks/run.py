@@ -4,6 +4,12 @@ fixed scenarios, each in a fresh process (so peak RSS belongs to that scenario a
     python benchmarks/run.py                 # the standard set
     python benchmarks/run.py --json out.json # also write the figures as JSON
     python benchmarks/run.py --only bs256     # scenarios whose name contains 'bs256'
+    python benchmarks/run.py --check benchmarks/baseline.json   # compare with a baseline
+
+A baseline is the JSON of an earlier run. --check compares each case's wall time scaled by
+this machine's plain simpy rate (so machines of different speed compare), prints the ratio
+and the issue-8 targets, and exits 1 when a case is slower than the baseline by more than
+--slack (default 25%: single runs vary by 5-15% on a shared 2-core machine).
 
 Also times a plain simpy loop of a known number of events on the same machine, so the
 figures can be compared across machines (ratio to that baseline).
@@ -76,6 +82,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run the cases whose name contains this text")
     ap.add_argument("--json", help="write the figures to this file")
+    ap.add_argument("--check", help="compare with this baseline JSON (exit 1 on a regression)")
+    ap.add_argument("--slack", default="25%", help="allowed slowdown for --check (default 25%%)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -97,7 +105,34 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
                                                "cases": rows}, indent=2) + "\n")
+    if args.check:
+        return check(rows, base, Path(args.check), float(args.slack.rstrip("%")) / 100)
     return 0
+
+
+TARGETS_S = {"dc_bs256_fp16": 5.0, "dc_bs256_quant": 5.0, "dc_w64_bs128_quant_timing": 60.0}
+"""Issue 8's wall-time targets on a 2-core machine."""
+
+
+def check(rows: list[dict], base: float, path: Path, slack: float) -> int:
+    """Compare with a baseline run, in plain-simpy-event units (wall x simpy events/s)."""
+    ref = json.loads(path.read_text())
+    ref_rows = {r["name"]: r for r in ref["cases"]}
+    worst = 0.0
+    print(f"\nagainst {path} (plain simpy {ref['plain_simpy_events_per_s']:,.0f} events/s there)")
+    for row in rows:
+        old = ref_rows.get(row["name"])
+        target = TARGETS_S.get(row["name"])
+        goal = f"target {target:.0f} s: {'met' if row['wall_s'] < target else 'NOT met'}" \
+            if target else ""
+        if old is None:
+            print(f"  {row['name']:<28} no baseline  {goal}")
+            continue
+        ratio = (row["wall_s"] * base) / (old["wall_s"] * ref["plain_simpy_events_per_s"])
+        worst = max(worst, ratio)
+        flag = "  <- slower" if ratio > 1 + slack else ""
+        print(f"  {row['name']:<28} x{ratio:.2f} of the baseline's cost  {goal}{flag}")
+    return 1 if worst > 1 + slack else 0
 
 
 if __name__ == "__main__":
