@@ -71,9 +71,9 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
             run, dispatch_out = run_dispatch(machine, t, inputs, limit_ns)
         else:
             if dispatch_out is not None and scenario.data.case_dir is None:
-                expand = [expert_outputs(d, t, r) if not t.timing_only
-                          else np.zeros((t.max_rows_of(r), t.h), token_dtype(t.dtype))
-                          for r, d in enumerate(dispatch_out)]
+                expand = (expert_outputs(dispatch_out, t) if not t.timing_only
+                          else [np.zeros((t.max_rows_of(r), t.h), token_dtype(t.dtype))
+                                for r in range(t.world)])
                 meta = dispatch_out
             else:
                 expand = [r["expand_x"] for r in inputs]
@@ -90,23 +90,44 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
                      time.perf_counter() - wall0, samples=machine.trace.samples)
 
 
-def expert_outputs(d: dict[str, np.ndarray], t: MoeTiling, rank: int) -> np.ndarray:
-    """Identity experts (shared ones too): the dispatched rows dequantised to the token
-    dtype."""
+def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling
+                   ) -> list[np.ndarray]:
+    """Identity experts (shared ones too): every rank's dispatched rows dequantised to the
+    token dtype. A token reaches several ranks as the same bytes; dequantisation is a pure
+    function of them, so each distinct (row, scales) is dequantised once, bit-identically."""
     dt = token_dtype(t.dtype)
-    ex = d["expand_x"]
     if t.dispatch_quant == "none":  # the rows as they are (combine only reads them)
-        return ex.view(dt)
-    out = np.zeros((t.max_rows_of(rank), t.h), dtype=dt)
-    n = int(d["ep_recv_count"][-1])
-    if not n:
+        return [d["expand_x"].view(dt) for d in dispatch_out]
+    row_view = np.int8 if t.dispatch_quant == "int8" else np.uint8
+    where: dict[bytes, int] = {}  # (row, scales) bytes -> index among the distinct rows
+    picks, firsts = [], []
+    for r, d in enumerate(dispatch_out):
+        n = int(d["ep_recv_count"][-1])
+        if not n:
+            picks.append(np.empty(0, np.intp))
+            continue
+        rows = d["expand_x"][:n].view(np.uint8)
+        scales = d["dynamic_scales"][:n].reshape(n, -1).view(np.uint8)
+        pick = np.empty(n, np.intp)
+        for i in range(n):
+            key = rows[i].tobytes() + scales[i].tobytes()
+            j = where.get(key)
+            if j is None:
+                j = where[key] = len(firsts)
+                firsts.append((r, i))
+            pick[i] = j
+        picks.append(pick)
+    out = [np.zeros((t.max_rows_of(r), t.h), dtype=dt) for r in range(t.world)]
+    if not firsts:
         return out
+    data = np.stack([dispatch_out[r]["expand_x"][i] for r, i in firsts]).view(row_view)
+    scales = np.stack([dispatch_out[r]["dynamic_scales"][i] for r, i in firsts])
     if t.dispatch_quant == "mxfp8":
-        mxfp8_dequantize(ex[:n].view(np.uint8), d["dynamic_scales"][:n], out_dtype=dt,
-                         out=out[:n])
-    elif t.dispatch_quant == "int8":
-        out[:n] = int8_token_dequantize(ex[:n].view(np.int8), d["dynamic_scales"][:n],
-                                        out_dtype=dt)
+        distinct = mxfp8_dequantize(data, scales, out_dtype=dt)
+    else:
+        distinct = int8_token_dequantize(data, scales, out_dtype=dt)
+    for o, pick in zip(out, picks, strict=True):
+        np.take(distinct, pick, axis=0, out=o[:pick.size])
     return out
 
 
