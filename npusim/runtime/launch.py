@@ -53,16 +53,21 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     limit_at = t0 + time_limit_ns
     step = env.step
     peek = env.peek
-    with collector_paused():
-        while not done.triggered:
-            nxt = peek()
-            if nxt == math.inf:
-                raise DeadlockError(_deadlock_text(contexts, env.now))
-            if nxt > limit_at:
-                raise SimTimeLimitError(
-                    f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached with "
-                    f"cores still running:\n{_waiters(contexts)}")
-            step()
+    steps = 0
+    try:
+        with collector_paused():
+            while not done.triggered:
+                nxt = peek()
+                if nxt == math.inf:
+                    raise DeadlockError(_deadlock_text(contexts, env.now))
+                if nxt > limit_at:
+                    raise SimTimeLimitError(
+                        f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached "
+                        f"with cores still running:\n{_waiters(contexts)}")
+                step()
+                steps += 1
+    finally:
+        env.events_processed += steps
     if not done.ok:
         raise done.value
     end = max(max(r) for r in ends)
