@@ -628,12 +628,20 @@ def _check_window(src: str, w: Workload, hw: HardwareConfig, overrides: Mapping[
     )
 
 
-def _check_shared_cores(src: str, w: Workload, hw: HardwareConfig) -> None:
-    """The shared-send cores (V2: max(1, C*S // (K+S))) must leave a MoE-send core and a
-    cum-sum core."""
+def _check_cores(src: str, w: Workload, hw: HardwareConfig, overrides: dict[str, Any]
+                 ) -> None:
+    """The sample's dispatch needs a cum-sum core and an all-to-all core; the shared-send
+    cores (V2: max(1, C*S // (K+S))) must leave both."""
+    cores = hw.chip.aiv_cores
+    if cores < 2:
+        key = ("hardware_overrides.chip.aiv_cores" if "chip.aiv_cores" in overrides
+               else "hardware")
+        raise InputError(
+            src, key,
+            f"chip.aiv_cores {cores}: the kernels need at least 2 AIV cores (a cum-sum core "
+            "and an all-to-all core); allowed: 2 or more")
     if not w.shared_experts:
         return
-    cores = hw.chip.aiv_cores
     n_sh = layout.shared_send_core_count(cores, w.k, w.shared_experts)
     if cores - n_sh < 2:
         raise InputError(
@@ -700,7 +708,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     overrides = _flatten_overrides(src, doc.get("hardware_overrides"))
     hardware = _hardware(src, ref, overrides, base)
     _check_window(src, workload, hardware, overrides)
-    _check_shared_cores(src, workload, hardware)
+    _check_cores(src, workload, hardware, overrides)
 
     return Scenario(
         name=name,

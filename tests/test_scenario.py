@@ -248,6 +248,12 @@ BROKEN: list[tuple[str, Any, str, str]] = [
         "range",
     ),
     (
+        "one-core",
+        with_("hardware_overrides", {"chip.aiv_cores": 1}),
+        "hardware_overrides.chip.aiv_cores",
+        "at least 2 AIV cores",
+    ),
+    (
         "ovr-section",
         with_("hardware_overrides", {"fabric": 5}),
         "hardware_overrides.fabric",
