@@ -90,6 +90,21 @@ def main() -> int:
         print(json.dumps(run_one(args.child)))
         return 0
     names = [n for n in CASES if not args.only or args.only in n]
+    ref = slack = None
+    if args.check:  # checked before anything runs: a bad argument costs no benchmark
+        try:
+            slack = float(args.slack.rstrip("%")) / 100
+        except ValueError:
+            return _usage_error(f"--slack {args.slack!r}: not a number; allowed: a "
+                                "percentage such as 25%")
+        try:
+            ref = json.loads(Path(args.check).read_text())
+            ref_rows = {r["name"]: r for r in ref["cases"]}
+            float(ref["plain_simpy_events_per_s"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return _usage_error(f"--check {args.check}: not a baseline written by --json "
+                                f"({type(exc).__name__}); allowed: a JSON file from "
+                                "benchmarks/run.py --json")
     base = simpy_baseline()
     rows = []
     print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()})")
@@ -105,19 +120,23 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
                                                "cases": rows}, indent=2) + "\n")
-    if args.check:
-        return check(rows, base, Path(args.check), float(args.slack.rstrip("%")) / 100)
+    if ref is not None and slack is not None:
+        return check(rows, base, args.check, ref, ref_rows, slack)
     return 0
+
+
+def _usage_error(message: str) -> int:
+    print(f"benchmarks/run.py: error: {message}", file=sys.stderr)
+    return 2
 
 
 TARGETS_S = {"dc_bs256_fp16": 5.0, "dc_bs256_quant": 5.0, "dc_w64_bs128_quant_timing": 60.0}
 """Issue 8's wall-time targets on a 2-core machine."""
 
 
-def check(rows: list[dict], base: float, path: Path, slack: float) -> int:
+def check(rows: list[dict], base: float, path: str, ref: dict, ref_rows: dict[str, dict],
+          slack: float) -> int:
     """Compare with a baseline run, in plain-simpy-event units (wall x simpy events/s)."""
-    ref = json.loads(path.read_text())
-    ref_rows = {r["name"]: r for r in ref["cases"]}
     worst = 0.0
     print(f"\nagainst {path} (plain simpy {ref['plain_simpy_events_per_s']:,.0f} events/s there)")
     for row in rows:

@@ -49,6 +49,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", help="also draw the curve into this PNG (needs matplotlib)")
     args = ap.parse_args()
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ModuleNotFoundError:
+            print("benchmarks/scaling.py: error: --plot needs matplotlib; allowed: "
+                  "pip install 'npusim[plot]', or run without --plot", file=sys.stderr)
+            return 2
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
