@@ -17,6 +17,11 @@ from npusim.sim import DISPATCH_OUTPUTS, simulate
 from npusim.workload.inputs import RunInputs, generate_inputs
 
 
+def U(seed: int) -> dict[str, Any]:
+    """Uniform random routing with this seed (the routing section of a workload)."""
+    return {"kind": "uniform", "seed": seed}
+
+
 def scenario(tmp: Path, name: str = "t", hardware: str = "ascend950",
              overrides: dict[str, Any] | None = None, **workload: Any) -> Scenario:
     w = {"op": "dispatch", "bs": 8, "h": 1024, "k": 4, "ep_world_size": 4,

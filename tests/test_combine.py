@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from simhelp import (
+    U,
     assert_bytes_equal,
     case_id,
     check_dispatch_outputs,
@@ -32,11 +33,6 @@ from simhelp import (
 )
 
 from npusim.reference import expert_outputs_from_dispatch, reference_dispatch
-
-
-def U(seed: int) -> dict[str, Any]:
-    return {"kind": "uniform", "seed": seed}
-
 
 BF = "bfloat16"
 ZIPF3 = {"kind": "zipf", "seed": 0, "s": 3.0}

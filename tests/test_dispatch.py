@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from simhelp import (
+    U,
     case_id,
     check_dispatch_outputs,
     dispatch_ref,
@@ -28,10 +29,6 @@ from simhelp import (
 )
 
 from npusim.reference import dispatch_plan
-
-
-def U(seed: int) -> dict[str, Any]:
-    return {"kind": "uniform", "seed": seed}
 
 
 def _c(W, BS, H, K, L, quant, dtype="float16", routing=None, empty=False, **extra):

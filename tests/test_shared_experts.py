@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import yaml
 from simhelp import (
+    U,
     assert_bytes_equal,
     case_id,
     check_dispatch_outputs,
@@ -48,9 +49,6 @@ SHIPPED = ROOT / "scenarios" / "examples" / "dispatch_combine_shared.yaml"
 BF = "bfloat16"
 ZIPF = {"kind": "zipf", "seed": 1, "s": 2.0}
 
-
-def U(seed: int) -> dict[str, Any]:
-    return {"kind": "uniform", "seed": seed}
 
 
 def _s(op: str, W: int, S: int, S_r: int, BS: int, K: int, L: int, dq: str = "mxfp8",
