@@ -174,7 +174,7 @@ class FlowNetwork:
         self._timer_at = INF
         self._timer_version = 0
         # observer(resource, t_ns, used_gbps) after every change of a resource's used
-        # bandwidth; None (the default) costs one test per flow start and finish
+        # bandwidth; None (the default) costs one test per flush
         self.observer: Callable[[Resource, float, float], None] | None = None
         # changes of this instant not yet applied: (path, cap, +1 | -1) per start/finish,
         # groups that got their first flow, groups to re-arm; flushed when _batch is 0

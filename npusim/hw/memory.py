@@ -159,35 +159,24 @@ class SparseRegion(Region):
         return None
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
-        within = offset & (PAGE - 1)
-        if within + nbytes <= PAGE:  # the common case: inside one page
-            p = self.pages.get(offset >> PAGE_SHIFT)
-            if p is None:
-                return np.zeros(nbytes, dtype=np.uint8)
-            return p[within:within + nbytes].copy()
-        out = np.zeros(nbytes, dtype=np.uint8)
+        out = np.empty(nbytes, dtype=np.uint8)
+        self.read_into(offset, out)
+        return out
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        """Page by page; bytes of pages never written read as zero."""
+        nbytes = out.size
         pos = 0
         while pos < nbytes:
             addr = offset + pos
             page, within = addr >> PAGE_SHIFT, addr & (PAGE - 1)
             n = min(PAGE - within, nbytes - pos)
             p = self.pages.get(page)
-            if p is not None:
+            if p is None:
+                out[pos:pos + n] = 0
+            else:
                 out[pos:pos + n] = p[within:within + n]
             pos += n
-        return out
-
-    def read_into(self, offset: int, out: np.ndarray) -> None:
-        nbytes = out.size
-        within = offset & (PAGE - 1)
-        if within + nbytes <= PAGE:
-            p = self.pages.get(offset >> PAGE_SHIFT)
-            if p is None:
-                out[:] = 0
-            else:
-                out[:] = p[within:within + nbytes]
-            return
-        out[:] = self.read(offset, nbytes)
 
     def write(self, offset: int, data: np.ndarray) -> None:
         nbytes = data.size
