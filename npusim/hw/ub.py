@@ -50,6 +50,12 @@ class UBBuffer:
         start = self.offset + byte_offset
         return self.ub.data[start:start + count * item].view(dtype)
 
+    def mark_written(self) -> None:
+        """Every byte of the buffer was written in this call (marked once, then sticky)."""
+        if not self.all_written:
+            self.ub.mark(self.offset, self.nbytes)
+            self.all_written = True
+
     def bytes_at(self, byte_offset: int, nbytes: int) -> np.ndarray:
         return self.ub.data[self.offset + byte_offset:self.offset + byte_offset + nbytes]
 

@@ -231,9 +231,7 @@ class KernelContext:
         if fn is not None:
             fn()
         for b in writes:
-            if not b.all_written:
-                self.ub.mark(b.offset, b.nbytes)
-                b.all_written = True
+            b.mark_written()
             b.write_ready = end
             b.writer = f"vector {name}"
         for b in reads:
@@ -401,10 +399,10 @@ class KernelContext:
             else:
                 data = src.read(src_offset, src_span)
                 strided.scatter(ub_data[at:at + dst_span], strided.gather(data))
-            if not dst.all_written:
+            if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
+                dst.mark_written()
+            elif not dst.all_written:
                 self._mark(at, dst_span, strided, dst_side=True)
-                if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
-                    dst.all_written = True
             dst.write_ready = t
             self._finish(pipe, op, t, moved)
 
