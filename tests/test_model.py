@@ -238,6 +238,40 @@ def test_vector_cost_is_issue_plus_repeats_per_pass():
     assert ends[0] == pytest.approx(8 + 64)
 
 
+@pytest.mark.parametrize("busy_until", [0.0, 500.0])  # vector pipe idle / still busy
+def test_a_vector_run_times_like_its_instructions_issued_one_by_one(busy_until):
+    # scalar issue 2 ns a slot, vector start 8 cycles, VF micro-instruction 0.5 cycle
+    hw = round_hw(scalar__cycles_per_op=2.0, vector__issue_cycles=8.0,
+                  vector__vf_cycles_per_instr=0.5)
+    m = Machine(hw, world=2)
+    seen = {}
+
+    def body(ctx):
+        buf = ctx.alloc("v", 8192)
+        ctx.ub_write(buf, 0, np.zeros(8192, np.uint8), ops=0)
+        t0 = ctx.t
+        ctx.core.vector.free_at = t0 + busy_until
+        if ctx.core_id == 0:  # a run of two instructions and a run of two VFs, one call each
+            ctx.vector_seq("run", [("a", 4096, "float16"), ("b", 1024, "float32")],
+                           reads=[buf], writes=[buf])
+            op = ctx.vector_function("vfs", [20, 40], reads=[buf], writes=[buf])
+        else:  # the same four, one by one
+            ctx.vector("a", 4096, "float16", reads=[buf], writes=[buf])
+            ctx.vector("b", 1024, "float32", reads=[buf], writes=[buf])
+            ctx.vector_function("vf1", 20, reads=[buf], writes=[buf])
+            op = ctx.vector_function("vf2", 40, reads=[buf], writes=[buf])
+        seen[ctx.core_id] = (op.done_at - t0, ctx.t - t0)
+        yield from ()
+
+    launch(m, _only({0, 1}, body))
+    # by hand: the first starts one issue slot (2 ns) after t0, or when the pipe frees;
+    # a: 8 + 32 repeats, b: 8 + 16, vf1: 8 + 10, vf2: 8 + 20 cycles at 1 GHz, back to back
+    first = max(2.0, busy_until)
+    assert seen[0][0] == pytest.approx(first + 40 + 24 + 18 + 28)
+    assert seen[1][0] == pytest.approx(seen[0][0])
+    assert seen[0][1] == seen[1][1] == pytest.approx(4 * 2.0)  # four issue slots
+
+
 def test_strided_poll_lands_each_flag_in_its_own_ub_block(hw):
     from npusim.runtime.context import Strided
 

@@ -285,9 +285,12 @@ def _quantise(ctx: KernelContext, t: MoeTiling, slot, record,
     fn = None if t.timing_only else effect
     if t.dispatch_quant == "mxfp8":
         iters = -(-h // 256)
-        ctx.vector_function("mx_max_exp", iters * MAXEXP_INSTRS + MAXEXP_SETUP, reads=[slot])
-        ctx.vector_function("mx_scale", -(-rec.scale_bytes // 128) * SCALE_INSTRS + SCALE_SETUP)
-        ctx.vector_function("mx_data", iters * DATA_INSTRS, reads=[slot], writes=[record], fn=fn)
+        # three VFs back to back: the block max exponents, the E8M0 scales, the data
+        ctx.vector_function("mxfp8_quant", [
+            iters * MAXEXP_INSTRS + MAXEXP_SETUP,
+            -(-rec.scale_bytes // 128) * SCALE_INSTRS + SCALE_SETUP,
+            iters * DATA_INSTRS,
+        ], reads=[slot], writes=[record], fn=fn)
     else:  # per-token dynamic INT8 (ops-transformer QuantDynamicPerToken)
         f32 = np.float32
         ctx.vector_seq("int8_max", [("cast_f32", h, f32), ("abs", h, f32),
@@ -310,9 +313,11 @@ def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
         o = out.view(np.uint8).reshape(rec.blocks, SPLIT_BLOCK_BYTES)
         o[:, :SPLIT_BLOCK_DATA] = payload
 
-    ctx.vector("pack_copy_a", repeats=rec.blocks, reads=src_bufs, writes=[out])
-    # always applied, also timing-only: the triplet travels in the record
-    ctx.vector("pack_copy_b", repeats=rec.blocks, reads=src_bufs, writes=[out], fn=effect)
+    # one repeat per 512 B block each; always applied, also timing-only: the triplet
+    # travels in the record
+    per_copy = rec.blocks * ctx.cfg.vector.bytes_per_cycle
+    ctx.vector_seq("pack_copy", [("copy_a", per_copy, np.uint8), ("copy_b", per_copy, np.uint8)],
+                   reads=src_bufs, writes=[out], fn=effect)
 
 
 # --------------------------------------------------------------------------- counts

@@ -17,7 +17,7 @@ and barriers, which keeps event counts proportional to the data moved.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -203,7 +203,7 @@ class KernelContext:
     def vector(self, name: str, elements: int = 0, dtype: str | np.dtype | type = "uint8",
                reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
                fn: Any = None, passes: float = 1.0, repeats: int | None = None,
-               extra_cycles: float = 0.0) -> Op:
+               extra_cycles: float = 0.0, issue_slots: int = 1) -> Op:
         """One vector instruction (or vector function): issue cost + `passes` cycles per
         repeat, a repeat being 256 B of `elements` x `dtype` (or `repeats` given directly,
         e.g. loop iterations of a register-based vector function). `fn` applies the effect
@@ -216,6 +216,8 @@ class KernelContext:
                ) * self.cycle_ns
         self.t += self.issue_ns
         start, end = self.core.vector.reserve(self.t, dur)
+        if issue_slots > 1:  # a run: the scalar issues the rest while the first executes
+            self.t += (issue_slots - 1) * self.issue_ns
         reads = tuple(reads)
         writes = tuple(writes)
         for b in reads:
@@ -245,14 +247,20 @@ class KernelContext:
             self.trace.activity(self.rank_id, self.core_id, "vector", name, start, end)
         return op
 
-    def vector_function(self, name: str, instructions: int, reads: Iterable[UBBuffer] = (),
-                        writes: Iterable[UBBuffer] = (), fn: Any = None) -> Op:
+    def vector_function(self, name: str, instructions: int | Sequence[int],
+                        reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
+                        fn: Any = None) -> Op:
         """A register-based vector function (__VEC_SCOPE__): its micro-instructions, counted
-        from the kernel source, cost `vector.vf_cycles_per_instr` cycles each."""
+        from the kernel source, cost `vector.vf_cycles_per_instr` cycles each. A sequence
+        of counts is a run of functions issued back to back, timed as one by one (like
+        vector_seq); `fn` applies the whole run's effect."""
         vcfg = self.cfg.vector
+        counts = (instructions,) if isinstance(instructions, int) else tuple(instructions)
+        n = len(counts)
         return self.vector(name, reads=reads, writes=writes, fn=fn, repeats=0,
-                           extra_cycles=instructions * vcfg.vf_cycles_per_instr
-                           / vcfg.cycles_per_repeat)
+                           extra_cycles=(sum(counts) * vcfg.vf_cycles_per_instr
+                                         + (n - 1) * vcfg.issue_cycles)
+                           / vcfg.cycles_per_repeat, issue_slots=n)
 
     def vector_seq(self, name: str, instrs: Iterable[tuple[str, int, Any]],
                    reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
@@ -267,11 +275,10 @@ class KernelContext:
         for _, elements, dtype in instrs:
             n += 1
             cycles += -(-(elements * _itemsize(dtype)) // bpc)
-        self.t += (n - 1) * self.issue_ns
         # n issue costs in all: one in vector(), n - 1 as extra repeat-free cycles
         extra = cycles + (n - 1) * vcfg.issue_cycles / vcfg.cycles_per_repeat
         return self.vector(name, reads=reads, writes=writes, fn=fn, repeats=0,
-                           extra_cycles=extra)
+                           extra_cycles=extra, issue_slots=n)
 
     def ub_write(self, buf: UBBuffer, byte_offset: int, values: np.ndarray, ops: float = 1.0
                  ) -> None:
