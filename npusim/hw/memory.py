@@ -1,21 +1,24 @@
 """Global memory of one rank: dense tensors (kernel inputs/outputs) and the sparse window.
 
-Bytes are real. The 1 GiB symmetric window is stored as 64 KiB pages created on first
-write; reading a page never written returns zeros. Watchers let a waiting core be woken
-when bytes it polls change, so a wait costs no event per poll interval.
+Bytes are real. The 1 GiB symmetric window is an anonymous memory map: the operating
+system backs only the 4 KiB pages that were written (a page never written reads as
+zeros), so a window costs memory in proportion to the bytes moved, and a read or write is
+one slice copy. Watchers let a waiting core be woken when bytes it polls change, so a
+wait costs no event per poll interval.
 """
 
 from __future__ import annotations
 
 import bisect
+import mmap
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from npusim.errors import KernelError
 
-PAGE_SHIFT = 16
-PAGE = 1 << PAGE_SHIFT
+PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 
 
 class Region:
@@ -43,6 +46,10 @@ class Region:
         out[:] = self.read(offset, out.size)
 
     def write(self, offset: int, data: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """The bytes as an array (a tensor read back after a run)."""
         raise NotImplementedError
 
     # -- watchers -------------------------------------------------------------------
@@ -110,8 +117,71 @@ class DenseRegion(Region):
         return arr.reshape(shape) if shape is not None else arr
 
 
+@dataclass(frozen=True)
+class RowTable:
+    """Rows of a GM tensor given by reference: row i is table[pick[i]], rows past the
+    picks are zero. Many ranks then share one copy of equal rows (the identity experts'
+    outputs: a token reaches several ranks as the same bytes)."""
+
+    table: np.ndarray  # [distinct rows, row bytes] uint8
+    pick: np.ndarray  # [rows given] indices into table
+    rows: int  # rows of the tensor
+
+    @property
+    def row_bytes(self) -> int:
+        return int(self.table.shape[1])
+
+    def dense(self) -> np.ndarray:
+        buf = np.zeros(self.rows * self.row_bytes, dtype=np.uint8)
+        n = self.pick.size
+        np.take(self.table, self.pick, axis=0, mode="clip",
+                out=buf[:n * self.row_bytes].reshape(n, self.row_bytes))
+        return buf
+
+
+class RowTableRegion(Region):
+    """A GM tensor read from a RowTable; its first write turns it into a private dense
+    copy (so it behaves exactly like a DenseRegion holding the same bytes)."""
+
+    def __init__(self, name: str, rank: int, rows: RowTable) -> None:
+        super().__init__(name, rank, rows.rows * rows.row_bytes)
+        self.rows = rows
+        self.buf: np.ndarray | None = None
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        out = np.empty(nbytes, dtype=np.uint8)
+        self.read_into(offset, out)
+        return out
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        if self.buf is not None:
+            out[:] = self.buf[offset:offset + out.size]
+            return
+        table, pick, rb = self.rows.table, self.rows.pick, self.rows.row_bytes
+        pos = 0
+        while pos < out.size:  # row by row
+            row, within = divmod(offset + pos, rb)
+            n = min(rb - within, out.size - pos)
+            if row < pick.size:
+                out[pos:pos + n] = table[pick[row], within:within + n]
+            else:
+                out[pos:pos + n] = 0
+            pos += n
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        if self.buf is None:
+            self.buf = self.rows.dense()
+        self.buf[offset:offset + data.size] = data
+        self._notify(offset, data.size)
+
+    def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        buf = self.buf if self.buf is not None else self.rows.dense()
+        arr = buf.view(dtype)
+        return arr.reshape(shape) if shape is not None else arr
+
+
 class SparseRegion(Region):
-    """The symmetric window: a large address range stored as pages written on demand.
+    """The symmetric window: a large address range of which only written pages use memory.
 
     For the sanitiser it also knows the kernel's layout (named zones: data areas, status
     entries, flags) and which bytes were put in the current call, to catch an access that
@@ -119,7 +189,12 @@ class SparseRegion(Region):
 
     def __init__(self, name: str, rank: int, nbytes: int) -> None:
         super().__init__(name, rank, nbytes)
-        self.pages: dict[int, np.ndarray] = {}
+        # anonymous, zero-filled, paged in on first touch; small pages, so a write far
+        # into the window does not fault in a 2 MiB huge page
+        self._map = mmap.mmap(-1, nbytes)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            self._map.madvise(mmap.MADV_NOHUGEPAGE)
+        self.buf = np.frombuffer(self._map, dtype=np.uint8)
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
         self._puts: list[tuple[int, int, str]] = []  # sorted [start, end) of this call's puts
@@ -159,38 +234,11 @@ class SparseRegion(Region):
         return None
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
-        out = np.empty(nbytes, dtype=np.uint8)
-        self.read_into(offset, out)
-        return out
+        return self.buf[offset:offset + nbytes].copy()
 
     def read_into(self, offset: int, out: np.ndarray) -> None:
-        """Page by page; bytes of pages never written read as zero."""
-        nbytes = out.size
-        pos = 0
-        while pos < nbytes:
-            addr = offset + pos
-            page, within = addr >> PAGE_SHIFT, addr & (PAGE - 1)
-            n = min(PAGE - within, nbytes - pos)
-            p = self.pages.get(page)
-            if p is None:
-                out[pos:pos + n] = 0
-            else:
-                out[pos:pos + n] = p[within:within + n]
-            pos += n
+        out[:] = self.buf[offset:offset + out.size]
 
     def write(self, offset: int, data: np.ndarray) -> None:
-        nbytes = data.size
-        pos = 0
-        while pos < nbytes:
-            addr = offset + pos
-            page, within = addr >> PAGE_SHIFT, addr & (PAGE - 1)
-            n = min(PAGE - within, nbytes - pos)
-            p = self.pages.get(page)
-            if p is None:
-                p = self.pages[page] = np.zeros(PAGE, dtype=np.uint8)
-            p[within:within + n] = data[pos:pos + n]
-            pos += n
-        self._notify(offset, nbytes)
-
-    def resident_bytes(self) -> int:
-        return len(self.pages) * PAGE
+        self.buf[offset:offset + data.size] = data
+        self._notify(offset, data.size)
