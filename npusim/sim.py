@@ -13,6 +13,7 @@ import numpy as np
 
 from npusim.engine.trace import Trace
 from npusim.hw.machine import Machine
+from npusim.hw.memory import RowTable
 from npusim.kernels.combine import combine_program
 from npusim.kernels.dispatch import dispatch_program
 from npusim.kernels.quant import int8_token_dequantize, mxfp8_dequantize, token_dtype
@@ -72,8 +73,8 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
         else:
             if dispatch_out is not None and scenario.data.case_dir is None:
                 expand = (expert_outputs(dispatch_out, t) if not t.timing_only
-                          else [np.zeros((t.max_rows_of(r), t.h), token_dtype(t.dtype))
-                                for r in range(t.world)])
+                          else [RowTable(np.zeros((0, 2 * t.h), np.uint8), np.zeros(0, np.intp),
+                                         t.max_rows_of(r)) for r in range(t.world)])
                 meta = dispatch_out
             else:
                 expand = [r["expand_x"] for r in inputs]
@@ -91,10 +92,11 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
 
 
 def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling
-                   ) -> list[np.ndarray]:
+                   ) -> list[np.ndarray | RowTable]:
     """Identity experts (shared ones too): every rank's dispatched rows dequantised to the
     token dtype. A token reaches several ranks as the same bytes; dequantisation is a pure
-    function of them, so each distinct (row, scales) is dequantised once, bit-identically."""
+    function of them, so each distinct (row, scales) is dequantised once, bit-identically,
+    and the ranks' expand_x tensors share those rows (RowTable) instead of a copy each."""
     dt = token_dtype(t.dtype)
     if t.dispatch_quant == "none":  # the rows as they are (combine only reads them)
         return [d["expand_x"].view(dt) for d in dispatch_out]
@@ -117,18 +119,17 @@ def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling
                 firsts.append((r, i))
             pick[i] = j
         picks.append(pick)
-    out = [np.zeros((t.max_rows_of(r), t.h), dtype=dt) for r in range(t.world)]
-    if not firsts:
-        return out
-    data = np.stack([dispatch_out[r]["expand_x"][i] for r, i in firsts]).view(row_view)
-    scales = np.stack([dispatch_out[r]["dynamic_scales"][i] for r, i in firsts])
-    if t.dispatch_quant == "mxfp8":
-        distinct = mxfp8_dequantize(data, scales, out_dtype=dt)
+    if firsts:
+        data = np.stack([dispatch_out[r]["expand_x"][i] for r, i in firsts]).view(row_view)
+        scales = np.stack([dispatch_out[r]["dynamic_scales"][i] for r, i in firsts])
+        if t.dispatch_quant == "mxfp8":
+            distinct = mxfp8_dequantize(data, scales, out_dtype=dt)
+        else:
+            distinct = int8_token_dequantize(data, scales, out_dtype=dt)
     else:
-        distinct = int8_token_dequantize(data, scales, out_dtype=dt)
-    for o, pick in zip(out, picks, strict=True):
-        np.take(distinct, pick, axis=0, out=o[:pick.size])
-    return out
+        distinct = np.zeros((0, t.h), dtype=dt)
+    table = np.ascontiguousarray(distinct).view(np.uint8).reshape(len(firsts), -1)
+    return [RowTable(table, pick, t.max_rows_of(r)) for r, pick in enumerate(picks)]
 
 
 def _stats_before(machine: Machine) -> tuple[list[int], list[int], list[int]]:
@@ -205,7 +206,7 @@ def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarr
 
 
 def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarray]],
-                expand: list[np.ndarray], meta: list[dict[str, np.ndarray]] | None,
+                expand: list[np.ndarray | RowTable], meta: list[dict[str, np.ndarray]] | None,
                 limit_ns: float) -> OpRun:
     """Combine on every rank. `meta` carries dispatch's assist info and counts; without it
     (a standalone combine) they are derived from the routing as dispatch would produce."""
@@ -222,7 +223,8 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
             meta.append({"assist_info_for_combine": assist,
                          "ep_recv_count": np.cumsum(plan.counts).astype(np.int32)})
     for rank, inp, ex, m in zip(machine.ranks, inputs, expand, meta, strict=True):
-        rank.tensor("expand_x", np.ascontiguousarray(ex, dtype=dt))
+        rank.tensor("expand_x", ex if isinstance(ex, RowTable)
+                    else np.ascontiguousarray(ex, dtype=dt))
         rank.tensor("assist_info_for_combine",
                     np.ascontiguousarray(m["assist_info_for_combine"], dtype=np.int32))
         rank.tensor("ep_recv_count", np.ascontiguousarray(m["ep_recv_count"], dtype=np.int32))

@@ -12,7 +12,7 @@ from npusim.engine.flow import FlowNetwork, Resource
 from npusim.engine.trace import Trace
 from npusim.hw.config import HardwareConfig
 from npusim.hw.fabric import Fabric
-from npusim.hw.memory import DenseRegion, Region, SparseRegion
+from npusim.hw.memory import DenseRegion, Region, RowTable, RowTableRegion, SparseRegion
 from npusim.hw.pipe import FixedPipe, TransferPipe
 from npusim.hw.ub import UnifiedBuffer
 
@@ -62,15 +62,16 @@ class Rank:
         self.cfg = cfg
         self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
         self.window = SparseRegion("window", index, cfg.window.bytes)
-        self.tensors: dict[str, DenseRegion] = {}
+        self.tensors: dict[str, Region] = {}
         self.cores = [Core(env, index, c, cfg, later) for c in range(cfg.chip.aiv_cores)]
         self.barrier = Barrier(env, len(self.cores), cfg.sync.syncall_ns)
         self.bytes_out = 0  # bytes this rank put into other ranks' windows
         self.bytes_in = 0  # bytes other ranks put into this rank's window
 
-    def tensor(self, name: str, data: np.ndarray | int) -> DenseRegion:
-        """Create (or replace) a GM tensor from an array or a byte size."""
-        region = DenseRegion(name, self.index, data)
+    def tensor(self, name: str, data: np.ndarray | int | RowTable) -> Region:
+        """Create (or replace) a GM tensor from an array, a byte size or shared rows."""
+        region: Region = (RowTableRegion(name, self.index, data) if isinstance(data, RowTable)
+                          else DenseRegion(name, self.index, data))
         self.tensors[name] = region
         return region
 
