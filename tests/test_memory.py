@@ -1,0 +1,51 @@
+"""GM regions on their own: the window's sparse backing and tensors of shared rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from npusim.hw.memory import RowTable, RowTableRegion, SparseRegion, Watcher
+
+
+def _rows() -> tuple[RowTable, np.ndarray]:
+    rng = np.random.default_rng(3)
+    table = rng.integers(0, 256, size=(3, 16), dtype=np.uint8)
+    pick = np.array([2, 0, 2, 1])
+    dense = np.zeros(6 * 16, np.uint8)  # 6 rows, the last two never given
+    for i, j in enumerate(pick):
+        dense[16 * i:16 * i + 16] = table[j]
+    return RowTable(table, pick, 6), dense
+
+
+def test_row_table_reads_like_the_dense_tensor_it_stands_for():
+    rows, dense = _rows()
+    region = RowTableRegion("expand_x", 0, rows)
+    assert region.nbytes == dense.size
+    for offset, n in [(0, 16), (16, 16), (5, 40), (60, 36), (64, 32), (0, 96), (90, 6)]:
+        assert np.array_equal(region.read(offset, n), dense[offset:offset + n]), (offset, n)
+    out = np.full(20, 7, np.uint8)
+    region.read_into(40, out)
+    assert np.array_equal(out, dense[40:60])
+    assert np.array_equal(region.as_array(np.uint8, (6, 16)), dense.reshape(6, 16))
+
+
+def test_row_table_write_makes_a_private_copy_and_tells_watchers():
+    rows, dense = _rows()
+    before = rows.table.copy()
+    region = RowTableRegion("expand_x", 0, rows)
+    seen = []
+    region.watch(Watcher(20, 4, lambda: seen.append(1)))
+    region.write(18, np.array([1, 2, 3, 4], np.uint8))
+    dense[18:22] = [1, 2, 3, 4]
+    assert np.array_equal(region.read(0, 96), dense)
+    assert np.array_equal(rows.table, before)  # the shared table is untouched
+    assert seen == [1]
+
+
+def test_window_reads_zeros_where_nothing_was_written_and_the_bytes_where_it_was():
+    win = SparseRegion("window", 0, 1 << 30)
+    win.write((1 << 30) - 8, np.arange(8, dtype=np.uint8))
+    win.write(4090, np.arange(10, dtype=np.uint8))  # across a 4 KiB page boundary
+    assert np.array_equal(win.read(4088, 14), [0, 0, *range(10), 0, 0])
+    assert np.array_equal(win.read((1 << 30) - 10, 10), [0, 0, *range(8)])
+    assert not win.read(1 << 20, 4096).any()
