@@ -45,6 +45,11 @@ class Region:
         """read(offset, out.size) straight into `out` (a UB slice): no temporary copy."""
         out[:] = self.read(offset, out.size)
 
+    def peek(self, offset: int, nbytes: int) -> np.ndarray:
+        """The bytes for immediate use (a view where the storage allows): valid only until
+        the next write, so callers copy what they keep."""
+        return self.read(offset, nbytes)
+
     def write(self, offset: int, data: np.ndarray) -> None:
         raise NotImplementedError
 
@@ -107,6 +112,9 @@ class DenseRegion(Region):
 
     def read_into(self, offset: int, out: np.ndarray) -> None:
         out[:] = self.buf[offset:offset + out.size]
+
+    def peek(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.buf[offset:offset + nbytes]
 
     def write(self, offset: int, data: np.ndarray) -> None:
         self.buf[offset:offset + data.size] = data
@@ -238,6 +246,9 @@ class SparseRegion(Region):
 
     def read_into(self, offset: int, out: np.ndarray) -> None:
         out[:] = self.buf[offset:offset + out.size]
+
+    def peek(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.buf[offset:offset + nbytes]
 
     def write(self, offset: int, data: np.ndarray) -> None:
         self.buf[offset:offset + data.size] = data

@@ -73,12 +73,7 @@ class Strided:
         block, like a DataCopy with source stride 0)."""
         if self.src_gap == 0:
             return src[: self.nbytes]
-        pitch = self.length + self.src_gap
-        if pitch == 0:
-            return np.tile(src[: self.length], self.count)
-        padded = np.zeros(self.count * pitch, dtype=np.uint8)
-        padded[: src.size] = src
-        return padded.reshape(self.count, pitch)[:, : self.length].reshape(-1)
+        return _blocks(src, self.count, self.length, self.length + self.src_gap).reshape(-1)
 
     def scatter(self, dst: np.ndarray, moved: np.ndarray) -> None:
         """Write moved bytes into a destination span (gaps untouched)."""
@@ -87,14 +82,20 @@ class Strided:
             return
         pitch = self.length + self.dst_gap
         if self.dst_gap > 0:  # disjoint blocks: one strided assignment
-            full = self.count - 1  # the last block has no gap after it in the span
-            if full:
-                dst[:full * pitch].reshape(full, pitch)[:, :self.length] = (
-                    moved[:full * self.length].reshape(full, self.length))
-            dst[full * pitch:full * pitch + self.length] = moved[full * self.length:self.nbytes]
+            _blocks(dst, self.count, self.length, pitch)[...] = (
+                moved[:self.nbytes].reshape(self.count, self.length))
             return
         for i in range(self.count):  # overlapping blocks land in order
             dst[i * pitch:i * pitch + self.length] = moved[i * self.length:(i + 1) * self.length]
+
+
+def _blocks(span: np.ndarray, count: int, length: int, pitch: int) -> np.ndarray:
+    """The `count` blocks of `length` bytes every `pitch` bytes of a byte span, as a
+    [count, length] view (pitch 0 repeats the first block)."""
+    if span.size < (count - 1) * pitch + length:
+        raise ValueError(f"a span of {span.size} B has no {count} blocks of {length} B "
+                         f"every {pitch} B")
+    return np.lib.stride_tricks.as_strided(span, (count, length), (pitch, 1))
 
 
 @dataclass
@@ -404,8 +405,8 @@ class KernelContext:
             if strided is None:
                 src.read_into(src_offset, ub_data[at:at + nbytes])
             else:
-                data = src.read(src_offset, src_span)
-                strided.scatter(ub_data[at:at + dst_span], strided.gather(data))
+                strided.scatter(ub_data[at:at + dst_span],
+                                strided.gather(src.peek(src_offset, src_span)))
             if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
                 dst.mark_written()
             elif not dst.all_written:
