@@ -49,3 +49,34 @@ def test_window_reads_zeros_where_nothing_was_written_and_the_bytes_where_it_was
     assert np.array_equal(win.read(4088, 14), [0, 0, *range(10), 0, 0])
     assert np.array_equal(win.read((1 << 30) - 10, 10), [0, 0, *range(8)])
     assert not win.read(1 << 20, 4096).any()
+
+
+def test_ub_written_bits_agree_with_a_byte_per_byte_record():
+    from npusim.hw.ub import UnifiedBuffer
+
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        ub = UnifiedBuffer(4096, 32)
+        ref = np.zeros(4096, bool)
+        for _ in range(12):
+            start = int(rng.integers(0, 4000))
+            if rng.random() < 0.5:
+                n = int(rng.integers(0, 4096 - start))
+                ub.mark(start, n)
+                ref[start:start + n] = True
+            else:
+                length = int(rng.integers(1, 40))
+                pitch = length + int(rng.integers(1, 40))
+                count = int(rng.integers(1, (4096 - start - length) // pitch + 2))
+                ub.mark_blocks(start, count, length, pitch)
+                for i in range(count):
+                    ref[start + i * pitch:start + i * pitch + length] = True
+            for _ in range(8):
+                a = int(rng.integers(0, 4096))
+                n = int(rng.integers(1, 4097 - a))
+                span = ref[a:a + n]
+                want = -1 if span.all() else a + int(np.argmin(span))
+                assert ub.unwritten(a, n) == want, (a, n)
+        ub.high = 4096
+        ub.reset(new_call=True)
+        assert ub.unwritten(0, 4096) == 0

@@ -67,7 +67,9 @@ class UnifiedBuffer:
         self.capacity = capacity
         self.alignment = alignment
         self.data = np.zeros(capacity, dtype=np.uint8)
-        self.written = np.zeros(capacity, dtype=bool)  # bytes written in this call
+        # one bit per byte written in this call (bit i of mask byte j = UB byte 8j + i):
+        # an eighth of the memory of a bool per byte, which at W 64 is half a GiB
+        self.written = np.zeros(-(-capacity // 8), dtype=np.uint8)
         self.top = 0
         self.high = 0  # highest top since the last new call: bytes above it were never marked
         self.buffers: list[UBBuffer] = []
@@ -94,18 +96,51 @@ class UnifiedBuffer:
         self.top = 0
         self.buffers.clear()
         if new_call:  # only the part ever allocated (the rest keeps untouched, unpaged memory)
-            self.written[:self.high] = False
+            self.written[:-(-self.high // 8)] = 0
             self.high = 0
 
     def mark(self, start: int, nbytes: int) -> None:
-        self.written[start:start + nbytes] = True
+        if nbytes <= 0:
+            return
+        end = start + nbytes
+        first, last = start >> 3, (end - 1) >> 3
+        head = (0xFF << (start & 7)) & 0xFF
+        tail = 0xFF >> (7 - ((end - 1) & 7))
+        w = self.written
+        if first == last:
+            w[first] |= head & tail
+            return
+        w[first] |= head
+        w[last] |= tail
+        if last > first + 1:
+            w[first + 1:last] = 0xFF
+
+    def mark_blocks(self, start: int, count: int, length: int, pitch: int) -> None:
+        """Mark `count` blocks of `length` bytes every `pitch` bytes (a strided landing)."""
+        if count <= 0 or length <= 0:
+            return
+        if pitch <= length:  # touching or overlapping blocks: one run
+            self.mark(start, (count - 1) * pitch + length)
+            return
+        lo, hi = start >> 3, ((start + (count - 1) * pitch + length - 1) >> 3) + 1
+        bits = np.unpackbits(self.written[lo:hi], bitorder="little")
+        off = start - 8 * lo
+        np.lib.stride_tricks.as_strided(bits[off:], (count, length), (pitch, 1))[...] = 1
+        self.written[lo:hi] = np.packbits(bits, bitorder="little")
 
     def unwritten(self, start: int, nbytes: int) -> int:
         """The first UB address in the range never written in this call, or -1."""
-        w = self.written[start:start + nbytes]
-        if w.all():
+        if nbytes <= 0:
             return -1
-        return start + int(np.argmin(w))
+        lo, hi = start >> 3, ((start + nbytes - 1) >> 3) + 1
+        w = self.written[lo:hi]
+        off = start - 8 * lo
+        if off == 0 and (start + nbytes) & 7 == 0 and (w == 0xFF).all():
+            return -1
+        bits = np.unpackbits(w, bitorder="little")[off:off + nbytes]
+        if bits.all():
+            return -1
+        return start + int(np.argmin(bits))
 
     def check_aligned(self, buf: UBBuffer, byte_offset: int) -> None:
         addr = buf.offset + byte_offset

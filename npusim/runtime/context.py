@@ -341,13 +341,7 @@ class KernelContext:
         if strided is None or gap <= 0:
             self.ub.mark(at, span)
             return
-        pitch = strided.length + gap
-        rows = self.ub.written[at:at + strided.count * pitch]
-        if rows.size == strided.count * pitch:
-            rows.reshape(strided.count, pitch)[:, :strided.length] = True
-        else:  # the last block's gap runs past the span: mark block by block
-            for i in range(strided.count):
-                self.ub.mark(at + i * pitch, strided.length)
+        self.ub.mark_blocks(at, strided.count, strided.length, strided.length + gap)
 
     def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
                        strided: Strided | None, what: str) -> None:
