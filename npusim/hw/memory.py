@@ -188,7 +188,7 @@ class RowTableRegion(Region):
         return arr.reshape(shape) if shape is not None else arr
 
 
-class SparseRegion(Region):
+class SparseRegion(DenseRegion):
     """The symmetric window: a large address range of which only written pages use memory.
 
     For the sanitiser it also knows the kernel's layout (named zones: data areas, status
@@ -196,13 +196,12 @@ class SparseRegion(Region):
     straddles two zones or two puts that land on the same bytes."""
 
     def __init__(self, name: str, rank: int, nbytes: int) -> None:
-        super().__init__(name, rank, nbytes)
         # anonymous, zero-filled, paged in on first touch; small pages, so a write far
         # into the window does not fault in a 2 MiB huge page
-        self._map = mmap.mmap(-1, nbytes)
+        mapped = mmap.mmap(-1, nbytes)
         if hasattr(mmap, "MADV_NOHUGEPAGE"):
-            self._map.madvise(mmap.MADV_NOHUGEPAGE)
-        self.buf = np.frombuffer(self._map, dtype=np.uint8)
+            mapped.madvise(mmap.MADV_NOHUGEPAGE)
+        super().__init__(name, rank, np.frombuffer(mapped, dtype=np.uint8))
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
         self._puts: list[tuple[int, int, str]] = []  # sorted [start, end) of this call's puts
@@ -240,16 +239,3 @@ class SparseRegion(Region):
         self._puts.insert(i, (offset, offset + nbytes, who))
         self._put_starts.insert(i, offset)
         return None
-
-    def read(self, offset: int, nbytes: int) -> np.ndarray:
-        return self.buf[offset:offset + nbytes].copy()
-
-    def read_into(self, offset: int, out: np.ndarray) -> None:
-        out[:] = self.buf[offset:offset + out.size]
-
-    def peek(self, offset: int, nbytes: int) -> np.ndarray:
-        return self.buf[offset:offset + nbytes]
-
-    def write(self, offset: int, data: np.ndarray) -> None:
-        self.buf[offset:offset + data.size] = data
-        self._notify(offset, data.size)
