@@ -295,8 +295,9 @@ def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
 
 def leave_one_out(rows: list[Measurement], hardware: str, params: list[FreeParameter],
                   result: FitResult, source: str, *, max_evals: int = 60,
-                  workers: int | None = None) -> list[dict[str, Any]]:
-    """Refit without each row (from the full fit) and predict it: the held-out error."""
+                  workers: int | None = None, progress: Any = None) -> list[dict[str, Any]]:
+    """Refit without each row (from the full fit) and predict it: the held-out error.
+    `progress(entry)` is told each row as it is done (a refit takes minutes)."""
     out = []
     for i, m in enumerate(rows):
         rest = rows[:i] + rows[i + 1:]
@@ -304,7 +305,10 @@ def leave_one_out(rows: list[Measurement], hardware: str, params: list[FreeParam
                   workers=workers)
         pred = simulate_table([m], hardware, sub.overrides(), source, workers=1)[0]
         out.append({"row": m.name, "measured_us": m.measured_us, "predicted_us": pred,
-                    "error": (pred - m.measured_us) / m.measured_us})
+                    "error": (pred - m.measured_us) / m.measured_us,
+                    "evaluations": sub.evaluations, "fitted": sub.values})
+        if progress:
+            progress(out[-1])
     return out
 
 

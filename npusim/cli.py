@@ -180,8 +180,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = fit(rows, hardware, params, start, str(table), max_evals=args.max_evals,
                  workers=args.workers, progress=progress)
     if args.loo:
+        print(f"leave-one-out: {len(rows)} refits, each without one row")
+
+        def held_out(e: dict) -> None:
+            print(f"  {e['row']}: predicted {e['predicted_us']:.2f} us, measured "
+                  f"{e['measured_us']:.2f} us ({100 * e['error']:+.1f}%), "
+                  f"{e['evaluations']} evaluations", flush=True)
+
         result.loo = leave_one_out(rows, hardware, params, result, str(table),
-                                   workers=args.workers)
+                                   workers=args.workers, progress=held_out)
     note = f"fitted by npusim calibrate to {table.name} on {date.today().isoformat()}"
     text = rewrite_preset(hw_path.read_text(), result.overrides(), note)
     cmp = compare(rows, result.simulated)

@@ -128,3 +128,28 @@ def test_calibrate_command_writes_a_loadable_preset_and_report(tmp_path):
     (param,) = report["parameters"]
     assert param["fitted"] == pytest.approx(hw.kernel.launch_ns, rel=1e-3)
     assert 100 <= hw.kernel.launch_ns <= 20000
+
+
+def test_leave_one_out_predicts_each_row_from_a_fit_to_the_others(tmp_path, capsys):
+    """Two 'measured' rows made on hardware with a kernel start 2 us apart. The start is a
+    pure offset, so a fit to one row recovers that row's start, and the other row is
+    predicted 2 us off, by hand: error = -2 / measured for the later one, +2 / measured
+    for the earlier one."""
+    w = dict(op="dispatch", h=1024, k=4, ep_world_size=2, experts_per_rank=4,
+             dtype="float16", dispatch_quant="none", combine_quant="none")
+    a = Measurement({**w, "bs": 8}, 1.0)
+    b = Measurement({**w, "bs": 16}, 1.0)
+    ta = simulate_table([a], "ascend950", {"kernel.launch_ns": 3000.0}, "t", workers=1)[0]
+    tb = simulate_table([b], "ascend950", {"kernel.launch_ns": 5000.0}, "t", workers=1)[0]
+    p = write(tmp_path, *(",".join(str(m.workload[c]) for c in HEADER.split(",")[:-1])
+                          + f",{us}" for m, us in ((a, ta), (b, tb))))
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", "--table", str(p), "--param", "kernel.launch_ns=100:20000",
+                 "--max-evals", "20", "--workers", "1", "--loo", "--out", str(out)]) == 0
+    loo = json.loads(out.with_suffix(".fit.json").read_text())["leave_one_out"]
+    assert [e["measured_us"] for e in loo] == pytest.approx([ta, tb])
+    assert loo[0]["error"] == pytest.approx(2.0 / ta, abs=0.004)
+    assert loo[1]["error"] == pytest.approx(-2.0 / tb, abs=0.004)
+    assert loo[0]["fitted"]["kernel.launch_ns"] == pytest.approx(5000, rel=0.05)
+    printed = capsys.readouterr().out
+    assert "leave-one-out: 2 refits" in printed and printed.count("evaluations") >= 2
