@@ -204,7 +204,8 @@ class SparseRegion(DenseRegion):
         super().__init__(name, rank, np.frombuffer(mapped, dtype=np.uint8))
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
-        self._puts: list[tuple[int, int, str]] = []  # sorted [start, end) of this call's puts
+        # sorted [start, end, writer] of this call's puts
+        self._puts: list[tuple[int, int, tuple[int, int, str]]] = []
         self._put_starts: list[int] = []
 
     def set_zones(self, zones: dict[str, tuple[int, int]]) -> None:
@@ -228,14 +229,15 @@ class SparseRegion(DenseRegion):
                 return f"crosses the end of window zone {name!r} [0x{a:x}, 0x{b:x})"
         return "lies outside every zone of the kernel's window layout"
 
-    def claim(self, offset: int, nbytes: int, who: str) -> str | None:
-        """Record a put's destination bytes; the earlier writer if they overlap one."""
+    def claim(self, offset: int, nbytes: int, who: tuple[int, int, str]) -> str | None:
+        """Record a put's destination bytes and its writer (rank, core, step); the earlier
+        writer if they overlap one."""
         i = bisect.bisect_right(self._put_starts, offset)
         for j in (i - 1, i):
             if 0 <= j < len(self._puts):
-                a, b, other = self._puts[j]
+                a, b, (rank, core, step) = self._puts[j]
                 if a < offset + nbytes and offset < b:
-                    return f"{other} [0x{a:x}, 0x{b:x})"
+                    return f"rank {rank} core {core} {step} [0x{a:x}, 0x{b:x})"
         self._puts.insert(i, (offset, offset + nbytes, who))
         self._put_starts.insert(i, offset)
         return None

@@ -138,7 +138,7 @@ class KernelContext:
         self.ub = self.core.ub
         self.t = start_ns
         self.step = "start"
-        self.waiting: str | None = None
+        self.waiting: str | Op | None = None  # what the core is blocked on (an Op: its end)
         self.phases_open: dict[str, float] = {}
         cyc = self.cfg.cycle_ns
         self.cycle_ns = cyc
@@ -465,8 +465,7 @@ class KernelContext:
                 raise self.error(f"{name} of {dst_span} B to the window of rank {dst.rank} "
                                  f"{problem}", address=dst_offset, size=dst_span)
             if claim:
-                other = dst.claim(dst_offset, dst_span,
-                                  f"rank {self.rank_id} core {self.core_id} {self.step}")
+                other = dst.claim(dst_offset, dst_span, (self.rank_id, self.core_id, self.step))
                 if other:
                     raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
                                      f"bytes an earlier put of this call wrote ({other}): "
@@ -537,7 +536,9 @@ class KernelContext:
         elif self.t < now:
             self.t = now
 
-    def _block(self, event: Any, why: str, label: str = "wait") -> Wait:
+    def _block(self, event: Any, why: str | Op, label: str = "") -> Wait:
+        """Block on `event`; `why` (text, or the op waited for) and `label` say what for,
+        formatted only when asked (a deadlock report, the detailed trace)."""
         start = self.t
         self.waiting = why
         yield event
@@ -545,14 +546,15 @@ class KernelContext:
         if self.env.now > self.t:
             self.t = self.env.now
         if self.trace.detailed:
+            if not label:
+                label = f"wait {why.name}" if isinstance(why, Op) else "wait"
             self.trace.activity(self.rank_id, self.core_id, "wait", label, start, self.t)
 
     def wait(self, *ops: Op) -> Wait:
         """Block until the ops complete (WaitFlag / DeQue between pipes)."""
         for op in ops:
             if op.done_at is None:
-                yield from self._block(op.event(), f"{op.pipe} {op.name!r} to complete",
-                                       f"wait {op.name}")
+                yield from self._block(op.event(), op)
             elif op.done_at > self.t:
                 if self.trace.detailed:
                     self.trace.activity(self.rank_id, self.core_id, "wait", f"wait {op.name}",
@@ -703,6 +705,8 @@ class KernelContext:
         """What this core is blocked on, with the current value for a poll."""
         if self.waiting is None:
             return "not waiting"
+        if isinstance(self.waiting, Op):
+            return f"{self.waiting.pipe} {self.waiting.name!r} to complete"
         poll = self._poll
         if poll is not None:
             return (f"{self.waiting}: {poll.span} B at window offset 0x{poll.offset:x}, "
