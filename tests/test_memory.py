@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
+import mmap
 
+import numpy as np
+import pytest
+
+from npusim.errors import InputError
 from npusim.hw.memory import RowTable, RowTableRegion, SparseRegion, Watcher
 
 
@@ -80,3 +84,13 @@ def test_ub_written_bits_agree_with_a_byte_per_byte_record():
         ub.high = 4096
         ub.reset(new_call=True)
         assert ub.unwritten(0, 4096) == 0
+
+
+def test_a_window_that_cannot_be_reserved_is_a_one_line_input_error(monkeypatch):
+    def refuse(*_a, **_k):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with pytest.raises(InputError) as info:
+        SparseRegion("window", 3, 1 << 30)
+    assert info.value.key == "window.bytes" and "rank 3" in str(info.value)

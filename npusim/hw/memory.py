@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.errors import KernelError
+from npusim.errors import InputError, KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 
@@ -198,7 +198,13 @@ class SparseRegion(DenseRegion):
     def __init__(self, name: str, rank: int, nbytes: int) -> None:
         # anonymous, zero-filled, paged in on first touch; small pages, so a write far
         # into the window does not fault in a 2 MiB huge page
-        mapped = mmap.mmap(-1, nbytes)
+        try:
+            mapped = mmap.mmap(-1, nbytes)
+        except (OSError, OverflowError, ValueError) as exc:
+            raise InputError("hardware", "window.bytes", f"cannot reserve {nbytes} B of "
+                             f"address space for rank {rank}'s window on this machine "
+                             f"({exc}); use a smaller window (the presets use 1 GiB)"
+                             ) from None
         if hasattr(mmap, "MADV_NOHUGEPAGE"):
             mapped.madvise(mmap.MADV_NOHUGEPAGE)
         super().__init__(name, rank, np.frombuffer(mapped, dtype=np.uint8))
