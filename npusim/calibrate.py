@@ -232,6 +232,8 @@ class FitResult:
     simulated: list[float]
     evaluations: int
     loo: list[dict[str, Any]] = field(default_factory=list)
+    # per parameter: how much each row (and speed-up) moves with it at the solution
+    pinned_by: list[dict[str, Any]] = field(default_factory=list)
 
     def overrides(self) -> dict[str, float]:
         return expand(self.params, [self.values[p.name] for p in self.params])
@@ -289,8 +291,29 @@ def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
     res = least_squares(residuals, x0, bounds=(lo, hi), diff_step=0.02, x_scale=1.0,
                         max_nfev=max_evals, method="trf")
     values = {p.name: float(np.exp(v)) for p, v in zip(params, res.x, strict=True)}
-    return FitResult(params, values, {p.name: start[p.name] for p in params},
-                     sim_at(res.x), count[0])
+    sim = sim_at(res.x)
+    # measured rows only: a speed-up is two of them again, not more evidence
+    pinned = pinned_by(params, [m.name for m in rows], np.abs(np.asarray(res.jac))[:len(rows)])
+    return FitResult(params, values, {p.name: start[p.name] for p in params}, sim, count[0],
+                     pinned_by=pinned)
+
+
+def pinned_by(params: list[FreeParameter], names: list[str], elasticity: Any
+              ) -> list[dict[str, Any]]:
+    """Which rows pin each parameter: the share of |d log(sim/measured) / d log(value)|
+    (at the solution) that each measured row contributes. A parameter that one row
+    pins alone is predicted by nothing else (leave that row out and it drifts); one with
+    a small total is held by the prior, not the data."""
+    out = []
+    for j, p in enumerate(params):
+        col = [float(v) for v in elasticity[:, j]]
+        total = sum(col)
+        shares = {n: v / total for n, v in zip(names, col, strict=True)} if total > 0 else {}
+        top = max(shares, key=shares.__getitem__) if shares else None
+        out.append({"parameter": p.name, "total_elasticity": total,
+                    "shares": shares, "top_row": top,
+                    "top_share": shares[top] if top else 0.0})
+    return out
 
 
 def leave_one_out(rows: list[Measurement], hardware: str, params: list[FreeParameter],

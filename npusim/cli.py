@@ -203,6 +203,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "mape": cmp.mape(),
         "speedups": cmp.speedups,
         "leave_one_out": result.loo,
+        "pinned_by": result.pinned_by,
     }
     report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
     write_json_atomic(report_path, report)  # first: the fit survives a preset problem
@@ -217,6 +218,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for r in result.loo:
         print(f"  leave-one-out {r['row']:<24} predicted {r['predicted_us']:.2f} "
               f"({100 * r['error']:+.1f}%)")
+    print("which rows pin each parameter (share of its effect on the residuals):")
+    for e in result.pinned_by:
+        if e["total_elasticity"] < 0.01:
+            note = "barely moved by any row: the prior holds it"
+        else:
+            note = f"{e['top_row']} {100 * e['top_share']:.0f}%"
+            if e["top_share"] >= 0.8:
+                note += "  <- one row alone"
+        print(f"  {e['parameter']:<44} {note}")
     print(f"preset: {out}\nfit report: {report_path}")
     return EXIT_OK
 

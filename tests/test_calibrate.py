@@ -153,3 +153,44 @@ def test_leave_one_out_predicts_each_row_from_a_fit_to_the_others(tmp_path, caps
     assert loo[0]["fitted"]["kernel.launch_ns"] == pytest.approx(5000, rel=0.05)
     printed = capsys.readouterr().out
     assert "leave-one-out: 2 refits" in printed and printed.count("evaluations") >= 2
+
+
+def test_fit_report_says_which_rows_pin_each_parameter(tmp_path, capsys):
+    """An unquantised dispatch runs no vector function, so the VF cost can only be pinned
+    by the MXFP8 row (all of its share), while the kernel start is a fixed offset that
+    both rows feel, each in proportion to launch / latency. (At BS 32, H 4096 the VF
+    cost moves the MXFP8 row by ~6% per 100%, above the 'held by the prior' line.)"""
+    p = write(tmp_path, "dispatch,32,4096,4,2,4,float16,none,none,18.0",
+              "dispatch,32,4096,4,2,4,float16,mxfp8,none,16.0")
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", "--table", str(p), "--param", "kernel.launch_ns=100:20000",
+                 "--param", "vector.vf_cycles_per_instr=0.5:4", "--max-evals", "2",
+                 "--workers", "1", "--out", str(out)]) == 0
+    report = json.loads(out.with_suffix(".fit.json").read_text())
+    pinned = {e["parameter"]: e for e in report["pinned_by"]}
+    vf = pinned["vector.vf_cycles_per_instr"]
+    assert vf["top_row"] == "dispatch_bs32_mxfp8" and vf["top_share"] == pytest.approx(1.0)
+    assert vf["shares"]["dispatch_bs32_none"] == 0.0
+    launch = pinned["kernel.launch_ns"]
+    sim = {r["row"]: r["simulated_us"] for r in report["rows"]}
+    ratio = launch["shares"]["dispatch_bs32_none"] / launch["shares"]["dispatch_bs32_mxfp8"]
+    # d log(t)/d log(launch) = launch / t per row (finite differences: a few % off)
+    assert ratio == pytest.approx(sim["dispatch_bs32_mxfp8"] / sim["dispatch_bs32_none"],
+                                  rel=0.05)
+    printed = capsys.readouterr().out
+    vf_line = printed[printed.index("which rows pin"):].splitlines()[2]
+    assert "dispatch_bs32_mxfp8 100%" in vf_line and "one row alone" in vf_line
+
+
+def test_pinned_by_shares_each_parameters_effect_over_the_rows():
+    import numpy as np
+
+    from npusim.calibrate import pinned_by
+
+    params = [FreeParameter(("a",), 1, 2), FreeParameter(("b",), 1, 2),
+              FreeParameter(("c",), 1, 2)]
+    elasticity = np.array([[0.5, 0.0, 0.0], [1.5, 0.3, 0.0]])
+    a, b, c = pinned_by(params, ["r1", "r2"], elasticity)
+    assert a["shares"] == pytest.approx({"r1": 0.25, "r2": 0.75}) and a["top_row"] == "r2"
+    assert b["top_share"] == 1.0 and b["total_elasticity"] == pytest.approx(0.3)
+    assert c["shares"] == {} and c["top_row"] is None and c["total_elasticity"] == 0.0
