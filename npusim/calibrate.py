@@ -243,6 +243,9 @@ def expand(params: list[FreeParameter], values: list[float]) -> dict[str, float]
     return {k: float(v) for p, v in zip(params, values, strict=True) for k in p.keys}
 
 
+FD_STEP = 0.02  # finite-difference step of the fit, in log space (2% of each value)
+
+
 def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
         start: dict[str, float], source: str, *, prior_weight: float = 0.02,
         speedup_weight: float = 1.0,
@@ -288,7 +291,21 @@ def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
         prior = prior_weight * (x - x0)
         return np.concatenate([data, speedup_weight * ratios, prior])
 
-    res = least_squares(residuals, x0, bounds=(lo, hi), diff_step=0.02, x_scale=1.0,
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        """Forward differences moving each parameter by 2% (a fixed step in log space),
+        away from a bound. Not scipy's diff_step: that step is relative to x itself, so
+        a value near 1 (log 0, e.g. cycles_per_repeat at its floor) got a step of ~1e-12,
+        which only flips event ties, and a large value (the launch) one of ~20%."""
+        r0 = residuals(x)
+        jac = np.empty((r0.size, x.size))
+        for j in range(x.size):
+            h = FD_STEP if x[j] + FD_STEP <= hi[j] else -FD_STEP
+            xj = x.copy()
+            xj[j] += h
+            jac[:, j] = (residuals(xj) - r0) / h
+        return jac
+
+    res = least_squares(residuals, x0, jac=jacobian, bounds=(lo, hi), x_scale=1.0,
                         max_nfev=max_evals, method="trf")
     values = {p.name: float(np.exp(v)) for p, v in zip(params, res.x, strict=True)}
     sim = sim_at(res.x)

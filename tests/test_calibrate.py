@@ -194,3 +194,32 @@ def test_pinned_by_shares_each_parameters_effect_over_the_rows():
     assert a["shares"] == pytest.approx({"r1": 0.25, "r2": 0.75}) and a["top_row"] == "r2"
     assert b["top_share"] == 1.0 and b["total_elasticity"] == pytest.approx(0.3)
     assert c["shares"] == {} and c["top_row"] is None and c["total_elasticity"] == 0.0
+
+
+def test_fit_steps_every_parameter_by_two_percent(monkeypatch):
+    """The finite-difference steps are 2% of each value whatever its size: scipy's own
+    relative step would move a value of 1 (log 0) by ~1e-12 and one of 9000 by ~20%.
+    A synthetic table (latency = a * b / 3000, measured 3.0) keeps it fast; the fit must
+    still reach a * b = 9000, starting from a = 1 (its lower bound) and b = 9000 / 1."""
+    import math
+
+    import npusim.calibrate as cal
+
+    seen: list[dict[str, float]] = []
+
+    def table(rows, hardware, overrides, source, workers=None):
+        seen.append(dict(overrides))
+        return [overrides["a"] * overrides["b"] / 3000.0 for _ in rows]
+
+    monkeypatch.setattr(cal, "simulate_table", table)
+    row = Measurement(dict(op="dispatch", bs=8, h=1024, k=4, ep_world_size=2,
+                           experts_per_rank=4, dtype="float16", dispatch_quant="none",
+                           combine_quant="none"), 3.0)
+    params = [FreeParameter(("a",), 1.0, 4.0), FreeParameter(("b",), 100.0, 20000.0)]
+    result = fit([row], "ascend950", params, {"a": 1.0, "b": 9000.0}, "t",
+                 prior_weight=0.0, max_evals=20, workers=1)
+    first = seen[0]
+    steps = {k: abs(math.log(s[k] / first[k])) for s in seen[1:3] for k in "ab"
+             if abs(math.log(s[k] / first[k])) > 1e-9}
+    assert steps == {"a": pytest.approx(0.02, rel=1e-6), "b": pytest.approx(0.02, rel=1e-6)}
+    assert result.values["a"] * result.values["b"] == pytest.approx(9000.0, rel=1e-3)
