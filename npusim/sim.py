@@ -72,9 +72,10 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
             run, dispatch_out = run_dispatch(machine, t, inputs, limit_ns)
         else:
             if dispatch_out is not None and scenario.data.case_dir is None:
+                row_bytes = t.h * token_dtype(t.dtype).itemsize
                 expand = (expert_outputs(dispatch_out, t) if not t.timing_only
-                          else [RowTable(np.zeros((0, 2 * t.h), np.uint8), np.zeros(0, np.intp),
-                                         t.max_rows_of(r)) for r in range(t.world)])
+                          else [RowTable.zeros(t.max_rows_of(r), row_bytes)
+                                for r in range(t.world)])
                 meta = dispatch_out
             else:
                 expand = [r["expand_x"] for r in inputs]
@@ -128,7 +129,7 @@ def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling
             distinct = int8_token_dequantize(data, scales, out_dtype=dt)
     else:
         distinct = np.zeros((0, t.h), dtype=dt)
-    table = np.ascontiguousarray(distinct).view(np.uint8).reshape(len(firsts), -1)
+    table = np.ascontiguousarray(distinct).view(np.uint8).reshape(len(firsts), t.h * dt.itemsize)
     return [RowTable(table, pick, t.max_rows_of(r)) for r, pick in enumerate(picks)]
 
 

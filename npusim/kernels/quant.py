@@ -178,13 +178,11 @@ def mxfp8_quantize(x: np.ndarray, saturate: bool = False) -> tuple[np.ndarray, n
 
 
 def mxfp8_dequantize(
-    data: np.ndarray, scales: np.ndarray, out_dtype: np.dtype | str = np.float32,
-    out: np.ndarray | None = None,
+    data: np.ndarray, scales: np.ndarray, out_dtype: np.dtype | str = np.float32
 ) -> np.ndarray:
     """Inverse of :func:`mxfp8_quantize`: fp32(e5m2) * 2^(s - 127), cast RNE to ``out_dtype``.
 
     Scale byte 0xFF gives NaN. The fp32 product is exact; only the final cast rounds.
-    ``out`` (rows, H) of ``out_dtype``, if given, receives the result (and is returned).
     """
     data = _as_2d(np.asarray(data, dtype=np.uint8))
     scales = _as_2d(np.asarray(scales, dtype=np.uint8))
@@ -196,10 +194,7 @@ def mxfp8_dequantize(
     if out_dt.itemsize == 2 and h == nb * MXFP8_BLOCK:  # one table lookup per element
         idx = data.reshape(rows, nb, MXFP8_BLOCK).astype(np.uint16)
         idx |= (scales[:, :nb].astype(np.uint16) << 8)[:, :, None]
-        if out is None:
-            return _mxfp8_table(out_dt)[idx].reshape(rows, h)
-        np.take(_mxfp8_table(out_dt), idx, out=out.reshape(rows, nb, MXFP8_BLOCK))
-        return out
+        return _mxfp8_table(out_dt)[idx].reshape(rows, h)
     if h == nb * MXFP8_BLOCK:
         vals = _E5M2_F32[data].reshape(rows, nb, MXFP8_BLOCK)
     else:
@@ -212,11 +207,7 @@ def mxfp8_dequantize(
     prod = vals * factor[:, :, None]  # exact: e5m2 * 2^(s - 127)
     if nan_block.any():
         prod[nan_block] = np.float32(np.nan)
-    result = prod.reshape(rows, nb * MXFP8_BLOCK)[:, :h].astype(out_dt)
-    if out is None:
-        return result
-    out[...] = result
-    return out
+    return prod.reshape(rows, nb * MXFP8_BLOCK)[:, :h].astype(out_dt)
 
 
 _MXFP8_TABLES: dict[np.dtype, np.ndarray] = {}
