@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from npusim.errors import InputError
-from npusim.hw.memory import RowTable, RowTableRegion, SparseRegion, Watcher
+from npusim.hw.memory import (
+    DenseRegion,
+    RowTable,
+    RowTableRegion,
+    SparseRegion,
+    Watcher,
+    small_page_zeros,
+)
 
 
 def _rows() -> tuple[RowTable, np.ndarray]:
@@ -94,3 +101,19 @@ def test_a_window_that_cannot_be_reserved_is_a_one_line_input_error(monkeypatch)
     with pytest.raises(InputError) as info:
         SparseRegion("window", 3, 1 << 30)
     assert info.value.key == "window.bytes" and "rank 3" in str(info.value)
+
+
+@pytest.mark.parametrize("nbytes", [0, 4096, (1 << 20) + 7])
+def test_small_page_zeros_is_a_writable_zero_buffer_of_the_size_asked(nbytes):
+    buf = small_page_zeros(nbytes)
+    assert buf.dtype == np.uint8 and buf.size == nbytes and not buf.any()
+    buf[nbytes // 2:] = 9  # writable, and only where written
+    assert int(buf.sum()) == 9 * (nbytes - nbytes // 2)
+
+
+def test_a_large_gm_tensor_reads_zeros_until_written():
+    region = DenseRegion("expand_x", 0, 3 << 20)  # above the small-page threshold
+    assert not region.read(0, 3 << 20).any()
+    region.write((2 << 20) + 5, np.arange(10, dtype=np.uint8))
+    assert np.array_equal(region.read((2 << 20) + 5, 10), np.arange(10))
+    assert not region.read(0, 2 << 20).any()

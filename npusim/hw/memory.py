@@ -19,6 +19,22 @@ import numpy as np
 from npusim.errors import InputError, KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
+SMALL_PAGES_FROM = 1 << 20  # GM tensors this large are mapped with 4 KiB pages
+
+
+def small_page_zeros(nbytes: int) -> np.ndarray:
+    """nbytes of zeros that the OS backs page by page as they are first written, in 4 KiB
+    pages. numpy asks for transparent huge pages for large arrays; a kernel writes a GM
+    tensor or the window sparsely, and where the kernel compacts memory to find a 2 MiB
+    page on a fault (THP defrag "madvise", the usual default) that costs more than it
+    saves (docs/performance.md). Raises OSError, OverflowError or ValueError when the
+    address space cannot be reserved."""
+    mapped = mmap.mmap(-1, nbytes) if nbytes else None
+    if mapped is None:
+        return np.zeros(0, dtype=np.uint8)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        mapped.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(mapped, dtype=np.uint8)
 
 
 class Region:
@@ -100,7 +116,8 @@ class DenseRegion(Region):
 
     def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
         if isinstance(data, (int, np.integer)):
-            buf = np.zeros(int(data), dtype=np.uint8)
+            n = int(data)
+            buf = small_page_zeros(n) if n >= SMALL_PAGES_FROM else np.zeros(n, np.uint8)
         else:
             # owned from here on: the driver hands over fresh arrays, so no copy
             buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -201,18 +218,16 @@ class SparseRegion(DenseRegion):
     straddles two zones or two puts that land on the same bytes."""
 
     def __init__(self, name: str, rank: int, nbytes: int) -> None:
-        # anonymous, zero-filled, paged in on first touch; small pages, so a write far
-        # into the window does not fault in a 2 MiB huge page
+        # zero-filled, paged in on first touch, in small pages (a write far into the
+        # window does not fault in a 2 MiB huge page)
         try:
-            mapped = mmap.mmap(-1, nbytes)
+            buf = small_page_zeros(nbytes)
         except (OSError, OverflowError, ValueError) as exc:
             raise InputError("hardware", "window.bytes", f"cannot reserve {nbytes} B of "
                              f"address space for rank {rank}'s window on this machine "
                              f"({exc}); use a smaller window (the presets use 1 GiB)"
                              ) from None
-        if hasattr(mmap, "MADV_NOHUGEPAGE"):
-            mapped.madvise(mmap.MADV_NOHUGEPAGE)
-        super().__init__(name, rank, np.frombuffer(mapped, dtype=np.uint8))
+        super().__init__(name, rank, buf)
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
         # sorted [start, end, writer] of this call's puts
