@@ -176,9 +176,11 @@ class FlowNetwork:
         # observer(resource, t_ns, used_gbps) after every change of a resource's used
         # bandwidth; None (the default) costs one test per flush
         self.observer: Callable[[Resource, float, float], None] | None = None
-        # changes of this instant not yet applied: (path, cap, +1 | -1) per start/finish,
-        # groups that got their first flow, groups to re-arm; flushed when _batch is 0
-        self._pending: list[tuple[tuple[Resource, ...], float, int]] = []
+        # changes of this instant not yet applied: net flow count per (path, cap) (a finish
+        # and a start of the same kind cancel: most do, as a pipe hands over to its next
+        # transfer), groups that got their first flow, groups to re-arm; flushed when
+        # _batch is 0
+        self._pending: dict[tuple[tuple[Resource, ...], float], int] = {}
         self._joining: list[Group] = []
         self._dirty: dict[Group, None] = {}
         self._batch = 0
@@ -225,7 +227,7 @@ class FlowNetwork:
         heapq.heappush(g.heap, (f.tag, self._seq, f))
         if g.heap[0][2] is f:
             self._dirty[g] = None
-        self._pending.append((path, cap, +1))
+        self._pending[key] = self._pending.get(key, 0) + 1
         if not self._batch:
             self._flush()
         return f
@@ -236,7 +238,9 @@ class FlowNetwork:
         moved."""
         now = self.env.now
         old_levels: dict[Resource, float] = {}
-        for path, cap, delta in self._pending:
+        for (path, cap), delta in self._pending.items():
+            if not delta:
+                continue
             for r in path:
                 if r not in old_levels:
                     old_levels[r] = r.level
@@ -307,7 +311,8 @@ class FlowNetwork:
     def _finish(self, f: Flow) -> None:
         """Last byte sent: free the bandwidth, tell the pipe, deliver after the latency."""
         self.active -= 1
-        self._pending.append((f.path, f.cap, -1))
+        key = (f.path, f.cap)
+        self._pending[key] = self._pending.get(key, 0) - 1
         if f.on_sent is not None:
             f.on_sent()
         env = self.env

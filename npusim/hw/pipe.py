@@ -88,9 +88,12 @@ class TransferPipe:
 
     def submit(self, earliest: float, begin: Callable[[], None]) -> None:
         """Run begin() at max(earliest, now) once the pipe is free (and fenced ones done)."""
-        self.queue.append((earliest, begin, self.fence_next))
+        fenced = self.fence_next
         self.fence_next = False
-        self._next()
+        if self.streaming or self.queue or (fenced and self.inflight):
+            self.queue.append((earliest, begin, fenced))
+            return
+        self._start(earliest, begin)  # free pipe, nothing ahead: no queueing
 
     def fence(self) -> None:
         self.fence_next = True
@@ -98,7 +101,8 @@ class TransferPipe:
     def sent(self) -> None:
         """The streaming transfer's last byte has left: the next one may stream."""
         self.streaming = False
-        self._next()
+        if self.queue:
+            self._next()
 
     def delivered(self) -> None:
         self.inflight -= 1
@@ -112,6 +116,9 @@ class TransferPipe:
         if fenced and self.inflight:
             return
         self.queue.popleft()
+        self._start(earliest, begin)
+
+    def _start(self, earliest: float, begin: Callable[[], None]) -> None:
         self.streaming = True
         self.inflight += 1
         if earliest > self.env.now:
