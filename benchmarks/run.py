@@ -5,6 +5,14 @@ fixed scenarios, each in a fresh process (so peak RSS belongs to that scenario a
     python benchmarks/run.py --json out.json # also write the figures as JSON
     python benchmarks/run.py --only bs256     # scenarios whose name contains 'bs256'
     python benchmarks/run.py --check benchmarks/baseline.json   # compare with a baseline
+    python benchmarks/run.py --instructions --only bs8           # exact cost, no noise
+
+--instructions counts the instructions each case's simulate() executes, with valgrind's
+cachegrind (no cache simulation; about 40x slower than a plain run, so pick small cases with
+--only). Unlike wall time, the count is the same from run to run (to about 1e-6) on one machine
+and Python build, so it shows a 1% change that wall time (5-15% run-to-run noise on a
+shared machine) cannot. Compare two checkouts by running the script with PYTHONPATH set
+to the other one.
 
 A baseline is the JSON of an earlier run. --check compares each case's wall time scaled by
 this machine's plain simpy rate (so machines of different speed compare), prints the ratio
@@ -19,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -45,13 +56,16 @@ CASES = {
 }
 
 
-def run_one(name: str) -> dict:
-    """Child process: simulate one case and report its figures."""
+def run_one(name: str, simulate_it: bool = True) -> dict:
+    """Child process: simulate one case and report its figures (without simulate_it, only
+    the imports and the scenario: the part an instruction count subtracts)."""
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
     doc = {"name": name, "hardware": "ascend950", "workload": CASES[name]}
     sc = scenario_from_doc(doc, f"benchmark {name}", ROOT)
+    if not simulate_it:
+        return {"name": name}
     t0 = time.perf_counter()
     result = simulate(sc)
     wall = time.perf_counter() - t0
@@ -84,12 +98,20 @@ def main() -> int:
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--check", help="compare with this baseline JSON (exit 1 on a regression)")
     ap.add_argument("--slack", default="25%", help="allowed slowdown for --check (default 25%%)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count the instructions of each case's simulate() with valgrind")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--no-sim", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(run_one(args.child)))
+        print(json.dumps(run_one(args.child, simulate_it=not args.no_sim)))
         return 0
     names = [n for n in CASES if not args.only or args.only in n]
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            return _usage_error("--instructions: valgrind is not on PATH; allowed: install "
+                                "valgrind (e.g. apt install valgrind), or time without it")
+        return count_instructions(names)
     ref = slack = None
     if args.check:  # checked before anything runs: a bad argument costs no benchmark
         try:
@@ -123,6 +145,43 @@ def main() -> int:
     if ref is not None and slack is not None:
         return check(rows, base, args.check, ref, ref_rows, slack)
     return 0
+
+
+def count_instructions(names: list[str]) -> int:
+    """Print the instructions each case's simulate() executes: a valgrind run of the case
+    minus one that stops before simulate()."""
+    print(f"{'case':<28}{'instructions':>16}{'per event':>11}")
+    for name in names:
+        full = _instructions([name])
+        setup = _instructions([name, "--no-sim"])
+        events = _child_events(name)
+        work = full - setup
+        print(f"{name:<28}{work:>16,}{work / max(events, 1):>11,.0f}")
+    return 0
+
+
+def _instructions(child_args: list[str]) -> int:
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, __file__, "--child", *child_args]
+    # the same set orders in every run, and no idle BLAS threads spinning in the count
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1",
+           "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    return instruction_refs(out.stderr)
+
+
+def _child_events(name: str) -> int:
+    out = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    return int(json.loads(out.stdout.strip().splitlines()[-1])["events"])
+
+
+def instruction_refs(valgrind_stderr: str) -> int:
+    """The 'I refs' total of a cachegrind run's summary."""
+    m = re.search(r"I\s+refs:\s+([\d,]+)", valgrind_stderr)
+    if m is None:
+        raise ValueError("no 'I refs' line in valgrind's output")
+    return int(m.group(1).replace(",", ""))
 
 
 def _usage_error(message: str) -> int:
