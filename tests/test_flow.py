@@ -95,3 +95,33 @@ def test_random_mixes_match_the_brute_force(seed):
     flows = [(round(rng.uniform(0, 50), 3), float(rng.randint(50, 800)),
               rng.choice([4.0, 8.0, 16.0, 64.0]), rng.choice(paths)) for _ in range(14)]
     assert simulate(bw, flows) == pytest.approx(brute_force(bw, flows), rel=1e-6)
+
+
+@pytest.mark.parametrize("next_cap, want_a, want_b2", [
+    # same (path, cap): the finish and the start cancel, the level stays 5 for both
+    (10.0, 10.0, 10.0),
+    # a slower successor: A gets 7.5 until it ends at 5 + 25/7.5, B2 then runs at its cap
+    (2.5, 5 + 25 / 7.5, 15.0),
+])
+def test_a_successor_started_at_its_predecessors_stream_end_shares_from_that_instant(
+        next_cap, want_a, want_b2):
+    """Like a pipe handing over: B1 (25 B) and A (50 B) share a 10 B/ns link at 5 each;
+    B1's stream end starts B2 (25 B) in the same instant (hand arithmetic)."""
+    env = SimEnv()
+    net = FlowNetwork(env)
+    link = (Resource("link", "test", 0, 10.0),)
+    ends: dict[str, float] = {}
+
+    def sent(name):
+        return lambda: ends.__setitem__(name, env.now)
+
+    def b1_sent():
+        ends["b1"] = env.now
+        net.start(25, next_cap, link, 0.0, lambda _t: None, sent("b2"))
+
+    net.start(50, 10.0, link, 0.0, lambda _t: None, sent("a"))
+    net.start(25, 10.0, link, 0.0, lambda _t: None, b1_sent)
+    env.run()
+    assert ends["b1"] == pytest.approx(5.0)
+    assert ends["a"] == pytest.approx(want_a)
+    assert ends["b2"] == pytest.approx(want_b2)
