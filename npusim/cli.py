@@ -432,6 +432,10 @@ def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace
     except NpusimError as exc:
         _err(f"npusim: error: {_one_line(str(exc))}")
         return EXIT_KERNEL
+    except MemoryError as exc:
+        _err(f"npusim: error: out of memory: {_one_line(str(exc)) or 'the run needs more memory'}"
+             "; allowed: a smaller workload (BS, W, H) on this machine")
+        return EXIT_FAIL
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         _err(f"npusim: error: cannot write or read{where}: {exc.strerror or exc}")

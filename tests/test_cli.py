@@ -217,3 +217,25 @@ def test_lint_and_presets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "did you mean 'experts_per_rank'" in captured.err
     assert main(["presets"]) == 0
     assert "ascend950" in capsys.readouterr().out
+
+
+def test_a_tensor_the_machine_cannot_map_is_a_one_line_out_of_memory_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mmap
+
+    real = mmap.mmap
+
+    def refuse_tensors(fileno: int, nbytes: int, *args: Any, **kwargs: Any) -> Any:
+        if nbytes < (1 << 30):  # the GM tensors; the 1 GiB windows are still mapped
+            raise OSError(12, "Cannot allocate memory")
+        return real(fileno, nbytes, *args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", refuse_tensors)
+    out = tmp_path / "out"
+    rc = main(["run", str(ROOT / "scenarios" / "dispatch_bs8_none.yaml"), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1
+    assert err[0].startswith("npusim: error: out of memory: cannot map ")
+    assert "'expand_x' of rank 0" in err[0]
+    assert not out.exists()

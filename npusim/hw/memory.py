@@ -117,7 +117,11 @@ class DenseRegion(Region):
     def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
         if isinstance(data, (int, np.integer)):
             n = int(data)
-            buf = small_page_zeros(n) if n >= SMALL_PAGES_FROM else np.zeros(n, np.uint8)
+            try:
+                buf = small_page_zeros(n) if n >= SMALL_PAGES_FROM else np.zeros(n, np.uint8)
+            except (OSError, OverflowError, ValueError) as exc:
+                raise MemoryError(f"cannot map {n} B for GM tensor {name!r} of rank {rank} "
+                                  f"({exc})") from None
         else:
             # owned from here on: the driver hands over fresh arrays, so no copy
             buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
