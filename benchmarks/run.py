@@ -152,28 +152,22 @@ def count_instructions(names: list[str]) -> int:
     minus one that stops before simulate()."""
     print(f"{'case':<28}{'instructions':>16}{'per event':>11}")
     for name in names:
-        full = _instructions([name])
-        setup = _instructions([name, "--no-sim"])
-        events = _child_events(name)
+        full, row = _instructions([name])
+        setup, _ = _instructions([name, "--no-sim"])
         work = full - setup
-        print(f"{name:<28}{work:>16,}{work / max(events, 1):>11,.0f}")
+        print(f"{name:<28}{work:>16,}{work / max(row['events'], 1):>11,.0f}")
     return 0
 
 
-def _instructions(child_args: list[str]) -> int:
+def _instructions(child_args: list[str]) -> tuple[int, dict]:
+    """A child run under cachegrind: its instruction count and its figures."""
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
            sys.executable, __file__, "--child", *child_args]
     # the same set orders in every run, and no idle BLAS threads spinning in the count
     env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1",
            "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
-    return instruction_refs(out.stderr)
-
-
-def _child_events(name: str) -> int:
-    out = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
-                         text=True, check=True, cwd=ROOT)
-    return int(json.loads(out.stdout.strip().splitlines()[-1])["events"])
+    return instruction_refs(out.stderr), json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def instruction_refs(valgrind_stderr: str) -> int:

@@ -19,19 +19,22 @@ import numpy as np
 from npusim.errors import InputError, KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
-SMALL_PAGES_FROM = 1 << 20  # GM tensors this large are mapped with 4 KiB pages
+SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
 
 
-def small_page_zeros(nbytes: int) -> np.ndarray:
-    """nbytes of zeros that the OS backs page by page as they are first written, in 4 KiB
-    pages. numpy asks for transparent huge pages for large arrays; a kernel writes a GM
-    tensor or the window sparsely, and where the kernel compacts memory to find a 2 MiB
-    page on a fault (THP defrag "madvise", the usual default) that costs more than it
-    saves (docs/performance.md). Raises OSError, OverflowError or ValueError when the
-    address space cannot be reserved."""
-    mapped = mmap.mmap(-1, nbytes) if nbytes else None
-    if mapped is None:
-        return np.zeros(0, dtype=np.uint8)
+def gm_zeros(nbytes: int, what: str) -> np.ndarray:
+    """nbytes of zeroed GM for `what` (named in the error). From 1 MiB on, an anonymous map
+    that the OS backs page by page as it is first written, in 4 KiB pages: numpy asks for
+    transparent huge pages for large arrays, and a kernel writes a GM tensor or the window
+    sparsely; where the kernel compacts memory to find a 2 MiB page on a fault (THP defrag
+    "madvise", the usual default) that costs more than it saves (docs/performance.md).
+    MemoryError when the address space cannot be reserved."""
+    if nbytes < SMALL_PAGES_FROM:
+        return np.zeros(nbytes, dtype=np.uint8)
+    try:
+        mapped = mmap.mmap(-1, nbytes)
+    except (OSError, OverflowError, ValueError) as exc:
+        raise MemoryError(f"cannot map {nbytes} B for {what} ({exc})") from None
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
         mapped.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(mapped, dtype=np.uint8)
@@ -116,12 +119,7 @@ class DenseRegion(Region):
 
     def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
         if isinstance(data, (int, np.integer)):
-            n = int(data)
-            try:
-                buf = small_page_zeros(n) if n >= SMALL_PAGES_FROM else np.zeros(n, np.uint8)
-            except (OSError, OverflowError, ValueError) as exc:
-                raise MemoryError(f"cannot map {n} B for GM tensor {name!r} of rank {rank} "
-                                  f"({exc})") from None
+            buf = gm_zeros(int(data), f"GM tensor {name!r} of rank {rank}")
         else:
             # owned from here on: the driver hands over fresh arrays, so no copy
             buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -165,8 +163,8 @@ class RowTable:
     def row_bytes(self) -> int:
         return int(self.table.shape[1])
 
-    def dense(self) -> np.ndarray:
-        buf = np.zeros(self.rows * self.row_bytes, dtype=np.uint8)
+    def dense(self, what: str) -> np.ndarray:
+        buf = gm_zeros(self.rows * self.row_bytes, what)
         n = self.pick.size
         np.take(self.table, self.pick, axis=0, mode="clip",
                 out=buf[:n * self.row_bytes].reshape(n, self.row_bytes))
@@ -181,6 +179,9 @@ class RowTableRegion(Region):
         super().__init__(name, rank, rows.rows * rows.row_bytes)
         self.rows = rows
         self.buf: np.ndarray | None = None
+
+    def _what(self) -> str:
+        return f"GM tensor {self.name!r} of rank {self.rank}"
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         out = np.empty(nbytes, dtype=np.uint8)
@@ -204,12 +205,12 @@ class RowTableRegion(Region):
 
     def write(self, offset: int, data: np.ndarray) -> None:
         if self.buf is None:
-            self.buf = self.rows.dense()
+            self.buf = self.rows.dense(self._what())
         self.buf[offset:offset + data.size] = data
         self._notify(offset, data.size)
 
     def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        buf = self.buf if self.buf is not None else self.rows.dense()
+        buf = self.buf if self.buf is not None else self.rows.dense(self._what())
         arr = buf.view(dtype)
         return arr.reshape(shape) if shape is not None else arr
 
@@ -225,12 +226,10 @@ class SparseRegion(DenseRegion):
         # zero-filled, paged in on first touch, in small pages (a write far into the
         # window does not fault in a 2 MiB huge page)
         try:
-            buf = small_page_zeros(nbytes)
-        except (OSError, OverflowError, ValueError) as exc:
-            raise InputError("hardware", "window.bytes", f"cannot reserve {nbytes} B of "
-                             f"address space for rank {rank}'s window on this machine "
-                             f"({exc}); use a smaller window (the presets use 1 GiB)"
-                             ) from None
+            buf = gm_zeros(nbytes, f"rank {rank}'s window")
+        except MemoryError as exc:
+            raise InputError("hardware", "window.bytes", f"{exc} on this machine; use a "
+                             "smaller window (the presets use 1 GiB)") from None
         super().__init__(name, rank, buf)
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
