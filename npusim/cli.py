@@ -44,13 +44,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, case_dir_override=args.case_dir)
     out_dir = _out_dir(args.out, scenario.name)
     try:
-        from npusim.sim import simulate
+        from npusim.sim import default_workers, simulate
     except ModuleNotFoundError as exc:
         if exc.name not in ("npusim.sim",):
             raise
         _err("npusim: error: the simulator (npusim.sim) is not installed in this build")
         return EXIT_FAIL
-    result = simulate(scenario, detailed_trace=bool(args.trace))
+    workers = args.workers if args.workers is not None else default_workers()
+    if workers < 1:
+        raise InputError("command line", "--workers", "must be >= 1")
+    result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers)
+    if result.combine_ahead.startswith("redone"):
+        print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
     report = build_report(result)
     path = write_json_atomic(out_dir / "report.json", report, inline_leaves=True)
     md = write_text_atomic(out_dir / "report.md", format_markdown(report))
@@ -333,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--case-dir", metavar="CASE", help="CANN-sample case directory to use")
     run.add_argument("--trace", action="store_true",
                      help="record pipe-level activity and write DIR/trace.json (Chrome trace)")
+    run.add_argument("--workers", type=int, default=None,
+                     help="processes for this run: with 2, a dispatch_combine run simulates "
+                     "combine alongside dispatch (same result; default 2 when 2 CPUs are free)")
     run.set_defaults(func=cmd_run)
 
     lint = sub.add_parser("lint", help="check scenario files without running them")

@@ -64,3 +64,6 @@ class RunResult:
     events: int
     wall_s: float
     samples: list[Sample] = field(default_factory=list)  # link rates (detailed trace only)
+    # How a combine forked ahead of dispatch went (workers >= 2; not part of the report):
+    # "" (none was), "kept", or "redone: <why>" when combine had to run again after dispatch.
+    combine_ahead: str = ""

@@ -6,12 +6,16 @@ kernels get a MoeTiling and named GM tensors, the report gets plain data.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from npusim.engine.trace import Trace
+from npusim.engine.trace import Sample, Trace
+from npusim.fork import Forked
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
 from npusim.kernels.combine import combine_program
@@ -55,41 +59,163 @@ def load_inputs(scenario: Scenario) -> list[dict[str, np.ndarray]]:
     return inp.per_rank()
 
 
+def default_workers() -> int:
+    """Processes a single run may use: 2 (dispatch and combine) where 2 CPUs are free to it."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return min(2, cpus)
+
+
 def simulate(scenario: Scenario, detailed_trace: bool = False,
-             progress: Callable[[str], None] | None = None) -> RunResult:
+             progress: Callable[[str], None] | None = None, workers: int = 1) -> RunResult:
+    """Run the scenario's ops, one after the other.
+
+    Each op runs on an idle machine of its own from t = 0 and is then placed where the
+    previous op's machine stopped: between dispatch and combine the hardware runs the
+    experts, and combine reads nothing of dispatch but its output tensors.
+
+    workers >= 2 (dispatch_combine, where os.fork exists): combine is simulated in a forked
+    process while dispatch runs, on the reference dispatch outputs. It is kept only if the
+    simulated dispatch wrote exactly those (otherwise combine is simulated again on what
+    dispatch wrote), so the result is the same as with workers = 1, byte for byte.
+    """
     wall0 = time.perf_counter()
     t = tiling_of(scenario)
-    hw = scenario.hardware
     inputs = load_inputs(scenario)
-    machine = Machine(hw, t.world, Trace(detailed=detailed_trace))
     limit_ns = scenario.run.sim_time_limit_us * 1000.0
-    ops: list[OpRun] = []
+    ops = scenario.workload.ops
+    standalone = scenario.data.case_dir is not None  # combine reads the case's expand_x
+
+    def machine() -> Machine:
+        return Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace))
+
+    def combine_leg(dispatch_out: list[dict[str, np.ndarray]] | None) -> Leg:
+        m = machine()
+        expand, meta = combine_inputs(t, inputs, None if standalone else dispatch_out)
+        return Leg.of(m, run_combine(m, t, inputs, expand, meta, limit_ns))
+
+    ahead: Forked | None = None
+    if workers >= 2 and ops == ("dispatch", "combine") and Forked.available():
+        def speculate() -> tuple[bytes, Leg]:
+            assumed = None if standalone else reference_dispatch_outputs(t, inputs)
+            return dispatch_digest(assumed, t), combine_leg(assumed)
+
+        ahead = Forked(speculate)
+    legs: list[Leg] = []
     dispatch_out: list[dict[str, np.ndarray]] | None = None
-    for op in scenario.workload.ops:
-        if progress:
-            progress(op)
-        if op == "dispatch":
-            run, dispatch_out = run_dispatch(machine, t, inputs, limit_ns)
-        else:
-            if dispatch_out is not None and scenario.data.case_dir is None:
-                row_bytes = t.h * token_dtype(t.dtype).itemsize
-                expand = (expert_outputs(dispatch_out, t) if not t.timing_only
-                          else [RowTable.zeros(t.max_rows_of(r), row_bytes)
-                                for r in range(t.world)])
-                meta = dispatch_out
-            else:
-                expand = [r["expand_x"] for r in inputs]
-                meta = None
-            run = run_combine(machine, t, inputs, expand, meta, limit_ns)
-        ops.append(run)
-    if scenario.data.case_dir is not None:
-        for run in ops:
+    how_ahead = ""
+    try:
+        for op in ops:
+            if progress:
+                progress(op)
+            if op == "dispatch":
+                m = machine()
+                run, dispatch_out = run_dispatch(m, t, inputs, limit_ns)
+                legs.append(Leg.of(m, run))
+                del m  # its window and tensors go; dispatch_out keeps the outputs
+                continue
+            leg = None
+            if ahead is not None:
+                found, ahead = ahead.result(), None
+                if found is None:
+                    how_ahead = "redone: the forked combine did not finish"
+                elif found[0] != dispatch_digest(None if standalone else dispatch_out, t):
+                    how_ahead = ("redone: the simulated dispatch wrote other outputs than "
+                                 "npusim's numpy reference dispatch")
+                else:
+                    leg, how_ahead = found[1], "kept"
+            legs.append(leg if leg is not None else combine_leg(dispatch_out))
+    finally:
+        if ahead is not None:
+            ahead.cancel()
+    runs, samples, clock = [], [], 0.0
+    for leg in legs:
+        runs.append(shifted(leg.run, clock))
+        samples += [replace(s, t_ns=s.t_ns + clock) for s in leg.samples] if clock else leg.samples
+        clock += leg.clock_ns
+    if standalone:
+        for run in runs:
             for r, outs in enumerate(run.outputs):
                 casedir.write_outputs(scenario.data.case_dir, r, {
                     k: v for k, v in outs.items() if k in DISPATCH_OUTPUTS + ("x",) and v.size
                 })
-    return RunResult(scenario.to_dict(), hw.to_dict(), ops, machine.env.events_processed,
-                     time.perf_counter() - wall0, samples=machine.trace.samples)
+    return RunResult(scenario.to_dict(), scenario.hardware.to_dict(), runs,
+                     sum(leg.events for leg in legs), time.perf_counter() - wall0,
+                     samples=samples, combine_ahead=how_ahead)
+
+
+@dataclass
+class Leg:
+    """One op simulated on an idle machine from t = 0."""
+
+    run: OpRun
+    clock_ns: float  # the machine's clock when the op was over: where the next op starts
+    events: int
+    samples: list[Sample]
+
+    @classmethod
+    def of(cls, machine: Machine, run: OpRun) -> Leg:
+        return cls(run, machine.env.now, machine.env.events_processed, machine.trace.samples)
+
+
+def shifted(run: OpRun, offset: float) -> OpRun:
+    """The op placed `offset` ns later in the run."""
+    if not offset:
+        return run
+    return replace(
+        run, start_ns=run.start_ns + offset, end_ns=run.end_ns + offset,
+        spans=[replace(s, start_ns=s.start_ns + offset, end_ns=s.end_ns + offset,
+                       delivered_ns=None if s.delivered_ns is None
+                       else s.delivered_ns + offset) for s in run.spans],
+        core_end_ns=[[e + offset for e in row] for row in run.core_end_ns])
+
+
+def combine_inputs(t: MoeTiling, inputs: list[dict[str, np.ndarray]],
+                   dispatch_out: list[dict[str, np.ndarray]] | None
+                   ) -> tuple[list[np.ndarray | RowTable], list[dict[str, np.ndarray]] | None]:
+    """Combine's expand_x and dispatch metadata: the identity experts' outputs of dispatch's
+    rows (zero rows in a timing-only run), or, without a dispatch, the inputs' expand_x."""
+    if dispatch_out is None:
+        return [r["expand_x"] for r in inputs], None
+    if t.timing_only:
+        row_bytes = t.h * token_dtype(t.dtype).itemsize
+        return [RowTable.zeros(t.max_rows_of(r), row_bytes) for r in range(t.world)], dispatch_out
+    return expert_outputs(dispatch_out, t), dispatch_out
+
+
+def reference_dispatch_outputs(t: MoeTiling, inputs: list[dict[str, np.ndarray]]
+                               ) -> list[dict[str, np.ndarray]]:
+    """What a correct dispatch writes (npusim.reference), in run_dispatch's layout; in a
+    timing-only run only what combine reads of it (assist info and counts)."""
+    from npusim.reference import reference_dispatch
+
+    if t.timing_only:
+        return routing_meta(t, inputs)
+    return reference_dispatch(
+        [r["x"] for r in inputs], [r["expert_ids"] for r in inputs], t.experts_per_rank,
+        t.dispatch_quant, t.expert_token_nums_type, saturate=t.mxfp8_saturate,
+        shared_experts=t.shared_experts, shared_expert_ranks=t.shared_expert_ranks)
+
+
+def dispatch_digest(dispatch_out: list[dict[str, np.ndarray]] | None, t: MoeTiling) -> bytes:
+    """A hash of everything combine reads of dispatch's outputs: every rank's counts and
+    its first ep_recv_count[-1] rows of assist info (and of expand_x and scales, unless
+    the run is timing-only). The combine kernel reads no row beyond the count."""
+    h = hashlib.sha256()
+    for d in dispatch_out or []:
+        recv = np.ascontiguousarray(d["ep_recv_count"], dtype=np.int32)
+        n = int(recv[-1]) if recv.size else 0
+        parts = [recv, d["assist_info_for_combine"][:n]]
+        if not t.timing_only:
+            parts += [d["expand_x"][:n], d["dynamic_scales"][:n]]
+        for a in parts:
+            a = np.ascontiguousarray(a)
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            if a.size:
+                h.update(a.reshape(-1).view(np.uint8))
+    return h.digest()
 
 
 def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling
@@ -211,18 +337,9 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
                 limit_ns: float) -> OpRun:
     """Combine on every rank. `meta` carries dispatch's assist info and counts; without it
     (a standalone combine) they are derived from the routing as dispatch would produce."""
-    from npusim.reference import dispatch_plan
-
     dt = token_dtype(t.dtype)
     if meta is None:
-        plans = dispatch_plan([inp["expert_ids"] for inp in inputs], t.experts_per_rank,
-                              t.shared_experts, t.shared_expert_ranks)
-        meta = []
-        for r, plan in enumerate(plans):
-            assist = np.zeros((t.max_rows_of(r), 3), np.int32)
-            assist[:plan.n] = np.stack([plan.src, plan.token, plan.k], axis=1)
-            meta.append({"assist_info_for_combine": assist,
-                         "ep_recv_count": np.cumsum(plan.counts).astype(np.int32)})
+        meta = routing_meta(t, inputs)
     for rank, inp, ex, m in zip(machine.ranks, inputs, expand, meta, strict=True):
         rank.tensor("expand_x", ex if isinstance(ex, RowTable)
                     else np.ascontiguousarray(ex, dtype=dt))
@@ -240,3 +357,19 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
     outputs = [{"x": rank.tensors["x"].as_array(dt, (t.bs, t.h))}
                for rank in machine.ranks]
     return _op_run(machine, "combine", res, before, first_span, outputs)
+
+
+def routing_meta(t: MoeTiling, inputs: list[dict[str, np.ndarray]]
+                 ) -> list[dict[str, np.ndarray]]:
+    """Dispatch's assist info and receive counts as the routing determines them."""
+    from npusim.reference import dispatch_plan
+
+    plans = dispatch_plan([inp["expert_ids"] for inp in inputs], t.experts_per_rank,
+                          t.shared_experts, t.shared_expert_ranks)
+    meta = []
+    for r, plan in enumerate(plans):
+        assist = np.zeros((t.max_rows_of(r), 3), np.int32)
+        assist[:plan.n] = np.stack([plan.src, plan.token, plan.k], axis=1)
+        meta.append({"assist_info_for_combine": assist,
+                     "ep_recv_count": np.cumsum(plan.counts).astype(np.int32)})
+    return meta

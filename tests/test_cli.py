@@ -49,8 +49,9 @@ def fake_sim(monkeypatch: pytest.MonkeyPatch, behaviour: Any = None) -> dict[str
     """Install a stand-in npusim.sim.simulate; returns what it was called with."""
     calls: dict[str, Any] = {}
 
-    def simulate(scenario: Any, detailed_trace: bool = False) -> RunResult:
+    def simulate(scenario: Any, detailed_trace: bool = False, workers: int = 1) -> RunResult:
         calls["scenario"], calls["detailed_trace"] = scenario, detailed_trace
+        calls["workers"] = workers
         if isinstance(behaviour, Exception):
             raise behaviour
         spans = [
@@ -64,6 +65,7 @@ def fake_sim(monkeypatch: pytest.MonkeyPatch, behaviour: Any = None) -> dict[str
 
     module = types.ModuleType("npusim.sim")
     module.simulate = simulate  # type: ignore[attr-defined]
+    module.default_workers = lambda: 7  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "npusim.sim", module)
     return calls
 
@@ -124,6 +126,7 @@ def test_run_writes_report_and_prints_summary(
     stdout = capsys.readouterr().out
     assert "dispatch: latency" in stdout and "send_data" in stdout and "report:" in stdout
     assert calls["detailed_trace"] is False
+    assert calls["workers"] == 7  # the machine's default, unless --workers says otherwise
     rep = json.loads((out / "report.json").read_text())
     assert rep["schema"] == "npusim.report/1"
     assert rep["scenario"]["name"] == "dispatch_bs8_mxfp8"
@@ -142,6 +145,18 @@ def test_run_writes_report_and_prints_summary(
     assert (out / "report.md").read_bytes() == first_md
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "trace.json"]
     assert json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert main(["run", str(SHIPPED), "--out", str(out), "--workers", "1"]) == 0
+    assert calls["workers"] == 1
+
+
+def test_run_rejects_zero_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_sim(monkeypatch)
+    out = tmp_path / "o"
+    assert main(["run", str(SHIPPED), "--out", str(out), "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--workers" in err and ">= 1" in err
+    assert "scenario" not in calls and not out.exists()
 
 
 def test_default_out_dir(
@@ -219,23 +234,31 @@ def test_lint_and_presets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "ascend950" in capsys.readouterr().out
 
 
-def test_a_tensor_the_machine_cannot_map_is_a_one_line_out_of_memory_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("refused, named", [("tensors", "'expand_x' of rank 0"),
+                                             ("ubs", "the UBs of rank 0")])
+def test_memory_the_machine_cannot_map_is_a_one_line_out_of_memory_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    refused: str, named: str
 ) -> None:
     import mmap
 
-    real = mmap.mmap
+    from npusim.hw.config import load_hardware
 
-    def refuse_tensors(fileno: int, nbytes: int, *args: Any, **kwargs: Any) -> Any:
-        if nbytes < (1 << 30):  # the GM tensors; the 1 GiB windows are still mapped
+    real = mmap.mmap
+    cfg = load_hardware("ascend950")
+    ub_maps = {cfg.chip.aiv_cores * cfg.ub.bytes, cfg.chip.aiv_cores * cfg.ub.bytes // 8}
+
+    def refuse(fileno: int, nbytes: int, *args: Any, **kwargs: Any) -> Any:
+        # the 1 GiB windows are still mapped; the UB maps too unless they are refused
+        if nbytes < (1 << 30) and (refused == "ubs" or nbytes not in ub_maps):
             raise OSError(12, "Cannot allocate memory")
         return real(fileno, nbytes, *args, **kwargs)
 
-    monkeypatch.setattr(mmap, "mmap", refuse_tensors)
+    monkeypatch.setattr(mmap, "mmap", refuse)
     out = tmp_path / "out"
     rc = main(["run", str(ROOT / "scenarios" / "dispatch_bs8_none.yaml"), "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1
     assert err[0].startswith("npusim: error: out of memory: cannot map ")
-    assert "'expand_x' of rank 0" in err[0]
+    assert named in err[0]
     assert not out.exists()

@@ -117,3 +117,26 @@ def test_a_large_gm_tensor_reads_zeros_until_written():
     region.write((2 << 20) + 5, np.arange(10, dtype=np.uint8))
     assert np.array_equal(region.read((2 << 20) + 5, 10), np.arange(10))
     assert not region.read(0, 2 << 20).any()
+
+
+def test_every_core_has_its_own_zeroed_ub_and_write_marks():
+    """A rank's UBs are slices of one map: each of capacity bytes, none overlapping, so a
+    write through one core's UB (and its marks) shows in no other."""
+    from npusim.engine.env import SimEnv
+    from npusim.hw.config import load_hardware
+    from npusim.hw.machine import Rank
+
+    cfg = load_hardware("ascend950")
+    rank = Rank(SimEnv(), 3, cfg)
+    ubs = [core.ub for core in rank.cores]
+    assert len(ubs) == cfg.chip.aiv_cores
+    cap = cfg.ub.bytes
+    for i, ub in enumerate(ubs):
+        assert ub.data.size == cap and ub.written.size == cap // 8
+        assert not ub.data.any() and not ub.written.any()
+        ub.data[[0, cap - 1]] = i + 1
+        ub.mark(cap - 8, 8)
+    for i, ub in enumerate(ubs):
+        assert ub.data[0] == ub.data[cap - 1] == i + 1
+        assert np.count_nonzero(ub.data) == 2
+        assert ub.unwritten(0, cap - 8) == 0 and ub.unwritten(cap - 8, 8) == -1

@@ -12,7 +12,14 @@ from npusim.engine.flow import FlowNetwork, Resource
 from npusim.engine.trace import Trace
 from npusim.hw.config import HardwareConfig
 from npusim.hw.fabric import Fabric
-from npusim.hw.memory import DenseRegion, Region, RowTable, RowTableRegion, SparseRegion
+from npusim.hw.memory import (
+    DenseRegion,
+    Region,
+    RowTable,
+    RowTableRegion,
+    SparseRegion,
+    gm_zeros,
+)
 from npusim.hw.pipe import FixedPipe, TransferPipe
 from npusim.hw.ub import UnifiedBuffer
 
@@ -21,10 +28,11 @@ class Core:
     """One AIV core: four pipes and its UB."""
 
     def __init__(self, env: simpy.Environment, rank: int, index: int, cfg: HardwareConfig,
-                 later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
+                 later: Callable[[float, Callable[[], None]], None] | None = None,
+                 ub: UnifiedBuffer | None = None) -> None:
         self.rank = rank
         self.index = index
-        self.ub = UnifiedBuffer(cfg.ub.bytes, cfg.ub.alignment)
+        self.ub = ub if ub is not None else UnifiedBuffer(cfg.ub.bytes, cfg.ub.alignment)
         self.scalar = FixedPipe("scalar")
         self.vector = FixedPipe("vector")
         self.mte2 = TransferPipe(env, "mte2", later)
@@ -63,10 +71,23 @@ class Rank:
         self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
         self.window = SparseRegion("window", index, cfg.window.bytes)
         self.tensors: dict[str, Region] = {}
-        self.cores = [Core(env, index, c, cfg, later) for c in range(cfg.chip.aiv_cores)]
+        self.cores = [Core(env, index, c, cfg, later, ub)
+                      for c, ub in enumerate(self._unified_buffers(cfg))]
         self.barrier = Barrier(env, len(self.cores), cfg.sync.syncall_ns)
         self.bytes_out = 0  # bytes this rank put into other ranks' windows
         self.bytes_in = 0  # bytes other ranks put into this rank's window
+
+    def _unified_buffers(self, cfg: HardwareConfig) -> list[UnifiedBuffer]:
+        """Every core's UB as a slice of one map for the rank: pages the kernels never touch
+        cost nothing, and all of it goes back to the OS with the machine (small heap
+        allocations per core would stay in the process's heap, and a second machine, such as
+        combine's after dispatch's, would add its own)."""
+        n, cap = cfg.chip.aiv_cores, cfg.ub.bytes
+        marks = UnifiedBuffer.marks_bytes(cap)
+        data = gm_zeros(n * cap, f"the UBs of rank {self.index}")
+        written = gm_zeros(n * marks, f"the UB write marks of rank {self.index}")
+        return [UnifiedBuffer(cap, cfg.ub.alignment, data[c * cap:(c + 1) * cap],
+                              written[c * marks:(c + 1) * marks]) for c in range(n)]
 
     def tensor(self, name: str, data: np.ndarray | int | RowTable) -> Region:
         """Create (or replace) a GM tensor from an array, a byte size or shared rows."""

@@ -63,16 +63,24 @@ class UBBuffer:
 class UnifiedBuffer:
     """Bytes of one core's UB with a bump allocator (buffers live for one kernel call)."""
 
-    def __init__(self, capacity: int, alignment: int) -> None:
+    def __init__(self, capacity: int, alignment: int, data: np.ndarray | None = None,
+                 written: np.ndarray | None = None) -> None:
+        """`data` (capacity bytes) and `written` (capacity / 8 bytes), zeroed, may be slices
+        of a rank-wide map (Rank), so that untouched UB costs no memory."""
         self.capacity = capacity
         self.alignment = alignment
-        self.data = np.zeros(capacity, dtype=np.uint8)
+        self.data = np.zeros(capacity, dtype=np.uint8) if data is None else data
         # one bit per byte written in this call (bit i of mask byte j = UB byte 8j + i):
         # an eighth of the memory of a bool per byte, which at W 64 is half a GiB
-        self.written = np.zeros(-(-capacity // 8), dtype=np.uint8)
+        self.written = (np.zeros(self.marks_bytes(capacity), dtype=np.uint8) if written is None
+                        else written)
         self.top = 0
         self.high = 0  # highest top since the last new call: bytes above it were never marked
         self.buffers: list[UBBuffer] = []
+
+    @staticmethod
+    def marks_bytes(capacity: int) -> int:
+        return -(-capacity // 8)
 
     def alloc(self, name: str, nbytes: int) -> UBBuffer:
         a = self.alignment
