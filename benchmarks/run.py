@@ -1,17 +1,24 @@
-"""npusim's own speed: wall time, simulated events, events per second and peak memory for
-fixed scenarios, each in a fresh process (so peak RSS belongs to that scenario alone).
+"""npusim's own speed: wall time, CPU time, simulated events, events per second and peak
+memory for fixed scenarios, each in a fresh process (so peak RSS belongs to that scenario alone).
+
+Each case runs as `npusim run` would: with --workers processes (default 2 where 2 CPUs are
+free), so a dispatch_combine case simulates combine in a forked process alongside dispatch.
+Then "cpu s" is the time of both processes, events/s counts the events of both over the wall
+time, and "peak MiB" adds the two processes' peaks (an upper bound: both are alive at once).
+--workers 1 gives the single-process figures.
 
     python benchmarks/run.py                 # the standard set
+    python benchmarks/run.py --workers 1     # one process per run
     python benchmarks/run.py --json out.json # also write the figures as JSON
     python benchmarks/run.py --only bs256     # scenarios whose name contains 'bs256'
     python benchmarks/run.py --check benchmarks/baseline.json   # compare with a baseline
     python benchmarks/run.py --instructions --only bs8           # exact cost, no noise
 
---instructions counts the instructions each case's simulate() executes, with valgrind's
-cachegrind (no cache simulation; about 40x slower than a plain run, so pick small cases with
---only). Unlike wall time, the count is the same from run to run (to about 1e-6) on one machine
-and Python build, so it shows a 1% change that wall time (5-15% run-to-run noise on a
-shared machine) cannot. Compare two checkouts by running the script with PYTHONPATH set
+--instructions counts the instructions each case's simulate() executes (in one process), with
+valgrind's cachegrind (no cache simulation; about 40x slower than a plain run, so pick small
+cases with --only). Unlike wall time, the count is the same from run to run (to about 1e-6)
+on one machine and Python build, so it shows a 1% change that wall time (5-15% run-to-run
+noise on a shared machine) cannot. Compare two checkouts by running the script with PYTHONPATH set
 to the other one.
 
 A baseline is the JSON of an earlier run. --check compares each case's wall time scaled by
@@ -56,7 +63,7 @@ CASES = {
 }
 
 
-def run_one(name: str, simulate_it: bool = True) -> dict:
+def run_one(name: str, simulate_it: bool = True, workers: int = 1) -> dict:
     """Child process: simulate one case and report its figures (without simulate_it, only
     the imports and the scenario: the part an instruction count subtracts)."""
     from npusim.scenario import scenario_from_doc
@@ -66,14 +73,24 @@ def run_one(name: str, simulate_it: bool = True) -> dict:
     sc = scenario_from_doc(doc, f"benchmark {name}", ROOT)
     if not simulate_it:
         return {"name": name}
+    before = _cpu_s()
     t0 = time.perf_counter()
-    result = simulate(sc)
+    result = simulate(sc, workers=workers)
     wall = time.perf_counter() - t0
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"name": name, "wall_s": wall, "events": result.events,
-            "events_per_s": result.events / wall, "peak_rss_mib": rss_kib / 1024,
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    forked = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"name": name, "workers": workers, "wall_s": wall, "cpu_s": _cpu_s() - before,
+            "events": result.events, "events_per_s": result.events / wall,
+            "peak_rss_mib": own / 1024, "peak_rss_forked_mib": forked / 1024,
+            "combine_ahead": result.combine_ahead,
             "latency_us": {op.op: round((op.end_ns - op.start_ns) / 1000, 3)
                            for op in result.ops}}
+
+
+def _cpu_s() -> float:
+    """User + system seconds of this process and of its reaped children (a forked combine)."""
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def simpy_baseline(n_events: int = 1_000_000) -> float:
@@ -100,12 +117,21 @@ def main() -> int:
     ap.add_argument("--slack", default="25%", help="allowed slowdown for --check (default 25%%)")
     ap.add_argument("--instructions", action="store_true",
                     help="count the instructions of each case's simulate() with valgrind")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="processes per run, as npusim run --workers (default: as npusim run)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--no-sim", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(run_one(args.child, simulate_it=not args.no_sim)))
+        print(json.dumps(run_one(args.child, simulate_it=not args.no_sim,
+                                 workers=args.workers or 1)))
         return 0
+    if args.workers is None:
+        from npusim.sim import default_workers
+
+        args.workers = default_workers()
+    if args.workers < 1:
+        return _usage_error(f"--workers {args.workers}: allowed: 1 or more")
     names = [n for n in CASES if not args.only or args.only in n]
     if args.instructions:
         if shutil.which("valgrind") is None:
@@ -130,15 +156,19 @@ def main() -> int:
     base = simpy_baseline()
     rows = []
     print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()})")
-    print(f"{'case':<28}{'wall s':>8}{'events':>10}{'events/s':>11}{'ratio':>7}{'peak MiB':>10}")
+    print(f"workers per run: {args.workers}")
+    print(f"{'case':<28}{'wall s':>8}{'cpu s':>7}{'events':>10}{'events/s':>11}{'ratio':>7}"
+          f"{'peak MiB':>10}")
     for name in names:
-        out = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True,
-                             text=True, check=True, cwd=ROOT)
+        out = subprocess.run([sys.executable, __file__, "--child", name,
+                              "--workers", str(args.workers)],
+                             capture_output=True, text=True, check=True, cwd=ROOT)
         row = json.loads(out.stdout.strip().splitlines()[-1])
         row["vs_plain_simpy"] = row["events_per_s"] / base
         rows.append(row)
-        print(f"{name:<28}{row['wall_s']:>8.2f}{row['events']:>10}{row['events_per_s']:>11,.0f}"
-              f"{row['vs_plain_simpy']:>7.3f}{row['peak_rss_mib']:>10.0f}")
+        peak = row["peak_rss_mib"] + row["peak_rss_forked_mib"]
+        print(f"{name:<28}{row['wall_s']:>8.2f}{row['cpu_s']:>7.2f}{row['events']:>10}"
+              f"{row['events_per_s']:>11,.0f}{row['vs_plain_simpy']:>7.3f}{peak:>10.0f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
                                                "cases": rows}, indent=2) + "\n")
@@ -200,6 +230,9 @@ def check(rows: list[dict], base: float, path: str, ref: dict, ref_rows: dict[st
         if old is None:
             print(f"  {row['name']:<28} no baseline  {goal}")
             continue
+        if old.get("workers", 1) != row["workers"]:
+            goal += f" (baseline ran with {old.get('workers', 1)} workers, this with " \
+                f"{row['workers']})"
         ratio = (row["wall_s"] * base) / (old["wall_s"] * ref["plain_simpy_events_per_s"])
         worst = max(worst, ratio)
         flag = "  <- slower" if ratio > 1 + slack else ""

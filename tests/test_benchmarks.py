@@ -35,3 +35,12 @@ def test_instructions_without_valgrind_is_a_one_line_usage_error(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "valgrind is not on PATH" in lines[0]
     assert out.stdout == ""
+
+
+def test_zero_workers_is_a_one_line_usage_error(tmp_path):
+    out = subprocess.run([sys.executable, str(SCRIPT), "--workers", "0"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--workers 0" in lines[0] and "1 or more" in lines[0]
+    assert out.stdout == ""
