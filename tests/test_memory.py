@@ -14,7 +14,7 @@ from npusim.hw.memory import (
     RowTableRegion,
     SparseRegion,
     Watcher,
-    gm_zeros,
+    paged_zeros,
 )
 
 
@@ -104,8 +104,8 @@ def test_a_window_that_cannot_be_reserved_is_a_one_line_input_error(monkeypatch)
 
 
 @pytest.mark.parametrize("nbytes", [0, 4096, (1 << 20) + 7])
-def test_gm_zeros_is_a_writable_zero_buffer_of_the_size_asked(nbytes):
-    buf = gm_zeros(nbytes, "a test buffer")
+def test_paged_zeros_is_a_writable_zero_buffer_of_the_size_asked(nbytes):
+    buf = paged_zeros(nbytes, "a test buffer")
     assert buf.dtype == np.uint8 and buf.size == nbytes and not buf.any()
     buf[nbytes // 2:] = 9  # writable, and only where written
     assert int(buf.sum()) == 9 * (nbytes - nbytes // 2)

@@ -18,7 +18,7 @@ from npusim.hw.memory import (
     RowTable,
     RowTableRegion,
     SparseRegion,
-    gm_zeros,
+    paged_zeros,
 )
 from npusim.hw.pipe import FixedPipe, TransferPipe
 from npusim.hw.ub import UnifiedBuffer
@@ -84,8 +84,8 @@ class Rank:
         combine's after dispatch's, would add its own)."""
         n, cap = cfg.chip.aiv_cores, cfg.ub.bytes
         marks = UnifiedBuffer.marks_bytes(cap)
-        data = gm_zeros(n * cap, f"the UBs of rank {self.index}")
-        written = gm_zeros(n * marks, f"the UB write marks of rank {self.index}")
+        data = paged_zeros(n * cap, f"the UBs of rank {self.index}")
+        written = paged_zeros(n * marks, f"the UB write marks of rank {self.index}")
         return [UnifiedBuffer(cap, cfg.ub.alignment, data[c * cap:(c + 1) * cap],
                               written[c * marks:(c + 1) * marks]) for c in range(n)]
 

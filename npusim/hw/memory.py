@@ -22,12 +22,13 @@ PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
 
 
-def gm_zeros(nbytes: int, what: str) -> np.ndarray:
-    """nbytes of zeroed GM for `what` (named in the error). From 1 MiB on, an anonymous map
-    that the OS backs page by page as it is first written, in 4 KiB pages: numpy asks for
-    transparent huge pages for large arrays, and a kernel writes a GM tensor or the window
-    sparsely; where the kernel compacts memory to find a 2 MiB page on a fault (THP defrag
-    "madvise", the usual default) that costs more than it saves (docs/performance.md).
+def paged_zeros(nbytes: int, what: str) -> np.ndarray:
+    """nbytes of zeroed memory (GM, or a rank's UBs) for `what` (named in the error). From
+    1 MiB on, an anonymous map that the OS backs page by page as it is first written, in
+    4 KiB pages: numpy asks for transparent huge pages for large arrays, and a kernel writes
+    a GM tensor or the window sparsely; where the kernel compacts memory to find a 2 MiB
+    page on a fault (THP defrag "madvise", the usual default) that costs more than it saves
+    (docs/performance.md).
     MemoryError when the address space cannot be reserved."""
     if nbytes < SMALL_PAGES_FROM:
         return np.zeros(nbytes, dtype=np.uint8)
@@ -119,7 +120,7 @@ class DenseRegion(Region):
 
     def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
         if isinstance(data, (int, np.integer)):
-            buf = gm_zeros(int(data), f"GM tensor {name!r} of rank {rank}")
+            buf = paged_zeros(int(data), f"GM tensor {name!r} of rank {rank}")
         else:
             # owned from here on: the driver hands over fresh arrays, so no copy
             buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -164,7 +165,7 @@ class RowTable:
         return int(self.table.shape[1])
 
     def dense(self, what: str) -> np.ndarray:
-        buf = gm_zeros(self.rows * self.row_bytes, what)
+        buf = paged_zeros(self.rows * self.row_bytes, what)
         n = self.pick.size
         np.take(self.table, self.pick, axis=0, mode="clip",
                 out=buf[:n * self.row_bytes].reshape(n, self.row_bytes))
@@ -226,7 +227,7 @@ class SparseRegion(DenseRegion):
         # zero-filled, paged in on first touch, in small pages (a write far into the
         # window does not fault in a 2 MiB huge page)
         try:
-            buf = gm_zeros(nbytes, f"rank {rank}'s window")
+            buf = paged_zeros(nbytes, f"rank {rank}'s window")
         except MemoryError as exc:
             raise InputError("hardware", "window.bytes", f"{exc} on this machine; use a "
                              "smaller window (the presets use 1 GiB)") from None
