@@ -25,12 +25,18 @@ class Forked:
         return hasattr(os, "fork")
 
     def __init__(self, work: Callable[[], Any]) -> None:
+        """OSError if no child can be started (no memory or processes left)."""
         read_fd, write_fd = os.pipe()
-        with warnings.catch_warnings():
-            # Python 3.12+ warns on fork in a process with threads (numpy's BLAS pool); the
-            # child runs no BLAS and takes no lock another thread might hold.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        try:
+            with warnings.catch_warnings():
+                # Python 3.12+ warns on fork in a process with threads (numpy's BLAS pool);
+                # the child runs no BLAS and takes no lock another thread might hold.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:  # the child: compute, send, leave without running the parent's exit code
             os.close(read_fd)
             status = 0

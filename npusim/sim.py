@@ -97,15 +97,18 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
         return Leg.of(m, run_combine(m, t, inputs, expand, meta, limit_ns))
 
     ahead: Forked | None = None
+    how_ahead = ""
     if workers >= 2 and ops == ("dispatch", "combine") and Forked.available():
         def speculate() -> tuple[bytes, Leg]:
             assumed = None if standalone else reference_dispatch_outputs(t, inputs)
             return dispatch_digest(assumed, t), combine_leg(assumed)
 
-        ahead = Forked(speculate)
+        try:
+            ahead = Forked(speculate)
+        except OSError as exc:  # one process it is
+            how_ahead = f"redone: no second process ({exc.strerror or exc})"
     legs: list[Leg] = []
     dispatch_out: list[dict[str, np.ndarray]] | None = None
-    how_ahead = ""
     try:
         for op in ops:
             if progress:

@@ -89,6 +89,19 @@ def test_a_failed_fork_makes_combine_run_again(tmp_path, monkeypatch):
     assert _everything(ahead) == _everything(alone)
 
 
+def test_no_second_process_means_one_process(tmp_path, monkeypatch):
+    sc = _dispatch_combine(tmp_path)
+    alone = simulate(sc)
+
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    ahead = simulate(sc, workers=2)
+    assert ahead.combine_ahead == "redone: no second process (Resource temporarily unavailable)"
+    assert _everything(ahead) == _everything(alone)
+
+
 def test_a_failing_dispatch_leaves_no_child(tmp_path, monkeypatch):
     sc = _dispatch_combine(tmp_path)
 
