@@ -76,29 +76,24 @@ def test_other_dispatch_outputs_make_combine_run_again(tmp_path, monkeypatch):
     assert _everything(ahead) == _everything(alone)
 
 
-def test_a_failed_fork_makes_combine_run_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("module, name, error, note", [
+    pytest.param(sim, "reference_dispatch_outputs", MemoryError("only in the child"),
+                 "redone: the forked combine did not finish", id="the-child-fails"),
+    pytest.param(os, "fork", OSError(11, "Resource temporarily unavailable"),
+                 "redone: no second process (Resource temporarily unavailable)",
+                 id="no-fork"),
+])
+def test_combine_runs_in_the_parent_when_the_child_cannot(tmp_path, monkeypatch, module, name,
+                                                          error, note):
     sc = _dispatch_combine(tmp_path)
     alone = simulate(sc)
 
-    def fail(t, inputs):
-        raise MemoryError("only in the child")
+    def fail(*args):
+        raise error
 
-    monkeypatch.setattr(sim, "reference_dispatch_outputs", fail)
+    monkeypatch.setattr(module, name, fail)
     ahead = simulate(sc, workers=2)
-    assert ahead.combine_ahead == "redone: the forked combine did not finish"
-    assert _everything(ahead) == _everything(alone)
-
-
-def test_no_second_process_means_one_process(tmp_path, monkeypatch):
-    sc = _dispatch_combine(tmp_path)
-    alone = simulate(sc)
-
-    def no_fork():
-        raise OSError(11, "Resource temporarily unavailable")
-
-    monkeypatch.setattr(os, "fork", no_fork)
-    ahead = simulate(sc, workers=2)
-    assert ahead.combine_ahead == "redone: no second process (Resource temporarily unavailable)"
+    assert ahead.combine_ahead == note
     assert _everything(ahead) == _everything(alone)
 
 
