@@ -117,21 +117,22 @@ def main() -> int:
     ap.add_argument("--slack", default="25%", help="allowed slowdown for --check (default 25%%)")
     ap.add_argument("--instructions", action="store_true",
                     help="count the instructions of each case's simulate() with valgrind")
-    ap.add_argument("--workers", type=int, default=None,
+    ap.add_argument("--workers", default=None,
                     help="processes per run, as npusim run --workers (default: as npusim run)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--no-sim", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(run_one(args.child, simulate_it=not args.no_sim,
-                                 workers=args.workers or 1)))
+                                 workers=int(args.workers or 1))))
         return 0
     if args.workers is None:
         from npusim.sim import default_workers
 
         args.workers = default_workers()
-    if args.workers < 1:
+    elif not args.workers.isdigit() or int(args.workers) < 1:
         return _usage_error(f"--workers {args.workers}: allowed: 1 or more")
+    args.workers = int(args.workers)
     names = [n for n in CASES if not args.only or args.only in n]
     if args.instructions:
         if shutil.which("valgrind") is None:

@@ -50,9 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         _err("npusim: error: the simulator (npusim.sim) is not installed in this build")
         return EXIT_FAIL
-    workers = args.workers if args.workers is not None else default_workers()
-    if workers < 1:
-        raise InputError("command line", "--workers", "must be >= 1")
+    workers = _workers(args.workers) or default_workers()
     result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers)
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
@@ -100,6 +98,19 @@ def _tolerance(text: str, option: str) -> float:
     return value
 
 
+def _workers(text: str | None) -> int | None:
+    """--workers N: a whole number >= 1 (None: the command's default)."""
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError("command line", "--workers", f"{text!r}: allowed: a whole number >= 1")
+    return value
+
+
 def _table_args(args: argparse.Namespace) -> tuple[str, Path, list]:
     from npusim.calibrate import default_table, read_table
     from npusim.hw.config import load_hardware
@@ -119,8 +130,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     tol = _tolerance(args.tolerance, "--tolerance")
     sp_tol = _tolerance(args.speedup_tolerance, "--speedup-tolerance")
+    workers = _workers(args.workers)
     hardware, table, rows = _table_args(args)
-    sim = simulate_table(rows, hardware, {}, str(table), args.workers)
+    sim = simulate_table(rows, hardware, {}, str(table), workers)
     cmp = compare(rows, sim)
     errs = cmp.errors()
     bad_rows = [m.name for m, e in zip(rows, errs, strict=True) if abs(e) > tol]
@@ -168,6 +180,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.param:
         raise InputError("command line", "--param", "name at least one KEY=LOW:HIGH to fit")
     params = [parse_param(p) for p in args.param]
+    workers = _workers(args.workers)
     hardware, table, rows = _table_args(args)
     hw_path = resolve_preset(hardware)
     start = current_values(read_yaml_mapping(hw_path), params)
@@ -183,7 +196,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     print(f"fitting {len(params)} parameter(s) to {len(rows)} row(s) of {table}")
     result = fit(rows, hardware, params, start, str(table), max_evals=args.max_evals,
-                 workers=args.workers, progress=progress)
+                 workers=workers, progress=progress)
     if args.loo:
         print(f"leave-one-out: {len(rows)} refits, each without one row")
 
@@ -193,7 +206,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                   f"{e['evaluations']} evaluations", flush=True)
 
         result.loo = leave_one_out(rows, hardware, params, result, str(table),
-                                   workers=args.workers, progress=held_out)
+                                   workers=workers, progress=held_out)
     note = f"fitted by npusim calibrate to {table.name} on {date.today().isoformat()}"
     text = rewrite_preset(hw_path.read_text(), result.overrides(), note)
     cmp = compare(rows, result.simulated)
@@ -252,25 +265,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     from npusim.check import expand, run_check
 
     tol = _tolerance(args.tolerance, "--tolerance")
-    if args.workers is not None and args.workers < 1:
-        raise InputError("command line", "--workers", "must be >= 1")
+    workers = _workers(args.workers) or 1
     patterns = args.scenarios or ["scenarios/*.yaml"]
     paths = expand(patterns)
     if not paths:
         raise InputError("command line", "--scenarios",
                          f"no scenario file matches {' '.join(patterns)}")
     return run_check(paths, Path(args.baselines), tol, update=args.update, strict=args.strict,
-                     workers=args.workers or 1, emit=lambda line: print(line, flush=True))
+                     workers=workers, emit=lambda line: print(line, flush=True))
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from npusim.sweep import run_sweep
 
+    workers = _workers(args.workers)
     stem = Path(args.sweep).stem
     out = Path(args.out) if args.out else Path("out") / "sweeps" / stem
     if out.exists() and not out.is_dir():
         raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    csv_path = run_sweep(args.sweep, out, args.workers, args.backend)
+    csv_path = run_sweep(args.sweep, out, workers, args.backend)
     print(f"results: {csv_path}")
     return EXIT_OK
 
@@ -338,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--case-dir", metavar="CASE", help="CANN-sample case directory to use")
     run.add_argument("--trace", action="store_true",
                      help="record pipe-level activity and write DIR/trace.json (Chrome trace)")
-    run.add_argument("--workers", type=int, default=None,
+    run.add_argument("--workers", default=None,
                      help="processes for this run: with 2, a dispatch_combine run simulates "
                      "combine alongside dispatch (same result; default 2 when 2 CPUs are free)")
     run.set_defaults(func=cmd_run)
@@ -357,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--speedup-tolerance", default="0.05",
                      help="allowed error of each quantisation speed-up (default 0.05)")
     val.add_argument("--json", action="store_true", help="machine-readable output")
-    val.add_argument("--workers", type=int, default=None, help="parallel processes")
+    val.add_argument("--workers", default=None, help="parallel processes")
     val.set_defaults(func=cmd_validate)
 
     cal = sub.add_parser("calibrate", help="fit free preset parameters to measured latencies")
@@ -370,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--report", metavar="FIT.json", help="fit report (default beside --out)")
     cal.add_argument("--max-evals", type=int, default=200, help="simulations of the table")
     cal.add_argument("--loo", action="store_true", help="also leave-one-out errors")
-    cal.add_argument("--workers", type=int, default=None, help="parallel processes")
+    cal.add_argument("--workers", default=None, help="parallel processes")
     cal.set_defaults(func=cmd_calibrate)
 
     cmp = sub.add_parser("compare", help="compare two reports (or baselines) op by op and "
@@ -395,14 +408,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rewrite the baselines from this run (on purpose: see docs/report.md)")
     chk.add_argument("--strict", action="store_true",
                      help="also fail when a scenario got faster beyond the tolerance")
-    chk.add_argument("--workers", type=int, default=None, help="parallel processes (default 1)")
+    chk.add_argument("--workers", default=None, help="parallel processes (default 1)")
     chk.set_defaults(func=cmd_check)
 
     swp = sub.add_parser("sweep", help="run a base scenario over axes of values in parallel; "
                          "resumes, writes one report per point and results.csv")
     swp.add_argument("sweep", metavar="SWEEP.yaml")
     swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
-    swp.add_argument("--workers", type=int, default=None, help="parallel processes")
+    swp.add_argument("--workers", default=None, help="parallel processes")
     swp.add_argument("--backend", default="processes", help="processes (default) or ray "
                      "(the cluster in RAY_ADDRESS, else a local Ray instance)")
     swp.set_defaults(func=cmd_sweep)

@@ -149,14 +149,27 @@ def test_run_writes_report_and_prints_summary(
     assert calls["workers"] == 1
 
 
-def test_run_rejects_zero_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_run_rejects_workers_that_are_not_a_positive_count(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        value: str) -> None:
     calls = fake_sim(monkeypatch)
     out = tmp_path / "o"
-    assert main(["run", str(SHIPPED), "--out", str(out), "--workers", "0"]) == 2
+    assert main(["run", str(SHIPPED), "--out", str(out), "--workers", value]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--workers" in err and ">= 1" in err
+    assert err.count("\n") == 1 and "--workers" in err and ">= 1" in err and value in err
+    assert "usage" not in err
     assert "scenario" not in calls and not out.exists()
+
+
+@pytest.mark.parametrize("command", [["validate"], ["check"], ["sweep", "s.yaml"],
+                                     ["calibrate", "--param", "mte.put_gbps=4:64",
+                                      "--out", "fitted.yaml"]])
+def test_every_workers_option_rejects_a_non_count_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    assert main([*command, "--workers", "two"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--workers" in err and "'two'" in err
 
 
 def test_default_out_dir(
