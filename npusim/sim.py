@@ -262,24 +262,16 @@ def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling
     return [RowTable(table, pick, t.max_rows_of(r)) for r, pick in enumerate(picks)]
 
 
-def _stats_before(machine: Machine) -> tuple[list[int], list[int], list[int]]:
-    return ([r.bytes_out for r in machine.ranks], [r.bytes_in for r in machine.ranks],
-            [res.bytes for res in machine.resources()])
-
-
-def _op_run(machine: Machine, name: str, res: LaunchResult, before, spans_from: int,
+def _op_run(machine: Machine, name: str, res: LaunchResult,
             outputs: list[dict[str, np.ndarray]]) -> OpRun:
-    start, end = res.start_ns, res.end_ns
-    out0, in0, res0 = before
-    links = [LinkStats(res.name, res.kind, res.rank, res.bandwidth, res.bytes - b0)
-             for res, b0 in zip(machine.resources(), res0, strict=True)]
+    """The op's figures: its machine ran this op alone, so every counter is the op's."""
     return OpRun(
-        op=name, start_ns=start, end_ns=end, ranks=machine.world,
-        cores_per_rank=machine.cfg.chip.aiv_cores,
-        spans=machine.trace.spans[spans_from:], outputs=outputs,
-        bytes_sent=[r.bytes_out - b for r, b in zip(machine.ranks, out0, strict=True)],
-        bytes_received=[r.bytes_in - b for r, b in zip(machine.ranks, in0, strict=True)],
-        links=links,
+        op=name, start_ns=res.start_ns, end_ns=res.end_ns, ranks=machine.world,
+        cores_per_rank=machine.cfg.chip.aiv_cores, spans=machine.trace.spans, outputs=outputs,
+        bytes_sent=[r.bytes_out for r in machine.ranks],
+        bytes_received=[r.bytes_in for r in machine.ranks],
+        links=[LinkStats(link.name, link.kind, link.rank, link.bandwidth, link.bytes)
+               for link in machine.resources()],
         core_bytes_put=[[ctx.bytes_put for ctx in row] for row in res.contexts],
         core_end_ns=[list(row) for row in res.core_end_ns],
         core_transfers=[[[TransferStat(*key, *val) for key, val in ctx.transfers.items()]
@@ -296,6 +288,7 @@ def _set_window_zones(machine: Machine, t: MoeTiling) -> None:
 
 def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarray]],
                  limit_ns: float) -> tuple[OpRun, list[dict[str, np.ndarray]]]:
+    """Dispatch on every rank of an idle machine; its OpRun and every rank's outputs."""
     rec = t.record
     row_dtype = token_dtype(t.dtype) if t.dispatch_quant == "none" else np.uint8
     scale_bytes = {"mxfp8": rec.scale_bytes, "int8": 4, "none": 0}[t.dispatch_quant]
@@ -310,8 +303,6 @@ def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarr
         rank.tensor("ep_recv_count", 4 * wl)
         rank.tensor("workspace", 4 * t.cores * wl)
     _set_window_zones(machine, t)
-    before = _stats_before(machine)
-    first_span = len(machine.trace.spans)
     res = launch(machine, dispatch_program(t), time_limit_ns=limit_ns, cores=t.cores)
     outputs = []
     for r, rank in enumerate(machine.ranks):
@@ -332,14 +323,15 @@ def run_dispatch(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarr
             "expert_token_nums": tens["expert_token_nums"].as_array(np.int64),
             "ep_recv_count": tens["ep_recv_count"].as_array(np.int32),
         })
-    return _op_run(machine, "dispatch", res, before, first_span, outputs), outputs
+    return _op_run(machine, "dispatch", res, outputs), outputs
 
 
 def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarray]],
                 expand: list[np.ndarray | RowTable], meta: list[dict[str, np.ndarray]] | None,
                 limit_ns: float) -> OpRun:
-    """Combine on every rank. `meta` carries dispatch's assist info and counts; without it
-    (a standalone combine) they are derived from the routing as dispatch would produce."""
+    """Combine on every rank of an idle machine. `meta` carries dispatch's assist info and
+    counts; without it (a standalone combine) they are derived from the routing as dispatch
+    would produce."""
     dt = token_dtype(t.dtype)
     if meta is None:
         meta = routing_meta(t, inputs)
@@ -354,12 +346,10 @@ def run_combine(machine: Machine, t: MoeTiling, inputs: list[dict[str, np.ndarra
                                                           dtype=np.float32))
         rank.tensor("x", t.bs * t.h * 2)
     _set_window_zones(machine, t)
-    before = _stats_before(machine)
-    first_span = len(machine.trace.spans)
     res = launch(machine, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)
     outputs = [{"x": rank.tensors["x"].as_array(dt, (t.bs, t.h))}
                for rank in machine.ranks]
-    return _op_run(machine, "combine", res, before, first_span, outputs)
+    return _op_run(machine, "combine", res, outputs)
 
 
 def routing_meta(t: MoeTiling, inputs: list[dict[str, np.ndarray]]
