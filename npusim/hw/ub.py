@@ -18,6 +18,15 @@ from npusim.errors import KernelError
 INF = math.inf
 
 
+def strided_blocks(span: np.ndarray, count: int, length: int, pitch: int) -> np.ndarray:
+    """The `count` blocks of `length` items every `pitch` items of a 1-D byte (or bit) span,
+    as a [count, length] view (pitch 0 repeats the first block)."""
+    if span.size < (count - 1) * pitch + length:
+        raise ValueError(f"a span of {span.size} B has no {count} blocks of {length} B "
+                         f"every {pitch} B")
+    return np.lib.stride_tricks.as_strided(span, (count, length), (pitch, 1))
+
+
 class UBBuffer:
     """A named, aligned allocation in UB (like a TBuf/TQue buffer in Ascend C)."""
 
@@ -133,7 +142,7 @@ class UnifiedBuffer:
         lo, hi = start >> 3, ((start + (count - 1) * pitch + length - 1) >> 3) + 1
         bits = np.unpackbits(self.written[lo:hi], bitorder="little")
         off = start - 8 * lo
-        np.lib.stride_tricks.as_strided(bits[off:], (count, length), (pitch, 1))[...] = 1
+        strided_blocks(bits[off:], count, length, pitch)[...] = 1
         self.written[lo:hi] = np.packbits(bits, bitorder="little")
 
     def unwritten(self, start: int, nbytes: int) -> int:

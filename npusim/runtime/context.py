@@ -28,7 +28,7 @@ from npusim.errors import KernelError
 from npusim.hw.machine import Machine, Rank
 from npusim.hw.memory import Region, SparseRegion, Watcher
 from npusim.hw.pipe import Op, TransferPipe
-from npusim.hw.ub import INF, UBBuffer
+from npusim.hw.ub import INF, UBBuffer, strided_blocks
 from npusim.runtime.conditions import Condition
 
 Wait = Generator[Any, Any, None]
@@ -73,7 +73,7 @@ class Strided:
         block, like a DataCopy with source stride 0)."""
         if self.src_gap == 0:
             return src[: self.nbytes]
-        return _blocks(src, self.count, self.length, self.length + self.src_gap).reshape(-1)
+        return strided_blocks(src, self.count, self.length, self.length + self.src_gap).reshape(-1)
 
     def scatter(self, dst: np.ndarray, moved: np.ndarray) -> None:
         """Write moved bytes into a destination span (gaps untouched)."""
@@ -82,20 +82,11 @@ class Strided:
             return
         pitch = self.length + self.dst_gap
         if self.dst_gap > 0:  # disjoint blocks: one strided assignment
-            _blocks(dst, self.count, self.length, pitch)[...] = (
+            strided_blocks(dst, self.count, self.length, pitch)[...] = (
                 moved[:self.nbytes].reshape(self.count, self.length))
             return
         for i in range(self.count):  # overlapping blocks land in order
             dst[i * pitch:i * pitch + self.length] = moved[i * self.length:(i + 1) * self.length]
-
-
-def _blocks(span: np.ndarray, count: int, length: int, pitch: int) -> np.ndarray:
-    """The `count` blocks of `length` bytes every `pitch` bytes of a byte span, as a
-    [count, length] view (pitch 0 repeats the first block)."""
-    if span.size < (count - 1) * pitch + length:
-        raise ValueError(f"a span of {span.size} B has no {count} blocks of {length} B "
-                         f"every {pitch} B")
-    return np.lib.stride_tricks.as_strided(span, (count, length), (pitch, 1))
 
 
 @dataclass
