@@ -12,23 +12,27 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
 from npusim.kernels import layout
 from npusim.suggest import did_you_mean
+from npusim.workload.routing import LOGNORMAL_SIGMA
+from npusim.workload.routing import ROUTING_KINDS as DRAWN_KINDS
+from npusim.workload.routing_file import read_routing_file
 
 OPS = ("dispatch", "combine", "dispatch_combine")
 DTYPES = ("float16", "bfloat16")
 DISPATCH_QUANTS = ("none", "int8", "mxfp8")
 COMBINE_QUANTS = ("none", "int8")
 TOKEN_NUMS_TYPES = ("count", "cumsum")
-ROUTING_KINDS = ("balanced", "uniform", "zipf")
+ROUTING_KINDS = DRAWN_KINDS + ("file",)
 
 # Kernel limits (ops-transformer MoeDistributeDispatchV3 / CombineV3 docs, seeds/002).
 BS_RANGE = (1, 512)
@@ -40,6 +44,7 @@ MAX_EXPERTS = 1024
 SHARED_RANGE = (0, 4)
 SEED_RANGE = (0, 2**32 - 1)
 ZIPF_DEFAULT_S = 1.2
+SIGMA_MAX = 10.0  # the hottest of 1024 experts outweighs the median by e^32: one expert
 
 # The CANN sample's window layout (reference/kernels.md): 1 GiB per rank, two dispatch
 # data states of 512 MiB (double buffering), the status region from 1022 MiB on.
@@ -72,17 +77,26 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 @dataclass(frozen=True)
 class Routing:
-    """How expert ids are drawn; seed also seeds the generated token data."""
+    """How expert ids are drawn (or read); seed also seeds the generated token data."""
 
     kind: str = "balanced"
     seed: int = 0
     s: float | None = None  # zipf exponent; only for kind == "zipf"
+    sigma: float | None = None  # log-normal sigma; only for kind == "lognormal"
+    path: str | None = None  # kind == "file": the .npy as the scenario names it
+    sha256: str | None = None  # ... and the digest of the bytes its ids came from
+    ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # [W, BS, K]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "seed": self.seed}
-        if self.s is not None:
-            out["s"] = self.s
+        for name in ("s", "sigma", "path", "sha256"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
+
+    def file_ids(self) -> list[np.ndarray] | None:
+        """The checked per-rank ids of kind file ([BS, K] each), else None."""
+        return None if self.ids is None else [np.ascontiguousarray(a) for a in self.ids]
 
 
 @dataclass(frozen=True)
@@ -352,17 +366,42 @@ def _read_yaml(path: Path, src: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- sections
 
 
+ROUTING_PARAMS = {"s": "zipf", "sigma": "lognormal", "path": "file"}  # key: its one kind
+
+
 def _routing(src: str, raw: Any) -> Routing:
     key = "workload.routing"
-    doc = _section(src, key, raw, ("kind", "seed", "s"))
+    doc = _section(src, key, raw, ("kind", "seed", *ROUTING_PARAMS))
     kind = _choice(src, f"{key}.kind", doc.get("kind", ROUTING_DEFAULTS["kind"]), ROUTING_KINDS)
     seed = _int(src, f"{key}.seed", doc.get("seed", ROUTING_DEFAULTS["seed"]), *SEED_RANGE)
-    s: float | None = None
+    for param, owner in ROUTING_PARAMS.items():
+        if param in doc and kind != owner:
+            raise InputError(src, f"{key}.{param}",
+                             f"only used with kind: {owner} (kind is {kind!r})")
+    s = sigma = path = None
     if kind == "zipf":
         s = _float(src, f"{key}.s", doc.get("s", ZIPF_DEFAULT_S), 0.0, 100.0, lo_open=True)
-    elif "s" in doc:
-        raise InputError(src, f"{key}.s", f"only used with kind: zipf (kind is {kind!r})")
-    return Routing(kind=kind, seed=seed, s=s)
+    elif kind == "lognormal":
+        sigma = _float(src, f"{key}.sigma", doc.get("sigma", LOGNORMAL_SIGMA), 0.0, SIGMA_MAX,
+                       lo_open=True)
+    elif kind == "file":
+        if "path" not in doc:
+            raise InputError(src, f"{key}.path", "missing (required with kind: file); "
+                             "allowed: a .npy file of [W, BS, K] int32 expert ids")
+        path = _str(src, f"{key}.path", doc["path"])
+    return Routing(kind=kind, seed=seed, s=s, sigma=sigma, path=path)
+
+
+def _routing_file(src: str, w: Workload, base: Path) -> Workload:
+    """kind file: read and check the ids now (so lint catches a bad file); the workload
+    keeps them and the file's SHA-256, which the resolved scenario reports."""
+    r = w.routing
+    if r.kind != "file" or r.path is None:
+        return w
+    p = Path(r.path).expanduser()
+    got = read_routing_file(p if p.is_absolute() else base / p, r.path, src,
+                            "workload.routing.path", w.ep_world_size, w.bs, w.k, w.num_experts)
+    return replace(w, routing=replace(r, sha256=got.sha256, ids=got.ids))
 
 
 def _workload(src: str, raw: Any) -> Workload:
@@ -684,6 +723,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     )
 
     workload = _workload(src, doc["workload"])
+    workload = _routing_file(src, workload, base)
     run = _run(src, doc.get("run"))
     case_dir, case_src, case_key = _case_dir(src, doc.get("data"), base, case_dir_override)
     if case_dir is not None:
@@ -701,6 +741,10 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
                 "a case directory needs real payload bytes; "
                 "allowed only with workload.timing_only: false",
             )
+        if workload.routing.kind == "file":
+            raise InputError(case_src, case_key, "the case directory's expert_ids and "
+                             "workload.routing.path would both give the routing; allowed "
+                             "only without routing.kind: file")
         _check_case_dir(case_src, case_key, case_dir, workload)
 
     ref = doc.get("hardware", DEFAULT_HARDWARE)

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from npusim.kernels.quant import int8_token_dequantize, mxfp8_dequantize, token_
 from npusim.kernels.tiling import MoeTiling
 from npusim.result import LinkStats, OpRun, RunResult, TransferStat
 from npusim.runtime.launch import LaunchResult, launch
-from npusim.scenario import Scenario
+from npusim.scenario import Routing, Scenario
 from npusim.workload import casedir
 from npusim.workload.inputs import generate_inputs
 
@@ -55,8 +56,16 @@ def load_inputs(scenario: Scenario) -> list[dict[str, np.ndarray]]:
                           zipf_s=w.routing.s if w.routing.s is not None else 1.2,
                           with_combine=w.op == "combine", payload=not w.timing_only,
                           shared_experts=w.shared_experts,
-                          shared_expert_ranks=w.shared_expert_ranks)
+                          shared_expert_ranks=w.shared_expert_ranks,
+                          **routing_args(w.routing))
     return inp.per_rank()
+
+
+def routing_args(r: Routing) -> dict[str, Any]:
+    """generate_inputs' keywords for the routing kinds past zipf: sigma, or the file's ids."""
+    if r.kind == "lognormal":
+        return {"sigma": r.sigma}
+    return {"expert_ids": r.file_ids()} if r.kind == "file" else {}
 
 
 def default_workers() -> int:

@@ -75,7 +75,8 @@ def workload_inputs(sc: Scenario) -> RunInputs:
                            routing=w.routing.kind, seed=w.routing.seed,
                            zipf_s=w.routing.s if w.routing.s is not None else 1.2,
                            with_combine="combine" in w.ops, shared_experts=w.shared_experts,
-                           shared_expert_ranks=w.shared_expert_ranks)
+                           shared_expert_ranks=w.shared_expert_ranks,
+                           **sim.routing_args(w.routing))
 
 
 def simulate_with(sc: Scenario, inputs: list[dict[str, np.ndarray]]) -> RunResult:

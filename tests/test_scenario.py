@@ -380,6 +380,8 @@ KEYS = [
     "workload.routing.kind",
     "workload.routing.seed",
     "workload.routing.s",
+    "workload.routing.sigma",
+    "workload.routing.path",
 ] + [
     f"workload.{k}"
     for k in (

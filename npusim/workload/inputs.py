@@ -11,6 +11,8 @@ which BS * (number of ranks sending to it) are filled.
 
 Determinism: one ``numpy.random.SeedSequence(seed)`` is split into independent streams for
 x, routing, expert_scales and expand_x, so e.g. changing the routing kind does not change x.
+Given ``expert_ids`` (routing read from a file) replace the drawn ones; the seed still draws
+the token data, the same as for any other kind.
 Values differ from the sample's (torch) for the same seed; the structure is the same.
 """
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npusim.kernels.quant import token_dtype
-from npusim.workload.routing import make_routing
+from npusim.workload.routing import LOGNORMAL_SIGMA, make_routing
 
 BOUND = 10.0
 
@@ -115,6 +117,8 @@ def generate_inputs(
     payload: bool = True,
     shared_experts: int = 0,
     shared_expert_ranks: int = 0,
+    sigma: float = LOGNORMAL_SIGMA,
+    expert_ids: list[np.ndarray] | None = None,
 ) -> RunInputs:
     """Generate every rank's inputs for a run; see the module docstring for distributions."""
     if L < 1 or H < 1:
@@ -130,8 +134,9 @@ def generate_inputs(
     # payload=False (timing-only runs): token values are zeros; routing and weights stay
     x = [uniform_tokens(s_x, (BS, H), dt) if payload else np.zeros((BS, H), dt)
          for _ in range(W)]
-    ids = make_routing(routing, W, BS, K, (W - S_r) * L, rng=s_route, zipf_s=zipf_s,
-                       hot_expert=hot_expert)
+    ids = expert_ids if expert_ids is not None else make_routing(
+        routing, W, BS, K, (W - S_r) * L, rng=s_route, zipf_s=zipf_s, hot_expert=hot_expert,
+        sigma=sigma)
     scales = [s_scales.uniform(-1.0, 1.0, size=(BS, K)).astype(np.float32) for _ in range(W)]
     inp = RunInputs(W, BS, H, K, L, dt, x, ids, scales, S=S, S_r=S_r)
     if with_combine:

@@ -1,16 +1,17 @@
 """Which experts each token goes to (expert_ids per rank).
 
-``balanced`` is the CANN sample's deterministic round robin, reproduced exactly. ``uniform``
-and ``zipf`` are seeded numpy (PCG64) draws: the sample seeds torch, whose random stream
-numpy cannot reproduce, so only the *structure* of random cases matches the sample, never
-the values.
+``balanced`` is the CANN sample's deterministic round robin, reproduced exactly. ``uniform``,
+``zipf`` and ``lognormal`` are seeded numpy (PCG64) draws: the sample seeds torch, whose
+random stream numpy cannot reproduce, so only the *structure* of random cases matches the
+sample, never the values. (Routing read from a file is :mod:`npusim.workload.routing_file`.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-ROUTING_KINDS = ("balanced", "uniform", "zipf")
+ROUTING_KINDS = ("balanced", "uniform", "zipf", "lognormal")
+LOGNORMAL_SIGMA = 1.0
 
 
 def balanced_routing(W: int, BS: int, K: int, E: int) -> list[np.ndarray]:
@@ -50,6 +51,66 @@ def zipf_routing(
     return [_top_k(logp[None, :] + rng.gumbel(size=(BS, E)), K) for _ in range(W)]
 
 
+def lognormal_routing(
+    W: int, BS: int, K: int, E: int, rng: np.random.Generator, sigma: float = LOGNORMAL_SIGMA
+) -> list[np.ndarray]:
+    """Log-normal expert popularity: w_e = exp(sigma * z_e), z_e ~ N(0, 1), one draw of E
+    values shared by all ranks; then every token picks K distinct experts, each next one
+    with probability w_e / (sum of w over the experts it has not picked yet).
+
+    A token's first pick is exactly proportional to w, so the experts' loads are log-normal
+    with log-variance sigma^2 (plus counting noise) as long as K * max(w) / sum(w) is small;
+    a token cannot pick an expert twice, which caps the hottest ones.
+    """
+    _check(W, BS, K, E, distinct=True)
+    if not sigma > 0:
+        raise ValueError(f"lognormal sigma must be > 0, got {sigma}")
+    logw = sigma * rng.standard_normal(E)
+    return [weighted_distinct(logw, BS, K, rng) for _ in range(W)]
+
+
+def weighted_distinct(logw: np.ndarray, BS: int, K: int, rng: np.random.Generator
+                      ) -> np.ndarray:
+    """[BS, K] int32: per row K distinct ids in draw order, drawn without replacement with
+    weights exp(logw) (Plackett-Luce), in O(BS * K) instead of Gumbel top-K's O(BS * E).
+
+    Draws with replacement, keeping first appearances, are that draw exactly (a repeat is
+    discarded, and the next new id is again proportional to the weights of those not yet
+    drawn). The few rows without K distinct ids after 2K draws finish with a Gumbel top-K
+    over the ids they lack: later draws are independent of earlier ones, so this is the
+    same law. Exact up to float64 rounding of the cumulative weights.
+    """
+    E = logw.size
+    w = np.exp(logw - logw.max())
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    cand = np.searchsorted(cdf, rng.random((BS, 2 * K)), side="right")
+    order = np.argsort(cand, axis=1, kind="stable")
+    in_order = np.take_along_axis(cand, order, axis=1)
+    new = np.ones(cand.shape, dtype=bool)
+    new[:, 1:] = in_order[:, 1:] != in_order[:, :-1]
+    first = np.empty_like(new)
+    np.put_along_axis(first, order, new, axis=1)  # first appearance, at its draw position
+    keep = first & (np.cumsum(first, axis=1) <= K)
+    have = keep.sum(axis=1)
+    out = np.empty((BS, K), dtype=np.int32)
+    full = have == K
+    out[full] = cand[full][keep[full]].reshape(-1, K)
+    lack = np.flatnonzero(~full)  # rare unless a few experts take nearly all the weight
+    if lack.size:
+        got, cand = keep[lack], cand[lack]
+        r, c = np.nonzero(got)
+        part = np.empty((lack.size, K), dtype=np.int32)
+        part[r, np.cumsum(got, axis=1)[r, c] - 1] = cand[r, c]
+        keys = logw[None, :] + rng.gumbel(size=(lack.size, E))
+        keys[r, cand[r, c]] = -np.inf  # drawn already
+        rest = np.arange(K)[None, :] - have[lack, None]  # column j takes the (j - have)-th
+        top = np.take_along_axis(_top_k(keys, K), np.maximum(rest, 0), axis=1)
+        part[rest >= 0] = top[rest >= 0]
+        out[lack] = part
+    return out
+
+
 def make_routing(
     kind: str,
     W: int,
@@ -59,6 +120,7 @@ def make_routing(
     rng: np.random.Generator | None = None,
     zipf_s: float = 1.2,
     hot_expert: int = 0,
+    sigma: float = LOGNORMAL_SIGMA,
 ) -> list[np.ndarray]:
     """expert_ids [BS, K] int32 for each of the W ranks."""
     if kind == "balanced":
@@ -69,6 +131,8 @@ def make_routing(
         return uniform_routing(W, BS, K, E, rng)
     if kind == "zipf":
         return zipf_routing(W, BS, K, E, rng, s=zipf_s, hot_expert=hot_expert)
+    if kind == "lognormal":
+        return lognormal_routing(W, BS, K, E, rng, sigma=sigma)
     raise ValueError(f"routing kind {kind!r} not one of {ROUTING_KINDS}")
 
 
