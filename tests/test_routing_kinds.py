@@ -84,9 +84,9 @@ def test_lognormal_loads_have_log_variance_sigma_squared(sigma: float, E: int) -
     assert np.std(np.log(load)) > 0.5 * sigma > np.std(np.log(uniform))
 
 
-def test_lognormal_is_fast_at_the_kernel_limits() -> None:
+def test_lognormal_at_the_kernel_limits() -> None:
     # BS 512, W 768, K 16 (E = 768 experts): 6.3 M ids. Not a timing test, a size test: the
-    # draw is O(BS K) per rank, so it must complete and stay exact at this size.
+    # draw is O(BS K) per rank, so it completes at this size with distinct ids in range.
     ids = lognormal_routing(768, 512, 16, 768, np.random.default_rng(0), sigma=1.0)
     flat = np.stack(ids)
     assert flat.shape == (768, 512, 16)
