@@ -14,7 +14,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from npusim import __version__
-from npusim.errors import DeadlockError, InputError, KernelError, NpusimError, SimTimeLimitError
+from npusim.errors import (
+    BlockedError,
+    DeadlockError,
+    InputError,
+    KernelError,
+    NpusimError,
+    SimTimeLimitError,
+)
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_KERNEL = 0, 1, 2, 3
 
@@ -51,7 +58,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         _err("npusim: error: the simulator (npusim.sim) is not installed in this build")
         return EXIT_FAIL
     workers = _workers(args.workers) or default_workers()
-    result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers)
+    try:
+        result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers)
+    except BlockedError as exc:  # the summary names the full list, written first
+        exc.written = str(write_text_atomic(out_dir / "blocked.txt", exc.listing()))
+        raise
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
     report = build_report(result)
@@ -354,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", default=None,
                      help="processes for this run: with 2, a dispatch_combine run simulates "
                      "combine alongside dispatch (same result; default 2 when 2 CPUs are free)")
+    run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run.set_defaults(func=cmd_run)
 
     lint = sub.add_parser("lint", help="check scenario files without running them")
@@ -442,7 +454,7 @@ def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace
         _err(f"npusim: error: {_one_line(str(exc))}")
         return EXIT_INPUT
     except DeadlockError as exc:
-        _err(f"npusim: deadlock: {str(exc).rstrip()}")  # the multi-line waiter listing
+        _err(f"npusim: deadlock: {_one_line(str(exc))}")
         return EXIT_KERNEL
     except KernelError as exc:
         _err(f"npusim: kernel error: {_one_line(str(exc))}")

@@ -65,9 +65,32 @@ class KernelError(NpusimError):
         )
 
 
-class DeadlockError(NpusimError):
-    """No core can make progress but some still wait; the text lists every waiter."""
+class BlockedError(NpusimError):
+    """The run stopped with cores unfinished (a deadlock or the simulated-time limit).
+
+    The message is a summary that stays short at any scale (cores grouped by what they wait
+    for, one example each); `blocked` holds one line per unfinished core, which the CLI
+    writes to DIR/blocked.txt and names in the message (`written`)."""
+
+    def __init__(self, summary: str, blocked: tuple[str, ...] | list[str] = ()) -> None:
+        super().__init__(summary, tuple(blocked))  # both in args: the error pickles
+        self.summary = summary
+        self.blocked = tuple(blocked)
+        self.written: str | None = None
+
+    def listing(self) -> str:
+        """The text of blocked.txt."""
+        return f"{self.summary}\n" + "".join(f"{line}\n" for line in self.blocked)
+
+    def __str__(self) -> str:
+        if self.written:
+            return f"{self.summary}; every unfinished core: {self.written}"
+        return self.summary
 
 
-class SimTimeLimitError(NpusimError):
+class DeadlockError(BlockedError):
+    """No core can make progress but some still wait."""
+
+
+class SimTimeLimitError(BlockedError):
     """The run passed its simulated-time limit."""

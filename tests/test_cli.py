@@ -209,10 +209,10 @@ def test_out_is_a_file(
             1,
         ),
         (
-            DeadlockError("no progress\n  rank 0 core 1 waits\n  rank 1 core 2 waits"),
+            DeadlockError("no progress", ["rank 0 core 1 waits", "rank 1 core 2 waits"]),
             3,
-            "npusim: deadlock: no progress",
-            3,
+            "npusim: deadlock: no progress; every unfinished core: ",
+            1,
         ),
         (SimTimeLimitError("passed 100000 us"), 3, "npusim: simulated-time limit:", 1),
         (InputError("case/x_0.bin", None, "too short"), 2, "npusim: error: case/x_0.bin", 1),
@@ -232,7 +232,12 @@ def test_simulation_errors(
     assert main(["run", str(SHIPPED), "--out", str(out)]) == code
     err = capsys.readouterr().err
     assert err.startswith(prefix) and len(err.splitlines()) == nlines, err
-    assert not out.exists()
+    if isinstance(exc, DeadlockError | SimTimeLimitError):  # only the list of waiting cores
+        assert sorted(p.name for p in out.iterdir()) == ["blocked.txt"]
+        assert str(out / "blocked.txt") in err
+        assert (out / "blocked.txt").read_text().splitlines()[1:] == list(exc.blocked)
+    else:
+        assert not out.exists()
 
 
 def test_lint_and_presets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -155,8 +155,9 @@ def test_wait_that_can_never_be_satisfied_is_a_diagnosed_deadlock(hw):
     with pytest.raises(DeadlockError) as info:
         launch(m, _only({3}, body))
     text = str(info.value)
-    assert "rank 0 core 3" in text and "rank 1 core 3" in text
-    assert "0x40" in text and "1.0" in text
+    assert "2 cores on 2 ranks" in text and "rank 0 core 3 at 0x40" in text and "1.0" in text
+    assert [line.split(" in step")[0] for line in info.value.blocked] == [
+        "rank 0 core 3", "rank 1 core 3"]
 
 
 def test_ub_overflow_names_core_and_address(hw):

@@ -140,6 +140,7 @@ class KernelContext:
         self.transfers: dict[tuple[str, str, str, bool], list[int]] = {}
         self._sent_at: dict[Op, float] = {}
         self._poll: Poll | None = None
+        self._poll_name = ""
         self._dcache: set[tuple[int, int]] = set()
 
     # -- bookkeeping -------------------------------------------------------------------
@@ -670,7 +671,7 @@ class KernelContext:
             watchers.append(w)
         for i in range(m):
             on_change(i)
-        self._poll = polls[start]
+        self._poll, self._poll_name = polls[start], name
         yield from self._block(woke, f"{name} on the window of rank {self.rank_id}", name)
         handlers.clear()
         watchers.clear()
@@ -691,6 +692,21 @@ class KernelContext:
 
     def _charged(self, p: Poll) -> int:
         return p.strided.charged(self.ub.alignment) if p.strided else p.nbytes
+
+    def wait_parts(self) -> tuple[str, str, int | None]:
+        """What this core waits for, split for grouping many blocked cores: the part
+        common to cores stopped at the same place in the program (pipe and instruction,
+        poll name), the part about this core's bytes ('' if none) and their address."""
+        why = self.waiting
+        if why is None:
+            return "no wait (computing or issuing)", "", None
+        if isinstance(why, Op):
+            return f"wait for {why.pipe} {why.name!r}", "", None
+        poll = self._poll
+        if poll is not None:
+            return (f"{self._poll_name} on its own window",
+                    f"{poll.span} B, {poll.cond.describe(poll.sample())}", poll.offset)
+        return why, "", None
 
     def describe_wait(self) -> str:
         """What this core is blocked on, with the current value for a poll."""

@@ -1,8 +1,9 @@
 """Launching a kernel on every core of every rank, and telling a hang from a finish.
 
 The simulator runs until every core's program has returned. If the event queue empties
-first, no core can ever make progress: that is a deadlock, reported with every waiting
-core and what it waits for, never a hang. A simulated-time limit stops runaway loops.
+first, no core can ever make progress: that is a deadlock, reported with the waiting
+cores grouped by what they wait for (every one of them in the error's list), never a
+hang. A simulated-time limit stops runaway loops.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from npusim.engine.env import collector_paused
-from npusim.errors import DeadlockError, KernelError, SimTimeLimitError
+from npusim.errors import BlockedError, DeadlockError, KernelError, SimTimeLimitError
 from npusim.hw.machine import Machine
+from npusim.runtime.blocked import Unfinished, summarise
 from npusim.runtime.context import KernelContext
 
 Program = Callable[[KernelContext], Generator[Any, Any, None]]
@@ -59,11 +61,13 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
             while not done.triggered:
                 nxt = peek()
                 if nxt == math.inf:
-                    raise DeadlockError(_deadlock_text(contexts, env.now))
+                    raise _stopped(DeadlockError, contexts, procs,
+                                   f"deadlock at {env.now / 1000:.3f} us: no core can make "
+                                   "progress", "blocked")
                 if nxt > limit_at:
-                    raise SimTimeLimitError(
-                        f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached "
-                        f"with cores still running:\n{_waiters(contexts)}")
+                    raise _stopped(SimTimeLimitError, contexts, procs,
+                                   f"simulated-time limit of {time_limit_ns / 1000:.1f} us "
+                                   "reached", "still running")
                 step()
                 steps += 1
     finally:
@@ -84,21 +88,13 @@ def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
     ends[ctx.rank_id][ctx.core_id] = ctx.t
 
 
-def _waiters(contexts: list[list[KernelContext]]) -> str:
-    lines = []
-    for row in contexts:
-        for ctx in row:
-            if ctx.waiting is not None:
-                lines.append(f"  rank {ctx.rank_id} core {ctx.core_id} in step {ctx.step!r} "
-                             f"waits for {ctx.describe_wait()}")
-    return "\n".join(lines) if lines else "  (no core is blocked)"
-
-
-def _deadlock_text(contexts: list[list[KernelContext]], now: float) -> str:
-    steps = []
-    for row in contexts:
-        done_steps = sorted({c.step for c in row if c.waiting is None})
-        steps.append(f"  rank {row[0].rank_id}: cores not waiting are in "
-                     f"{', '.join(done_steps) or '-'}")
-    return (f"deadlock at {now / 1000:.3f} us: no core can make progress.\n"
-            f"{_waiters(contexts)}\n" + "\n".join(steps))
+def _stopped(kind: type[BlockedError], contexts: list[list[KernelContext]], procs: list,
+             head: str, state: str) -> BlockedError:
+    """The error for a run stopped with cores unfinished: a short summary, and one line
+    per unfinished core for blocked.txt."""
+    flat = [ctx for row in contexts for ctx in row]
+    left = [Unfinished.of(ctx) for ctx, proc in zip(flat, procs, strict=True) if proc.is_alive]
+    ranks = len({u.rank for u in left})
+    summary = (f"{head}; {len(left)} of {len(flat)} cores {state} on "
+               f"{ranks} of {len(contexts)} ranks: {summarise(left)}")
+    return kind(summary, [u.line for u in left])
