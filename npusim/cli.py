@@ -42,13 +42,13 @@ def _out_dir(arg: str | None, scenario_name: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from npusim.dotted import load_scenario_set
     from npusim.report.build import build_report
     from npusim.report.io import write_json_atomic, write_text_atomic
     from npusim.report.markdown import format_markdown
     from npusim.report.summary import format_summary
-    from npusim.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario, case_dir_override=args.case_dir)
+    scenario = load_scenario_set(args.scenario, args.set, case_dir_override=args.case_dir)
     out_dir = _out_dir(args.out, scenario.name)
     try:
         from npusim.sim import default_workers, simulate
@@ -79,12 +79,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
-    from npusim.scenario import load_scenario
+    from npusim.dotted import load_scenario_set
 
     status = EXIT_OK
     for path in args.scenarios:
         try:
-            sc = load_scenario(path, case_dir_override=args.case_dir)
+            sc = load_scenario_set(path, args.set, case_dir_override=args.case_dir)
         except InputError as exc:
             _err(f"npusim: error: {_one_line(str(exc))}")
             status = EXIT_INPUT
@@ -365,12 +365,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", default=None,
                      help="processes for this run: with 2, a dispatch_combine run simulates "
                      "combine alongside dispatch (same result; default 2 when 2 CPUs are free)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a dotted scenario key (workload.bs=64, hardware_overrides."
+                     "fabric.egress_gbps=50); VALUE is YAML; repeatable")
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run.set_defaults(func=cmd_run)
 
     lint = sub.add_parser("lint", help="check scenario files without running them")
     lint.add_argument("scenarios", nargs="+", metavar="SCENARIO.yaml")
     lint.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
+    lint.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="set a dotted scenario key in every file (as npusim run --set)")
     lint.set_defaults(func=cmd_lint)
 
     val = sub.add_parser("validate", help="simulate a table of measured latencies (default: "

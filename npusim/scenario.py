@@ -695,12 +695,16 @@ def _check_cores(src: str, w: Workload, hw: HardwareConfig, overrides: dict[str,
 
 def load_scenario(path: str | Path, case_dir_override: str | Path | None = None) -> Scenario:
     """Read and validate a scenario file; raises InputError naming file and dotted key."""
+    return scenario_from_doc(*read_scenario_file(path), case_dir_override)
+
+
+def read_scenario_file(path: str | Path) -> tuple[dict[str, Any], str, Path]:
+    """A scenario file's document, its name for errors and its folder (for relative paths)."""
     src = str(path)
     if not src or "\x00" in src:
         raise InputError(src or "<empty path>", None, "not a valid file path")
     p = Path(src).expanduser()
-    doc = _read_yaml(p, src)
-    return scenario_from_doc(doc, src, p.resolve().parent, case_dir_override)
+    return _read_yaml(p, src), src, p.resolve().parent
 
 
 def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npusim.dotted import set_dotted
 from npusim.errors import InputError
 
 SWEEP_KEYS = ("name", "base", "axes")
@@ -64,20 +65,6 @@ def _axis_values(src: str, key: str, spec: Any) -> list[Any]:
         return [int(v) if all(isinstance(x, int) for x in nums) else v for v in vals]
     raise InputError(src, f"axes.{key}", "allowed: a list of values or "
                      "{start: A, stop: B, step: C}")
-
-
-def _set_dotted(doc: dict[str, Any], key: str, value: Any) -> None:
-    """workload.bs -> doc['workload']['bs']; hardware_overrides.X.Y -> override 'X.Y'."""
-    if key.startswith("hardware_overrides."):
-        doc.setdefault("hardware_overrides", {})[key.split(".", 1)[1]] = value
-        return
-    node = doc
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ValueError(key)
-    node[parts[-1]] = value
 
 
 def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
@@ -119,7 +106,7 @@ def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
                 if isinstance(v, dict) else v
             for kk, vv in sets.items():
                 try:
-                    _set_dotted(pdoc, kk, vv)
+                    set_dotted(pdoc, kk, vv)
                 except ValueError:
                     raise InputError(src, f"axes.{k}", f"{kk!r} names no scenario key"
                                      ) from None
