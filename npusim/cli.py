@@ -43,6 +43,7 @@ def _out_dir(arg: str | None, scenario_name: str) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from npusim.dotted import load_scenario_set
+    from npusim.progress import RunProgress, watching
     from npusim.report.build import build_report
     from npusim.report.io import write_json_atomic, write_text_atomic
     from npusim.report.markdown import format_markdown
@@ -58,8 +59,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         _err("npusim: error: the simulator (npusim.sim) is not installed in this build")
         return EXIT_FAIL
     workers = _workers(args.workers) or default_workers()
+    watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
     try:
-        result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers)
+        with watching(watch):
+            result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
+                              progress=watch.begin_op if watch else None)
     except BlockedError as exc:  # the summary names the full list, written first
         exc.written = str(write_text_atomic(out_dir / "blocked.txt", exc.listing()))
         raise
@@ -207,7 +211,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     print(f"fitting {len(params)} parameter(s) to {len(rows)} row(s) of {table}")
     result = fit(rows, hardware, params, start, str(table), max_evals=args.max_evals,
-                 workers=workers, progress=progress)
+                 workers=workers, progress=None if args.quiet else progress)
     if args.loo:
         print(f"leave-one-out: {len(rows)} refits, each without one row")
 
@@ -217,7 +221,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                   f"{e['evaluations']} evaluations", flush=True)
 
         result.loo = leave_one_out(rows, hardware, params, result, str(table),
-                                   workers=workers, progress=held_out)
+                                   workers=workers, progress=None if args.quiet else held_out)
     note = f"fitted by npusim calibrate to {table.name} on {date.today().isoformat()}"
     text = rewrite_preset(hw_path.read_text(), result.overrides(), note)
     cmp = compare(rows, result.simulated)
@@ -294,7 +298,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("out") / "sweeps" / stem
     if out.exists() and not out.is_dir():
         raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    csv_path = run_sweep(args.sweep, out, workers, args.backend)
+    csv_path = run_sweep(args.sweep, out, workers, args.backend, quiet=args.quiet)
     print(f"results: {csv_path}")
     return EXIT_OK
 
@@ -401,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--max-evals", type=int, default=200, help="simulations of the table")
     cal.add_argument("--loo", action="store_true", help="also leave-one-out errors")
     cal.add_argument("--workers", default=None, help="parallel processes")
+    cal.add_argument("--quiet", action="store_true",
+                     help="no line per evaluation or leave-one-out refit while fitting")
     cal.set_defaults(func=cmd_calibrate)
 
     cmp = sub.add_parser("compare", help="compare two reports (or baselines) op by op and "
@@ -435,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--workers", default=None, help="parallel processes")
     swp.add_argument("--backend", default="processes", help="processes (default) or ray "
                      "(the cluster in RAY_ADDRESS, else a local Ray instance)")
+    swp.add_argument("--quiet", action="store_true",
+                     help="no progress on stderr (finished points, points done of total)")
     swp.set_defaults(func=cmd_sweep)
 
     plo = sub.add_parser("plot", help="figure from a sweep results.csv (latency vs an axis, "

@@ -27,8 +27,8 @@ import io
 import itertools
 import json
 import os
-import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -145,16 +145,19 @@ BACKENDS = ("processes", "ray")
 
 
 def run_sweep(path: str | Path, out: Path, workers: int | None = None,
-              backend: str = "processes") -> Path:
+              backend: str = "processes", quiet: bool = False) -> Path:
     """Run every point not already done; write results.csv; return its path.
 
     backend "processes": a local process pool. "ray": Ray tasks on the cluster named by
-    RAY_ADDRESS, or on a local Ray instance (`npusim[ray]`)."""
+    RAY_ADDRESS, or on a local Ray instance (`npusim[ray]`). Unless quiet, stderr gets a
+    line per finished point and a status line (points done of total) while they run."""
     if backend not in BACKENDS:
         raise InputError("command line", "--backend", f"{backend!r}; allowed: "
                          f"{', '.join(BACKENDS)}")
+    from npusim.progress import Progress
+
     src = str(path)
-    _, points = load_sweep(path)
+    name, points = load_sweep(path)
     base_dir = str(Path(path).resolve().parent)
     todo = []
     for pt in points:
@@ -162,38 +165,58 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None,
         if not _done(rp, pt.digest):
             todo.append((pt, rp))
     n = len(points)
-    print(f"sweep {src}: {n} point(s), {n - len(todo)} already done", file=sys.stderr)
+    shown = None if quiet else Progress()
+    if shown:
+        shown.note(f"sweep {src}: {n} point(s), {n - len(todo)} already done")
     counter = [n - len(todo)]
     jobs = [((pt.doc, f"{src} (point {pt.name})", base_dir), pt, rp) for pt, rp in todo]
+
+    def status() -> str:
+        return f"sweep {name}: {counter[0]}/{n} points done, {shown.elapsed():.0f} s"
+
     if jobs:
         runner = _run_ray if backend == "ray" else _run_processes
-        for report, pt, rp in runner(jobs, workers):
-            _record(report, pt, rp, counter, n)
+        try:
+            for report, pt, rp in runner(jobs, workers,
+                                         lambda: shown.update(status) if shown else None):
+                _record(report, pt, rp, counter, n, shown)
+        finally:
+            if shown:
+                shown.clear()
     from npusim.report.io import write_text_atomic
 
     return write_text_atomic(out / "results.csv", _csv(points, out))
 
 
-def _record(report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int) -> None:
+def _record(report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int,
+            shown: Any) -> None:
     from npusim.report.io import write_json_atomic
 
     write_json_atomic(rp, report)
     write_json_atomic(rp.with_name("point.json"), {"digest": pt.digest, "values": pt.values})
     counter[0] += 1
-    print(f"  [{counter[0]}/{n}] {pt.name} {pt.values}", file=sys.stderr, flush=True)
+    if shown:
+        shown.note(f"  [{counter[0]}/{n}] {pt.name} {pt.values}")
 
 
-def _run_processes(jobs: list, workers: int | None):
+WAIT_S = 1.0  # the status line's chance to redraw while points run
+
+
+def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None]):
     workers = workers or min(len(jobs), os.cpu_count() or 1) or 1
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(_run_point, args): (pt, rp) for args, pt, rp in jobs}
-        for fut in as_completed(futures):
-            pt, rp = futures[fut]
-            # an error in a point stops the sweep; finished points stay for a resume
-            yield fut.result(), pt, rp
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=WAIT_S, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: futures[f][0].name):
+                pt, rp = futures[fut]
+                # an error in a point stops the sweep; finished points stay for a resume
+                yield fut.result(), pt, rp
+            waiting()
 
 
-def _run_ray(jobs: list, workers: int | None):
+def _run_ray(jobs: list, workers: int | None, waiting: Callable[[], None]):
     try:
         import ray
     except ModuleNotFoundError:
@@ -212,10 +235,11 @@ def _run_ray(jobs: list, workers: int | None):
         task = ray.remote(_run_point)
         pending = {task.remote(args): (pt, rp) for args, pt, rp in jobs}
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            ref = ready[0]
-            pt, rp = pending.pop(ref)
-            yield ray.get(ref), pt, rp
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
+            for ref in ready:
+                pt, rp = pending.pop(ref)
+                yield ray.get(ref), pt, rp
+            waiting()
     finally:
         if started:
             ray.shutdown()

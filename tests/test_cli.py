@@ -49,7 +49,8 @@ def fake_sim(monkeypatch: pytest.MonkeyPatch, behaviour: Any = None) -> dict[str
     """Install a stand-in npusim.sim.simulate; returns what it was called with."""
     calls: dict[str, Any] = {}
 
-    def simulate(scenario: Any, detailed_trace: bool = False, workers: int = 1) -> RunResult:
+    def simulate(scenario: Any, detailed_trace: bool = False, workers: int = 1,
+                 progress: Any = None) -> RunResult:
         calls["scenario"], calls["detailed_trace"] = scenario, detailed_trace
         calls["workers"] = workers
         if isinstance(behaviour, Exception):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from npusim import progress
 from npusim.engine.env import collector_paused
 from npusim.errors import BlockedError, DeadlockError, KernelError, SimTimeLimitError
 from npusim.hw.machine import Machine
@@ -56,6 +57,7 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     step = env.step
     peek = env.peek
     steps = 0
+    report, every = progress.tick, progress.TICK_MASK  # a look at the clock now and then
     try:
         with collector_paused():
             while not done.triggered:
@@ -70,6 +72,8 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
                                    "reached", "still running")
                 step()
                 steps += 1
+                if not steps & every:
+                    report(env.now, env.events_processed + steps)
     finally:
         env.events_processed += steps
     if not done.ok:
