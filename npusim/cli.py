@@ -15,7 +15,6 @@ from pathlib import Path
 
 from npusim import __version__
 from npusim.errors import (
-    BlockedError,
     DeadlockError,
     InputError,
     KernelError,
@@ -45,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from npusim.dotted import load_scenario_set
     from npusim.progress import RunProgress, watching
     from npusim.report.build import build_report
-    from npusim.report.io import write_json_atomic, write_text_atomic
+    from npusim.report.io import blocked_list_in, write_json_atomic, write_text_atomic
     from npusim.report.markdown import format_markdown
     from npusim.report.summary import format_summary
 
@@ -60,13 +59,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     workers = _workers(args.workers) or default_workers()
     watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
-    try:
-        with watching(watch):
-            result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
-                              progress=watch.begin_op if watch else None)
-    except BlockedError as exc:  # the summary names the full list, written first
-        exc.written = str(write_text_atomic(out_dir / "blocked.txt", exc.listing()))
-        raise
+    with blocked_list_in(out_dir), watching(watch):
+        result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
+                          progress=watch.begin_op if watch else None)
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
     report = build_report(result)

@@ -35,6 +35,7 @@ from typing import Any
 
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
+from npusim.report.io import blocked_list_in
 
 SWEEP_KEYS = ("name", "base", "axes")
 
@@ -212,7 +213,9 @@ def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None])
             for fut in sorted(done, key=lambda f: futures[f][0].name):
                 pt, rp = futures[fut]
                 # an error in a point stops the sweep; finished points stay for a resume
-                yield fut.result(), pt, rp
+                with blocked_list_in(rp.parent):
+                    report = fut.result()
+                yield report, pt, rp
             waiting()
 
 
@@ -238,7 +241,9 @@ def _run_ray(jobs: list, workers: int | None, waiting: Callable[[], None]):
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_S)
             for ref in ready:
                 pt, rp = pending.pop(ref)
-                yield ray.get(ref), pt, rp
+                with blocked_list_in(rp.parent):
+                    report = ray.get(ref)
+                yield report, pt, rp
             waiting()
     finally:
         if started:

@@ -105,3 +105,29 @@ def test_blocked_error_survives_pickling() -> None:
     e = DeadlockError("deadlock at 1.000 us", ["rank 0 core 1 waits", "rank 1 core 0 waits"])
     back = pickle.loads(pickle.dumps(e))
     assert str(back) == "deadlock at 1.000 us" and back.blocked == e.blocked
+
+
+def test_a_sweep_point_that_hits_the_limit_leaves_its_list_in_its_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = {"name": "base", "workload": {
+        "op": "dispatch", "bs": 2, "h": 1024, "k": 2, "ep_world_size": 2,
+        "experts_per_rank": 2, "timing_only": True}, "run": {"sim_time_limit_us": 1.0}}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml",
+                                     "axes": {"workload.bs": [1]}}))
+    out = tmp_path / "out"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1", "--quiet"]) == 3
+    err = capsys.readouterr().err
+    listed = out / "points" / "s-0000" / "blocked.txt"
+    assert len(err.splitlines()) == 1 and str(listed) in err
+    preset = yaml.safe_load((ROOT / "configs" / "ascend950.yaml").read_text())
+    assert len(listed.read_text().splitlines()) == 1 + 2 * preset["chip"]["aiv_cores"]
+
+
+def test_a_run_that_ends_well_removes_an_old_list(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "blocked.txt").write_text("from an earlier run\n")
+    assert main(["run", str(SHIPPED), "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    assert not (out / "blocked.txt").exists() and (out / "report.json").is_file()

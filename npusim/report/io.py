@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from npusim.errors import BlockedError
 
 
 def _umask_mode() -> int:
@@ -88,3 +92,19 @@ def write_json_atomic(path: str | Path, obj: Any, *, sort_keys: bool = False,
                       inline_leaves: bool = False) -> Path:
     return write_text_atomic(path, dumps_json(obj, sort_keys=sort_keys,
                                               inline_leaves=inline_leaves))
+
+
+BLOCKED_FILE = "blocked.txt"
+
+
+@contextmanager
+def blocked_list_in(folder: Path) -> Iterator[None]:
+    """A deadlock or time limit inside the block leaves its full list of unfinished cores
+    in folder/blocked.txt, named by the error's message; a run that ends well removes
+    one left by an earlier run."""
+    try:
+        yield
+    except BlockedError as exc:
+        exc.written = str(write_text_atomic(folder / BLOCKED_FILE, exc.listing()))
+        raise
+    (folder / BLOCKED_FILE).unlink(missing_ok=True)
