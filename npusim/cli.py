@@ -14,13 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from npusim import __version__
-from npusim.errors import (
-    DeadlockError,
-    InputError,
-    KernelError,
-    NpusimError,
-    SimTimeLimitError,
-)
+from npusim.errors import DeadlockError, InputError, KernelError, NpusimError, SimTimeLimitError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_KERNEL = 0, 1, 2, 3
 
