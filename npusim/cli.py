@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from npusim import __version__
-from npusim.errors import DeadlockError, InputError, KernelError, NpusimError, SimTimeLimitError
+from npusim.errors import BlockedError, InputError, KernelError, NpusimError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_KERNEL = 0, 1, 2, 3
 
@@ -455,14 +455,11 @@ def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace
     except InputError as exc:
         _err(f"npusim: error: {_one_line(str(exc))}")
         return EXIT_INPUT
-    except DeadlockError as exc:
-        _err(f"npusim: deadlock: {_one_line(str(exc))}")
+    except BlockedError as exc:  # the text starts with "deadlock" or "simulated-time limit"
+        _err(f"npusim: {_one_line(str(exc))}")
         return EXIT_KERNEL
     except KernelError as exc:
         _err(f"npusim: kernel error: {_one_line(str(exc))}")
-        return EXIT_KERNEL
-    except SimTimeLimitError as exc:
-        _err(f"npusim: simulated-time limit: {_one_line(str(exc))}")
         return EXIT_KERNEL
     except NpusimError as exc:
         _err(f"npusim: error: {_one_line(str(exc))}")

@@ -37,7 +37,7 @@ def test_w8_time_limit_is_short_and_lists_every_core_in_blocked_txt(
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 3
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and len(err) <= SHORT, err
-    assert err.startswith("npusim: simulated-time limit: simulated-time limit of 5.0 us")
+    assert err.startswith("npusim: simulated-time limit of 5.0 us")
     assert f"{world * cores} of {world * cores} cores still running" in err
     assert str(out / "blocked.txt") in err
     assert sorted(p.name for p in out.iterdir()) == ["blocked.txt"]  # no report

@@ -210,12 +210,14 @@ def test_out_is_a_file(
             1,
         ),
         (
-            DeadlockError("no progress", ["rank 0 core 1 waits", "rank 1 core 2 waits"]),
+            DeadlockError("deadlock at 1.000 us: no core can make progress",
+                          ["rank 0 core 1 waits", "rank 1 core 2 waits"]),
             3,
-            "npusim: deadlock: no progress; every unfinished core: ",
+            "npusim: deadlock at 1.000 us: no core can make progress; every unfinished core: ",
             1,
         ),
-        (SimTimeLimitError("passed 100000 us"), 3, "npusim: simulated-time limit:", 1),
+        (SimTimeLimitError("simulated-time limit of 100000.0 us reached"), 3,
+         "npusim: simulated-time limit of 100000.0 us reached; every unfinished core: ", 1),
         (InputError("case/x_0.bin", None, "too short"), 2, "npusim: error: case/x_0.bin", 1),
     ],
 )
