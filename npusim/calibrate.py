@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from npusim.errors import InputError
 
 WORKLOAD_FIELDS = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype",
@@ -354,42 +356,89 @@ def leave_one_out(rows: list[Measurement], hardware: str, params: list[FreeParam
 
 def current_values(hw_doc: dict[str, Any], params: list[FreeParameter]) -> dict[str, float]:
     """The preset's value of each parameter (the first key of a tied group)."""
+    from npusim.hw.provenance import is_entry
+
     out = {}
     for p in params:
         node: Any = hw_doc
         for part in p.keys[0].split("."):
-            if not isinstance(node, dict) or part not in node:
+            if not isinstance(node, dict) or is_entry(node) or part not in node:
                 raise InputError("command line", "--param", f"unknown preset key {p.keys[0]!r}")
             node = node[part]
-        out[p.name] = float(node)
+        out[p.name] = float(node["value"] if is_entry(node) else node)
     return out
 
 
-def rewrite_preset(text: str, values: dict[str, float], note: str) -> str:
-    """The preset's YAML with the fitted values put in place and their comments replaced
-    by `calibrated: <note>`; every other line (and comment) is kept as it was."""
+def fit_provenance(params: list[FreeParameter], table: str, report: str, day: str
+                   ) -> dict[str, dict[str, str]]:
+    """The `calibrated` provenance of every fitted key: its fit report, date and method."""
+    out = {}
+    for p in params:
+        for k in p.keys:
+            tied = [t.split(".")[-1] for t in p.keys if t != k]
+            method = f"npusim calibrate to {table}" + (
+                f", tied with {', '.join(tied)}" if tied else "") + f", bounds {p.low:g}-{p.high:g}"
+            out[k] = {"fit": report, "date": day, "method": method}
+    return out
+
+
+def rewrite_preset(text: str, values: dict[str, float],
+                   provenance: dict[str, dict[str, str]]) -> str:
+    """The preset's YAML with each fitted value put in place as
+    `{value: V, calibrated: provenance[key]}` (a plain value becomes such an entry too;
+    the note of a value calibrated before is kept); every other line, value, provenance
+    and comment is kept as it was."""
     lines = text.splitlines()
+    out: list[str] = []
     section = ""
     done = set()
-    for i, line in enumerate(lines):
+    i = 0
+    while i < len(lines):
+        line = lines[i]
         stripped = line.strip()
+        i += 1
         if not stripped or stripped.startswith("#"):
+            out.append(line)
             continue
         indent = len(line) - len(line.lstrip())
         key = stripped.split(":", 1)[0]
+        dotted = key if indent == 0 else f"{section}.{key}"
         if indent == 0:
             section = key
-            dotted = key
-        else:
-            dotted = f"{section}.{key}"
-        if dotted in values:
-            head = line[: indent] + f"{key}: {_fmt(values[dotted])}"
-            lines[i] = f"{head:<27}  # calibrated: {note}"
-            done.add(dotted)
+        if indent == 0 or dotted not in values:
+            out.append(line)
+            continue
+        first = i - 1
+        while i < len(lines) and (not lines[i].strip() or
+                                  len(lines[i]) - len(lines[i].lstrip()) > indent):
+            if not lines[i].strip():  # a blank line ends the entry unless it continues
+                j = i
+                while j < len(lines) and not lines[j].strip():
+                    j += 1
+                if j == len(lines) or len(lines[j]) - len(lines[j].lstrip()) <= indent:
+                    break
+            i += 1
+        calibrated = dict(provenance[dotted])
+        note = _calibrated_note(lines[first:i], indent)
+        if note:
+            calibrated["note"] = note
+        entry = {key: {"value": float(_fmt(values[dotted])), "calibrated": calibrated}}
+        block = yaml.safe_dump(entry, sort_keys=False, default_flow_style=False, width=4096)
+        out += [" " * indent + b for b in block.splitlines()]
+        done.add(dotted)
     missing = set(values) - done
     if missing:
         raise InputError("preset", sorted(missing)[0], "key not found in the preset text")
-    return "\n".join(lines) + "\n"
+    return "\n".join(out) + "\n"
+
+
+def _calibrated_note(block: list[str], indent: int) -> str | None:
+    """The note of a value that was calibrated before (what it means is kept; where it
+    came from is replaced); a sourced or assumed value's note is about its old source."""
+    doc = yaml.safe_load("\n".join(line[indent:] for line in block))
+    entry = next(iter(doc.values())) if isinstance(doc, dict) and doc else None
+    old = entry.get("calibrated") if isinstance(entry, dict) else None
+    return old.get("note") if isinstance(old, dict) else None
 
 
 def _fmt(v: float) -> str:

@@ -174,6 +174,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         compare,
         current_values,
         fit,
+        fit_provenance,
         leave_one_out,
         parse_param,
         rewrite_preset,
@@ -211,8 +212,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
         result.loo = leave_one_out(rows, hardware, params, result, str(table),
                                    workers=workers, progress=None if args.quiet else held_out)
-    note = f"fitted by npusim calibrate to {table.name} on {date.today().isoformat()}"
-    text = rewrite_preset(hw_path.read_text(), result.overrides(), note)
+    report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
+    provenance = fit_provenance(params, str(table), str(report_path), date.today().isoformat())
+    text = rewrite_preset(hw_path.read_text(), result.overrides(), provenance)
     cmp = compare(rows, result.simulated)
     report = {
         "hardware": str(hw_path), "table": str(table), "evaluations": result.evaluations,
@@ -227,7 +229,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "leave_one_out": result.loo,
         "pinned_by": result.pinned_by,
     }
-    report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
     write_json_atomic(report_path, report)  # first: the fit survives a preset problem
     write_text_atomic(out, text)
     load_hardware(str(out))  # the written preset must load
@@ -321,6 +322,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
 
+    if args.explain:
+        return _explain_preset(args.explain)
     names = preset_names()
     if not names:
         _err(f"npusim: error: no presets found in {CONFIG_DIR}")
@@ -337,6 +340,32 @@ def cmd_presets(args: argparse.Namespace) -> int:
             f"fabric {hw.fabric.egress_gbps:g} GB/s out per die, "
             f"{hw.fabric.dies_per_package} die(s) per package"
         )
+    return EXIT_OK
+
+
+def _explain_preset(name: str) -> int:
+    """Every value of a preset with its unit and provenance, one wrapped row each."""
+    import textwrap
+
+    from npusim.hw.config import load_provenance, resolve_preset
+    from npusim.hw.provenance import describe, number, sourced_problem
+
+    path = resolve_preset(name)
+    entries = load_provenance(name)
+    kw = max(len(k) for k in entries)
+    vw = max(len(number(v)) for v, _, _ in entries.values())
+    uw = max(len(u) for _, u, _ in entries.values())
+    lead = kw + vw + uw + 6
+    print(f"{path}: {len(entries)} values")
+    print(f"{'key':<{kw}}  {'value':>{vw}}  {'unit':<{uw}}  provenance")
+    for key, (value, unit, prov) in entries.items():
+        text = describe(value, unit, prov)
+        if prov is not None and prov.kind == "sourced" and sourced_problem(value, unit, prov):
+            text = f"(!) {sourced_problem(value, unit, prov)}. {text}"
+        body = textwrap.wrap(text, width=max(40, 118 - lead)) or [""]
+        print(f"{key:<{kw}}  {number(value):>{vw}}  {unit:<{uw}}  {body[0]}")
+        for more in body[1:]:
+            print(" " * lead + more)
     return EXIT_OK
 
 
@@ -443,7 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
     plo.add_argument("--out", metavar="PNG", help="output file (default beside the input)")
     plo.set_defaults(func=cmd_plot)
 
-    pre = sub.add_parser("presets", help="list the hardware presets in configs/")
+    pre = sub.add_parser("presets", help="list the hardware presets in configs/, or explain "
+                         "one: every value with its unit and provenance")
+    pre.add_argument("--explain", metavar="NAME", help="a preset name or YAML path: print "
+                     "every value with its unit and provenance (docs/presets.md)")
     pre.set_defaults(func=cmd_presets)
     return parser
 
@@ -468,6 +500,8 @@ def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace
         _err(f"npusim: error: out of memory: {_one_line(str(exc)) or 'the run needs more memory'}"
              "; allowed: a smaller workload (BS, W, H) on this machine")
         return EXIT_FAIL
+    except BrokenPipeError:
+        raise  # a closed stdout (`| head`): main ends quietly
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         _err(f"npusim: error: cannot write or read{where}: {exc.strerror or exc}")

@@ -66,24 +66,47 @@ def test_speedups_pair_each_quantised_row_with_its_twin():
     assert cmp.errors() == pytest.approx([1 / 3, 0.25])
 
 
-def test_rewrite_preset_changes_only_the_fitted_lines():
-    text = (CONFIG_DIR / "ascend950.yaml").read_text()
-    out = rewrite_preset(text, {"mte.put_gbps": 12.5, "fabric.egress_gbps": 444.0}, "test")
-    changed = [(a, b) for a, b in zip(text.splitlines(), out.splitlines(), strict=True)
-               if a != b]
-    assert len(changed) == 2
-    assert all("# calibrated: test" in b for _, b in changed)
+def test_rewrite_preset_changes_only_the_fitted_values(tmp_path):
+    """On a copy of the shipped preset: the fitted values and their provenance change,
+    every other value keeps its value and its provenance."""
+    from npusim.calibrate import fit_provenance
+    from npusim.hw.config import load_provenance
+
+    src = tmp_path / "start.yaml"
+    src.write_text((CONFIG_DIR / "ascend950.yaml").read_text())
+    params = [FreeParameter(("mte.put_gbps",), 4, 64),
+              FreeParameter(("fabric.egress_gbps", "fabric.ingress_gbps"), 100, 2000)]
+    prov = fit_provenance(params, "t.csv", "reports/t.fit.json", "2026-12-01")
+    out = tmp_path / "out.yaml"
+    out.write_text(rewrite_preset(src.read_text(), {"mte.put_gbps": 12.5,
+                                                    "fabric.egress_gbps": 444.0,
+                                                    "fabric.ingress_gbps": 444.0}, prov))
+    before, after = load_provenance(str(src)), load_provenance(str(out))
+    assert list(before) == list(after)
+    fitted = {"mte.put_gbps", "fabric.egress_gbps", "fabric.ingress_gbps"}
+    assert {k: before[k] for k in before if k not in fitted} == \
+        {k: after[k] for k in after if k not in fitted}
+    assert after["mte.put_gbps"][0] == 12.5 and after["fabric.ingress_gbps"][0] == 444.0
+    p = after["fabric.egress_gbps"][2]
+    assert p.kind == "calibrated" and p.fields["fit"] == "reports/t.fit.json"
+    assert p.fields["date"] == "2026-12-01"
+    assert p.fields["method"] == "npusim calibrate to t.csv, tied with ingress_gbps, " \
+        "bounds 100-2000"
+    # what the value means stays; where it came from is replaced
+    assert p.fields["note"] == before["fabric.egress_gbps"][2].fields["note"]
+    assert load_hardware(str(out)).mte.put_gbps == 12.5
 
 
-def test_rewritten_preset_loads_with_the_new_values(tmp_path):
-    text = (CONFIG_DIR / "ascend950.yaml").read_text()
-    p = tmp_path / "x.yaml"
-    # a long key with a long value must still leave a space before the comment
-    p.write_text(rewrite_preset(text, {"mte.put_gbps": 12.5,
-                                       "vector.vf_cycles_per_instr": 0.26543}, "x: y"))
-    hw = load_hardware(str(p))
-    assert hw.mte.put_gbps == 12.5
-    assert hw.vector.vf_cycles_per_instr == pytest.approx(0.2654)
+def test_rewrite_preset_turns_a_plain_value_into_a_calibrated_entry(tmp_path):
+    text = "name: x\nmte:\n  put_gbps: 24.94   # a comment\n  put_latency_ns: 67.5\n"
+    prov = {"mte.put_gbps": {"fit": "f.json", "date": "2026-12-01", "method": "m"}}
+    out = rewrite_preset(text, {"mte.put_gbps": 0.26543}, prov)
+    import yaml
+
+    assert yaml.safe_load(out) == {"name": "x", "mte": {
+        "put_gbps": {"value": 0.2654, "calibrated": {"fit": "f.json", "date": "2026-12-01",
+                                                     "method": "m"}},
+        "put_latency_ns": 67.5}}
 
 
 def test_validate_exit_codes_follow_the_tolerance(tmp_path):
@@ -128,6 +151,16 @@ def test_calibrate_command_writes_a_loadable_preset_and_report(tmp_path):
     (param,) = report["parameters"]
     assert param["fitted"] == pytest.approx(hw.kernel.launch_ns, rel=1e-3)
     assert 100 <= hw.kernel.launch_ns <= 20000
+    # the fitted value names the report just written; nothing else changed
+    from npusim.hw.config import load_provenance
+    from npusim.hw.provenance import calibrated_problem
+
+    before, after = load_provenance("ascend950"), load_provenance(str(out))
+    value, _, prov = after["kernel.launch_ns"]
+    assert prov.fields["fit"] == str(out.with_suffix(".fit.json"))
+    assert calibrated_problem("kernel.launch_ns", value, prov, Path.cwd()) is None
+    assert {k: v for k, v in before.items() if k != "kernel.launch_ns"} == \
+        {k: v for k, v in after.items() if k != "kernel.launch_ns"}
 
 
 def test_leave_one_out_predicts_each_row_from_a_fit_to_the_others(tmp_path, capsys):

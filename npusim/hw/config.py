@@ -1,9 +1,10 @@
 """Hardware presets: YAML in configs/ -> a validated, frozen HardwareConfig.
 
-A preset is data (design principle 4): every value lives in configs/*.yaml with its
-source beside it. Scenarios override single values by dotted key
-(``fabric.egress_gbps: 500``); unknown keys and wrong types are input errors that name
-the file and the key.
+A preset is data (design principle 4): every value lives in configs/*.yaml as
+``{value: V, sourced|calibrated|assumed: {...}}`` (its provenance, npusim.hw.provenance;
+docs/presets.md), or as a plain number in a user's file. Scenarios override single
+values by dotted key (``fabric.egress_gbps: 500``, which replaces the entry by the plain
+value); unknown keys and wrong types are input errors that name the file and the key.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from npusim.errors import InputError
+from npusim.hw.provenance import Provenance, is_entry, split_entry
 from npusim.suggest import did_you_mean
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -24,69 +26,69 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 
 @dataclass(frozen=True)
 class ChipConfig:
-    clock_ghz: float = field(metadata={"min": 0.1, "max": 10.0})
-    aiv_cores: int = field(metadata={"min": 1, "max": 256})
+    clock_ghz: float = field(metadata={"unit": "GHz", "min": 0.1, "max": 10.0})
+    aiv_cores: int = field(metadata={"unit": "cores", "min": 1, "max": 256})
 
 
 @dataclass(frozen=True)
 class UBConfig:
-    bytes: int = field(metadata={"min": 1024, "max": 16 << 20})
-    alignment: int = field(metadata={"min": 1, "max": 4096})
+    bytes: int = field(metadata={"unit": "B", "min": 1024, "max": 16 << 20})
+    alignment: int = field(metadata={"unit": "B", "min": 1, "max": 4096})
 
 
 @dataclass(frozen=True)
 class ScalarConfig:
-    cycles_per_op: float = field(metadata={"min": 0.0, "max": 1e4})
-    loop_cycles: float = field(metadata={"min": 0.0, "max": 1e4})
+    cycles_per_op: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e4})
+    loop_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e4})
 
 
 @dataclass(frozen=True)
 class VectorConfig:
-    bytes_per_cycle: int = field(metadata={"min": 1, "max": 1 << 16})
-    issue_cycles: float = field(metadata={"min": 0.0, "max": 1e5})
-    cycles_per_repeat: float = field(metadata={"min": 0.1, "max": 100.0})
-    vf_cycles_per_instr: float = field(metadata={"min": 0.1, "max": 100.0})
+    bytes_per_cycle: int = field(metadata={"unit": "B/repeat", "min": 1, "max": 1 << 16})
+    issue_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e5})
+    cycles_per_repeat: float = field(metadata={"unit": "cycles", "min": 0.1, "max": 100.0})
+    vf_cycles_per_instr: float = field(metadata={"unit": "cycles", "min": 0.1, "max": 100.0})
 
 
 @dataclass(frozen=True)
 class MTEConfig:
-    gm_to_ub_gbps: float = field(metadata={"min": 1e-3, "max": 1e6})
-    ub_to_gm_gbps: float = field(metadata={"min": 1e-3, "max": 1e6})
-    put_gbps: float = field(metadata={"min": 1e-3, "max": 1e6})
-    gm_to_ub_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
-    ub_to_gm_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
-    put_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+    gm_to_ub_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    ub_to_gm_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    put_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    gm_to_ub_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    ub_to_gm_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    put_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
 
 
 @dataclass(frozen=True)
 class HBMConfig:
-    bandwidth_gbps: float = field(metadata={"min": 1e-3, "max": 1e7})
+    bandwidth_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
 
 
 @dataclass(frozen=True)
 class FabricConfig:
-    dies_per_package: int = field(metadata={"min": 1, "max": 2})
-    egress_gbps: float = field(metadata={"min": 1e-3, "max": 1e7})
-    ingress_gbps: float = field(metadata={"min": 1e-3, "max": 1e7})
-    link_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
-    d2d_gbps: float = field(metadata={"min": 0.0, "max": 1e7})
-    d2d_latency_ns: float = field(metadata={"min": 0.0, "max": 1e7})
+    dies_per_package: int = field(metadata={"unit": "dies", "min": 1, "max": 2})
+    egress_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
+    ingress_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
+    link_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    d2d_gbps: float = field(metadata={"unit": "GB/s", "min": 0.0, "max": 1e7})
+    d2d_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
 
 
 @dataclass(frozen=True)
 class SyncConfig:
-    syncall_ns: float = field(metadata={"min": 0.0, "max": 1e7})
-    poll_cycles: float = field(metadata={"min": 0.0, "max": 1e7})
+    syncall_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    poll_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e7})
 
 
 @dataclass(frozen=True)
 class KernelConfig:
-    launch_ns: float = field(metadata={"min": 0.0, "max": 1e8})
+    launch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
 
 
 @dataclass(frozen=True)
 class WindowConfig:
-    bytes: int = field(metadata={"min": 1 << 20, "max": 1 << 40})
+    bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 40})
 
 
 @dataclass(frozen=True)
@@ -164,9 +166,9 @@ def apply_overrides(
         node = out
         parts = dotted.split(".")
         for i, part in enumerate(parts):
-            if not isinstance(node, dict) or part not in node:
+            if not isinstance(node, dict) or is_entry(node) or part not in node:
                 here = ".".join(parts[:i])
-                choices = list(node) if isinstance(node, dict) else []
+                choices = list(node) if isinstance(node, dict) and not is_entry(node) else []
                 full = [f"{here}.{c}" if here else c for c in choices]
                 raise InputError(
                     source,
@@ -175,17 +177,18 @@ def apply_overrides(
                     f"allowed here: {', '.join(full)}",
                 )
             if i == len(parts) - 1:
-                if isinstance(node[part], dict):
+                if isinstance(node[part], dict) and not is_entry(node[part]):
                     raise InputError(
                         source, f"{prefix}{dotted}", "names a section; override a single value"
                     )
-                node[part] = value
+                node[part] = value  # a plain value: an override has no provenance
             else:
                 node = node[part]
     return out
 
 
-def _build(cls: type, doc: Any, source: str, key: str) -> Any:
+def _build(cls: type, doc: Any, source: str, key: str,
+           prov: dict[str, tuple[Any, str, Provenance | None]] | None = None) -> Any:
     if not isinstance(doc, dict):
         raise InputError(source, key or None, f"must be a mapping with keys {_names(cls)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -200,7 +203,7 @@ def _build(cls: type, doc: Any, source: str, key: str) -> Any:
         full = f"{key}.{name}" if key else name
         if name not in doc:
             raise InputError(source, full, "missing")
-        values[name] = _value(f, doc[name], source, full)
+        values[name] = _value(f, doc[name], source, full, prov)
     return cls(**values)
 
 
@@ -208,8 +211,13 @@ def _names(cls: type) -> str:
     return ", ".join(f.name for f in dataclasses.fields(cls))
 
 
-def _value(f: dataclasses.Field, raw: Any, source: str, key: str) -> Any:
+def _value(f: dataclasses.Field, raw: Any, source: str, key: str,
+           prov: dict[str, tuple[Any, str, Provenance | None]] | None = None) -> Any:
     ftype = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if ftype in ("int", "float"):
+        raw, origin = split_entry(raw, source, key)
+        if prov is not None:
+            prov[key] = (raw, f.metadata["unit"], origin)
     if ftype == "str":
         if not isinstance(raw, str) or not raw:
             raise InputError(source, key, "must be a non-empty string")
@@ -228,7 +236,7 @@ def _value(f: dataclasses.Field, raw: Any, source: str, key: str) -> Any:
         return value
     # nested section
     section_cls = globals()[ftype]
-    return _build(section_cls, raw, source, key)
+    return _build(section_cls, raw, source, key, prov)
 
 
 def load_hardware(name_or_path: str, overrides: dict[str, Any] | None = None,
@@ -245,3 +253,11 @@ def load_hardware(name_or_path: str, overrides: dict[str, Any] | None = None,
     if cfg.fabric.dies_per_package > 1 and cfg.fabric.d2d_gbps <= 0:
         raise InputError(source, "fabric.d2d_gbps", "must be > 0 when dies_per_package > 1")
     return cfg
+
+
+def load_provenance(name_or_path: str) -> dict[str, tuple[Any, str, Provenance | None]]:
+    """Every value of a preset by dotted key: (value, unit, provenance or None)."""
+    path = resolve_preset(name_or_path)
+    prov: dict[str, tuple[Any, str, Provenance | None]] = {}
+    _build(HardwareConfig, read_yaml_mapping(path), str(path), "", prov)
+    return prov
