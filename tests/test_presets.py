@@ -152,6 +152,14 @@ def test_an_assumed_value_stays_in_its_range_and_equal_to_what_it_copies(tmp_pat
         "kernel.launch_ns: value 9000 but ascend950 has 9287"]
 
 
+def test_an_assumed_copy_of_an_unknown_preset_is_a_problem(tmp_path):
+    p = copy_preset(tmp_path, "atlas_a3",
+                    lambda d: d["kernel"]["launch_ns"]["assumed"].update(same_as="ascend9"))
+    (problem,) = preset_problems(str(p), ROOT)
+    assert problem.startswith("kernel.launch_ns: same_as ascend9:")
+    assert "unknown preset 'ascend9'" in problem
+
+
 @pytest.mark.parametrize("edit,key,says", [
     (lambda e: e["sourced"].pop("conf"), "fabric.egress_gbps.sourced.conf", "missing"),
     (lambda e: e["sourced"].update(conf="high"), "fabric.egress_gbps.sourced.conf", "allowed"),

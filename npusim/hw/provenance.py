@@ -255,9 +255,13 @@ def preset_problems(name_or_path: str, root: Path) -> list[str]:
             same = None
             if "same_as" in prov.fields:
                 other = prov.fields["same_as"]
-                if other not in copies:
-                    copies[other] = load_provenance(other)
-                same = float(copies[other][key][0])
+                try:
+                    if other not in copies:
+                        copies[other] = load_provenance(other)
+                    same = float(copies[other][key][0])
+                except InputError as exc:
+                    out.append(f"{key}: same_as {other}: {exc}")
+                    continue
             why = assumed_problem(float(value), prov, same)
         if why:
             out.append(f"{key}: {why}")
