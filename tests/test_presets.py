@@ -184,8 +184,9 @@ def test_overrides_stay_plain_dotted_keys_and_reports_plain_values():
     hw = load_hardware("atlas_a3", {"fabric.egress_gbps": 50})
     assert hw.fabric.egress_gbps == 50.0 and hw.fabric.ingress_gbps == 196.0
     assert hw.to_dict()["fabric"]["egress_gbps"] == 50.0
-    with pytest.raises(InputError, match="unknown hardware key"):
+    with pytest.raises(InputError, match="fabric.egress_gbps is a single value") as info:
         load_hardware("atlas_a3", {"fabric.egress_gbps.value": 50})
+    assert info.value.key == "hardware_overrides.fabric.egress_gbps.value"
 
 
 def test_a_plain_valued_user_preset_still_loads(tmp_path):

@@ -166,9 +166,13 @@ def apply_overrides(
         node = out
         parts = dotted.split(".")
         for i, part in enumerate(parts):
-            if not isinstance(node, dict) or is_entry(node) or part not in node:
+            if is_entry(node):
                 here = ".".join(parts[:i])
-                choices = list(node) if isinstance(node, dict) and not is_entry(node) else []
+                raise InputError(source, f"{prefix}{dotted}", f"unknown hardware key: {here} "
+                                 f"is a single value; override it as {here}")
+            if not isinstance(node, dict) or part not in node:
+                here = ".".join(parts[:i])
+                choices = list(node) if isinstance(node, dict) else []
                 full = [f"{here}.{c}" if here else c for c in choices]
                 raise InputError(
                     source,
