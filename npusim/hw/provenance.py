@@ -175,7 +175,8 @@ def sourced_problem(value: float, unit: str, prov: Provenance) -> str | None:
     if lo * (1 - 1e-9) <= value <= hi * (1 + 1e-9):
         return None
     given = f"{_g(lo)}" if lo == hi else f"{_g(lo)}-{_g(hi)}"
-    return f"value {_g(value)} {unit} but the figure {prov.fields['figure']!r} gives " \
+    scale = f" (x {_g(float(prov.fields['scale']))})" if "scale" in prov.fields else ""
+    return f"value {_g(value)} {unit} but the figure {prov.fields['figure']!r}{scale} gives " \
            f"{given} {unit}"
 
 
