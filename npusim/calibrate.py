@@ -20,12 +20,13 @@ from typing import Any
 import yaml
 
 from npusim.errors import InputError
+from npusim.shipped import targets_dir
 
 WORKLOAD_FIELDS = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype",
                    "dispatch_quant", "combine_quant")
 INT_FIELDS = ("bs", "h", "k", "ep_world_size", "experts_per_rank")
 OPTIONAL = ("source", "label", "routing")
-TARGETS_DIR = Path(__file__).resolve().parents[1] / "configs" / "targets"
+TARGETS_DIR = targets_dir()  # package data (npusim._data.configs/targets)
 
 
 @dataclass(frozen=True)

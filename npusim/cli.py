@@ -41,8 +41,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from npusim.report.io import blocked_list_in, write_json_atomic, write_text_atomic
     from npusim.report.markdown import format_markdown
     from npusim.report.summary import format_summary
+    from npusim.shipped import resolve
 
-    scenario = load_scenario_set(args.scenario, args.set, case_dir_override=args.case_dir)
+    scenario = load_scenario_set(resolve(args.scenario), args.set, case_dir_override=args.case_dir)
     out_dir = _out_dir(args.out, scenario.name)
     try:
         from npusim.sim import default_workers, simulate
@@ -73,11 +74,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_lint(args: argparse.Namespace) -> int:
     from npusim.dotted import load_scenario_set
+    from npusim.shipped import resolve
 
     status = EXIT_OK
     for path in args.scenarios:
         try:
-            sc = load_scenario_set(path, args.set, case_dir_override=args.case_dir)
+            sc = load_scenario_set(resolve(path), args.set, case_dir_override=args.case_dir)
         except InputError as exc:
             _err(f"npusim: error: {_one_line(str(exc))}")
             status = EXIT_INPUT
@@ -271,6 +273,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     tol = _tolerance(args.tolerance, "--tolerance")
     workers = _workers(args.workers) or 1
+    if not args.update and not Path(args.baselines).is_dir():
+        raise InputError("command line", "--baselines", f"no baseline folder {args.baselines} "
+                         "here; npusim check compares a clone's scenarios/ with its "
+                         "reports/baselines/: run it at the top of a clone of npusim, or pass "
+                         "--baselines DIR and --scenarios FILE...")
     patterns = args.scenarios or ["scenarios/*.yaml"]
     paths = expand(patterns)
     if not paths:
@@ -281,14 +288,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from npusim.shipped import resolve
     from npusim.sweep import run_sweep
 
     workers = _workers(args.workers)
-    stem = Path(args.sweep).stem
-    out = Path(args.out) if args.out else Path("out") / "sweeps" / stem
+    path = resolve(args.sweep, sweep=True)
+    out = Path(args.out) if args.out else Path("out") / "sweeps" / Path(path).stem
     if out.exists() and not out.is_dir():
         raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    csv_path = run_sweep(args.sweep, out, workers, args.backend, quiet=args.quiet)
+    csv_path = run_sweep(path, out, workers, args.backend, quiet=args.quiet)
     print(f"results: {csv_path}")
     return EXIT_OK
 
@@ -369,9 +377,23 @@ def _explain_preset(name: str) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    from npusim import shipped
+
+    groups = (("scenarios (npusim run NAME)", shipped.scenarios()),
+              ("sweeps (npusim sweep NAME)", shipped.sweeps()))
+    width = max(len(n) for _, table in groups for n in table)
+    print(f"shipped with npusim, in {shipped.scenarios_dir()}")
+    for title, table in groups:
+        print(f"{title}:")
+        for name, path in table.items():
+            print(f"  {name:<{width}}  {shipped.description(path)}".rstrip())
+    return EXIT_OK
+
+
+def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="npusim",
+        prog=prog,
         description="Discrete-event simulator of Ascend NPUs running MoE dispatch/combine.",
     )
     parser.add_argument("--version", action="version", version=f"npusim {__version__}")
@@ -379,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a scenario, print a summary, write DIR/report.json "
                          "and DIR/report.md")
-    run.add_argument("scenario", metavar="SCENARIO.yaml")
+    run.add_argument("scenario", metavar="SCENARIO", help="a scenario file, or the name of a "
+                     "shipped one (npusim scenarios lists them)")
     run.add_argument("--out", metavar="DIR", help="output folder (default: out/<scenario name>)")
     run.add_argument("--case-dir", metavar="CASE", help="CANN-sample case directory to use")
     run.add_argument("--trace", action="store_true",
@@ -394,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     lint = sub.add_parser("lint", help="check scenario files without running them")
-    lint.add_argument("scenarios", nargs="+", metavar="SCENARIO.yaml")
+    lint.add_argument("scenarios", nargs="+", metavar="SCENARIO",
+                      help="scenario files or names of shipped ones")
     lint.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
     lint.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="set a dotted scenario key in every file (as npusim run --set)")
@@ -454,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     swp = sub.add_parser("sweep", help="run a base scenario over axes of values in parallel; "
                          "resumes, writes one report per point and results.csv")
-    swp.add_argument("sweep", metavar="SWEEP.yaml")
+    swp.add_argument("sweep", metavar="SWEEP", help="a sweep file, or the name of a shipped one")
     swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
     swp.add_argument("--workers", default=None, help="parallel processes")
     swp.add_argument("--backend", default="processes", help="processes (default) or ray "
@@ -477,6 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--explain", metavar="NAME", help="a preset name or YAML path: print "
                      "every value with its unit and provenance (docs/presets.md)")
     pre.set_defaults(func=cmd_presets)
+
+    scn = sub.add_parser("scenarios", help="list the shipped scenarios and sweeps (name and "
+                         "description), to run by name")
+    scn.set_defaults(func=cmd_scenarios)
     return parser
 
 
@@ -511,9 +539,22 @@ def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace
         return 130
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
-    parser = build_parser()
+def _prog() -> str:
+    """The name this was started as: npusim, or npusim-moe (the name CANN cannot shadow)."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name in ("npusim", "npusim-moe") else "npusim"
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Entry point of the console scripts (npusim, npusim-moe) and of `python -m npusim`;
+    returns the exit code."""
+    from npusim.cann import SUBCOMMANDS, wrong_simulator
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUBCOMMANDS:  # meant for CANN's NPU Simulator, also `npusim`
+        _err(wrong_simulator(argv[0]))
+        return EXIT_INPUT
+    parser = build_parser(prog or _prog())
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2), --help / --version (0)

@@ -4,6 +4,7 @@
 A sweep file:
 
     name: bs_sweep
+    description: BS 1..256 and the die egress    # optional, listed by npusim scenarios
     base: ../scenarios/dispatch_bs8_mxfp8.yaml    # relative to the sweep file
     axes:
       workload.bs: [1, 8, 64, 256]                 # a list of values
@@ -37,7 +38,8 @@ from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.report.io import blocked_list_in
 
-SWEEP_KEYS = ("name", "base", "axes")
+SWEEP_KEYS = ("name", "description", "base", "axes")
+REQUIRED_KEYS = ("name", "base", "axes")
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,14 @@ def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
     for k in doc:
         if k not in SWEEP_KEYS:
             raise InputError(src, str(k), f"unknown key; allowed: {', '.join(SWEEP_KEYS)}")
-    for k in SWEEP_KEYS:
+    for k in REQUIRED_KEYS:
         if k not in doc:
             raise InputError(src, k, "missing")
     name, axes = doc["name"], doc["axes"]
     if not isinstance(name, str) or not name:
         raise InputError(src, "name", "must be a non-empty string")
+    if not isinstance(doc.get("description", ""), str):
+        raise InputError(src, "description", "must be a string")
     if not isinstance(axes, dict) or not axes:
         raise InputError(src, "axes", "must map dotted scenario keys to values")
     base_path = (p.parent / str(doc["base"])).resolve()

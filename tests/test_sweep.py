@@ -51,6 +51,17 @@ def test_bad_axes_name_the_file_and_key(tmp_path, axes, key):
     assert str(p) in str(info.value) and info.value.key == key
 
 
+def test_description_is_optional_text(tmp_path):
+    p = sweep_file(tmp_path, {"workload.bs": [1]})
+    doc = yaml.safe_load(p.read_text())
+    p.write_text(yaml.safe_dump({**doc, "description": "one point"}))
+    assert [pt.values for pt in load_sweep(p)[1]] == [{"workload.bs": 1}]
+    p.write_text(yaml.safe_dump({**doc, "description": ["not", "text"]}))
+    with pytest.raises(InputError) as info:
+        load_sweep(p)
+    assert info.value.key == "description" and "string" in info.value.message
+
+
 def test_sweep_writes_csv_and_resumes(tmp_path, capsys):
     p = sweep_file(tmp_path, {"workload.bs": [1, 8]})
     out = tmp_path / "out"

@@ -19,9 +19,10 @@ import yaml
 
 from npusim.errors import InputError
 from npusim.hw.provenance import Provenance, is_entry, split_entry
+from npusim.shipped import configs_dir
 from npusim.suggest import did_you_mean
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = configs_dir()  # package data (npusim._data.configs), whatever the install
 
 
 @dataclass(frozen=True)

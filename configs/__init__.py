@@ -1,0 +1,1 @@
+"""This folder is the package npusim._data.configs once installed (see setup.py)."""
