@@ -117,8 +117,10 @@ def test_unusable_inputs_exit_2(tmp_path: Path) -> None:
 def test_cli_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scen, base = tiny(tmp_path), tmp_path / "b"
     args = ["check", "--baselines", str(base), "--scenarios", scen]
-    assert main(args) == 1
-    assert main([*args, "--update"]) == 0
+    assert main(args) == 2  # no baseline folder: one line before simulating anything
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"no baseline folder {base}" in err[0]
+    assert main([*args, "--update"]) == 0  # --update makes the folder
     assert main([*args, "--tolerance", "0%"]) == 0
     assert main([*args, "--tolerance", "-1"]) == 2
     out = capsys.readouterr().out
