@@ -141,6 +141,11 @@ def test_relative_paths_inside_shipped_files_resolve(installed):
               cwd=installed["empty"])
     assert res.returncode == 0, res.stderr
     assert int(res.stdout) == len(sweep["axes"]["workload.bs"])  # base: ../ found
+    # a routing file beside its scenario, read (and checked) from the installed folder
+    res = run([str(installed["bin"] / "npusim"), "lint", "examples/routing_file"],
+              cwd=installed["empty"])
+    assert res.returncode == 0 and res.stdout.startswith("ok  examples/routing_file "), \
+        res.stderr
 
 
 @pytest.mark.parametrize("exe", [["npusim"], ["npusim-moe"], ["python", "-m", "npusim"]])
