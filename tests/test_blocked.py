@@ -31,7 +31,7 @@ def test_w8_time_limit_is_short_and_lists_every_core_in_blocked_txt(
     scenario = tmp_path / "limit.yaml"
     scenario.write_text(yaml.safe_dump(doc))
     preset = yaml.safe_load((ROOT / "configs" / f"{doc['hardware']}.yaml").read_text())
-    world, cores = doc["workload"]["ep_world_size"], preset["chip"]["aiv_cores"]
+    world, cores = doc["workload"]["ep_world_size"], preset["chip"]["aiv_cores"]["value"]
     out = tmp_path / "out"
 
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 3
@@ -122,7 +122,7 @@ def test_a_sweep_point_that_hits_the_limit_leaves_its_list_in_its_folder(
     listed = out / "points" / "s-0000" / "blocked.txt"
     assert len(err.splitlines()) == 1 and str(listed) in err
     preset = yaml.safe_load((ROOT / "configs" / "ascend950.yaml").read_text())
-    assert len(listed.read_text().splitlines()) == 1 + 2 * preset["chip"]["aiv_cores"]
+    assert len(listed.read_text().splitlines()) == 1 + 2 * preset["chip"]["aiv_cores"]["value"]
 
 
 def test_a_run_that_ends_well_removes_an_old_list(tmp_path: Path) -> None:
