@@ -329,6 +329,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
+    from npusim.hw.fabric import topology_text
 
     if args.explain:
         return _explain_preset(args.explain)
@@ -345,8 +346,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
         print(
             f"{name:<14} {hw.chip.aiv_cores} AIV cores, {hw.chip.clock_ghz:g} GHz, "
             f"UB {hw.ub.bytes // 1024} KiB, HBM {hw.hbm.bandwidth_gbps:g} GB/s, "
-            f"fabric {hw.fabric.egress_gbps:g} GB/s out per die, "
-            f"{hw.fabric.dies_per_package} die(s) per package"
+            f"{topology_text(hw.fabric)}"
         )
     return EXIT_OK
 

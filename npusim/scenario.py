@@ -690,6 +690,18 @@ def _check_cores(src: str, w: Workload, hw: HardwareConfig, overrides: dict[str,
             "need; allowed: fewer shared experts or more chip.aiv_cores")
 
 
+def _check_topology(src: str, w: Workload, hw: HardwareConfig) -> None:
+    """Every rank must sit in the topology: W at most the outermost level's dies."""
+    if not hw.fabric.levels:
+        return
+    outer = hw.fabric.levels[-1]
+    if w.ep_world_size > outer.dies:
+        raise InputError(
+            src, "workload.ep_world_size",
+            f"{w.ep_world_size} ranks do not fit {hw.name}'s topology: its outermost level, "
+            f"{outer.name}, holds {outer.dies} dies; allowed: 2..{outer.dies}")
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -757,6 +769,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     hardware = _hardware(src, ref, overrides, base)
     _check_window(src, workload, hardware, overrides)
     _check_cores(src, workload, hardware, overrides)
+    _check_topology(src, workload, hardware)
 
     return Scenario(
         name=name,

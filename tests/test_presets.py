@@ -20,16 +20,39 @@ from npusim.hw.config import (
 from npusim.hw.provenance import Figure, convert, parse_figure, preset_problems
 
 ROOT = Path(__file__).resolve().parents[1]  # fit report paths are relative to it
+EG = "fabric.levels.server.egress_gbps"  # the A3 die egress
 
 
-def numeric_keys(cls: type = HardwareConfig, prefix: str = "") -> list[str]:
-    """Every value field of the config, by dotted key (the name is not a value)."""
+FLAT_FABRIC = ("dies_per_package", "egress_gbps", "ingress_gbps", "link_latency_ns",
+               "d2d_gbps", "d2d_latency_ns")
+LEVEL_KEYS = {"pair": ("dies", "link_gbps", "latency_ns"),
+              "die": ("dies", "egress_gbps", "ingress_gbps", "latency_ns")}
+
+
+def numeric_keys(cls: type = HardwareConfig, prefix: str = "", name: str = "ascend950"
+                 ) -> list[str]:
+    """Every value field of the config, by dotted key (the name is not a value); the
+    fabric's keys as the preset's form has them: flat, or per level by its sharing."""
     out = []
     for f in dataclasses.fields(cls):
-        if f.type in ("int", "float"):
+        if f.name == "fabric":
+            out += fabric_keys(name)
+        elif f.type in ("int", "float"):
             out.append(prefix + f.name)
         elif f.type != "str":
-            out += numeric_keys(globals_of(f.type), f"{prefix}{f.name}.")
+            out += numeric_keys(globals_of(f.type), f"{prefix}{f.name}.", name)
+    return out
+
+
+def fabric_keys(name: str) -> list[str]:
+    doc = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())["fabric"]
+    if "levels" not in doc:
+        return [f"fabric.{k}" for k in FLAT_FABRIC]
+    out = []
+    for level, body in doc["levels"].items():
+        keys = LEVEL_KEYS.get(body["sharing"], ("dies", "latency_ns"))  # another's ports
+        keys += ("uplink_gbps",) if "uplink_gbps" in body else ()
+        out += [f"fabric.levels.{level}.{k}" for k in keys]
     return out
 
 
@@ -85,7 +108,7 @@ def test_a_figure_in_another_dimension_does_not_convert():
 @pytest.mark.parametrize("name", preset_names())
 def test_every_value_of_every_preset_has_provenance(name):
     entries = load_provenance(name)
-    assert sorted(entries) == sorted(numeric_keys())
+    assert sorted(entries) == sorted(numeric_keys(name=name))
     missing = [k for k, (_, _, prov) in entries.items() if prov is None]
     assert missing == []
 
@@ -99,19 +122,40 @@ def test_every_provenance_holds(name):
 
 def test_the_a3_die_fabric_is_what_cloudmatrix384_gives():
     """CloudMatrix384: 392 GB/s one way per Ascend 910C, two dies; one rank is a die."""
-    hw = load_hardware("atlas_a3")
-    assert hw.fabric.egress_gbps == 392 / 2 and hw.fabric.ingress_gbps == 392 / 2
-    assert hw.fabric.dies_per_package == 2
+    package, server, supernode = load_hardware("atlas_a3").fabric.levels
+    assert server.egress_gbps == 392 / 2 and server.ingress_gbps == 392 / 2
+    assert package.dies == 2
+
+
+def test_the_a3_levels_are_msmodelings_a3_interconnect():
+    """msmodeling's A3_INTERCONNECT: grid (48, 8, 2); SIO 224 GB/s 0.2 us, inside a node
+    196 GB/s 0.5 us, between nodes 196 GB/s 5.5 us (the server's ports)."""
+    package, server, supernode = load_hardware("atlas_a3").fabric.levels
+    assert (package.dies, server.dies, supernode.dies) == (2, 2 * 8, 2 * 8 * 48)
+    assert (package.sharing, package.link_gbps, package.latency_ns) == ("pair", 224, 200)
+    assert (server.sharing, server.egress_gbps, server.latency_ns) == ("die", 196, 500)
+    assert (supernode.sharing, supernode.latency_ns) == ("server", 5500)
+    assert supernode.uplink_gbps == 16 * 196  # non-blocking: every die of the server at once
+
+
+def test_the_a2_is_a_full_mesh_of_28_gbps_links_and_roce():
+    """A2: 8 cards, 7 HCCS links each (196 GB/s per card = 7 x 28), RoCE 25 GB/s per card
+    (one 200GE port: 200 / 8), grid (128, 8)."""
+    hw = load_hardware("atlas_a2")
+    server, cluster = hw.fabric.levels
+    assert (server.dies, server.sharing, server.link_gbps * 7) == (8, "pair", 196)
+    assert (cluster.dies, cluster.sharing, cluster.egress_gbps) == (128 * 8, "die", 200 / 8)
+    assert (hw.chip.aiv_cores, hw.ub.bytes) == (48, 192 * 1024)
 
 
 def test_a_sourced_value_that_drifts_from_its_figure_fails(tmp_path):
     """The ffa8c23 regression: the A3 egress overwritten by a 950 figure, source kept."""
     def drift(doc):
-        doc["fabric"]["egress_gbps"]["value"] = 274.2
+        doc["fabric"]["levels"]["server"]["egress_gbps"]["value"] = 274.2
 
     p = copy_preset(tmp_path, "atlas_a3", drift)
     (problem,) = preset_problems(str(p), ROOT)
-    assert problem.startswith("fabric.egress_gbps: value 274.2 GB/s")
+    assert problem.startswith(EG + ": value 274.2 GB/s")
     assert "gives 196 GB/s" in problem
 
 
@@ -161,19 +205,20 @@ def test_an_assumed_copy_of_an_unknown_preset_is_a_problem(tmp_path):
 
 
 @pytest.mark.parametrize("edit,key,says", [
-    (lambda e: e["sourced"].pop("conf"), "fabric.egress_gbps.sourced.conf", "missing"),
-    (lambda e: e["sourced"].update(conf="high"), "fabric.egress_gbps.sourced.conf", "allowed"),
-    (lambda e: e["sourced"].update(figure="lots"), "fabric.egress_gbps.sourced.figure",
+    (lambda e: e["sourced"].pop("conf"), EG + ".sourced.conf", "missing"),
+    (lambda e: e["sourced"].update(conf="high"), EG + ".sourced.conf", "allowed"),
+    (lambda e: e["sourced"].update(figure="lots"), EG + ".sourced.figure",
      "must start with a number"),
-    (lambda e: e.update(assumed={"why": "x", "range": [1, 2]}), "fabric.egress_gbps",
+    (lambda e: e.update(assumed={"why": "x", "range": [1, 2]}), EG,
      "exactly one of"),
-    (lambda e: e.update(origin="x"), "fabric.egress_gbps.origin", "unknown key"),
-    (lambda e: e.update(calibrated=e.pop("sourced")), "fabric.egress_gbps.calibrated.doc",
+    (lambda e: e.update(origin="x"), EG + ".origin", "unknown key"),
+    (lambda e: e.update(calibrated=e.pop("sourced")), EG + ".calibrated.doc",
      "unknown key"),
 ])
 def test_a_malformed_provenance_is_a_one_line_error_naming_file_and_key(tmp_path, edit, key,
                                                                         says):
-    p = copy_preset(tmp_path, "atlas_a3", lambda d: edit(d["fabric"]["egress_gbps"]))
+    p = copy_preset(tmp_path, "atlas_a3",
+                    lambda d: edit(d["fabric"]["levels"]["server"]["egress_gbps"]))
     with pytest.raises(InputError) as info:
         load_hardware(str(p))
     assert info.value.key == key and str(p) in str(info.value) and says in str(info.value)
@@ -181,12 +226,14 @@ def test_a_malformed_provenance_is_a_one_line_error_naming_file_and_key(tmp_path
 
 
 def test_overrides_stay_plain_dotted_keys_and_reports_plain_values():
-    hw = load_hardware("atlas_a3", {"fabric.egress_gbps": 50})
-    assert hw.fabric.egress_gbps == 50.0 and hw.fabric.ingress_gbps == 196.0
-    assert hw.to_dict()["fabric"]["egress_gbps"] == 50.0
-    with pytest.raises(InputError, match="fabric.egress_gbps is a single value") as info:
-        load_hardware("atlas_a3", {"fabric.egress_gbps.value": 50})
-    assert info.value.key == "hardware_overrides.fabric.egress_gbps.value"
+    key = EG
+    hw = load_hardware("atlas_a3", {key: 50})
+    server = hw.fabric.levels[1]
+    assert server.egress_gbps == 50.0 and server.ingress_gbps == 196.0
+    assert hw.to_dict()["fabric"]["levels"]["server"]["egress_gbps"] == 50.0
+    with pytest.raises(InputError, match=f"{key} is a single value") as info:
+        load_hardware("atlas_a3", {f"{key}.value": 50})
+    assert info.value.key == f"hardware_overrides.{key}.value"
 
 
 def test_a_plain_valued_user_preset_still_loads(tmp_path):
@@ -203,11 +250,11 @@ def test_presets_explain_prints_every_value_with_unit_and_provenance(capsys):
     assert main(["presets", "--explain", "atlas_a3"]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines()[2:] if not line.startswith(" ")}
-    assert sorted(rows) == sorted(numeric_keys())
-    assert rows["fabric.egress_gbps"].split()[1:4] == ["196", "GB/s", "sourced"]
+    assert sorted(rows) == sorted(numeric_keys(name="atlas_a3"))
+    assert rows[EG].split()[1:4] == ["196", "GB/s", "sourced"]
     assert rows["ub.bytes"].split()[1:3] == ["196608", "B"]
     assert rows["kernel.launch_ns"].split()[1:4] == ["9287", "ns", "assumed"]
-    assert '"392 GB/s one way per Ascend 910C package (two' in out
+    assert '"392 GB/s one way per Ascend 910C package (two dies)"' in " ".join(out.split())
 
 
 def test_presets_explain_of_an_unknown_preset_is_exit_2(capsys):

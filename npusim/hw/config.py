@@ -66,14 +66,55 @@ class HBMConfig:
     bandwidth_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
 
 
+SHARINGS = ("pair", "die")  # or the name of an inner level whose die ports a level uses
+
+
+@dataclass(frozen=True)
+class LevelConfig:
+    """One level of the topology: groups of `dies` dies (package, server, supernode) and
+    the links a put between two of its groups' dies crosses (npusim.hw.fabric)."""
+
+    name: str
+    dies: int = field(metadata={"unit": "dies", "min": 1, "max": 1 << 20})
+    sharing: str = field(metadata={"choices": SHARINGS})
+    latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    link_gbps: float | None = field(default=None, metadata={
+        "unit": "GB/s", "min": 1e-3, "max": 1e7, "sharing": "pair"})
+    egress_gbps: float | None = field(default=None, metadata={
+        "unit": "GB/s", "min": 1e-3, "max": 1e7, "sharing": "die"})
+    ingress_gbps: float | None = field(default=None, metadata={
+        "unit": "GB/s", "min": 1e-3, "max": 1e7, "sharing": "die"})
+    uplink_gbps: float | None = field(default=None, metadata={
+        "unit": "GB/s", "min": 1e-3, "max": 1e7, "optional": True})
+
+
 @dataclass(frozen=True)
 class FabricConfig:
-    dies_per_package: int = field(metadata={"unit": "dies", "min": 1, "max": 2})
-    egress_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
-    ingress_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
-    link_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
-    d2d_gbps: float = field(metadata={"unit": "GB/s", "min": 0.0, "max": 1e7})
-    d2d_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    """Either `levels` (a topology, inner to outer) or the flat single level: every die
+    reaches every other through one switch (egress, ingress), with an optional die-to-die
+    link inside a package. The flat form's fields are None when levels are given."""
+
+    dies_per_package: int | None = field(default=None, metadata={
+        "unit": "dies", "min": 1, "max": 2})
+    egress_gbps: float | None = field(default=None, metadata={
+        "unit": "GB/s", "min": 1e-3, "max": 1e7})
+    ingress_gbps: float | None = field(default=None, metadata={
+        "unit": "GB/s", "min": 1e-3, "max": 1e7})
+    link_latency_ns: float | None = field(default=None, metadata={
+        "unit": "ns", "min": 0.0, "max": 1e7})
+    d2d_gbps: float | None = field(default=None, metadata={
+        "unit": "GB/s", "min": 0.0, "max": 1e7})
+    d2d_latency_ns: float | None = field(default=None, metadata={
+        "unit": "ns", "min": 0.0, "max": 1e7})
+    levels: tuple[LevelConfig, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.levels:
+            return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                    if f.name != "levels"}
+        return {"levels": {lv.name: {k: v for k, v in dataclasses.asdict(lv).items()
+                                     if k != "name" and v is not None}
+                           for lv in self.levels}}
 
 
 @dataclass(frozen=True)
@@ -113,7 +154,9 @@ class HardwareConfig:
         return 1.0 / self.chip.clock_ghz
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["fabric"] = self.fabric.to_dict()
+        return out
 
 
 def preset_names() -> list[str]:
@@ -219,6 +262,9 @@ def _names(cls: type) -> str:
 def _value(f: dataclasses.Field, raw: Any, source: str, key: str,
            prov: dict[str, tuple[Any, str, Provenance | None]] | None = None) -> Any:
     ftype = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    ftype = ftype.removesuffix(" | None")
+    if ftype == "FabricConfig":
+        return _build_fabric(raw, source, key, prov)
     if ftype in ("int", "float"):
         raw, origin = split_entry(raw, source, key)
         if prov is not None:
@@ -244,6 +290,96 @@ def _value(f: dataclasses.Field, raw: Any, source: str, key: str,
     return _build(section_cls, raw, source, key, prov)
 
 
+_FLAT = ("dies_per_package", "egress_gbps", "ingress_gbps", "link_latency_ns", "d2d_gbps",
+         "d2d_latency_ns")
+
+
+def _build_fabric(doc: Any, source: str, key: str,
+                  prov: dict[str, tuple[Any, str, Provenance | None]] | None) -> FabricConfig:
+    """The flat single level (the six _FLAT keys) or `levels`, never both."""
+    if not isinstance(doc, dict):
+        raise InputError(source, key, f"must be a mapping with keys {', '.join(_FLAT)}, "
+                         "or with levels")
+    if "levels" not in doc:
+        return _build(_FlatFabric, doc, source, key, prov).fabric()
+    for k in doc:
+        if k != "levels":
+            raise InputError(source, f"{key}.{k}", "not with fabric.levels (a topology gives "
+                             "its bandwidths and latencies per level); allowed here: levels")
+    raw = doc["levels"]
+    where = f"{key}.levels"
+    if not isinstance(raw, dict) or not raw:
+        raise InputError(source, where, "must be a mapping of level names (inner to outer, "
+                         "e.g. package, server, supernode) to their links")
+    fields = {f.name: f for f in dataclasses.fields(LevelConfig) if f.name != "name"}
+    levels: list[LevelConfig] = []
+    for name, body in raw.items():
+        here = f"{where}.{name}"
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InputError(source, here, "a level name must be a word (letters, digits, _)")
+        if not isinstance(body, dict):
+            raise InputError(source, here, f"must be a mapping with keys {', '.join(fields)}")
+        levels.append(_level(name, body, fields, levels, source, here, prov))
+    return FabricConfig(levels=tuple(levels))
+
+
+def _level(name: str, body: dict[str, Any], fields: dict[str, dataclasses.Field],
+           inner: list[LevelConfig], source: str, here: str,
+           prov: dict[str, tuple[Any, str, Provenance | None]] | None) -> LevelConfig:
+    for k in body:
+        if k not in fields:
+            raise InputError(source, f"{here}.{k}", f"unknown key{did_you_mean(str(k), fields)}; "
+                             f"allowed: {', '.join(fields)}")
+    for k in ("dies", "sharing", "latency_ns"):
+        if k not in body:
+            raise InputError(source, f"{here}.{k}", "missing")
+    sharing = body["sharing"]
+    ports = {lv.name for lv in inner if lv.sharing == "die"}
+    if sharing not in SHARINGS and sharing not in ports:
+        raise InputError(source, f"{here}.sharing", f"{sharing!r}; allowed: pair (a link per "
+                         "pair of dies), die (each die's egress and ingress ports)"
+                         + "".join(f", {p} (the die ports of level {p})" for p in sorted(ports)))
+    need = {k for k, f in fields.items() if f.metadata.get("sharing") == sharing}
+    for k, f in fields.items():
+        if "sharing" in f.metadata and (k in need) != (k in body):
+            what = "missing" if k in need else "not with sharing: " + str(sharing)
+            raise InputError(source, f"{here}.{k}", f"{what} (pair levels give link_gbps, die "
+                             "levels egress_gbps and ingress_gbps, a level using another's "
+                             "ports neither)")
+    if "uplink_gbps" in body and not inner:
+        raise InputError(source, f"{here}.uplink_gbps", "the innermost level has no inner "
+                         "groups to join; allowed on an outer level only")
+    values: dict[str, Any] = {"name": name, "sharing": sharing}
+    for k, f in fields.items():
+        if k != "sharing" and k in body:
+            values[k] = _value(f, body[k], source, f"{here}.{k}", prov)
+    lv = LevelConfig(**values)
+    if inner:
+        prev = inner[-1]
+        if lv.dies <= prev.dies or lv.dies % prev.dies:
+            raise InputError(source, f"{here}.dies", f"{lv.dies}: a level holds whole groups "
+                             f"of the level inside it ({prev.name}: {prev.dies} dies); allowed: "
+                             f"a multiple of {prev.dies} above it")
+    elif lv.dies < 2:
+        raise InputError(source, f"{here}.dies", f"{lv.dies}: a level joins at least 2 dies")
+    return lv
+
+
+@dataclass(frozen=True)
+class _FlatFabric:
+    """The flat form's keys, all required (loaded like any other section)."""
+
+    dies_per_package: int = field(metadata={"unit": "dies", "min": 1, "max": 2})
+    egress_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
+    ingress_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
+    link_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    d2d_gbps: float = field(metadata={"unit": "GB/s", "min": 0.0, "max": 1e7})
+    d2d_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+
+    def fabric(self) -> FabricConfig:
+        return FabricConfig(**dataclasses.asdict(self))
+
+
 def load_hardware(name_or_path: str, overrides: dict[str, Any] | None = None,
                   override_source: str = "scenario") -> HardwareConfig:
     """Load a preset and apply dotted overrides; every error names file and key."""
@@ -255,7 +391,7 @@ def load_hardware(name_or_path: str, overrides: dict[str, Any] | None = None,
     else:
         source = str(path)
     cfg: HardwareConfig = _build(HardwareConfig, doc, source, "")
-    if cfg.fabric.dies_per_package > 1 and cfg.fabric.d2d_gbps <= 0:
+    if not cfg.fabric.levels and cfg.fabric.dies_per_package > 1 and cfg.fabric.d2d_gbps <= 0:
         raise InputError(source, "fabric.d2d_gbps", "must be > 0 when dies_per_package > 1")
     return cfg
 

@@ -170,7 +170,7 @@ def _windows(op: OpRun, table: _PhaseTable) -> dict[str, tuple[str | None, float
     duration = op.end_ns - op.start_ns
     iv = table.op.get(remote) if remote is not None else None
     fabric = (remote, iv.end - iv.start) if iv is not None else (None, duration)
-    return {"egress": fabric, "ingress": fabric, "d2d": fabric, "hbm": (None, duration)}
+    return {"fabric": fabric, "hbm": (None, duration)}
 
 
 def _link_classes(op: OpRun, table: _PhaseTable) -> dict[str, Any]:

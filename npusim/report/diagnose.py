@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from npusim.report.work import LINK_LABELS, port_caps
+from npusim.report.work import link_label, port_caps
 
 LINK_BOUND = 0.6
 PORT_BOUND = 0.4
@@ -42,7 +42,7 @@ def _link_bound(op: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     u, kind, c = best
     during = f" during {c['phase']}" if c.get("phase") else ""
-    return _result("bytes-bound", f"bytes-bound on {LINK_LABELS.get(kind, kind)} ({u:.0%} "
+    return _result("bytes-bound", f"bytes-bound on {link_label(kind)} ({u:.0%} "
                    f"utilised{during}; busiest {c['busiest']})", resource=kind,
                    phase=c.get("phase"), utilisation=u)
 

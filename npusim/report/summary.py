@@ -40,22 +40,25 @@ def phase_spread(op: Mapping[str, Any], name: str) -> tuple[float | None, ...]:
     return (min(starts), max(starts), min(ends), max(ends), busy)
 
 
-LINK_HEAD = (f"  {'link':<9}{'links':>6}{'GB/s each':>11}{'bytes':>13}{'GB/s mean':>11}"
-             f"{'GB/s max':>10}{'util op':>9}  util in phase")
+def _link_head(width: int) -> str:
+    return (f"  {'link':<{width}}{'links':>6}{'GB/s each':>11}{'bytes':>13}{'GB/s mean':>11}"
+            f"{'GB/s max':>10}{'util op':>9}  util in phase")
 
 
 def link_lines(op: Mapping[str, Any]) -> list[str]:
     """Per link class: bandwidth, bytes, achieved GB/s (bytes / op duration), utilisation."""
     lines = []
-    for kind, c in op.get("link_classes", {}).items():
+    classes = op.get("link_classes", {})
+    width = max([9, *(len(k) + 1 for k in classes)])  # a level's 'supernode.downlink'
+    for kind, c in classes.items():
         phase = c.get("phase")
         during = f"{c['utilisation_in_phase']:.1%} {phase}" if phase else "-"
         lines.append(
-            f"  {kind:<9}{c['links']:>6}{c['bandwidth_gbps']:>11g}{fmt_bytes(c['bytes']):>13}"
+            f"  {kind:<{width}}{c['links']:>6}{c['bandwidth_gbps']:>11g}{fmt_bytes(c['bytes']):>13}"
             f"{c['achieved_gbps_mean']:>11.1f}{c['achieved_gbps_max']:>10.1f}"
             f"{c['utilisation_max']:>9.1%}  {during}"
         )
-    return [LINK_HEAD, *lines] if lines else []
+    return [_link_head(width), *lines] if lines else []
 
 
 def _op_lines(op: Mapping[str, Any]) -> list[str]:

@@ -12,11 +12,25 @@ from typing import Any
 
 from npusim.result import LinkStats, TransferStat
 
-LINK_KINDS = ("egress", "ingress", "d2d", "hbm")
+LINK_KINDS = ("egress", "ingress", "d2d", "hbm")  # the flat fabric's classes, in report order
 # a core's transfers in report.json are rows of these (compact: W=64 has 4096 cores)
 TRANSFER_FIELDS = ("phase", "pipe", "name", "remote", "count", "bytes")
 LINK_LABELS = {"egress": "die egress", "ingress": "die ingress", "d2d": "die-to-die link",
                "hbm": "HBM"}
+
+
+def link_label(kind: str) -> str:
+    """'die egress' for the flat fabric's classes; 'server egress' for a level's."""
+    return LINK_LABELS.get(kind) or kind.replace(".", " ")
+
+
+def kinds_of(links: Sequence[LinkStats]) -> list[str]:
+    """The link classes present: the flat fabric's in LINK_KINDS order, a topology's levels
+    in the fabric's order (inner to outer), HBM last."""
+    present = dict.fromkeys(lk.kind for lk in links)
+    known = [k for k in LINK_KINDS if k in present]
+    levels = [k for k in present if k not in LINK_KINDS]
+    return [*(k for k in known if k != "hbm"), *levels, *(["hbm"] if "hbm" in present else [])]
 
 
 def port_caps(hardware: Mapping[str, Any]) -> dict[tuple[str, bool], float]:
@@ -69,15 +83,17 @@ def link_classes(links: Sequence[LinkStats], duration_ns: float,
     """Per link kind: totals, the busiest link, achieved GB/s and utilisation.
 
     windows[kind] = (phase, ns): the span of the phase that moved that kind's bytes, so a
-    link busy only during send_data is not diluted by the rest of the op."""
+    link busy only during send_data is not diluted by the rest of the op; a kind not named
+    takes windows["fabric"] (a topology's level links)."""
     out: dict[str, dict[str, Any]] = {}
-    for kind in LINK_KINDS:
-        ls = [lk for lk in links if lk.kind == kind]
-        if not ls:
-            continue
+    by_kind: dict[str, list[LinkStats]] = {}
+    for lk in links:
+        by_kind.setdefault(lk.kind, []).append(lk)
+    for kind in kinds_of(links):
+        ls = by_kind[kind]
         top = max(ls, key=lambda lk: (lk.bytes / lk.bandwidth_gbps if lk.bandwidth_gbps > 0
                                       else 0.0, -lk.rank))
-        phase, window = windows.get(kind, (None, duration_ns))
+        phase, window = windows.get(kind, windows.get("fabric", (None, duration_ns)))
         total = sum(lk.bytes for lk in ls)
         need = top.bytes / top.bandwidth_gbps if top.bandwidth_gbps > 0 else 0.0
         out[kind] = {
