@@ -52,7 +52,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise
         _err("npusim: error: the simulator (npusim.sim) is not installed in this build")
         return EXIT_FAIL
+    from npusim.footprint import limit_bytes, too_big
+
     workers = _workers(args.workers) or default_workers()
+    limit, how = limit_bytes(args.memory)
+    problem = too_big(scenario, limit, how, workers)
+    if problem:  # before anything is allocated
+        _err(f"npusim: error: {problem}")
+        return EXIT_FAIL
     watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
     with blocked_list_in(out_dir), watching(watch):
         result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
@@ -407,6 +414,9 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     run.add_argument("--case-dir", metavar="CASE", help="CANN-sample case directory to use")
     run.add_argument("--trace", action="store_true",
                      help="record pipe-level activity and write DIR/trace.json (Chrome trace)")
+    run.add_argument("--memory", metavar="GIB|auto", default=None,
+                     help="memory a functional run may use: GiB (default 24) or auto (this "
+                     "machine's MemAvailable); a larger estimate stops before allocating")
     run.add_argument("--workers", default=None,
                      help="processes for this run: with 2, a dispatch_combine run simulates "
                      "combine alongside dispatch (same result; default 2 when 2 CPUs are free)")

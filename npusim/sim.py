@@ -6,6 +6,7 @@ kernels get a MoeTiling and named GM tensors, the report gets plain data.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import time
@@ -127,6 +128,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
                 run, dispatch_out = run_dispatch(m, t, inputs, limit_ns)
                 legs.append(Leg.of(m, run))
                 del m  # its window and tensors go; dispatch_out keeps the outputs
+                gc.collect()  # the machine is a reference cycle: free its UBs before combine's
                 continue
             leg = None
             if ahead is not None:
