@@ -46,8 +46,9 @@ class Footprint:
 
 def estimate(scenario: Scenario, workers: int = 2) -> Footprint:
     """Bytes the run will touch: base + cores + token-expert pairs + per rank. With
-    workers >= 2 a dispatch_combine run holds both ops' machines at once (two processes);
-    with 1, dispatch's outputs and combine's machine (or dispatch's machine, the larger)."""
+    workers >= 2 a dispatch_combine run holds both ops' machines at once (two processes,
+    the child with the reference dispatch's rows); with 1, dispatch's outputs and
+    combine's machine (or dispatch's machine, the larger)."""
     t = tiling_of(scenario)
     w, ops = scenario.workload, scenario.workload.ops
     world, cores = t.world, scenario.hardware.chip.aiv_cores
@@ -62,8 +63,10 @@ def estimate(scenario: Scenario, workers: int = 2) -> Footprint:
         combine = crec.slot_bytes  # the combine slot in the source token's window
         if not w.timing_only:
             combine += 2 * t.h  # combine's expand_x input row in the token dtype
-    if workers >= 2 or not dispatch or not combine:
+    if not dispatch or not combine:
         per_pair = dispatch + combine
+    elif workers >= 2:  # the forked combine also holds the reference dispatch's rows
+        per_pair = dispatch + kept + combine
     else:  # dispatch's machine is freed before combine's is built
         per_pair = max(dispatch, kept + combine)
     row = t.h * 2

@@ -15,7 +15,7 @@ class LinkStats:
     """Bytes and busy time of one shared resource (a die's egress, HBM, ...)."""
 
     name: str
-    kind: str  # "egress" | "ingress" | "d2d" | "hbm"
+    kind: str  # "egress" | "ingress" | "d2d" | "hbm", or a level's ("server.egress")
     rank: int
     bandwidth_gbps: float
     bytes: int = 0

@@ -35,7 +35,7 @@ class Sample:
     """A shared resource's used bandwidth (GB/s) from t_ns until its next sample."""
 
     resource: str
-    kind: str  # "egress" | "ingress" | "d2d" | "hbm"
+    kind: str  # "egress" | "ingress" | "d2d" | "hbm", or a level's ("server.egress")
     rank: int
     t_ns: float
     gbps: float
