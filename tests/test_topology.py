@@ -175,3 +175,13 @@ def test_the_flat_form_reports_its_old_hardware_dict():
         "dies_per_package", "egress_gbps", "ingress_gbps", "link_latency_ns", "d2d_gbps",
         "d2d_latency_ns")}
     assert dataclasses.asdict(hw.fabric)["levels"] == ()
+
+
+def test_the_shipped_w_sweep_spans_8_to_768_on_the_a3_timing_only():
+    from npusim.sweep import load_sweep
+
+    name, points = load_sweep(ROOT / "scenarios" / "sweeps" / "w_a3_bs8.yaml")
+    ws = [p.values["workload.ep_world_size"] for p in points]
+    assert ws[0] == 8 and ws[-1] == 768 and ws == sorted(ws)
+    assert all(p.doc["hardware"] == "atlas_a3" and p.doc["workload"]["timing_only"]
+               for p in points)
