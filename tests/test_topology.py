@@ -185,3 +185,16 @@ def test_the_shipped_w_sweep_spans_8_to_768_on_the_a3_timing_only():
     assert ws[0] == 8 and ws[-1] == 768 and ws == sorted(ws)
     assert all(p.doc["hardware"] == "atlas_a3" and p.doc["workload"]["timing_only"]
                for p in points)
+
+
+@pytest.mark.parametrize("uplink,rate", [(None, 24.94), (1000.0, 1000.0 / 201)])
+def test_a_non_blocking_uplink_never_limits_and_a_narrower_one_shares(uplink, rate):
+    """Rank 0 sends 200 puts out of its server, held to 0.98 GB/s each by its 196 GB/s
+    egress; rank 1's single put to a rank nobody else uses then gets its full port, 24.94:
+    the server's 3136 GB/s uplink (16 x 196) cannot be exceeded by its dies. Overridden to
+    1000 GB/s it is a shared link: 201 flows, 1000 / 201 each."""
+    overrides = {} if uplink is None else {"fabric.levels.supernode.uplink_gbps": uplink}
+    fab = Fabric(load_hardware("atlas_a3", overrides).fabric, 32)
+    puts = [(0, 16 + i % 15) for i in range(200)] + [(1, 31)]
+    ends = lone_and_shared_finish(fab, puts, 10_000, 24.94)
+    assert ends[-1] == pytest.approx(10_000 / rate)

@@ -12,8 +12,13 @@ the innermost level whose group holds both, and takes that level's links:
   the supernode through the same UB links they use inside the server).
 
 An outer level may add an uplink: one per group of the level inside it, out of and into
-the group, shared by all its dies (a server's links to the supernode's switches). The
-put's flight latency is the crossed level's. Resources exist only for the levels a world
+the group, shared by all its dies (a server's links to the supernode's switches). An
+uplink at least as wide as its dies' ports together (the A3's non-blocking supernode,
+16 x 196 GB/s) can never be the bottleneck: it counts the bytes that cross it (its link
+class) but imposes no level, so it neither costs a re-rating per event nor adds the
+per-resource max-min's conservatism; a narrower one (an override modelling an
+oversubscribed supernode) shares its bandwidth like any link. The put's flight latency
+is the crossed level's. Resources exist only for the levels a world
 of W ranks reaches, so a W 16 run on the A3 has no supernode links and a W 32 run has.
 
 A preset without levels (the flat form, the ascend950) is one switch level, every die
@@ -24,6 +29,7 @@ ingress, d2d). A put to the own rank never leaves the die.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from npusim.engine.flow import Resource
@@ -43,6 +49,16 @@ class Level:
     ingress_gbps: float = 0.0
     uplink_gbps: float | None = None
     prefix: str = ""
+
+
+class NonBlocking(Resource):
+    """A link whose bandwidth its flows can never exceed together (it is at least the sum
+    of the ports that feed it): bytes are counted, no level is imposed."""
+
+    __slots__ = ()
+
+    def _water_fill(self) -> float:
+        return math.inf
 
 
 def levels_of(cfg: FabricConfig, world: int) -> tuple[Level, ...]:
@@ -112,12 +128,25 @@ class Fabric:
         if lv.uplink_gbps is not None:
             groups = range(0, w, inner)
             up, down = lv.prefix + "uplink", lv.prefix + "downlink"
+            feed = self._ports_of(lv, inner)
+            kinds = [NonBlocking if lv.uplink_gbps >= total * (1 - 1e-12) else Resource
+                     for total in feed]
             self.uplink[lv.name] = (
-                [Resource(f"ranks{g}-{g + inner - 1}.{up}", up, g, lv.uplink_gbps)
+                [kinds[0](f"ranks{g}-{g + inner - 1}.{up}", up, g, lv.uplink_gbps)
                  for g in groups],
-                [Resource(f"ranks{g}-{g + inner - 1}.{down}", down, g, lv.uplink_gbps)
+                [kinds[1](f"ranks{g}-{g + inner - 1}.{down}", down, g, lv.uplink_gbps)
                  for g in groups])
             self._listed += self.uplink[lv.name][0] + self.uplink[lv.name][1]
+
+    def _ports_of(self, lv: Level, inner: int) -> tuple[float, float]:
+        """What one inner group's dies can send and receive at most at this level: their
+        egress and ingress together (a pair level's links: each die's links to the others
+        of its group, which lead nowhere outside it, so none)."""
+        ports = lv.name if lv.sharing == "die" else lv.sharing
+        if lv.sharing == "pair":
+            return (math.inf, math.inf)
+        egress = next(x for x in self.levels if x.name == ports)
+        return (inner * egress.egress_gbps, inner * egress.ingress_gbps)
 
     def level_of(self, src: int, dst: int) -> tuple[int, Level]:
         """The innermost level whose group holds both ranks (and the inner group size)."""
