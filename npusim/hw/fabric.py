@@ -131,11 +131,10 @@ class Fabric:
             feed = self._ports_of(lv, inner)
             kinds = [NonBlocking if lv.uplink_gbps >= total * (1 - 1e-12) else Resource
                      for total in feed]
+            span = {g: f"ranks{g}-{min(w, g + inner) - 1}" for g in groups}
             self.uplink[lv.name] = (
-                [kinds[0](f"ranks{g}-{g + inner - 1}.{up}", up, g, lv.uplink_gbps)
-                 for g in groups],
-                [kinds[1](f"ranks{g}-{g + inner - 1}.{down}", down, g, lv.uplink_gbps)
-                 for g in groups])
+                [kinds[0](f"{span[g]}.{up}", up, g, lv.uplink_gbps) for g in groups],
+                [kinds[1](f"{span[g]}.{down}", down, g, lv.uplink_gbps) for g in groups])
             self._listed += self.uplink[lv.name][0] + self.uplink[lv.name][1]
 
     def _ports_of(self, lv: Level, inner: int) -> tuple[float, float]:
