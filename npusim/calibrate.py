@@ -2,7 +2,10 @@
 `npusim calibrate`.
 
 A table is a CSV with one row per measured kernel call: the workload fields of a
-scenario (op is dispatch or combine), `measured_us`, and optional `source` / `label`.
+scenario (op runs one kernel of its family: dispatch or combine for cann_sample),
+`measured_us`, and optional `source` / `label` / `kernel` (the family, default
+cann_sample) and the family's options. A kernel's `variant` option (cann_sample: its
+quantisation) pairs rows into speed-ups: a row against its twin at the option's default.
 Rows are simulated in timing-only mode (no payload numerics; the timing is identical,
 see tests/test_timing_only.py) in parallel processes.
 """
@@ -20,12 +23,31 @@ from typing import Any
 import yaml
 
 from npusim.errors import InputError
+from npusim.kernels import registry
+from npusim.kernels.family import Family, Option
 from npusim.shipped import targets_dir
 
-WORKLOAD_FIELDS = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype",
-                   "dispatch_quant", "combine_quant")
+WORKLOAD_FIELDS = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype")
 INT_FIELDS = ("bs", "h", "k", "ep_world_size", "experts_per_rank")
-OPTIONAL = ("source", "label", "routing")
+OPTIONAL = ("source", "label", "routing", "kernel")
+
+
+def _family(w: dict[str, Any]) -> Family:
+    return registry.get(w.get("kernel", registry.DEFAULT))
+
+
+def option_columns() -> dict[str, Option]:
+    """Every built-in family's options, allowed as columns."""
+    return {o.name: o for n in registry.names() for o in registry.get(n).options}
+
+
+def variant_option(w: dict[str, Any]) -> Option | None:
+    """The option the row's kernel declares as its variant (None: it declares none)."""
+    fam = _family(w)
+    name = fam.kernel(fam.runs[w["op"]][0]).variant
+    return next((o for o in fam.options if o.name == name), None)
+
+
 TARGETS_DIR = targets_dir()  # package data (npusim._data.configs/targets)
 
 
@@ -44,8 +66,15 @@ class Measurement:
 
     @property
     def quant(self) -> str:
-        w = self.workload
-        return w["dispatch_quant"] if w["op"] == "dispatch" else w["combine_quant"]
+        """The row's variant (cann_sample: the op's quantisation), "-" if none."""
+        o = variant_option(self.workload)
+        return "-" if o is None else str(self.workload.get(o.name, o.default))
+
+    @property
+    def base_quant(self) -> str:
+        """The variant of the row's twin in a speed-up: the option's default."""
+        o = variant_option(self.workload)
+        return "-" if o is None else str(o.default)
 
     @property
     def name(self) -> str:
@@ -72,10 +101,11 @@ def read_table(path: str | Path) -> list[Measurement]:
     if missing:
         raise InputError(str(p), None, f"missing column(s) {', '.join(missing)}; needed: "
                          f"{', '.join((*WORKLOAD_FIELDS, 'measured_us'))}")
-    extra = [c for c in cols if c not in (*WORKLOAD_FIELDS, "measured_us", *OPTIONAL)]
+    options = option_columns()
+    known = (*WORKLOAD_FIELDS, "measured_us", *OPTIONAL, *options)
+    extra = [c for c in cols if c not in known]
     if extra:
-        raise InputError(str(p), extra[0], "unknown column; allowed: "
-                         f"{', '.join((*WORKLOAD_FIELDS, 'measured_us', *OPTIONAL))}")
+        raise InputError(str(p), extra[0], f"unknown column; allowed: {', '.join(known)}")
     rows = []
     for i, rec in enumerate(reader, start=2):
         where = f"row {i}"
@@ -90,8 +120,18 @@ def read_table(path: str | Path) -> list[Measurement]:
                                      ) from None
             else:
                 w[c] = v
-        if w["op"] not in ("dispatch", "combine"):
-            raise InputError(str(p), f"{where}.op", f"{w['op']!r}; allowed: dispatch, combine")
+        for c in (c for c in cols if c in options or c == "kernel"):
+            v = (rec.get(c) or "").strip()
+            if v:
+                w[c] = {"true": True, "false": False}.get(v, v) if c in options and \
+                    options[c].kind == "bool" else v
+        try:
+            fam = _family(w)
+        except registry.FamilyError as exc:
+            raise InputError(str(p), f"{where}.kernel", str(exc)) from None
+        single = [op for op, kernels in fam.runs.items() if len(kernels) == 1]
+        if w["op"] not in single:
+            raise InputError(str(p), f"{where}.op", f"{w['op']!r}; allowed: {', '.join(single)}")
         if rec.get("routing"):
             w["routing"] = {"kind": rec["routing"].strip(), "seed": 0}
         try:
@@ -173,11 +213,11 @@ def compare(rows: list[Measurement], simulated: list[float]) -> Comparison:
     """Rows side by side, plus the quantisation speed-ups: every quantised row whose
     unquantised twin (same fields, quant none) is in the table."""
     cmp = Comparison(rows, simulated)
-    index = {_key(m, "none"): i for i, m in enumerate(rows) if m.quant == "none"}
+    index = {_key(m, m.base_quant): i for i, m in enumerate(rows) if m.quant == m.base_quant}
     for i, m in enumerate(rows):
-        if m.quant == "none":
+        if m.quant == m.base_quant:
             continue
-        j = index.get(_key(m, "none"))
+        j = index.get(_key(m, m.base_quant))
         if j is None:
             continue
         cmp.speedups.append({
@@ -189,10 +229,14 @@ def compare(rows: list[Measurement], simulated: list[float]) -> Comparison:
 
 
 def _key(m: Measurement, quant: str) -> tuple:
+    """The row's fields with its variant set to `quant` and every other kernel's variant
+    blanked (a combine row's dispatch quantisation does not matter to it)."""
     w = dict(m.workload)
-    w["dispatch_quant" if m.op == "dispatch" else "combine_quant"] = quant
-    other = "combine_quant" if m.op == "dispatch" else "dispatch_quant"
-    w[other] = "-"
+    fam = _family(w)
+    own = variant_option(w)
+    for k in fam.ops:
+        if k.variant is not None:
+            w[k.variant] = quant if own is not None and k.variant == own.name else "-"
     return tuple(sorted((k, str(v)) for k, v in w.items()))
 
 

@@ -45,6 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     scenario = load_scenario_set(resolve(args.scenario), args.set, case_dir_override=args.case_dir)
     out_dir = _out_dir(args.out, scenario.name)
+    tensors = _tensors_dir(args.tensors)
     try:
         from npusim.sim import default_workers, simulate
     except ModuleNotFoundError as exc:
@@ -61,9 +62,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         _err(f"npusim: error: {problem}")
         return EXIT_FAIL
     watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
+    keep = {"keep_inputs": True} if tensors is not None else {}
     with blocked_list_in(out_dir), watching(watch):
         result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
-                          progress=watch.begin_op if watch else None)
+                          progress=watch.begin_op if watch else None, **keep)
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
     report = build_report(result)
@@ -76,7 +78,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         trace = write_text_atomic(out_dir / "trace.json", dumps_trace(build_trace(result)))
         print(f"trace: {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if args.tensors is not None:
+        from npusim.report.tensors import write_tensors
+
+        files = write_tensors(tensors, result)
+        print(f"tensors: {tensors} ({len(files)} .npy files: <op>/rank_<r>/in|out/<name>.npy)")
     return EXIT_OK
+
+
+def _tensors_dir(arg: str | None) -> Path | None:
+    if arg is None:
+        return None
+    if not arg or "\x00" in arg:
+        raise InputError("command line", "--tensors", "must be a directory path")
+    p = Path(arg)
+    if p.exists() and not p.is_dir():
+        raise InputError("command line", "--tensors", f"{p} exists and is not a directory")
+    return p
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
@@ -86,15 +104,18 @@ def cmd_lint(args: argparse.Namespace) -> int:
     status = EXIT_OK
     for path in args.scenarios:
         try:
-            sc = load_scenario_set(resolve(path), args.set, case_dir_override=args.case_dir)
+            sc = load_scenario_set(resolve(path), args.set, case_dir_override=args.case_dir,
+                                   import_kernels=False)
         except InputError as exc:
             _err(f"npusim: error: {_one_line(str(exc))}")
             status = EXIT_INPUT
             continue
         w = sc.workload
+        unchecked = "" if w.family is not None else \
+            "; its own options and window fit are checked when it runs (not imported)"
         print(
-            f"ok  {path}  ({w.op}, W={w.ep_world_size}, BS={w.bs}, H={w.h}, K={w.k}, "
-            f"L={w.experts_per_rank}, on {sc.hardware.name})"
+            f"ok  {path}  ({w.kernel} {w.op}, W={w.ep_world_size}, BS={w.bs}, H={w.h}, "
+            f"K={w.k}, L={w.experts_per_rank}, on {sc.hardware.name}{unchecked})"
         )
     return status
 
@@ -417,6 +438,9 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     run.add_argument("--memory", metavar="GIB|auto", default=None,
                      help="memory a functional run may use: GiB (default 24) or auto (this "
                      "machine's MemAvailable); a larger estimate stops before allocating")
+    run.add_argument("--tensors", metavar="DIR",
+                     help="write every op's GM inputs and outputs as DIR/<op>/rank_<r>/"
+                     "in|out/<name>.npy")
     run.add_argument("--workers", default=None,
                      help="processes for this run: with 2, a dispatch_combine run simulates "
                      "combine alongside dispatch (same result; default 2 when 2 CPUs are free)")

@@ -83,7 +83,8 @@ def _related(error_key: str | None, key: str) -> bool:
 
 
 def load_scenario_set(path: str | Path, items: Sequence[str],
-                      case_dir_override: str | Path | None = None) -> Any:
+                      case_dir_override: str | Path | None = None,
+                      import_kernels: bool = True) -> Any:
     """The scenario file with the `--set` items applied, validated as one document."""
     from npusim.scenario import read_scenario_file, scenario_from_doc
 
@@ -97,7 +98,7 @@ def load_scenario_set(path: str | Path, items: Sequence[str],
                              f"names no scenario key: a part of it is not a mapping in {src}"
                              ) from None
     try:
-        return scenario_from_doc(doc, src, base, case_dir_override)
+        return scenario_from_doc(doc, src, base, case_dir_override, import_kernels)
     except InputError as exc:
         if exc.source != src or not sets:
             raise

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from npusim.kernels.layout import combine_record_layout
+from npusim.kernels.cann_sample.layout import combine_record_layout
 from npusim.scenario import Scenario
 from npusim.sim import tiling_of
 

@@ -39,7 +39,7 @@ class TransferStat:
 
 @dataclass
 class OpRun:
-    """One kernel call (dispatch or combine) on every rank."""
+    """One kernel call (one kernel of the scenario's family) on every rank."""
 
     op: str
     start_ns: float
@@ -54,6 +54,9 @@ class OpRun:
     core_bytes_put: list[list[int]] = field(default_factory=list)  # [rank][core], remote puts
     core_transfers: list[list[list[TransferStat]]] = field(default_factory=list)  # [rank][core]
     core_end_ns: list[list[float]] = field(default_factory=list)  # [rank][core], pipes drained
+    phase_order: tuple[str, ...] = ()  # the kernel's phases as its family declares them
+    core_kind: str = "aiv"  # the kind of core it ran on (npusim.hw.cores)
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # per rank, if kept
 
 
 @dataclass

@@ -21,17 +21,15 @@ import yaml
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
-from npusim.kernels import layout
+from npusim.kernels import registry
+from npusim.kernels.family import Family, Misfit, Option
+from npusim.kernels.shape import MoeShape
 from npusim.suggest import did_you_mean
 from npusim.workload.routing import LOGNORMAL_SIGMA
 from npusim.workload.routing import ROUTING_KINDS as DRAWN_KINDS
 from npusim.workload.routing_file import read_routing_file
 
-OPS = ("dispatch", "combine", "dispatch_combine")
 DTYPES = ("float16", "bfloat16")
-DISPATCH_QUANTS = ("none", "int8", "mxfp8")
-COMBINE_QUANTS = ("none", "int8")
-TOKEN_NUMS_TYPES = ("count", "cumsum")
 ROUTING_KINDS = DRAWN_KINDS + ("file",)
 
 # Kernel limits (ops-transformer MoeDistributeDispatchV3 / CombineV3 docs, seeds/002).
@@ -46,23 +44,11 @@ SEED_RANGE = (0, 2**32 - 1)
 ZIPF_DEFAULT_S = 1.2
 SIGMA_MAX = 10.0  # the hottest of 1024 experts outweighs the median by e^32: one expert
 
-# The CANN sample's window layout (reference/kernels.md): 1 GiB per rank, two dispatch
-# data states of 512 MiB (double buffering), the status region from 1022 MiB on.
-MIB = 1 << 20
-WINDOW_LAYOUT_BYTES = 1024 * MIB
-STATE_BYTES = 512 * MIB
-STATUS_OFFSET = 1022 * MIB
-# State 1 starts at 512 MiB and must end before the status region.
-STATE_LIMIT_BYTES = min(STATE_BYTES, STATUS_OFFSET - STATE_BYTES)
-
 WORKLOAD_REQUIRED = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank")
+# Generic keys every family reads; a family's own options come from its declaration.
 WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "kernel": registry.DEFAULT,
     "dtype": "float16",
-    "dispatch_quant": "none",
-    "combine_quant": "none",
-    "mxfp8_saturate": False,
-    "combine_recip": True,
-    "expert_token_nums_type": "count",
     "shared_experts": 0,
     "shared_expert_ranks": 0,
     "timing_only": False,
@@ -101,6 +87,9 @@ class Routing:
 
 @dataclass(frozen=True)
 class Workload:
+    """The generic MoE workload plus the kernel family and its validated options
+    (readable as attributes too: ``w.dispatch_quant``)."""
+
     op: str
     bs: int
     h: int
@@ -108,15 +97,25 @@ class Workload:
     ep_world_size: int
     experts_per_rank: int
     dtype: str = "float16"
-    dispatch_quant: str = "none"
-    combine_quant: str = "none"
-    mxfp8_saturate: bool = False
-    combine_recip: bool = True
-    expert_token_nums_type: str = "count"
     shared_experts: int = 0
     timing_only: bool = False
     routing: Routing = field(default_factory=Routing)
     shared_expert_ranks: int = 0
+    kernel: str = registry.DEFAULT  # as written: a built-in name, a .py path or module:attr
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # None only when `npusim lint` checked a user family without importing it
+    family: Family | None = field(default=None, compare=False, repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        options = self.__dict__.get("options")
+        if options is not None and name in options:
+            return options[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def shape(self) -> MoeShape:
+        return MoeShape(self.ep_world_size, self.bs, self.h, self.k, self.experts_per_rank,
+                        self.shared_experts, self.shared_expert_ranks, self.dtype)
 
     @property
     def num_experts(self) -> int:
@@ -126,7 +125,7 @@ class Workload:
     @property
     def ops(self) -> tuple[str, ...]:
         """Kernel calls in run order."""
-        return ("dispatch", "combine") if self.op == "dispatch_combine" else (self.op,)
+        return tuple(self.family.runs[self.op]) if self.family is not None else (self.op,)
 
     @property
     def max_recv_rows(self) -> int:
@@ -134,7 +133,9 @@ class Workload:
         return self.bs * self.ep_world_size * min(self.k, self.experts_per_rank)
 
     def to_dict(self) -> dict[str, Any]:
+        """Generic keys, then the family's options in declaration order."""
         return {
+            "kernel": self.kernel,
             "op": self.op,
             "bs": self.bs,
             "h": self.h,
@@ -143,11 +144,7 @@ class Workload:
             "experts_per_rank": self.experts_per_rank,
             "num_experts": self.num_experts,
             "dtype": self.dtype,
-            "dispatch_quant": self.dispatch_quant,
-            "combine_quant": self.combine_quant,
-            "mxfp8_saturate": self.mxfp8_saturate,
-            "combine_recip": self.combine_recip,
-            "expert_token_nums_type": self.expert_token_nums_type,
+            **self.options,
             "shared_experts": self.shared_experts,
             "shared_expert_ranks": self.shared_expert_ranks,
             "timing_only": self.timing_only,
@@ -192,37 +189,6 @@ class Scenario:
             "data": {"case_dir": str(self.data.case_dir) if self.data.case_dir else None},
             "run": {"sim_time_limit_us": self.run.sim_time_limit_us},
         }
-
-
-# ----------------------------------------------------------------------------- window fit
-
-
-def window_data_bytes(w: Workload) -> int:
-    """Bytes one data state needs: combine receive area + (if dispatching) the grid.
-
-    recv = BS*(K+S)*Align512(2H) (S shared-expert slots) and grid = W*L*BS*slot_bytes, as
-    in the sample (reference/kernels.md); a shared rank's grid (W blocks) is smaller.
-    """
-    d_slot = layout.dispatch_record_layout(w.h, w.dispatch_quant, w.dtype).slot_bytes
-    c_slot = layout.combine_record_layout(w.h, w.combine_quant, w.dtype).slot_bytes
-    recv = w.bs * (w.k + w.shared_experts) * c_slot
-    grid = w.ep_world_size * w.experts_per_rank * w.bs * d_slot if "dispatch" in w.ops else 0
-    return recv + grid
-
-
-def _layout_problem(w: Workload, hw: HardwareConfig) -> str | None:
-    """The kernels' own region check of the window layout (overlaps, window end)."""
-    lay = layout.WindowLayout(
-        W=w.ep_world_size, BS=w.bs, H=w.h, K=w.k, L=w.experts_per_rank,
-        quant=w.dispatch_quant, dtype=w.dtype, cores=hw.chip.aiv_cores,
-        window_bytes=hw.window.bytes, shared_experts=w.shared_experts,
-        shared_ranks=w.shared_expert_ranks,
-    )
-    try:
-        lay.validate()
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 # ----------------------------------------------------------------------------- primitives
@@ -404,9 +370,66 @@ def _routing_file(src: str, w: Workload, base: Path) -> Workload:
     return replace(w, routing=replace(r, sha256=got.sha256, ids=got.ids))
 
 
-def _workload(src: str, raw: Any) -> Workload:
+def _family(src: str, raw: Any, base: Path, import_kernels: bool) -> Family | None:
+    """The family workload.kernel names; None for a user's file or module when lint
+    checks the scenario without importing it (the file must still exist)."""
+    ref = raw.get("kernel", registry.DEFAULT) if isinstance(raw, dict) else registry.DEFAULT
+    ref = _str(src, "workload.kernel", ref)
+    try:
+        if not import_kernels and ref not in registry.BUILTIN:
+            if registry.is_file_ref(ref):
+                registry.resolve_file(ref, base)
+            elif not registry.is_module_ref(ref):
+                registry.get(ref)  # the unknown-family error
+            return None
+        return registry.get(ref, base)
+    except registry.FamilyError as exc:
+        raise InputError(src, "workload.kernel", str(exc)) from None
+
+
+def _other_family_option(src: str, raw: Any, fam: Family | None, allowed: tuple[str, ...]
+                         ) -> None:
+    """A key that is an option of another family: say whose, and list the families."""
+    if fam is None or not isinstance(raw, dict):
+        return
+    for name in raw:
+        if isinstance(name, str) and name not in allowed:
+            owners = [o for o in registry.options_owner(name) if o != fam.name]
+            if owners:
+                raise InputError(
+                    src, f"workload.{name}",
+                    f"an option of kernel family {', '.join(owners)}, not of {fam.name} "
+                    f"(workload.kernel); did you mean workload.kernel: {owners[0]}? "
+                    f"families: {', '.join(registry.names())}")
+
+
+def _options(src: str, fam: Family | None, doc: dict[str, Any]) -> dict[str, Any]:
+    """The family's options, each validated by its declared type and range."""
+    if fam is None:  # lint without importing: kept as written, checked at run time
+        return {k: v for k, v in doc.items()
+                if k not in WORKLOAD_REQUIRED and k not in WORKLOAD_DEFAULTS}
+    return {o.name: _option(src, o, doc.get(o.name, o.default)) for o in fam.options}
+
+
+def _option(src: str, o: Option, raw: Any) -> Any:
+    key = f"workload.{o.name}"
+    if o.kind == "choice":
+        return _choice(src, key, raw, o.choices)
+    if o.kind == "bool":
+        return _bool(src, key, raw)
+    if o.kind == "int":
+        return _int(src, key, raw, int(o.lo or 0), None if o.hi is None else int(o.hi))
+    return _float(src, key, raw, float(o.lo or 0.0), float(o.hi or 0.0), lo_open=False)
+
+
+def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Workload:
     key = "workload"
-    allowed = WORKLOAD_REQUIRED + tuple(WORKLOAD_DEFAULTS)
+    fam = _family(src, raw, base, import_kernels)
+    own = tuple(o.name for o in fam.options) if fam is not None else ()
+    allowed = WORKLOAD_REQUIRED + tuple(WORKLOAD_DEFAULTS) + own
+    _other_family_option(src, raw, fam, allowed)
+    if fam is None and isinstance(raw, dict):  # a user family's options: unknown here
+        allowed += tuple(k for k in raw if isinstance(k, str))
     doc = _section(src, key, raw, allowed, WORKLOAD_REQUIRED)
 
     def get(name: str) -> Any:
@@ -415,7 +438,8 @@ def _workload(src: str, raw: Any) -> Workload:
     def k_(name: str) -> str:
         return f"{key}.{name}"
 
-    op = _choice(src, k_("op"), doc["op"], OPS)
+    op = _choice(src, k_("op"), doc["op"], tuple(fam.runs) if fam is not None
+                 else (doc["op"],) if isinstance(doc["op"], str) else ())
     bs = _int(src, k_("bs"), doc["bs"], *BS_RANGE, why="kernel limit")
     h = _int(src, k_("h"), doc["h"], *H_RANGE, why="kernel limit")
     if h % H_MULTIPLE:
@@ -467,17 +491,13 @@ def _workload(src: str, raw: Any) -> Workload:
         ep_world_size=w,
         experts_per_rank=l_,
         dtype=_choice(src, k_("dtype"), get("dtype"), DTYPES),
-        dispatch_quant=_choice(src, k_("dispatch_quant"), get("dispatch_quant"), DISPATCH_QUANTS),
-        combine_quant=_choice(src, k_("combine_quant"), get("combine_quant"), COMBINE_QUANTS),
-        mxfp8_saturate=_bool(src, k_("mxfp8_saturate"), get("mxfp8_saturate")),
-        combine_recip=_bool(src, k_("combine_recip"), get("combine_recip")),
-        expert_token_nums_type=_choice(
-            src, k_("expert_token_nums_type"), get("expert_token_nums_type"), TOKEN_NUMS_TYPES
-        ),
         shared_experts=shared,
         timing_only=_bool(src, k_("timing_only"), get("timing_only")),
         routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
         shared_expert_ranks=shared_ranks,
+        kernel=get("kernel"),
+        options=_options(src, fam, doc),
+        family=fam,
     )
 
 
@@ -590,104 +610,16 @@ def _case_dir(
     return (p if p.is_absolute() else base / p).resolve(), src, "data.case_dir"
 
 
-def _check_case_dir(src: str, key: str, path: Path, w: Workload) -> None:
-    """Cheap shape checks so a wrong case directory fails before the run starts."""
-    try:
-        if not path.is_dir():
-            raise InputError(src, key, f"{path} is not a directory")
-        inp = path / "input"
-        if not inp.is_dir():
-            raise InputError(
-                src,
-                key,
-                f"{path} has no input/ folder; expected input/chip_<r>/ per rank "
-                "as written by the CANN sample's gen_data.py",
-            )
-        chips = [d for d in inp.iterdir() if d.is_dir() and re.fullmatch(r"chip_\d+", d.name)]
-        if len(chips) != w.ep_world_size:
-            raise InputError(
-                src,
-                key,
-                f"{path} has {len(chips)} input/chip_* folders but "
-                f"workload.ep_world_size is {w.ep_world_size}; they must match",
-            )
-        tb = 2  # float16 / bfloat16
-        expect: dict[str, tuple[int | None, str]] = {
-            "expert_ids": (w.bs * w.k * 4, "[BS, K] int32")
-        }
-        if "dispatch" in w.ops:
-            expect["x"] = (w.bs * w.h * tb, f"[BS, H] {w.dtype}")
-        if "combine" in w.ops:
-            expect["expert_scales"] = (w.bs * w.k * 4, "[BS, K] float32")
-            expect["expand_x"] = (None, f"[A, H] {w.dtype}")
-        for r in range(w.ep_world_size):
-            for stem, (size, shape) in expect.items():
-                f = inp / f"chip_{r}" / f"{stem}_{r}.bin"
-                if not f.is_file():
-                    raise InputError(src, key, f"missing {f.relative_to(path)} ({shape})")
-                actual = f.stat().st_size
-                if size is not None and actual != size:
-                    raise InputError(
-                        src,
-                        key,
-                        f"{f.relative_to(path)} has {actual} bytes; the workload "
-                        f"(bs={w.bs}, h={w.h}, k={w.k}) needs {size} bytes ({shape})",
-                    )
-    except OSError as exc:
-        raise InputError(src, key, f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _check_window(src: str, w: Workload, hw: HardwareConfig, overrides: Mapping[str, Any]) -> None:
-    if hw.window.bytes < WINDOW_LAYOUT_BYTES:
-        key = "hardware_overrides.window.bytes" if "window.bytes" in overrides else "hardware"
-        raise InputError(
-            src,
-            key,
-            f"window of {hw.window.bytes} bytes is smaller than the sample's layout "
-            f"({WINDOW_LAYOUT_BYTES} bytes: two 512 MiB data states, status at 1022 MiB)",
-        )
-    need = window_data_bytes(w)
-    if need <= STATE_LIMIT_BYTES:
-        problem = _layout_problem(w, hw) if "dispatch" in w.ops else None
-        if problem:
-            raise InputError(src, "workload.bs", f"window layout does not fit: {problem}")
+def _misfit(src: str, m: Misfit | None, overrides: Mapping[str, Any]) -> None:
+    """A family's misfit as an InputError: a hardware key is reported on its override if
+    the scenario overrides it, else on `hardware`."""
+    if m is None:
         return
-    max_bs = STATE_LIMIT_BYTES // (need // w.bs)  # need is linear in bs
-    allowed = (
-        f"bs <= {max_bs} with these h, k, experts and quantisation"
-        if max_bs >= 1
-        else "no bs fits; reduce h, k, ep_world_size or experts_per_rank"
-    )
-    raise InputError(
-        src,
-        "workload.bs",
-        f"window too small: one data state needs {need / MIB:.1f} MiB (combine receive area "
-        f"BS*(K+S)*Align512(2H) + dispatch grid E*BS*slot_bytes) but holds "
-        f"{STATE_LIMIT_BYTES / MIB:.0f} MiB; allowed: {allowed}",
-    )
-
-
-def _check_cores(src: str, w: Workload, hw: HardwareConfig, overrides: dict[str, Any]
-                 ) -> None:
-    """The sample's dispatch needs a cum-sum core and an all-to-all core; the shared-send
-    cores (V2: max(1, C*S // (K+S))) must leave both."""
-    cores = hw.chip.aiv_cores
-    if cores < 2:
-        key = ("hardware_overrides.chip.aiv_cores" if "chip.aiv_cores" in overrides
-               else "hardware")
-        raise InputError(
-            src, key,
-            f"chip.aiv_cores {cores}: the kernels need at least 2 AIV cores (a cum-sum core "
-            "and an all-to-all core); allowed: 2 or more")
-    if not w.shared_experts:
-        return
-    n_sh = layout.shared_send_core_count(cores, w.k, w.shared_experts)
-    if cores - n_sh < 2:
-        raise InputError(
-            src, "workload.shared_experts",
-            f"{w.shared_experts} shared experts with k={w.k} take {n_sh} of the {cores} AIV "
-            "cores (max(1, C*S // (K+S))), leaving fewer than the 2 that MoE sends and counts "
-            "need; allowed: fewer shared experts or more chip.aiv_cores")
+    key = m.key
+    if key.startswith("hardware."):
+        hw_key = key[len("hardware."):]
+        key = f"hardware_overrides.{hw_key}" if hw_key in overrides else "hardware"
+    raise InputError(src, key, m.message)
 
 
 def _check_topology(src: str, w: Workload, hw: HardwareConfig) -> None:
@@ -705,9 +637,12 @@ def _check_topology(src: str, w: Workload, hw: HardwareConfig) -> None:
 # ----------------------------------------------------------------------------- entry point
 
 
-def load_scenario(path: str | Path, case_dir_override: str | Path | None = None) -> Scenario:
-    """Read and validate a scenario file; raises InputError naming file and dotted key."""
-    return scenario_from_doc(*read_scenario_file(path), case_dir_override)
+def load_scenario(path: str | Path, case_dir_override: str | Path | None = None,
+                  import_kernels: bool = True) -> Scenario:
+    """Read and validate a scenario file; raises InputError naming file and dotted key.
+    import_kernels=False (`npusim lint`) does not import a user's kernel file or module:
+    its options and fit are then not checked."""
+    return scenario_from_doc(*read_scenario_file(path), case_dir_override, import_kernels)
 
 
 def read_scenario_file(path: str | Path) -> tuple[dict[str, Any], str, Path]:
@@ -720,7 +655,8 @@ def read_scenario_file(path: str | Path) -> tuple[dict[str, Any], str, Path]:
 
 
 def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
-                      case_dir_override: str | Path | None = None) -> Scenario:
+                      case_dir_override: str | Path | None = None,
+                      import_kernels: bool = True) -> Scenario:
     """Validate a scenario given as a mapping (from a file, a CSV row or a sweep point);
     `src` names it in errors and relative paths resolve against `base`."""
     _section(src, "", doc, TOP_KEYS, ("name", "workload"))
@@ -738,37 +674,28 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
         "" if description is None else _str(src, "description", description, empty_ok=True)
     )
 
-    workload = _workload(src, doc["workload"])
+    workload = _workload(src, doc["workload"], base, import_kernels)
+    fam = workload.family
     workload = _routing_file(src, workload, base)
     run = _run(src, doc.get("run"))
     case_dir, case_src, case_key = _case_dir(src, doc.get("data"), base, case_dir_override)
-    if case_dir is not None:
-        if workload.shared_experts:
-            raise InputError(
-                case_src,
-                case_key,
-                "the CANN sample's case directories have no shared experts; allowed only "
-                "with workload.shared_experts: 0",
-            )
-        if workload.timing_only:
-            raise InputError(
-                case_src,
-                case_key,
-                "a case directory needs real payload bytes; "
-                "allowed only with workload.timing_only: false",
-            )
-        if workload.routing.kind == "file":
-            raise InputError(case_src, case_key, "the case directory's expert_ids and "
-                             "workload.routing.path would both give the routing; allowed "
-                             "only without routing.kind: file")
-        _check_case_dir(case_src, case_key, case_dir, workload)
+    if case_dir is not None and fam is not None:
+        problem = fam.case_misfit(case_dir, workload.shape, workload.options, workload.op,
+                                  workload.timing_only)
+        if problem:
+            raise InputError(case_src, case_key, problem)
+    if case_dir is not None and workload.routing.kind == "file":
+        raise InputError(case_src, case_key, "the case directory's expert_ids and "
+                         "workload.routing.path would both give the routing; allowed "
+                         "only without routing.kind: file")
 
     ref = doc.get("hardware", DEFAULT_HARDWARE)
     ref = _str(src, "hardware", ref)
     overrides = _flatten_overrides(src, doc.get("hardware_overrides"))
     hardware = _hardware(src, ref, overrides, base)
-    _check_window(src, workload, hardware, overrides)
-    _check_cores(src, workload, hardware, overrides)
+    if fam is not None:
+        _misfit(src, fam.misfit(workload.shape, workload.options, hardware, workload.op),
+                overrides)
     _check_topology(src, workload, hardware)
 
     return Scenario(

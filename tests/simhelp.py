@@ -10,10 +10,15 @@ import numpy as np
 import yaml
 
 from npusim import sim
-from npusim.reference import dispatch_plan, reference_combine, reference_dispatch
+from npusim.kernels.cann_sample.family import DISPATCH_OUTPUTS
+from npusim.kernels.cann_sample.reference import (
+    dispatch_plan,
+    reference_combine,
+    reference_dispatch,
+)
 from npusim.result import RunResult
 from npusim.scenario import Scenario, load_scenario
-from npusim.sim import DISPATCH_OUTPUTS, simulate
+from npusim.sim import simulate
 from npusim.workload.inputs import RunInputs, generate_inputs
 
 
@@ -44,7 +49,7 @@ def run(tmp: Path, **kw: Any) -> tuple[Scenario, RunResult]:
 
 
 # --------------------------------------------------------------------------- inputs, references
-# Expected values come from npusim.reference (plain numpy, no runtime) fed with the same inputs
+# Expected values come from cann_sample.reference (plain numpy, no runtime) fed with the same inputs
 # the simulator reads; nothing here looks at simulator outputs.
 
 
@@ -71,12 +76,9 @@ def case_id(**w: Any) -> str:
 def workload_inputs(sc: Scenario) -> RunInputs:
     """The inputs a seeded scenario describes (generate_inputs from the workload fields)."""
     w = sc.workload
-    return generate_inputs(w.ep_world_size, w.bs, w.h, w.k, w.experts_per_rank, w.dtype,
-                           routing=w.routing.kind, seed=w.routing.seed,
+    return generate_inputs(w.shape, routing=w.routing.kind, seed=w.routing.seed,
                            zipf_s=w.routing.s if w.routing.s is not None else 1.2,
-                           with_combine="combine" in w.ops, shared_experts=w.shared_experts,
-                           shared_expert_ranks=w.shared_expert_ranks,
-                           **sim.routing_args(w.routing))
+                           with_combine="combine" in w.ops, **sim.routing_args(w.routing))
 
 
 def simulate_with(sc: Scenario, inputs: list[dict[str, np.ndarray]]) -> RunResult:
@@ -109,10 +111,8 @@ def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
     else:
         assist = [d["assist_info_for_combine"] for d in disp]
         recv = [d["ep_recv_count"] for d in disp]
-    return reference_combine(expand_x, assist, recv, ids, scales, w.bs, w.h, w.k,
-                             w.experts_per_rank, quant=w.combine_quant, dtype=w.dtype,
-                             recip=recip, shared_experts=w.shared_experts,
-                             shared_expert_ranks=w.shared_expert_ranks)
+    return reference_combine(expand_x, assist, recv, ids, scales, w.shape,
+                             quant=w.combine_quant, recip=recip)
 
 
 def check_dispatch_outputs(outputs: list[dict[str, np.ndarray]],

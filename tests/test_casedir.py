@@ -8,27 +8,32 @@ import numpy as np
 import pytest
 
 from npusim.errors import InputError
-from npusim.reference import expert_outputs_from_dispatch, reference_combine, reference_dispatch
-from npusim.workload.casedir import (
+from npusim.kernels.cann_sample.casedir import (
     chip_file,
     compare_with_golden,
     generate_case,
     read_case_inputs,
     write_outputs,
 )
+from npusim.kernels.cann_sample.reference import (
+    expert_outputs_from_dispatch,
+    reference_combine,
+    reference_dispatch,
+)
+from npusim.kernels.shape import MoeShape
 
 W, BS, H, K, L = 2, 4, 64, 2, 2
 
 
 @pytest.fixture()
 def case(tmp_path: Path) -> Path:
-    generate_case(tmp_path, W, BS, H, K, L, "float16", "mxfp8", "int8", seed=1)
+    generate_case(tmp_path, MoeShape(W, BS, H, K, L), "mxfp8", "int8", seed=1)
     return tmp_path
 
 
 def _run_reference(case: Path) -> list[dict[str, np.ndarray]]:
     """What a correct simulator would write: full-size buffers from the case inputs."""
-    ins = read_case_inputs(case, W, BS, H, K, L, "float16", "dispatch_combine")
+    ins = read_case_inputs(case, MoeShape(W, BS, H, K, L), "dispatch_combine")
     disp = reference_dispatch([d["x"] for d in ins], [d["expert_ids"] for d in ins], L, "mxfp8")
     x = reference_combine(
         [d["expand_x"] for d in ins],
@@ -36,12 +41,8 @@ def _run_reference(case: Path) -> list[dict[str, np.ndarray]]:
         [d["ep_recv_count"] for d in disp],
         [d["expert_ids"] for d in ins],
         [d["expert_scales"] for d in ins],
-        BS,
-        H,
-        K,
-        L,
+        MoeShape(W, BS, H, K, L),
         quant="int8",
-        dtype="float16",
     )
     return [dict(disp[r], x=x[r]) for r in range(W)]
 
@@ -70,10 +71,10 @@ def test_generated_files_and_sizes(case: Path):
 
 
 def test_read_inputs(case: Path):
-    ins = read_case_inputs(case, W, BS, H, K, L, "float16", "combine")
+    ins = read_case_inputs(case, MoeShape(W, BS, H, K, L), "combine")
     assert set(ins[1]) == {"expert_ids", "expand_x", "expert_scales"}
     assert ins[1]["expand_x"].shape == (16, 64) and ins[1]["expand_x"].dtype == np.float16
-    d = read_case_inputs(case, W, BS, H, K, L, "float16", "dispatch")
+    d = read_case_inputs(case, MoeShape(W, BS, H, K, L), "dispatch")
     assert set(d[0]) == {"x", "expert_ids"} and d[0]["x"].shape == (BS, H)
 
 
@@ -101,7 +102,7 @@ def test_outputs_pass_and_fail_the_sample_check(case: Path):
 
 
 def test_dispatch_combine_chain_through_a_case(case: Path):
-    ins = read_case_inputs(case, W, BS, H, K, L, "float16", "dispatch")
+    ins = read_case_inputs(case, MoeShape(W, BS, H, K, L), "dispatch")
     disp = reference_dispatch([d["x"] for d in ins], [d["expert_ids"] for d in ins], L, "mxfp8")
     ex = expert_outputs_from_dispatch(disp[0], "mxfp8", H, "float16")
     assert ex.shape == (BS * W * min(K, L), H) and ex.dtype == np.float16
@@ -109,26 +110,27 @@ def test_dispatch_combine_chain_through_a_case(case: Path):
 
 def test_errors_name_the_file(case: Path):
     with pytest.raises(InputError, match="found 2 chip_\\* directories but the run has W=4"):
-        read_case_inputs(case, 4, BS, H, K, L, "float16", "dispatch")
+        read_case_inputs(case, MoeShape(4, BS, H, K, L), "dispatch")
     p = chip_file(case, "input", 1, "x")
     p.write_bytes(p.read_bytes()[:-2])
     with pytest.raises(InputError) as e:
-        read_case_inputs(case, W, BS, H, K, L, "float16", "dispatch")
+        read_case_inputs(case, MoeShape(W, BS, H, K, L), "dispatch")
     assert e.value.source == str(p)
     assert "expected 512 bytes for shape [4, 64] of float16, found 510 bytes" in str(e.value)
     p.unlink()
     with pytest.raises(InputError, match="file not found"):
-        read_case_inputs(case, W, BS, H, K, L, "float16", "dispatch")
+        read_case_inputs(case, MoeShape(W, BS, H, K, L), "dispatch")
     ids_path = chip_file(case, "input", 0, "expert_ids")
     ids = np.fromfile(ids_path, np.int32)
     ids[3] = 4
     ids.tofile(ids_path)
     with pytest.raises(InputError, match="expert id 4 at token 1, k 1 is outside \\[0, 4\\)"):
-        read_case_inputs(case, W, BS, H, K, L, "float16", "combine")
+        read_case_inputs(case, MoeShape(W, BS, H, K, L), "combine")
 
 
 def test_generate_bf16_unquantised(tmp_path: Path):
-    generate_case(tmp_path, 2, 3, 40, 2, 1, "bfloat16", "none", "int8", seed=2, routing="uniform")
+    generate_case(tmp_path, MoeShape(2, 3, 40, 2, 1, dtype="bfloat16"), "none", "int8", seed=2,
+                  routing="uniform")
     assert not chip_file(tmp_path, "golden", 0, "dynamic_scales").exists()
     n = int(np.fromfile(chip_file(tmp_path, "golden", 0, "ep_recv_count"), np.int32)[-1])
     assert chip_file(tmp_path, "golden", 0, "expand_x").stat().st_size == n * 40 * 2

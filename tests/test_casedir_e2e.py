@@ -1,7 +1,7 @@
 """End to end through the command a user runs: a CANN-sample case directory in, the sample's
 byte-for-byte golden check passing on what `npusim run --case-dir` writes.
 
-The goldens come from generate_case (npusim.reference, the golden's arithmetic: combine INT8
+The goldens come from generate_case (cann_sample.reference, the golden's arithmetic: combine INT8
 divides by 127), the outputs from the simulated kernels (which multiply by fp32(1/127)); for
 fp16 tokens every byte must still match. Broken case directories exit 2 with one line on
 stderr naming the offending file, no traceback and nothing written.
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import yaml
 
-from npusim.workload.casedir import chip_file, compare_with_golden, generate_case
+from npusim.kernels.cann_sample.casedir import chip_file, compare_with_golden, generate_case
+from npusim.kernels.shape import MoeShape
 
 ROOT = Path(__file__).resolve().parents[1]
 NPUSIM = Path(sys.executable).with_name("npusim")  # the console script of this environment
@@ -55,7 +56,7 @@ def _npusim(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _generate(case: Path, c: dict) -> None:
-    generate_case(case, c["W"], c["BS"], c["H"], c["K"], c["L"], dtype=c["dtype"],
+    generate_case(case, MoeShape(c["W"], c["BS"], c["H"], c["K"], c["L"], dtype=c["dtype"]),
                   dispatch_quant=c["dispatch_quant"], combine_quant=c["combine_quant"],
                   seed=c["seed"], routing=c["routing"])
 

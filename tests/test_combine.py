@@ -32,7 +32,7 @@ from simhelp import (
     workload_inputs,
 )
 
-from npusim.reference import expert_outputs_from_dispatch, reference_dispatch
+from npusim.kernels.cann_sample.reference import expert_outputs_from_dispatch, reference_dispatch
 
 BF = "bfloat16"
 ZIPF3 = {"kind": "zipf", "seed": 0, "s": 3.0}

@@ -1,7 +1,7 @@
 """The simulated dispatch kernel is bit-exact with the numpy reference.
 
 Every output of every rank (expand_x, dynamic_scales, assist_info_for_combine,
-expert_token_nums, ep_recv_count) must equal npusim.reference.reference_dispatch byte for
+expert_token_nums, ep_recv_count) must equal cann_sample.reference.reference_dispatch byte for
 byte, with the same shape and dtype, full [A, ...] buffers included (rows past the received
 count are zero). The cases together cover W in {2, 4, 8, 16}, BS in {1, 8, 33, 256},
 H in {1024, 7168}, K in {1, 4, 8}, L in {1, 4, 8}, every dispatch quant mode, fp16 and bf16,
@@ -28,7 +28,7 @@ from simhelp import (
     workload_inputs,
 )
 
-from npusim.reference import dispatch_plan
+from npusim.kernels.cann_sample.reference import dispatch_plan
 
 
 def _c(W, BS, H, K, L, quant, dtype="float16", routing=None, empty=False, **extra):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from npusim.kernels.layout import (
+from npusim.kernels.cann_sample.layout import (
     GiB,
     KiB,
     MiB,

@@ -11,7 +11,7 @@ import warnings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npusim.reference import expert_outputs_from_dispatch
+from npusim.kernels.cann_sample.reference import expert_outputs_from_dispatch
 from npusim.sim import simulate
 from tests.simhelp import assert_bytes_equal, combine_ref, dispatch_ref, scenario, workload_inputs
 

@@ -6,13 +6,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from npusim.kernels.quant import int8_block_round_trip, int8_token_quantize, mxfp8_quantize
-from npusim.reference import (
+from npusim.kernels.cann_sample.reference import (
     dispatch_plan,
     expert_outputs_from_dispatch,
     reference_combine,
     reference_dispatch,
 )
+from npusim.kernels.quant import int8_block_round_trip, int8_token_quantize, mxfp8_quantize
+from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import generate_inputs
 
 
@@ -99,7 +100,8 @@ def _golden_style_plan(ids_per_rank, L):
 
 @pytest.mark.parametrize("routing", ["uniform", "zipf", "balanced"])
 def test_dispatch_matches_golden_construction(routing):
-    inp = generate_inputs(W=4, BS=9, H=32, K=3, L=3, routing=routing, seed=5, with_combine=False)
+    inp = generate_inputs(MoeShape(W=4, BS=9, H=32, K=3, L=3), routing=routing, seed=5,
+                          with_combine=False)
     plans = dispatch_plan(inp.expert_ids, 3)
     for plan, (rows, cum) in zip(plans, _golden_style_plan(inp.expert_ids, 3), strict=True):
         assert list(zip(plan.src.tolist(), plan.token.tolist(), plan.k.tolist(), strict=True)) == [
@@ -131,12 +133,8 @@ def test_combine_hand_sum():
         [d["ep_recv_count"] for d in disp],
         ids,
         w,
-        BS=2,
-        H=4,
-        K=2,
-        L=2,
+        MoeShape(W=2, BS=2, H=4, K=2, L=2, dtype="float16"),
         quant="none",
-        dtype="float16",
     )
     # rank 0 token 0: (k0 -> r0 row0 = 1) * 0.5 + (k1 -> r0 row4 = 5) * 0.25 = 1.75
     # rank 0 token 1: (k0 -> r0 row1 = 2) * 2 + (k1 -> r1 row0 = 10) * -1 = -6
@@ -157,7 +155,7 @@ def test_combine_int8_and_skip_and_compact():
         [d["assist_info_for_combine"] for d in disp],
         [d["ep_recv_count"] for d in disp],
     )
-    got = reference_combine(exp, *args, ids, w, 2, 4, 2, 2, quant="int8")
+    got = reference_combine(exp, *args, ids, w, MoeShape(2, 2, 4, 2, 2), quant="int8")
     rt0 = int8_block_round_trip(exp[0][:6]).astype(np.float32)
     rt1 = int8_block_round_trip(exp[1][:2]).astype(np.float32)
     expect_t1 = np.float32(0) + rt0[1] * np.float32(2.0) + rt1[0] * np.float32(-1.0)
@@ -165,9 +163,10 @@ def test_combine_int8_and_skip_and_compact():
     # an id outside [0, E) is skipped; compact weights shift the next weight forward
     ids2 = [ids[0].copy(), ids[1]]
     ids2[0][1, 0] = 7
-    skip = reference_combine(exp, *args, ids2, w, 2, 4, 2, 2, quant="none")
+    skip = reference_combine(exp, *args, ids2, w, MoeShape(2, 2, 4, 2, 2), quant="none")
     assert np.array_equal(skip[0][1], (exp[1][0].astype(np.float32) * -1).astype(np.float16))
-    comp = reference_combine(exp, *args, ids2, w, 2, 4, 2, 2, quant="none", compact_weights=True)
+    comp = reference_combine(exp, *args, ids2, w, MoeShape(2, 2, 4, 2, 2), quant="none",
+                             compact_weights=True)
     assert np.array_equal(comp[0][1], (exp[1][0].astype(np.float32) * 2).astype(np.float16))
 
 
@@ -183,10 +182,7 @@ def test_combine_missing_row_is_an_error():
             recv,
             ids,
             [np.ones((2, 2), np.float32)] * 2,
-            2,
-            4,
-            2,
-            2,
+            MoeShape(2, 2, 4, 2, 2),
             quant="none",
         )
 
@@ -196,7 +192,7 @@ def test_combine_missing_row_is_an_error():
 )
 def test_round_trip_identity_experts(dquant, dtype):
     W, BS, H, K, L = 4, 16, 256, 4, 2
-    inp = generate_inputs(W, BS, H, K, L, dtype=dtype, routing="uniform", seed=3)
+    inp = generate_inputs(MoeShape(W, BS, H, K, L, dtype=dtype), routing="uniform", seed=3)
     # saturate: unsaturated e5m2 turns |x| >= 1.875 * 2^floor(log2 amax) into inf
     disp = reference_dispatch(inp.x, inp.expert_ids, L, quant=dquant, saturate=True)
     experts = [expert_outputs_from_dispatch(d, dquant, H, dtype) for d in disp]
@@ -209,12 +205,8 @@ def test_round_trip_identity_experts(dquant, dtype):
         [d["ep_recv_count"] for d in disp],
         inp.expert_ids,
         w,
-        BS,
-        H,
-        K,
-        L,
+        MoeShape(W, BS, H, K, L, dtype=dtype),
         quant="int8",
-        dtype=dtype,
     )
     dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
     for r in range(W):

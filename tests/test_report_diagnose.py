@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from npusim.engine.trace import Span
+from npusim.kernels import registry
 from npusim.report.build import build_report
 from npusim.report.diagnose import diagnose
 from npusim.report.markdown import format_markdown
@@ -107,7 +108,8 @@ def test_phases_in_kernel_order_whatever_came_first() -> None:
              Span(0, 1, "phase", "experiment", 5.0, 6.0),
              Span(0, 1, "phase", "send_status", 0.0, 5.0),
              Span(0, 0, "phase", "send_data", 0.0, 10.0)]
-    op = OpRun("dispatch", 0.0, 20.0, ranks=1, cores_per_rank=2, spans=spans)
+    order = registry.get("cann_sample").kernel("dispatch").phase_order()
+    op = OpRun("dispatch", 0.0, 20.0, ranks=1, cores_per_rank=2, spans=spans, phase_order=order)
     rep = build_report(RunResult({"name": "x"}, {"name": "h"}, [op], events=1, wall_s=0.0))
     assert rep["ops"][0]["phase_order"] == ["send_data", "send_status", "local_copy",
                                             "experiment"]

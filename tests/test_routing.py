@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import generate_inputs, max_recv_rows, recv_counts
 from npusim.workload.routing import balanced_routing, make_routing
 
@@ -58,10 +59,14 @@ def test_routing_errors():
         make_routing("hash", 1, 4, 2, 4, rng=np.random.default_rng(0))
 
 
+def _shape(dtype: str) -> MoeShape:
+    return MoeShape(W=4, BS=5, H=96, K=3, L=2, dtype=dtype)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_generate_inputs(dtype):
-    inp = generate_inputs(W=4, BS=5, H=96, K=3, L=2, dtype=dtype, routing="uniform", seed=11)
-    again = generate_inputs(W=4, BS=5, H=96, K=3, L=2, dtype=dtype, routing="uniform", seed=11)
+    inp = generate_inputs(_shape(dtype), routing="uniform", seed=11)
+    again = generate_inputs(_shape(dtype), routing="uniform", seed=11)
     dt = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
     A = max_recv_rows(4, 5, 3, 2)
     assert A == 5 * 4 * 2 == inp.A
@@ -78,7 +83,7 @@ def test_generate_inputs(dtype):
         assert np.array_equal(inp.x[r], again.x[r])
         assert np.array_equal(inp.expand_x[r], again.expand_x[r])
     # the routing stream is separate: a different kind keeps x and the scales
-    bal = generate_inputs(W=4, BS=5, H=96, K=3, L=2, dtype=dtype, routing="balanced", seed=11)
+    bal = generate_inputs(_shape(dtype), routing="balanced", seed=11)
     assert np.array_equal(bal.x[0], inp.x[0])
     assert np.array_equal(bal.expert_scales[3], inp.expert_scales[3])
     assert set(bal.per_rank()[0]) == {"x", "expert_ids", "expert_scales", "expand_x"}

@@ -23,6 +23,7 @@ from simhelp import scenario
 
 from npusim.cli import main
 from npusim.errors import InputError
+from npusim.kernels.shape import MoeShape
 from npusim.report.build import build_report
 from npusim.scenario import load_scenario
 from npusim.sim import load_inputs, simulate
@@ -98,8 +99,8 @@ def test_lognormal_with_shared_experts_names_only_moe_experts() -> None:
     # W 6, S 1 on S_r 2 ranks, L 4: E = (6 - 2) * 4 = 16 MoE experts on ranks 2..5; the
     # shared ranks take no routed experts, only every token of the ranks r with
     # r mod R == d mod R (R = S_r / S = 2): 3 ranks * BS tokens each.
-    inp = generate_inputs(W=6, BS=64, H=1024, K=4, L=4, routing="lognormal", seed=2,
-                          sigma=1.0, shared_experts=1, shared_expert_ranks=2)
+    inp = generate_inputs(MoeShape(W=6, BS=64, H=1024, K=4, L=4, S=1, S_r=2),
+                          routing="lognormal", seed=2, sigma=1.0)
     flat = np.concatenate(inp.expert_ids).ravel()
     assert flat.min() >= 0 and flat.max() < 16
     moe = np.bincount(flat // 4, minlength=4)

@@ -5,7 +5,7 @@ E = L * (W - S_r) MoE experts on ranks S_r.. (expert e on rank S_r + e // L). Ev
 of every rank goes to shared expert j on rank (r mod R) + j R as the row (r, t, K + j);
 combine adds those rows with weight 1 after the K weighted MoE rows.
 
-Dispatch outputs and combine x are compared byte for byte with npusim.reference (plain
+Dispatch outputs and combine x are compared byte for byte with cann_sample.reference (plain
 numpy, written from the semantics); a worked example is checked against numbers derived by
 hand; the dispatch -> combine round trip with identity experts gives (sum w + S) x within
 the quantisation bound of simhelp.round_trip_bound; bad inputs are one-line errors.
@@ -37,7 +37,7 @@ from simhelp import (
 
 from npusim.cli import main
 from npusim.errors import InputError
-from npusim.reference import (
+from npusim.kernels.cann_sample.reference import (
     dispatch_plan,
     expert_outputs_from_dispatch,
     reference_dispatch,

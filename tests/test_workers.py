@@ -12,6 +12,7 @@ import pytest
 
 from npusim import sim
 from npusim.errors import KernelError
+from npusim.kernels.cann_sample import chain
 from npusim.report.build import build_report
 from npusim.sim import simulate
 from tests.simhelp import scenario
@@ -63,21 +64,21 @@ def test_other_dispatch_outputs_make_combine_run_again(tmp_path, monkeypatch):
     so the run must not keep it."""
     sc = _dispatch_combine(tmp_path, dispatch_quant="none", combine_quant="none")
     alone = simulate(sc)
-    true_reference = sim.reference_dispatch_outputs
+    true_reference = chain.reference_dispatch_outputs
 
     def off_by_one_byte(t, inputs):
         outs = true_reference(t, inputs)
         outs[1]["expand_x"].view(np.uint8)[0, 0] ^= 0x40
         return outs
 
-    monkeypatch.setattr(sim, "reference_dispatch_outputs", off_by_one_byte)
+    monkeypatch.setattr(chain, "reference_dispatch_outputs", off_by_one_byte)
     ahead = simulate(sc, workers=2)
     assert ahead.combine_ahead.startswith("redone: the simulated dispatch wrote other")
     assert _everything(ahead) == _everything(alone)
 
 
 @pytest.mark.parametrize("module, name, error, note", [
-    pytest.param(sim, "reference_dispatch_outputs", MemoryError("only in the child"),
+    pytest.param(chain, "reference_dispatch_outputs", MemoryError("only in the child"),
                  "redone: the forked combine did not finish", id="the-child-fails"),
     pytest.param(os, "fork", OSError(11, "Resource temporarily unavailable"),
                  "redone: no second process (Resource temporarily unavailable)",
@@ -103,7 +104,7 @@ def test_a_failing_dispatch_leaves_no_child(tmp_path, monkeypatch):
     def broken_dispatch(*args, **kwargs):
         raise KernelError("a kernel bug")
 
-    monkeypatch.setattr(sim, "run_dispatch", broken_dispatch)
+    monkeypatch.setattr(sim, "run_op", broken_dispatch)
     with pytest.raises(KernelError):
         simulate(sc, workers=2)
     with pytest.raises(ChildProcessError):  # every child has been reaped

@@ -1,4 +1,5 @@
-"""The simulated machine: W ranks (dies), each with AIV cores, HBM, GM and a window."""
+"""The simulated machine: W ranks (dies), each with cores of declared kinds (AIV by
+default; npusim.hw.cores), HBM, GM and a window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from npusim.engine.env import SimEnv
 from npusim.engine.flow import FlowNetwork, Resource
 from npusim.engine.trace import Trace
 from npusim.hw.config import HardwareConfig
+from npusim.hw.cores import AIV, CoreKind, config_value
 from npusim.hw.fabric import Fabric
 from npusim.hw.memory import (
     DenseRegion,
@@ -25,18 +27,23 @@ from npusim.hw.ub import UnifiedBuffer
 
 
 class Core:
-    """One AIV core: four pipes and its UB."""
+    """One core of a kind: the pipes and local buffers the kind declares, by name (as
+    attributes too: core.vector, core.mte2, core.ub)."""
 
-    def __init__(self, env: simpy.Environment, rank: int, index: int, cfg: HardwareConfig,
-                 later: Callable[[float, Callable[[], None]], None] | None = None,
-                 ub: UnifiedBuffer | None = None) -> None:
+    def __init__(self, env: simpy.Environment, rank: int, index: int, kind: CoreKind,
+                 buffers: dict[str, UnifiedBuffer],
+                 later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
         self.rank = rank
         self.index = index
-        self.ub = ub if ub is not None else UnifiedBuffer(cfg.ub.bytes, cfg.ub.alignment)
-        self.scalar = FixedPipe("scalar")
-        self.vector = FixedPipe("vector")
-        self.mte2 = TransferPipe(env, "mte2", later)
-        self.mte3 = TransferPipe(env, "mte3", later)
+        self.kind = kind
+        self.pipes: dict[str, FixedPipe | TransferPipe] = {}
+        for p in kind.pipes:
+            pipe = TransferPipe(env, p.name, later) if p.role == "transfer" else FixedPipe(p.name)
+            self.pipes[p.name] = pipe
+            setattr(self, p.name, pipe)
+        self.buffers = buffers
+        for name, buf in buffers.items():
+            setattr(self, name, buf)
 
 
 class Barrier:
@@ -65,29 +72,39 @@ class Rank:
     """One die: cores, HBM bandwidth, named GM tensors and the symmetric window."""
 
     def __init__(self, env: SimEnv, index: int, cfg: HardwareConfig,
-                 later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
+                 later: Callable[[float, Callable[[], None]], None] | None = None,
+                 kinds: tuple[CoreKind, ...] = (AIV,)) -> None:
         self.index = index
         self.cfg = cfg
         self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
         self.window = SparseRegion("window", index, cfg.window.bytes)
         self.tensors: dict[str, Region] = {}
-        self.cores = [Core(env, index, c, cfg, later, ub)
-                      for c, ub in enumerate(self._unified_buffers(cfg))]
+        # cores by kind; `cores` are those of the first kind (the kernel's)
+        self.cores_of = {k.name: [Core(env, index, c, k, bufs, later)
+                                  for c, bufs in enumerate(self._buffers(k, cfg))]
+                         for k in kinds}
+        self.cores = self.cores_of[kinds[0].name]
         self.barrier = Barrier(env, len(self.cores), cfg.sync.syncall_ns)
         self.bytes_out = 0  # bytes this rank put into other ranks' windows
         self.bytes_in = 0  # bytes other ranks put into this rank's window
 
-    def _unified_buffers(self, cfg: HardwareConfig) -> list[UnifiedBuffer]:
-        """Every core's UB as a slice of one map for the rank: pages the kernels never touch
-        cost nothing, and all of it goes back to the OS with the machine (small heap
-        allocations per core would stay in the process's heap, and a second machine, such as
-        combine's after dispatch's, would add its own)."""
-        n, cap = cfg.chip.aiv_cores, cfg.ub.bytes
-        marks = UnifiedBuffer.marks_bytes(cap)
-        data = paged_zeros(n * cap, f"the UBs of rank {self.index}")
-        written = paged_zeros(n * marks, f"the UB write marks of rank {self.index}")
-        return [UnifiedBuffer(cap, cfg.ub.alignment, data[c * cap:(c + 1) * cap],
-                              written[c * marks:(c + 1) * marks]) for c in range(n)]
+    def _buffers(self, kind: CoreKind, cfg: HardwareConfig) -> list[dict[str, UnifiedBuffer]]:
+        """Every core's local buffers, each kind of buffer a slice of one map for the rank:
+        pages the kernels never touch cost nothing, and all of it goes back to the OS with
+        the machine (small heap allocations per core would stay in the process's heap, and
+        a second machine, such as combine's after dispatch's, would add its own)."""
+        n = kind.count(cfg)
+        out: list[dict[str, UnifiedBuffer]] = [{} for _ in range(n)]
+        for b in kind.buffers:
+            cap, align = int(config_value(cfg, b.size_key)), int(config_value(cfg, b.align_key))
+            marks = UnifiedBuffer.marks_bytes(cap)
+            label = "UB" if b.name == "ub" else b.name
+            data = paged_zeros(n * cap, f"the {label}s of rank {self.index}")
+            written = paged_zeros(n * marks, f"the {label} write marks of rank {self.index}")
+            for c in range(n):
+                out[c][b.name] = UnifiedBuffer(cap, align, data[c * cap:(c + 1) * cap],
+                                               written[c * marks:(c + 1) * marks])
+        return out
 
     def tensor(self, name: str, data: np.ndarray | int | RowTable) -> Region:
         """Create (or replace) a GM tensor from an array, a byte size or shared rows."""
@@ -103,15 +120,17 @@ class Rank:
 class Machine:
     """W identical ranks on one fabric, sharing one simulator and one flow network."""
 
-    def __init__(self, cfg: HardwareConfig, world: int, trace: Trace | None = None) -> None:
+    def __init__(self, cfg: HardwareConfig, world: int, trace: Trace | None = None,
+                 kinds: tuple[CoreKind, ...] = (AIV,)) -> None:
         self.cfg = cfg
+        self.kinds = kinds
         self.world = world
         self.env = SimEnv()
         self.net = FlowNetwork(self.env)
         self.trace = trace or Trace()
         self.fabric = Fabric(cfg.fabric, world)
         # transfers issued ahead of simulated time start from the flow network's timer
-        self.ranks = [Rank(self.env, r, cfg, self.net.call_at) for r in range(world)]
+        self.ranks = [Rank(self.env, r, cfg, self.net.call_at, kinds) for r in range(world)]
         if self.trace.detailed:  # link-utilisation counters for the timeline
             self.net.observer = self._sample
 

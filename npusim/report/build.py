@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from npusim.engine.trace import Span
+from npusim.hw.cores import CoreKind
+from npusim.hw.cores import kind as core_kind
 from npusim.report.diagnose import diagnose
 from npusim.report.work import (
     TRANSFER_FIELDS,
@@ -29,11 +31,6 @@ from npusim.result import LinkStats, OpRun, RunResult, TransferStat
 
 SCHEMA = "npusim.report/1"
 US_DECIMALS = 4
-# The kernels' phases in program order (docs/kernels.md); others follow by first start.
-KERNEL_PHASES = {
-    "dispatch": ("send_data", "send_status", "wait_status", "local_copy"),
-    "combine": ("send_data", "wait_status", "combine"),
-}
 
 
 def _r(x: float, nd: int = US_DECIMALS) -> float:
@@ -77,9 +74,10 @@ class _PhaseTable:
         _merge(self.rank.setdefault(s.rank, {}), s)
         _merge(self.op, s)
 
-    def finish(self, op: str) -> None:
-        """Kernel order for known phases; rank and op busy = max over their cores."""
-        known = [n for n in KERNEL_PHASES.get(op, ()) if n in self.op]
+    def finish(self, kernel_order: Iterable[str]) -> None:
+        """The kernel's declared phase order (its family's declaration) for the phases it
+        declares, others after them by first start; rank and op busy = max over cores."""
+        known = [n for n in kernel_order if n in self.op]
         rest = sorted((n for n in self.order if n not in known),
                       key=lambda n: (self.op[n].start, self.order.index(n)))
         self.order = known + rest
@@ -206,10 +204,11 @@ def _at(rows: list[list[Any]], r: int, c: int) -> Any:
     return rows[r][c] if r < len(rows) and c < len(rows[r]) else None
 
 
-def _ports(ranks: list[dict[str, Any]], latency_us: float) -> dict[str, Any]:
-    """Per MTE pipe, the core whose transfers need the longest at its port caps."""
+def _ports(ranks: list[dict[str, Any]], latency_us: float, kind: CoreKind) -> dict[str, Any]:
+    """Per transfer pipe of the core kind, the core whose transfers need the longest at
+    its port caps."""
     out: dict[str, Any] = {}
-    for pipe in ("mte2", "mte3"):
+    for pipe in (p.name for p in kind.transfer_pipes()):
         best = None
         for rank in ranks:
             for core in rank["cores"]:
@@ -232,8 +231,9 @@ def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, 
     for s in op.spans:
         if s.lane == "phase":
             table.add(s)
-    table.finish(op.op)
-    caps = port_caps(hardware or {})
+    table.finish(op.phase_order)
+    kind = core_kind(op.core_kind)
+    caps = port_caps(hardware or {}, kind)
     t0 = op.start_ns
     n_cores = max((len(row) for row in op.core_transfers), default=0)
     ranks_seen = set(range(op.ranks)) | set(table.rank)
@@ -274,12 +274,12 @@ def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, 
         "bytes_sent_total": int(sum(op.bytes_sent)),
         "bytes_received_total": int(sum(op.bytes_received)),
         "link_classes": _link_classes(op, table),
-        "ports": _ports(ranks, _us(latency_ns)),
+        "ports": _ports(ranks, _us(latency_ns), kind),
         "transfer_fields": list(TRANSFER_FIELDS),
         "links": [_link(lk, duration) for lk in op.links],
         "ranks": ranks,
     }
-    entry["diagnosis"] = diagnose(entry, hardware)
+    entry["diagnosis"] = diagnose(entry, hardware, kind)
     return entry
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from npusim.hw.cores import AIV, CoreKind
 from npusim.report.work import link_label, port_caps
 
 LINK_BOUND = 0.6
 PORT_BOUND = 0.4
 IMBALANCE_RATIO = 1.5
 IMBALANCE_SHARE = 0.15
-PIPE_LABELS = {"mte2": "MTE2 (GM->UB)", "mte3": "MTE3 (UB->GM, puts)"}
 
 
 def _result(kind: str, text: str, resource: str | None = None, phase: str | None = None,
@@ -98,7 +98,7 @@ def _imbalance(op: Mapping[str, Any], caps: Mapping[tuple[str, bool], float]
 
 def _stream_us(core: Mapping[str, Any], phase: str, caps: Mapping[tuple[str, bool], float]
                ) -> dict[str, float]:
-    out = {"mte2": 0.0, "mte3": 0.0}
+    out = dict.fromkeys(dict.fromkeys(p for p, _ in caps), 0.0)
     for t_phase, pipe, _name, remote, _count, nbytes in core.get("transfers", []):
         cap = caps.get((pipe, remote), 0.0)
         if t_phase == phase and cap > 0:
@@ -114,21 +114,22 @@ def _bytes_share(op: Mapping[str, Any]) -> tuple[float, str | None, Mapping[str,
     return best
 
 
-def diagnose(op: Mapping[str, Any], hardware: Mapping[str, Any] | None = None
-             ) -> dict[str, Any]:
+def diagnose(op: Mapping[str, Any], hardware: Mapping[str, Any] | None = None,
+             kind: CoreKind = AIV) -> dict[str, Any]:
     """The op's diagnosis: kind, resource or phase, a one-line text and its evidence.
-    `hardware` (the report's preset) gives the port caps for per-phase stream times."""
+    `hardware` (the report's preset) gives the port caps of the core kind's transfer
+    pipes for per-phase stream times."""
     latency = op.get("latency_us", 0.0)
     if latency <= 0 or not op.get("phase_order"):
         return _result("unknown", "unknown: no phase spans recorded")
     if not op.get("ports") and not op.get("link_classes"):
         return _result("unknown", "unknown: no transfer statistics recorded")
-    found = _link_bound(op) or _imbalance(op, port_caps(hardware or {}))
+    found = _link_bound(op) or _imbalance(op, port_caps(hardware or {}, kind))
     if found is not None:
         return found
     share, pipe, port = _bytes_share(op)
     if port is not None and share >= PORT_BOUND:
-        label = PIPE_LABELS.get(pipe or "", pipe)
+        label = kind.labels().get(pipe or "", pipe)
         return _result("bytes-bound", f"bytes-bound on core {label} ports (rank {port['rank']} "
                        f"core {port['core']} streams {port['stream_us']:.1f} us of the "
                        f"{latency:.1f} us latency at port rate)", resource=pipe, share=share)

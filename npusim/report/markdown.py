@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from npusim.report.summary import fmt_bytes, phase_spread
+from npusim.report.summary import family_options, fmt_bytes, phase_spread
 
 
 def _table(head: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
@@ -100,10 +100,12 @@ def format_markdown(report: Mapping[str, Any]) -> str:
                   if sc.get("hardware_overrides") else ""))
     if wl:
         out.append(
-            f"- workload: {wl.get('op')}, W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
+            f"- workload: {wl.get('kernel', 'cann_sample')} {wl.get('op')}, "
+            f"W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
             f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
-            f"{wl.get('dtype')}, dispatch quant {wl.get('dispatch_quant')}, "
-            f"combine quant {wl.get('combine_quant')}, routing {_routing(wl.get('routing'))}"
+            f"{wl.get('dtype')}, "
+            + (f"{family_options(wl)}, " if family_options(wl) else "")
+            + f"routing {_routing(wl.get('routing'))}"
             + _shared_text(wl))
     out.append(f"- schema: {report.get('schema')}; every field: docs/report.md")
     for op in report.get("ops", []):

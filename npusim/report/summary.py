@@ -95,6 +95,21 @@ def _op_lines(op: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+GENERIC_KEYS = ("kernel", "op", "bs", "h", "k", "ep_world_size", "experts_per_rank",
+                "num_experts", "dtype", "shared_experts", "shared_expert_ranks", "timing_only",
+                "routing")
+
+
+def _value(v: Any) -> str:
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def family_options(wl: Mapping[str, Any]) -> str:
+    """The kernel family's options of a resolved workload, as "name value, ..." (every
+    key that is not a generic workload key is one)."""
+    return ", ".join(f"{k} {_value(v)}" for k, v in wl.items() if k not in GENERIC_KEYS)
+
+
 def format_summary(report: Mapping[str, Any]) -> str:
     """Fixed-width text: a scenario line, then per op latency and phase spans."""
     sc = report.get("scenario", {})
@@ -103,10 +118,11 @@ def format_summary(report: Mapping[str, Any]) -> str:
     lines = [f"scenario {sc.get('name', '?')} on {hw}"]
     if wl:
         lines[0] += (
-            f"  (op {wl.get('op')}, W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
+            f"  ({wl.get('kernel', 'cann_sample')} {wl.get('op')}, "
+            f"W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
             f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
-            f"{wl.get('dtype')}, dispatch quant {wl.get('dispatch_quant')}, "
-            f"combine quant {wl.get('combine_quant')}"
+            f"{wl.get('dtype')}"
+            + (f", {family_options(wl)}" if family_options(wl) else "")
             + (f", S={wl['shared_experts']} shared experts on {wl.get('shared_expert_ranks')} "
                "ranks" if wl.get("shared_experts") else "")
             + ")"

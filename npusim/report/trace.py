@@ -15,20 +15,29 @@ from collections.abc import Iterable
 from typing import Any
 
 from npusim.engine.trace import Sample, Span
+from npusim.hw.cores import AIV, CoreKind
+from npusim.hw.cores import kind as core_kind
 from npusim.result import RunResult
 
 SCHEMA = "npusim.trace/1"
-LANES = ("phase", "scalar", "vector", "mte2", "mte3", "wait")
-_LANE_TID = {lane: i for i, lane in enumerate(LANES)}
+
+
+def lanes_of(kinds: Iterable[CoreKind]) -> tuple[str, ...]:
+    """A core's threads: its phases, every pipe the core kinds declare, its waits."""
+    pipes = dict.fromkeys(p for k in kinds for p in k.pipe_names())
+    return ("phase", *pipes, "wait")
+
+
+LANES = lanes_of([AIV])
 _STRIDE = 8  # tids per core: room for the lanes
 _OPS_TID = 0
 _TICKS = 10  # time unit inside: 0.1 ns ticks, so rounding keeps slices ordered
 _TICKS_PER_US = 10_000
 
 
-def core_tid(core: int, lane: str) -> int:
+def core_tid(core: int, lane: str, lanes: tuple[str, ...] = LANES) -> int:
     """The thread id of one lane of one core (tid 0 is the rank's op thread)."""
-    return 1 + core * _STRIDE + _LANE_TID[lane]
+    return 1 + core * max(_STRIDE, len(lanes)) + lanes.index(lane)
 
 
 def _tick(ns: float) -> int:
@@ -43,17 +52,21 @@ def _meta(kind: str, pid: int, tid: int, value: Any) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": value}
 
 
-def _slices(spans: Iterable[Span]) -> list[tuple[int, int, int, int, str, dict[str, Any]]]:
+def _slices(spans: Iterable[Span], lanes: tuple[str, ...]
+            ) -> list[tuple[int, int, int, int, str, dict[str, Any]]]:
     """(pid, tid, start tick, end tick, name, args); scalar runs of one step merged."""
     out: list[tuple[int, int, int, int, str, dict[str, Any]]] = []
     last: dict[tuple[int, int], int] = {}
+    tids = {lane: i for i, lane in enumerate(lanes)}
+    stride = max(_STRIDE, len(lanes))
     for s in spans:
-        if s.lane not in _LANE_TID:
+        lane = tids.get(s.lane)
+        if lane is None:
             continue
         t0, t1 = _tick(s.start_ns), _tick(s.end_ns)
         if t1 <= t0 and s.lane != "phase":
             continue  # zero-length pipe activity carries no information
-        tid = core_tid(s.core, s.lane)
+        tid = 1 + s.core * stride + lane
         key = (s.rank, tid)
         if s.lane == "scalar" and key in last:
             i = last[key]
@@ -85,7 +98,9 @@ def build_trace(result: RunResult) -> dict[str, Any]:
     """The Chrome trace document of a run (detailed spans if the run recorded them)."""
     ranks = max((op.ranks for op in result.ops), default=0)
     spans = [s for op in result.ops for s in op.spans]
-    slices = _slices(spans)
+    lanes = lanes_of(core_kind(k) for k in dict.fromkeys(op.core_kind for op in result.ops))
+    stride = max(_STRIDE, len(lanes))
+    slices = _slices(spans, lanes)
     for op in result.ops:
         for r in range(op.ranks):
             slices.append((r, _OPS_TID, _tick(op.start_ns), _tick(op.end_ns), op.op, {}))
@@ -100,8 +115,8 @@ def build_trace(result: RunResult) -> dict[str, Any]:
         if tid == _OPS_TID:
             name = "ops"
         else:
-            core, lane = divmod(tid - 1, _STRIDE)
-            name = f"core {core} {LANES[lane]}"
+            core, lane = divmod(tid - 1, stride)
+            name = f"core {core} {lanes[lane]}"
         events.append(_meta("thread_name", pid, tid, {"name": name}))
         events.append(_meta("thread_sort_index", pid, tid, {"sort_index": tid}))
     for pid, tid, t0, t1, name, args in slices:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from npusim.hw.cores import AIV, CoreKind, config_value
 from npusim.result import LinkStats, TransferStat
 
 LINK_KINDS = ("egress", "ingress", "d2d", "hbm")  # the flat fabric's classes, in report order
@@ -33,21 +34,25 @@ def kinds_of(links: Sequence[LinkStats]) -> list[str]:
     return [*(k for k in known if k != "hbm"), *levels, *(["hbm"] if "hbm" in present else [])]
 
 
-def port_caps(hardware: Mapping[str, Any]) -> dict[tuple[str, bool], float]:
-    """(pipe, remote) -> the port cap in GB/s (0 when the preset does not say)."""
-    mte = hardware.get("mte", {}) if isinstance(hardware, Mapping) else {}
-    return {
-        ("mte2", False): float(mte.get("gm_to_ub_gbps", 0.0)),
-        ("mte3", False): float(mte.get("ub_to_gm_gbps", 0.0)),
-        ("mte3", True): float(mte.get("put_gbps", 0.0)),
-        ("mte2", True): 0.0,
-    }
+def port_caps(hardware: Mapping[str, Any], kind: CoreKind = AIV
+              ) -> dict[tuple[str, bool], float]:
+    """(pipe, remote) -> the port cap in GB/s of every transfer pipe the core kind
+    declares (0 when the kind or the preset does not say)."""
+    hw = hardware if isinstance(hardware, Mapping) else {}
+    out = {}
+    for p in kind.transfer_pipes():
+        for remote in (False, True):
+            key = p.caps.get(remote)
+            value = config_value(hw, key) if key else None
+            out[(p.name, remote)] = float(value) if value is not None else 0.0
+    return out
 
 
 def stream_ns(stats: Sequence[TransferStat], caps: Mapping[tuple[str, bool], float],
               phase: str | None = None) -> dict[str, float]:
-    """Per pipe, the ns a core's transfers (of one phase, or all) take at its port caps."""
-    out = {"mte2": 0.0, "mte3": 0.0}
+    """Per transfer pipe, the ns a core's transfers (of one phase, or all) take at its
+    port caps."""
+    out = dict.fromkeys(dict.fromkeys(p for p, _ in caps), 0.0)
     for s in stats:
         if phase is not None and s.phase != phase:
             continue

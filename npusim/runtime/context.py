@@ -116,15 +116,17 @@ class Poll:
 class KernelContext:
     """One core's view of the machine during one kernel call."""
 
-    def __init__(self, machine: Machine, rank: Rank, core_index: int, start_ns: float) -> None:
+    def __init__(self, machine: Machine, rank: Rank, core_index: int, start_ns: float,
+                 kind: str | None = None) -> None:
         self.machine = machine
         self.env = machine.env
         self.cfg = machine.cfg
         self.rank = rank
         self.rank_id = rank.index
-        self.core = rank.cores[core_index]
+        cores = rank.cores_of[kind] if kind is not None else rank.cores
+        self.core = cores[core_index]
         self.core_id = core_index
-        self.num_cores = len(rank.cores)
+        self.num_cores = len(cores)
         self.world = machine.world
         self.ub = self.core.ub
         self.t = start_ns
@@ -159,9 +161,14 @@ class KernelContext:
         self.trace.phase(self.rank_id, self.core_id, name, start, self.t)
         self.step = prev_step
 
-    def alloc(self, name: str, nbytes: int) -> UBBuffer:
+    def alloc(self, name: str, nbytes: int, buffer: str = "ub") -> UBBuffer:
+        """A named allocation in one of the core's local buffers (default the UB)."""
+        local = self.core.buffers.get(buffer)
+        if local is None:
+            raise self.error(f"core kind {self.core.kind.name} has no local buffer {buffer!r}; "
+                             f"buffers: {', '.join(self.core.buffers)}")
         try:
-            return self.ub.alloc(name, nbytes)
+            return local.alloc(name, nbytes)
         except KernelError as exc:
             raise exc.located(self.rank_id, self.core_id, self.step) from None
 
@@ -207,8 +214,17 @@ class KernelContext:
             repeats = -(-nbytes // vcfg.bytes_per_cycle)
         dur = (vcfg.issue_cycles + (repeats * passes + extra_cycles) * vcfg.cycles_per_repeat
                ) * self.cycle_ns
+        return self.fixed("vector", name, dur, reads, writes, fn, issue_slots)
+
+    def fixed(self, pipe: str, name: str, duration_ns: float, reads: Iterable[UBBuffer] = (),
+              writes: Iterable[UBBuffer] = (), fn: Any = None, issue_slots: int = 1) -> Op:
+        """One instruction of known cost on a fixed pipe of the core's kind (vector, or a
+        kind's own: cube, FixPipe): issued by the scalar unit, run in pipe order, with the
+        UB hazard checks of every instruction (a read waits for its writer, a write for
+        every transfer still using the buffer)."""
+        p = self._pipe(pipe)
         self.t += self.issue_ns
-        start, end = self.core.vector.reserve(self.t, dur)
+        start, end = p.reserve(self.t, duration_ns)
         if issue_slots > 1:  # a run: the scalar issues the rest while the first executes
             self.t += (issue_slots - 1) * self.issue_ns
         reads = tuple(reads)
@@ -216,28 +232,28 @@ class KernelContext:
         for b in reads:
             if b.write_ready > start:
                 raise self.error(
-                    f"vector {name!r} reads UB buffer {b.name!r} before the copy into it "
+                    f"{pipe} {name!r} reads UB buffer {b.name!r} before the copy into it "
                     f"({b.writer}) completes: missing wait", address=b.offset, size=b.nbytes)
         for b in writes:
             if b.write_ready > start or b.read_busy > start:
                 raise self.error(
-                    f"vector {name!r} overwrites UB buffer {b.name!r} while a transfer still "
+                    f"{pipe} {name!r} overwrites UB buffer {b.name!r} while a transfer still "
                     f"uses it: missing wait", address=b.offset, size=b.nbytes)
         if fn is not None:
             fn()
         for b in writes:
             b.mark_written()
             b.write_ready = end
-            b.writer = f"vector {name}"
+            b.writer = f"{pipe} {name}"
         for b in reads:
             if b.read_busy < end:
                 b.read_busy = end
-        op = Op(self.env, name, "vector")
+        op = Op(self.env, name, pipe)
         op.start_at = start
         op.done_at = end
-        self.core.vector.last = op
+        p.last = op
         if self.trace.detailed:
-            self.trace.activity(self.rank_id, self.core_id, "vector", name, start, end)
+            self.trace.activity(self.rank_id, self.core_id, pipe, name, start, end)
         return op
 
     def vector_function(self, name: str, instructions: int | Sequence[int],
@@ -556,18 +572,25 @@ class KernelContext:
     def mte_fence(self, pipe: str) -> None:
         """PipeBarrier<PIPE_MTE2/3> as the hardware does it: the pipe (not the scalar unit)
         waits for its earlier transfers to complete before starting the next one."""
-        getattr(self.core, pipe).fence()
+        self._pipe(pipe).fence()
+
+    def _pipe(self, pipe: str) -> Any:
+        p = self.core.pipes.get(pipe)
+        if p is None:
+            raise self.error(f"core kind {self.core.kind.name} has no pipe {pipe!r}; pipes: "
+                             f"{', '.join(self.core.pipes)}")
+        return p
 
     def pipe_barrier(self, pipe: str) -> Wait:
         """Wait until every instruction issued on `pipe` has completed (the scalar unit
         blocks: SyncFunc<X_S>, or PipeBarrier<PIPE_ALL> for every pipe)."""
-        p = getattr(self.core, pipe)
+        p = self._pipe(pipe)
         if p.last is not None:
             yield from self.wait(p.last)
 
     def drain(self) -> Wait:
-        """Wait for all pipes (end of a kernel)."""
-        for pipe in ("vector", "mte2", "mte3"):
+        """Wait for every pipe the core's kind declares (PipeBarrier<PIPE_ALL>, kernel end)."""
+        for pipe in self.core.kind.drained():
             yield from self.pipe_barrier(pipe)
 
     def sync_all(self) -> Wait:

@@ -32,12 +32,15 @@ class LaunchResult:
 
 
 def launch(machine: Machine, program: Program, start_ns: float | None = None,
-           time_limit_ns: float = 1e9, cores: int | None = None) -> LaunchResult:
-    """Run `program` on `cores` cores (default all) of every rank, from `start_ns`."""
+           time_limit_ns: float = 1e9, cores: int | None = None,
+           kind: str | None = None) -> LaunchResult:
+    """Run `program` on `cores` cores (default all) of one kind (default the machine's
+    first) of every rank, from `start_ns`."""
     env = machine.env
     t0 = env.now if start_ns is None else start_ns
     first = t0 + machine.cfg.kernel.launch_ns
-    n = cores if cores is not None else machine.cfg.chip.aiv_cores
+    kind = kind or machine.kinds[0].name
+    n = cores if cores is not None else len(machine.ranks[0].cores_of[kind])
     contexts: list[list[KernelContext]] = []
     ends = [[0.0] * n for _ in machine.ranks]
     procs = []
@@ -45,8 +48,9 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
         rank.window.new_call()
         row = []
         for c in range(n):
-            rank.cores[c].ub.reset(new_call=True)
-            ctx = KernelContext(machine, rank, c, first)
+            for buf in rank.cores_of[kind][c].buffers.values():
+                buf.reset(new_call=True)
+            ctx = KernelContext(machine, rank, c, first, kind)
             ctx.num_cores = n
             row.append(ctx)
             procs.append(env.process(_run(ctx, program, ends)))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npusim.kernels.quant import token_dtype
+from npusim.kernels.shape import MoeShape
 from npusim.workload.routing import LOGNORMAL_SIGMA, make_routing
 
 BOUND = 10.0
@@ -32,39 +32,26 @@ BOUND = 10.0
 class RunInputs:
     """Inputs for W ranks; lists are indexed by rank."""
 
-    W: int
-    BS: int
-    H: int
-    K: int
-    L: int
-    dtype: np.dtype
+    shape: MoeShape
     x: list[np.ndarray]
     expert_ids: list[np.ndarray]
     expert_scales: list[np.ndarray]
     expand_x: list[np.ndarray] = field(default_factory=list)
     recv_counts: list[int] = field(default_factory=list)
-    S: int = 0  # shared experts
-    S_r: int = 0  # shared-expert ranks (0..S_r-1)
-
-    @property
-    def E(self) -> int:
-        return (self.W - self.S_r) * self.L
 
     @property
     def A(self) -> int:
         """Rows of a MoE rank's expand_x (see rows_of for every rank)."""
-        return max_recv_rows(self.W, self.BS, self.K, self.L)
+        return self.shape.A
 
     def rows_of(self, rank: int) -> int:
         """Rows of this rank's expand_x: A on a MoE rank, BS * ceil(W / R) on a shared one."""
-        if rank < self.S_r:
-            return self.BS * -(-self.W // (self.S_r // self.S))
-        return self.A
+        return self.shape.rows_of(rank)
 
     def per_rank(self) -> list[dict[str, np.ndarray]]:
         """One dict per rank with the sample's input names."""
         out = []
-        for r in range(self.W):
+        for r in range(self.shape.W):
             d = {
                 "x": self.x[r],
                 "expert_ids": self.expert_ids[r],
@@ -103,31 +90,21 @@ def uniform_tokens(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.d
 
 
 def generate_inputs(
-    W: int,
-    BS: int,
-    H: int,
-    K: int,
-    L: int,
-    dtype: str | np.dtype = "float16",
+    shape: MoeShape,
     routing: str = "balanced",
     seed: int = 0,
     zipf_s: float = 1.2,
     hot_expert: int = 0,
     with_combine: bool = True,
     payload: bool = True,
-    shared_experts: int = 0,
-    shared_expert_ranks: int = 0,
     sigma: float = LOGNORMAL_SIGMA,
     expert_ids: list[np.ndarray] | None = None,
 ) -> RunInputs:
     """Generate every rank's inputs for a run; see the module docstring for distributions."""
+    W, BS, H, K, L = shape.W, shape.BS, shape.H, shape.K, shape.L
     if L < 1 or H < 1:
         raise ValueError(f"need L >= 1 and H >= 1 (got L={L}, H={H})")
-    S, S_r = shared_experts, shared_expert_ranks
-    if (S == 0) != (S_r == 0) or (S and (S_r % S or S_r >= W)):
-        raise ValueError(f"shared experts S={S} on S_r={S_r} of W={W} ranks: both zero, or "
-                         "S_r % S == 0 and S_r < W")
-    dt = token_dtype(dtype)
+    dt = shape.np_dtype
     s_x, s_route, s_scales, s_expand = (
         np.random.default_rng(c) for c in np.random.SeedSequence(seed).spawn(4)
     )
@@ -135,12 +112,12 @@ def generate_inputs(
     x = [uniform_tokens(s_x, (BS, H), dt) if payload else np.zeros((BS, H), dt)
          for _ in range(W)]
     ids = expert_ids if expert_ids is not None else make_routing(
-        routing, W, BS, K, (W - S_r) * L, rng=s_route, zipf_s=zipf_s, hot_expert=hot_expert,
+        routing, W, BS, K, shape.E, rng=s_route, zipf_s=zipf_s, hot_expert=hot_expert,
         sigma=sigma)
     scales = [s_scales.uniform(-1.0, 1.0, size=(BS, K)).astype(np.float32) for _ in range(W)]
-    inp = RunInputs(W, BS, H, K, L, dt, x, ids, scales, S=S, S_r=S_r)
+    inp = RunInputs(shape, x, ids, scales)
     if with_combine:
-        inp.recv_counts = recv_counts(ids, L, S, S_r)
+        inp.recv_counts = recv_counts(ids, L, shape.S, shape.S_r)
         for r, n in enumerate(inp.recv_counts):
             A = inp.rows_of(r)
             if n > A:

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels import quant as q
-from npusim.kernels.layout import align32, align256
-from npusim.kernels.tiling import MoeTiling, split_to_core
+from npusim.kernels.cann_sample.layout import align32, align256
+from npusim.kernels.cann_sample.tiling import MoeTiling, split_to_core
 from npusim.runtime.conditions import SumEquals
 from npusim.runtime.context import KernelContext
 

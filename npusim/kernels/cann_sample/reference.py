@@ -32,6 +32,7 @@ from npusim.kernels.quant import (
     mxfp8_scale_count,
     token_dtype,
 )
+from npusim.kernels.shape import MoeShape
 
 DISPATCH_QUANTS = ("none", "int8", "mxfp8")
 COMBINE_QUANTS = ("none", "int8")
@@ -232,16 +233,10 @@ def reference_combine(
     ep_recv_count_per_rank: list[np.ndarray],
     expert_ids_per_rank: list[np.ndarray],
     expert_scales_per_rank: list[np.ndarray],
-    BS: int,
-    H: int,
-    K: int,
-    L: int,
+    shape: MoeShape,
     quant: str = "int8",
-    dtype: str | np.dtype = "float16",
     recip: bool = False,
     compact_weights: bool = False,
-    shared_experts: int = 0,
-    shared_expert_ranks: int = 0,
 ) -> list[np.ndarray]:
     """Every rank's combine output x [BS, H] in the token dtype.
 
@@ -264,11 +259,10 @@ def reference_combine(
     """
     if quant not in COMBINE_QUANTS:
         raise ValueError(f"combine quant {quant!r} not one of {COMBINE_QUANTS}")
-    dt = token_dtype(dtype)
-    W = len(expand_x_per_rank)
-    S = shared_experts
-    check_shared(W, S, shared_expert_ranks)
-    E = (W - shared_expert_ranks) * L
+    dt = shape.np_dtype
+    W, BS, H, K, S, E = shape.W, shape.BS, shape.H, shape.K, shape.S, shape.E
+    if len(expand_x_per_rank) != W:
+        raise ValueError(f"{len(expand_x_per_rank)} ranks of expand_x for W={W}")
     KS = K + S  # slots per token
     slots = [np.zeros((BS * KS, H), dtype=dt) for _ in range(W)]
     filled = [np.zeros(BS * KS, dtype=bool) for _ in range(W)]

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from npusim.errors import InputError
-from npusim.kernels.quant import token_dtype
-from npusim.reference import reference_combine, reference_dispatch
-from npusim.workload.inputs import generate_inputs, max_recv_rows
+from npusim.kernels.cann_sample.reference import reference_combine, reference_dispatch
+from npusim.kernels.shape import MoeShape
+from npusim.workload.inputs import generate_inputs
 
 INPUT_DIR, GOLDEN_DIR, OUTPUT_DIR = "input", "golden", "output"
 OPS = ("dispatch", "combine", "dispatch_combine")
@@ -60,16 +60,8 @@ def read_bin(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return arr.reshape(shape)
 
 
-def read_case_inputs(
-    case_dir: str | Path,
-    W: int,
-    BS: int,
-    H: int,
-    K: int,
-    L: int,
-    dtype: str | np.dtype,
-    op: str,
-) -> list[dict[str, np.ndarray]]:
+def read_case_inputs(case_dir: str | Path, shape: MoeShape, op: str
+                     ) -> list[dict[str, np.ndarray]]:
     """Per-rank input arrays of a case: x and expert_ids for dispatch; expand_x [A, H],
     expert_ids and expert_scales for combine; all four for dispatch_combine.
 
@@ -77,7 +69,8 @@ def read_case_inputs(
     """
     if op not in OPS:
         raise ValueError(f"op {op!r} not one of {OPS}")
-    dt = token_dtype(dtype)
+    W, BS, H, K, L = shape.W, shape.BS, shape.H, shape.K, shape.L
+    dt = shape.np_dtype
     in_dir = Path(case_dir) / INPUT_DIR
     if not in_dir.is_dir():
         raise InputError(source=str(in_dir), key=None, message="case input directory not found")
@@ -88,7 +81,7 @@ def read_case_inputs(
             key=None,
             message=f"found {chips} chip_* directories but the run has W={W} ranks",
         )
-    A, E = max_recv_rows(W, BS, K, L), W * L
+    A, E = shape.A, W * L
     out = []
     for r in range(W):
         d: dict[str, np.ndarray] = {}
@@ -206,12 +199,7 @@ def compare_with_golden(case_dir: str | Path, W: int) -> list[Mismatch]:
 
 def generate_case(
     case_dir: str | Path,
-    W: int,
-    BS: int,
-    H: int,
-    K: int,
-    L: int,
-    dtype: str = "float16",
+    shape: MoeShape,
     dispatch_quant: str = "mxfp8",
     combine_quant: str = "int8",
     seed: int = 0,
@@ -220,7 +208,7 @@ def generate_case(
     saturate: bool = False,
     recip: bool = False,
 ) -> None:
-    """Write a sample-style case (inputs and goldens) computed with :mod:`npusim.reference`.
+    """Write a sample-style case (inputs and goldens) computed with the family's reference.
 
     Like gen_data.py: previous input/, golden/ and output/ of the case are removed, empty
     output/chip_* directories are created; the dispatch goldens hold only the received rows
@@ -233,7 +221,8 @@ def generate_case(
     for sub in (INPUT_DIR, GOLDEN_DIR, OUTPUT_DIR):
         if (case / sub).exists():
             shutil.rmtree(case / sub)
-    inp = generate_inputs(W, BS, H, K, L, dtype=dtype, routing=routing, seed=seed)
+    W, L = shape.W, shape.L
+    inp = generate_inputs(shape, routing=routing, seed=seed)
     disp = reference_dispatch(
         inp.x, inp.expert_ids, L, dispatch_quant, expert_token_nums_type, saturate=saturate
     )
@@ -243,12 +232,8 @@ def generate_case(
         [d["ep_recv_count"] for d in disp],
         inp.expert_ids,
         inp.expert_scales,
-        BS,
-        H,
-        K,
-        L,
+        shape,
         quant=combine_quant,
-        dtype=dtype,
         recip=recip,
     )
     for r in range(W):

@@ -9,84 +9,99 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from npusim.kernels.layout import (
+from npusim.kernels.cann_sample.layout import (
     DispatchRecordLayout,
     WindowLayout,
     combine_record_layout,
     dispatch_record_layout,
     shared_send_core_count,
 )
+from npusim.kernels.shape import MoeShape
 
 
 @dataclass(frozen=True)
 class MoeTiling:
-    world: int  # W, ranks in the EP group
-    bs: int  # tokens per rank
-    h: int  # hidden size
-    k: int  # top-k
-    experts_per_rank: int  # L: MoE experts on each MoE rank
+    """The shape, the family's options and the cores the kernels are launched on."""
+
+    shape: MoeShape
     cores: int  # AIV cores the kernel is launched on
-    dtype: str = "float16"  # token dtype: float16 | bfloat16
     dispatch_quant: str = "mxfp8"  # none | int8 (per token) | mxfp8
     combine_quant: str = "none"  # none | int8 (block)
     expert_token_nums_type: str = "count"  # count | cumsum
     mxfp8_saturate: bool = False  # sample: no saturation; ops-transformer: saturate
     combine_recip: bool = True  # kernel: m * (1/127); golden: m / 127
-    shared_experts: int = 0  # S: shared experts (ops-transformer V2 sharedExpertNum)
     timing_only: bool = False  # move no payload bytes (flags and counts still move)
-    shared_expert_ranks: int = 0  # S_r: ranks 0..S_r-1 hold the shared experts
 
     def __post_init__(self) -> None:
-        S, S_r = self.shared_experts, self.shared_expert_ranks
-        if (S == 0) != (S_r == 0) or (S and (S_r % S or S_r >= self.world)):
-            raise ValueError(f"shared experts S={S} on S_r={S_r} of {self.world} ranks: need "
-                             "both zero, or S_r a multiple of S below the world size")
-        if S and self.n_all_to_all < 1:
+        if self.shared_experts and self.n_all_to_all < 1:
             raise ValueError(f"{self.cores} cores leave no MoE-send core next to "
                              f"{self.n_shared_send_cores} shared-send and {self.n_cumsum} "
                              "cum-sum cores")
 
+    # ---- the shape under the kernels' names
+    @property
+    def world(self) -> int:
+        return self.shape.W
+
+    @property
+    def bs(self) -> int:
+        return self.shape.BS
+
+    @property
+    def h(self) -> int:
+        return self.shape.H
+
+    @property
+    def k(self) -> int:
+        return self.shape.K
+
+    @property
+    def experts_per_rank(self) -> int:
+        return self.shape.L
+
+    @property
+    def dtype(self) -> str:
+        return self.shape.dtype
+
+    @property
+    def shared_experts(self) -> int:
+        return self.shape.S
+
+    @property
+    def shared_expert_ranks(self) -> int:
+        return self.shape.S_r
+
     # ---- shared experts (ops-transformer MoeDistributeDispatchV2 / CombineV2)
     @property
     def moe_ranks(self) -> int:
-        """W - S_r ranks hold the MoE experts, L each."""
-        return self.world - self.shared_expert_ranks
+        return self.shape.moe_ranks
 
     @property
     def n_experts(self) -> int:
-        """E = L * (W - S_r) MoE experts (expert_ids name only these)."""
-        return self.moe_ranks * self.experts_per_rank
+        return self.shape.E
 
     @property
     def ranks_per_shared_expert(self) -> int:
-        """R = S_r / S: shared expert j is replicated on ranks [jR, (j+1)R)."""
-        return self.shared_expert_ranks // self.shared_experts if self.shared_experts else 0
+        return self.shape.R
 
     def is_shared_rank(self, rank: int) -> bool:
-        return rank < self.shared_expert_ranks
+        return self.shape.is_shared_rank(rank)
 
     def expert_rank(self, expert: int) -> int:
-        """The rank holding MoE expert e: S_r + e // L (local index e % L)."""
-        return self.shared_expert_ranks + expert // self.experts_per_rank
+        return self.shape.expert_rank(expert)
 
     def shared_dst(self, rank: int, j: int) -> int:
-        """The replica of shared expert j that source ``rank`` sends to: (r mod R) + j R."""
-        R = self.ranks_per_shared_expert
-        return rank % R + j * R
+        return self.shape.shared_dst(rank, j)
 
     def status_count(self, rank: int) -> int:
-        """Dispatch status entries of a rank: W (one per source) on a shared rank, else W*L."""
-        return self.world if self.is_shared_rank(rank) else self.world * self.experts_per_rank
+        return self.shape.status_count(rank)
 
     def local_experts(self, rank: int) -> int:
         """expert_token_nums entries: 1 on a shared rank, L on a MoE rank."""
-        return 1 if self.is_shared_rank(rank) else self.experts_per_rank
+        return self.shape.local_experts(rank)
 
     def max_rows_of(self, rank: int) -> int:
-        """A of this rank: BS * ceil(W / R) on a shared rank, else max_rows."""
-        if self.is_shared_rank(rank):
-            return self.bs * -(-self.world // self.ranks_per_shared_expert)
-        return self.max_rows
+        return self.shape.rows_of(rank)
 
     @property
     def n_shared_send_cores(self) -> int:
@@ -95,8 +110,7 @@ class MoeTiling:
 
     @property
     def max_rows(self) -> int:
-        """A = BS * W * min(K, L): the most rows one MoE rank can receive."""
-        return self.bs * self.world * min(self.k, self.experts_per_rank)
+        return self.shape.A
 
     @cached_property
     def record(self) -> DispatchRecordLayout:
@@ -104,10 +118,7 @@ class MoeTiling:
 
     @cached_property
     def window(self) -> WindowLayout:
-        return WindowLayout(self.world, self.bs, self.h, self.k, self.experts_per_rank,
-                            self.dispatch_quant, self.dtype, self.cores,
-                            shared_experts=self.shared_experts,
-                            shared_ranks=self.shared_expert_ranks)
+        return WindowLayout.of(self.shape, self.dispatch_quant, self.cores)
 
     @cached_property
     def n_cumsum(self) -> int:
@@ -125,7 +136,7 @@ class MoeTiling:
 
     @property
     def token_bytes(self) -> int:
-        return 2 * self.h
+        return self.shape.token_bytes
 
 
 def split_to_core(n: int, parts: int, index: int) -> tuple[int, int]:

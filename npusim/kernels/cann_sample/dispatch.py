@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels import quant as q
-from npusim.kernels.layout import (
+from npusim.kernels.cann_sample.layout import (
     CUMSUM_HANDOFF,
     CUMSUM_READY,
     SPLIT_BLOCK_BYTES,
@@ -36,7 +36,7 @@ from npusim.kernels.layout import (
     align128,
     align256,
 )
-from npusim.kernels.tiling import MoeTiling, split_to_core
+from npusim.kernels.cann_sample.tiling import MoeTiling, split_to_core
 from npusim.runtime.conditions import AllEqual, SumEquals
 from npusim.runtime.context import KernelContext, Poll, Strided
 

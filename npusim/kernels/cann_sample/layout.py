@@ -19,6 +19,7 @@ from npusim.kernels.quant import (
     int8_block_scale_count,
     mxfp8_scale_count,
 )
+from npusim.kernels.shape import MoeShape
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -218,6 +219,12 @@ class WindowLayout:
     window_bytes: int = WINDOW_BYTES
     shared_experts: int = 0  # S
     shared_ranks: int = 0  # S_r: ranks 0..S_r-1 hold the shared experts
+
+    @classmethod
+    def of(cls, shape: MoeShape, quant: str, cores: int, window_bytes: int = WINDOW_BYTES
+           ) -> WindowLayout:
+        return cls(shape.W, shape.BS, shape.H, shape.K, shape.L, quant, shape.dtype, cores,
+                   window_bytes, shape.S, shape.S_r)
 
     @property
     def n_experts(self) -> int:

@@ -1,0 +1,5 @@
+"""The CANN sample's kernel family (docs/kernels.md); the registry imports FAMILY."""
+
+from npusim.kernels.cann_sample.family import FAMILY
+
+__all__ = ["FAMILY"]

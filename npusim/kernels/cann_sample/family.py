@@ -1,0 +1,206 @@
+"""The CANN sample's family: moe_dispatch_and_combine_story's dispatch and combine
+(with ops-transformer V2's shared experts), declared for the registry.
+
+Tensor names are the sample's file names (gen_data.py, verify_result.py), so a case
+directory and a `--tensors` dump use the same ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.cann_sample import casedir, chain, fit
+from npusim.kernels.cann_sample.combine import combine_program
+from npusim.kernels.cann_sample.dispatch import dispatch_program
+from npusim.kernels.cann_sample.layout import WindowLayout
+from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.quant import token_dtype
+from npusim.kernels.shape import MoeShape
+from npusim.workload.inputs import generate_inputs
+
+
+def _token(t: MoeTiling) -> np.dtype:
+    return token_dtype(t.dtype)
+
+
+def _rows(t: MoeTiling, r: int) -> int:
+    return t.max_rows_of(r)
+
+
+def _expand_dtype(t: MoeTiling) -> Any:
+    """Dispatch's rows: e5m2 bytes (mxfp8), int8 (int8) or the token dtype (none)."""
+    return {"mxfp8": np.uint8, "int8": np.int8}.get(t.dispatch_quant) or _token(t)
+
+
+def _scales_dtype(t: MoeTiling) -> Any:
+    return np.uint8 if t.dispatch_quant == "mxfp8" else np.float32
+
+
+def _scales_shape(t: MoeTiling, r: int) -> tuple[int, ...]:
+    """[A, Align2(ceil(H/32))] E8M0 bytes (mxfp8), [A] fp32 (int8), [A, 0] (none)."""
+    a = _rows(t, r)
+    if t.dispatch_quant == "mxfp8":
+        return (a, t.record.scale_bytes)
+    return (a,) if t.dispatch_quant == "int8" else (a, 0)
+
+
+X_IN = TensorSpec("x", _token, lambda t, r: (t.bs, t.h), "[BS, H] tokens")
+IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.bs, t.k), "[BS, K] routing")
+ASSIST = TensorSpec("assist_info_for_combine", const(np.int32), lambda t, r: (_rows(t, r), 3),
+                    "[A, 3] (source rank, token, k) of every received row")
+RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.status_count(r),),
+                  "[W*L] inclusive prefix sums of the rows received per (expert, source)")
+
+
+class Dispatch(Kernel):
+    name = "dispatch"
+    phases = (
+        Phase("send_data", "the all-to-all cores [0, n_a2a) and the shared-send cores"),
+        Phase("send_status", "the cum-sum cores"),
+        Phase("wait_status", "the cum-sum cores"),
+        Phase("local_copy", "every core"),
+    )
+    inputs = (X_IN, IDS)
+    variant = "dispatch_quant"
+    outputs = (
+        TensorSpec("expand_x", _expand_dtype, lambda t, r: (_rows(t, r), t.h),
+                   "[A, H] received rows, grouped by local expert"),
+        TensorSpec("dynamic_scales", _scales_dtype, _scales_shape, "per-row scales"),
+        ASSIST,
+        TensorSpec("expert_token_nums", const(np.int64), lambda t, r: (t.local_experts(r),),
+                   "[L] rows per local expert (or their cumsum)"),
+        RECV,
+    )
+    scratch = (TensorSpec("workspace", const(np.int32),
+                          lambda t, r: (t.cores, t.status_count(r)),
+                          "per-core copies of the prefix table"),)
+
+    def program(self, tiling: MoeTiling) -> Any:
+        return dispatch_program(tiling)
+
+
+class Combine(Kernel):
+    name = "combine"
+    phases = (
+        Phase("send_data", "every core"),
+        Phase("wait_status", "every core"),
+        Phase("combine", "every core"),
+    )
+    inputs = (
+        TensorSpec("expand_x", _token, lambda t, r: (_rows(t, r), t.h),
+                   "[A, H] expert outputs of the received rows"),
+        ASSIST, RECV, IDS,
+        TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.bs, t.k),
+                   "[BS, K] routing weights"),
+    )
+    variant = "combine_quant"
+    outputs = (TensorSpec("x", _token, lambda t, r: (t.bs, t.h), "[BS, H] combined tokens"),)
+
+    def program(self, tiling: MoeTiling) -> Any:
+        return combine_program(tiling)
+
+
+DISPATCH, COMBINE = Dispatch(), Combine()
+DISPATCH_OUTPUTS = tuple(s.name for s in DISPATCH.outputs)
+
+
+class CannSample(Family):
+    name = "cann_sample"
+    help = ("the CANN sample moe_dispatch_and_combine_story (MXFP8/INT8 dispatch, INT8 "
+            "combine), with ops-transformer V2's shared experts")
+    ops = (DISPATCH, COMBINE)
+    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
+            "dispatch_combine": ("dispatch", "combine")}
+    options = (
+        Option("dispatch_quant", "choice", "none", "dispatch wire format: none (token dtype), "
+               "int8 (per token, ops-transformer quant_mode 2) or mxfp8 (the sample's)",
+               choices=("none", "int8", "mxfp8")),
+        Option("combine_quant", "choice", "none", "combine wire format: none or int8 "
+               "(blocks of 8, the sample's)", choices=("none", "int8")),
+        Option("mxfp8_saturate", "bool", False, "saturate MXFP8 overflow (ops-transformer) "
+               "instead of the sample's no saturation"),
+        Option("combine_recip", "bool", True, "INT8 combine scale as m * (1/127) (the "
+               "kernel) rather than m / 127 (the sample's golden)"),
+        Option("expert_token_nums_type", "choice", "count", "expert_token_nums as counts "
+               "or their inclusive cumsum", choices=("count", "cumsum")),
+    )
+    case_format = ("CANN sample case directory: input/, golden/, output/chip_<r>/"
+                   "<name>_<r>.bin (gen_data.py, verify_result.py)")
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> MoeTiling:
+        return MoeTiling(shape, hardware.chip.aiv_cores, timing_only=timing_only, **options)
+
+    def window(self, tiling: MoeTiling) -> WindowLayout:
+        return tiling.window
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        dispatching = DISPATCH.name in self.runs[op]
+        return (fit.window_misfit(shape, options, hardware, dispatching)
+                or fit.cores_misfit(shape, hardware))
+
+    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+        standalone = self.runs[op][0] == COMBINE.name
+        return generate_inputs(shape, **routing, with_combine=standalone,
+                               payload=payload).per_rank()
+
+    @staticmethod
+    def _standalone(inputs: list[Arrays], previous: list[Arrays] | None) -> bool:
+        """Combine reads the inputs' expand_x (its own run, a case directory's) if given."""
+        return previous is None or COMBINE.inputs[0].name in inputs[0]
+
+    def op_inputs(self, kernel: str, tiling: MoeTiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == DISPATCH.name:
+            return inputs
+        standalone = self._standalone(inputs, previous)
+        expand, meta = chain.combine_inputs(tiling, inputs, None if standalone else previous)
+        if meta is None:
+            meta = chain.routing_meta(tiling, inputs)
+        return [{"expand_x": ex, "assist_info_for_combine": m["assist_info_for_combine"],
+                 "ep_recv_count": m["ep_recv_count"], "expert_ids": inp["expert_ids"],
+                 "expert_scales": inp["expert_scales"]}
+                for inp, ex, m in zip(inputs, expand, meta, strict=True)]
+
+    def reference_outputs(self, kernel: str, tiling: MoeTiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        if kernel != DISPATCH.name:
+            return None
+        if self._standalone(inputs, []):  # combine reads nothing of dispatch
+            return [{} for _ in inputs]
+        return chain.reference_dispatch_outputs(tiling, inputs)
+
+    def next_reads(self, kernel: str, tiling: MoeTiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        if self._standalone(inputs, outputs):
+            return b""
+        return chain.dispatch_digest(outputs, tiling)
+
+    def case_misfit(self, case_dir: Path, shape: MoeShape, options: Mapping[str, Any],
+                    op: str, timing_only: bool) -> str | None:
+        if shape.S:
+            return ("the CANN sample's case directories have no shared experts; allowed only "
+                    "with workload.shared_experts: 0")
+        if timing_only:
+            return ("a case directory needs real payload bytes; "
+                    "allowed only with workload.timing_only: false")
+        return fit.case_misfit(case_dir, shape, self.runs[op])
+
+    def read_case(self, case_dir: Path, shape: MoeShape, op: str) -> list[Arrays]:
+        return casedir.read_case_inputs(case_dir, shape, op)
+
+    def write_case(self, case_dir: Path, kernel: str, outputs: Sequence[Arrays]) -> None:
+        names = {s.name for s in self.kernel(kernel).outputs}
+        for r, outs in enumerate(outputs):
+            casedir.write_outputs(case_dir, r, {k: v for k, v in outs.items()
+                                                if k in names and v.size})
+
+
+FAMILY = CannSample()

@@ -1,0 +1,68 @@
+"""docs/scenario.md's option tables, generated from the families' declarations.
+
+Between the markers `<!-- options:<family> begin -->` and `<!-- options:<family> end -->`
+the doc holds exactly `option_table(family)`; tests/test_docs.py checks that, and
+
+    python -m npusim.kernels.docs docs/scenario.md
+
+rewrites the tables after a family's options change.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from npusim.kernels import registry
+from npusim.kernels.family import Family, Option
+
+
+def _default(o: Option) -> str:
+    if isinstance(o.default, bool):
+        return "`true`" if o.default else "`false`"
+    return f"`{o.default}`"
+
+
+def _allowed(o: Option) -> str:
+    if o.kind == "choice":
+        return ", ".join(f"`{c}`" for c in o.choices)
+    if o.kind == "bool":
+        return "`true`, `false`"
+    return f"{o.lo:g}..{o.hi:g}"
+
+
+def option_table(fam: Family) -> str:
+    """The family's options as a markdown table: key, type, default, allowed, meaning."""
+    types = {"choice": "string", "bool": "bool", "int": "int", "float": "number"}
+    rows = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for o in fam.options:
+        rows.append(f"| `{o.name}` | {types[o.kind]} | {_default(o)} | {_allowed(o)} | "
+                    f"{o.help} |")
+    ops = ", ".join(f"`{op}` ({' then '.join(k)})" for op, k in fam.runs.items())
+    return "\n".join([f"`workload.op`: {ops}.", "", *rows])
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- options:{name} begin -->", f"<!-- options:{name} end -->"
+
+
+def render(text: str) -> str:
+    """The doc with every built-in family's table between its markers replaced."""
+    for name in registry.names():
+        begin, end = _markers(name)
+        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+        block = f"{begin}\n{option_table(registry.get(name))}\n{end}"
+        text = pattern.sub(lambda _m, b=block: b, text)
+    return text
+
+
+def main(argv: list[str]) -> int:
+    for path in argv or ["docs/scenario.md"]:
+        p = Path(path)
+        p.write_text(render(p.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,201 @@
+"""What a kernel family declares, and the template methods the driver calls on it.
+
+A family (one package under npusim/kernels/<family>/, or a user's .py file) is one
+`Family` subclass instance. It states, as data:
+
+- `ops`: its kernels (`Kernel`), each with the GM tensors it reads and writes
+  (`TensorSpec`: name, dtype and shape as functions of the tiling and the rank), its
+  phases in program order (`Phase`), the core kind it runs on and its per-core program;
+- `runs`: the values of `workload.op` and the kernels each runs, in order (a fused op
+  such as mega_moe is one kernel; dispatch_combine is two);
+- `options`: its workload options (`Option`: type, range or choices, default, help),
+  from which the scenario loader validates `workload.<name>` and docs/scenario.md
+  tables are generated;
+
+and implements a few template methods (Vidur's abstract hooks, SimPy's `_do_put`):
+`tiling` from (shape, options, hardware), `window` (the window layout object, with
+`regions()`), `misfit` (the layout's fit check: one line on a workload or hardware key),
+`make_inputs` (seeded inputs), `op_inputs` (what a kernel reads of the run's inputs and
+the previous kernel's outputs) and, optionally, case-directory reading/writing, a
+reference of a kernel's outputs and a digest of what the next kernel reads of them (the
+driver then simulates the next kernel in a second process; see npusim/sim.py).
+
+Families know nothing of YAML: option values arrive validated, problems go back as a
+`Misfit` (dotted key + message) that the scenario loader turns into an InputError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from npusim.kernels.shape import MoeShape
+
+Arrays = dict[str, np.ndarray]
+"""Named arrays of one rank (a RowTable may stand for an [A, H] array of shared rows)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One workload option of a family: `workload.<name>` in a scenario.
+
+    kind is "choice" (one of `choices`), "bool", "int" or "float" (within [lo, hi])."""
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    lo: float | None = None
+    hi: float | None = None
+
+    def allowed(self) -> str:
+        """The allowed values in words (for docs and lint)."""
+        if self.kind == "choice":
+            return " \\| ".join(self.choices)
+        if self.kind == "bool":
+            return "true \\| false"
+        return f"{self.lo:g}..{self.hi:g}"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A GM tensor of one kernel on one rank: its name (the file name in case and
+    --tensors directories), dtype and shape as functions of (tiling, rank)."""
+
+    name: str
+    dtype: Callable[[Any], Any]
+    shape: Callable[[Any, int], tuple[int, ...]]
+    help: str = ""
+
+    def np_dtype(self, tiling: Any) -> np.dtype:
+        return np.dtype(self.dtype(tiling))
+
+    def nbytes(self, tiling: Any, rank: int) -> int:
+        count = int(np.prod(self.shape(tiling, rank), dtype=np.int64))
+        return count * self.np_dtype(tiling).itemsize
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A kernel phase: its span name in the report and which cores run it (in words)."""
+
+    name: str
+    cores: str
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """Why a workload does not fit a family's layout or cores: `key` is a dotted scenario
+    key ("workload.bs") or a hardware key ("hardware.chip.aiv_cores", reported on the
+    override when the scenario overrides it, else on `hardware`)."""
+
+    key: str
+    message: str
+
+
+def const(value: Any) -> Callable[..., Any]:
+    """A TensorSpec dtype or shape that does not depend on the tiling."""
+    return lambda *_args: value
+
+
+class Kernel:
+    """One op of a family: its tensors, phases, core kind and per-core program."""
+
+    name: ClassVar[str]
+    phases: ClassVar[tuple[Phase, ...]] = ()
+    inputs: ClassVar[tuple[TensorSpec, ...]] = ()
+    outputs: ClassVar[tuple[TensorSpec, ...]] = ()
+    scratch: ClassVar[tuple[TensorSpec, ...]] = ()  # GM work areas, neither in nor out
+    core_kind: ClassVar[str] = "aiv"
+    # the option whose values calibration tables compare (cann_sample: the wire format)
+    variant: ClassVar[str | None] = None
+
+    def program(self, tiling: Any) -> Callable[..., Any]:
+        """A generator function program(ctx) that every core of every rank runs once."""
+        raise NotImplementedError
+
+    def cores(self, tiling: Any) -> int | None:
+        """Cores of `core_kind` per rank the kernel is launched on (None: all)."""
+        return getattr(tiling, "cores", None)
+
+    def phase_order(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.phases)
+
+
+class Family:
+    """A kernel family: subclass, fill in the declarations, implement the hooks."""
+
+    name: ClassVar[str]
+    help: ClassVar[str] = ""
+    ops: ClassVar[tuple[Kernel, ...]] = ()
+    runs: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    options: ClassVar[tuple[Option, ...]] = ()
+    case_format: ClassVar[str] = ""  # a case-directory format it reads ("" if none)
+
+    # ---- lookups
+    def kernel(self, name: str) -> Kernel:
+        for k in self.ops:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def kernels_of(self, op: str) -> tuple[Kernel, ...]:
+        """The kernels `workload.op: <op>` runs, in order."""
+        return tuple(self.kernel(n) for n in self.runs[op])
+
+    def option_defaults(self) -> dict[str, Any]:
+        return {o.name: o.default for o in self.options}
+
+    # ---- template methods
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> Any:
+        """The host-side tiling of a call from the shape, the options and the preset."""
+        raise NotImplementedError
+
+    def window(self, tiling: Any) -> Any:
+        """The window layout object: at least `regions()` -> {name: (start, end)}, the
+        zones the window sanitiser holds every access to."""
+        raise NotImplementedError
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        """The fit check of the layout and core roles (None: it fits)."""
+        return None
+
+    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+                    routing: Any, payload: bool) -> list[Arrays]:
+        """Seeded per-rank inputs of the run (`routing`: the scenario's routing)."""
+        raise NotImplementedError
+
+    def op_inputs(self, kernel: str, tiling: Any, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        """Per rank, the arrays `kernel`'s input tensors are made from: the run's inputs
+        and, for a kernel after the first, the previous kernel's outputs."""
+        return inputs
+
+    def reference_outputs(self, kernel: str, tiling: Any, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        """What a correct `kernel` writes (numpy), or None when the family gives none."""
+        return None
+
+    def next_reads(self, kernel: str, tiling: Any, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        """A digest of everything the kernel after `kernel` reads of its outputs."""
+        raise NotImplementedError
+
+    # ---- case directories (families with a case_format)
+    def case_misfit(self, case_dir: Path, shape: MoeShape, options: Mapping[str, Any],
+                    op: str, timing_only: bool) -> str | None:
+        """Cheap checks of a case directory before the run (one line, or None)."""
+        return f"the {self.name} kernel family reads no case directories"
+
+    def read_case(self, case_dir: Path, shape: MoeShape, op: str) -> list[Arrays]:
+        raise NotImplementedError
+
+    def write_case(self, case_dir: Path, kernel: str, outputs: Sequence[Arrays]) -> None:
+        raise NotImplementedError

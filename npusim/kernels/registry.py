@@ -1,0 +1,160 @@
+"""The registry of kernel families: a name (or a user's file or module) -> its Family.
+
+Built-in families are packages under npusim/kernels/ listed in BUILTIN and imported on
+first use; each package exports FAMILY. A scenario may also name a family of its own:
+
+- `path/to/f.py` (relative to the scenario): the file is imported as a module and its
+  `FAMILY` is the family;
+- `package.module:attr`: an importable module and the attribute holding the family.
+
+Every failure is a FamilyError with one line (missing file, an import error with the file
+and line, an incomplete declaration); the scenario loader reports it on workload.kernel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from npusim.kernels.family import Family, Kernel
+from npusim.suggest import did_you_mean
+
+BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample"}
+DEFAULT = "cann_sample"
+_MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_loaded: dict[str, Family] = {}
+
+
+class FamilyError(Exception):
+    """A kernel family that cannot be used; the message is one line."""
+
+
+def names() -> list[str]:
+    return sorted(BUILTIN)
+
+
+def is_file_ref(ref: str) -> bool:
+    return ref.endswith(".py") or "/" in ref or "\\" in ref
+
+
+def is_module_ref(ref: str) -> bool:
+    return bool(_MODULE_REF.match(ref))
+
+
+def allowed_text() -> str:
+    return f"{', '.join(names())}, a path to a .py file or module:attr"
+
+
+def get(ref: str, base: Path | None = None) -> Family:
+    """The family a scenario's workload.kernel names (base: the scenario's folder)."""
+    if ref in BUILTIN:
+        key = ref
+        if key not in _loaded:
+            _loaded[key] = _checked(importlib.import_module(BUILTIN[ref]).FAMILY, ref)
+        return _loaded[key]
+    if is_file_ref(ref):
+        return from_file(resolve_file(ref, base))
+    if is_module_ref(ref):
+        return from_module(ref)
+    raise FamilyError(f"unknown kernel family {ref!r}{did_you_mean(ref, names())}; "
+                      f"allowed: {allowed_text()}")
+
+
+def resolve_file(ref: str, base: Path | None) -> Path:
+    p = Path(ref).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = base / p
+    if p.suffix != ".py":
+        raise FamilyError(f"{ref}: a kernel file must be a .py file")
+    if not p.is_file():
+        raise FamilyError(f"kernel file {p} not found")
+    return p.resolve()
+
+
+def from_file(path: Path) -> Family:
+    key = str(path)
+    if key in _loaded:
+        return _loaded[key]
+    name = "npusim_user_kernel_" + re.sub(r"\W", "_", path.stem) + f"_{len(_loaded)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise FamilyError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise FamilyError(f"cannot import {path}: {_where(exc, path)}") from None
+    fam = getattr(module, "FAMILY", None)
+    if fam is None:
+        raise FamilyError(f"{path} defines no FAMILY (the kernel family object)")
+    _loaded[key] = _checked(fam, str(path))
+    return _loaded[key]
+
+
+def from_module(ref: str) -> Family:
+    if ref in _loaded:
+        return _loaded[ref]
+    mod_name, attr = ref.split(":")
+    try:
+        module = importlib.import_module(mod_name)
+    except Exception as exc:
+        raise FamilyError(f"cannot import module {mod_name}: {_where(exc, None)}") from None
+    fam = getattr(module, attr, None)
+    if fam is None:
+        raise FamilyError(f"module {mod_name} has no attribute {attr!r}")
+    _loaded[ref] = _checked(fam, ref)
+    return _loaded[ref]
+
+
+def _where(exc: BaseException, path: Path | None) -> str:
+    """The exception in one line with the file and line it comes from."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f"{text} ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if path is not None:
+        own = [f for f in frames if Path(f.filename) == path]
+        frames = own or frames
+    if frames:
+        f = frames[-1]
+        return f"{text} ({f.filename}, line {f.lineno})"
+    return text
+
+
+_HOOKS = ("tiling", "window", "make_inputs")
+
+
+def _checked(obj: Any, ref: str) -> Family:
+    """The family object, or FamilyError saying what its declaration lacks."""
+    fam = obj() if isinstance(obj, type) and issubclass(obj, Family) else obj
+    if not isinstance(fam, Family):
+        raise FamilyError(f"{ref}: FAMILY is a {type(obj).__name__}, not a "
+                          "npusim.kernels.family.Family")
+    missing = [a for a in ("name", "ops", "runs") if not getattr(fam, a, None)]
+    missing += [h for h in _HOOKS if getattr(type(fam), h) is getattr(Family, h)]
+    if missing:
+        raise FamilyError(f"{ref}: incomplete kernel family: no {', '.join(missing)}")
+    for k in fam.ops:
+        if not isinstance(k, Kernel) or not getattr(k, "name", None):
+            raise FamilyError(f"{ref}: ops must be Kernel objects with a name, got {k!r}")
+        if type(k).program is Kernel.program:
+            raise FamilyError(f"{ref}: kernel {k.name!r} has no program")
+    known = {k.name for k in fam.ops}
+    for op, kernels in fam.runs.items():
+        bad = [n for n in kernels if n not in known]
+        if bad or not kernels:
+            raise FamilyError(f"{ref}: runs[{op!r}] names unknown kernels {bad}; "
+                              f"kernels: {', '.join(sorted(known))}")
+    return fam
+
+
+def options_owner(key: str) -> list[str]:
+    """The built-in families that declare `key` as an option (for 'did you mean')."""
+    return [n for n in names() if any(o.name == key for o in get(n).options)]

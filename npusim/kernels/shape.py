@@ -1,0 +1,87 @@
+"""MoeShape: the sizes every MoE kernel family shares, as one frozen value.
+
+W ranks in the EP group, BS tokens per rank, hidden size H, top-K, L experts on each MoE
+rank, S shared experts on the first S_r ranks (ops-transformer V2; 0 and 0 without) and
+the token dtype. A family's tiling is this shape plus its own options and core counts;
+inputs, references and case directories take the shape instead of loose integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npusim.kernels.quant import token_dtype
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    W: int  # ranks in the EP group
+    BS: int  # tokens per rank
+    H: int  # hidden size
+    K: int  # top-k
+    L: int  # MoE experts on each MoE rank
+    S: int = 0  # shared experts
+    S_r: int = 0  # ranks 0..S_r-1 hold the shared experts
+    dtype: str = "float16"  # token dtype: float16 | bfloat16
+
+    def __post_init__(self) -> None:
+        S, S_r = self.S, self.S_r
+        if (S == 0) != (S_r == 0) or (S and (S_r % S or S_r >= self.W)):
+            raise ValueError(f"shared experts S={S} on S_r={S_r} of {self.W} ranks: need "
+                             "both zero, or S_r a multiple of S below the world size")
+
+    @property
+    def moe_ranks(self) -> int:
+        """W - S_r ranks hold the MoE experts, L each."""
+        return self.W - self.S_r
+
+    @property
+    def E(self) -> int:
+        """E = L * (W - S_r) MoE experts (expert ids name only these)."""
+        return self.moe_ranks * self.L
+
+    @property
+    def R(self) -> int:
+        """R = S_r / S: shared expert j is replicated on ranks [jR, (j+1)R); 0 without."""
+        return self.S_r // self.S if self.S else 0
+
+    @property
+    def A(self) -> int:
+        """A = BS * W * min(K, L): the most rows one MoE rank can receive."""
+        return self.BS * self.W * min(self.K, self.L)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return token_dtype(self.dtype)
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes of one token row, H elements of the token dtype."""
+        return self.H * self.np_dtype.itemsize
+
+    def is_shared_rank(self, rank: int) -> bool:
+        return rank < self.S_r
+
+    def rows_of(self, rank: int) -> int:
+        """A of this rank: BS * ceil(W / R) on a shared rank, else A."""
+        if self.is_shared_rank(rank):
+            return self.BS * -(-self.W // self.R)
+        return self.A
+
+    def expert_rank(self, expert: int) -> int:
+        """The rank holding MoE expert e: S_r + e // L (local index e % L)."""
+        return self.S_r + expert // self.L
+
+    def shared_dst(self, rank: int, j: int) -> int:
+        """The replica of shared expert j that source ``rank`` sends to: (r mod R) + j R."""
+        return rank % self.R + j * self.R
+
+    def status_count(self, rank: int) -> int:
+        """Dispatch status entries of a rank: W (one per source) on a shared rank, else W*L."""
+        return self.W if self.is_shared_rank(rank) else self.W * self.L
+
+    def local_experts(self, rank: int) -> int:
+        """Experts a rank holds: 1 on a shared rank, L on a MoE rank."""
+        return 1 if self.is_shared_rank(rank) else self.L

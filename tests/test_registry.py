@@ -1,0 +1,92 @@
+"""The kernel-family registry and workload.kernel: the default family, the same report when
+it is named explicitly, one-line errors for a misspelt family or another family's option,
+and the family's declaration (its options drive validation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from npusim.cli import main
+from npusim.errors import InputError
+from npusim.kernels import registry
+from npusim.report.build import build_report
+from npusim.scenario import load_scenario
+from npusim.sim import simulate
+
+WORKLOAD = {"op": "dispatch_combine", "bs": 8, "h": 1024, "k": 4, "ep_world_size": 4,
+            "experts_per_rank": 2, "dispatch_quant": "mxfp8", "combine_quant": "int8",
+            "routing": {"kind": "uniform", "seed": 2}}
+
+
+def _write(tmp: Path, name: str, **extra) -> Path:
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({"name": "same", "workload": {**WORKLOAD, **extra}}))
+    return p
+
+
+def _report(path: Path) -> dict:
+    rep = build_report(simulate(load_scenario(path)))
+    rep["sim"].pop("wall_s")
+    rep["scenario"].pop("source")
+    return rep
+
+
+def test_explicit_cann_sample_gives_the_default_report_byte_for_byte(tmp_path):
+    default = _report(_write(tmp_path, "default"))
+    explicit = _report(_write(tmp_path, "explicit", kernel="cann_sample"))
+    assert json.dumps(default, sort_keys=True) == json.dumps(explicit, sort_keys=True)
+    assert default["scenario"]["workload"]["kernel"] == "cann_sample"
+
+
+def test_misspelt_family_is_one_line_exit_2(tmp_path, capsys):
+    path = _write(tmp_path, "bad", kernel="can_sample")
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "workload.kernel" in err
+    assert "did you mean 'cann_sample'" in err and "allowed: cann_sample" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_option_of_another_family_names_it(tmp_path):
+    other = tmp_path / "other.py"
+    other.write_text(
+        "from npusim.kernels.cann_sample.family import CannSample\n"
+        "class Other(CannSample):\n"
+        "    name = 'other'\n"
+        "    options = ()\n"
+        "    def tiling(self, shape, options, hw, timing_only=False):\n"
+        "        return super().tiling(shape, {'dispatch_quant': 'none'}, hw, timing_only)\n"
+        "FAMILY = Other()\n")
+    path = tmp_path / "o.yaml"
+    w = {k: v for k, v in WORKLOAD.items() if k != "combine_quant"}
+    path.write_text(yaml.safe_dump({"name": "o", "workload": {**w, "kernel": "other.py"}}))
+    with pytest.raises(InputError) as info:
+        load_scenario(path)
+    e = info.value
+    assert e.key == "workload.dispatch_quant"
+    assert "an option of kernel family cann_sample, not of other" in e.message
+    assert "families: cann_sample" in e.message
+
+
+def test_family_options_are_validated_by_their_declaration(tmp_path):
+    fam = registry.get("cann_sample")
+    quant = next(o for o in fam.options if o.name == "dispatch_quant")
+    with pytest.raises(InputError) as info:
+        load_scenario(_write(tmp_path, "q", dispatch_quant="fp4"))
+    assert info.value.key == "workload.dispatch_quant"
+    assert info.value.message.endswith("allowed: " + ", ".join(quant.choices))
+    w = load_scenario(_write(tmp_path, "ok")).workload
+    assert w.options == {**fam.option_defaults(), "dispatch_quant": "mxfp8",
+                         "combine_quant": "int8"}
+    assert w.ops == fam.runs["dispatch_combine"]
+
+
+def test_generic_keys_stay_generic(tmp_path):
+    """bs, h, k, ... are the loader's; the family declares only its own options."""
+    names = {o.name for o in registry.get("cann_sample").options}
+    assert not names & {"op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype",
+                        "routing", "timing_only", "shared_experts", "shared_expert_ranks"}
