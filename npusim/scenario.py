@@ -679,15 +679,15 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     workload = _routing_file(src, workload, base)
     run = _run(src, doc.get("run"))
     case_dir, case_src, case_key = _case_dir(src, doc.get("data"), base, case_dir_override)
+    if case_dir is not None and workload.routing.kind == "file":
+        raise InputError(case_src, case_key, "the case directory's expert_ids and "
+                         "workload.routing.path would both give the routing; allowed "
+                         "only without routing.kind: file")
     if case_dir is not None and fam is not None:
         problem = fam.case_misfit(case_dir, workload.shape, workload.options, workload.op,
                                   workload.timing_only)
         if problem:
             raise InputError(case_src, case_key, problem)
-    if case_dir is not None and workload.routing.kind == "file":
-        raise InputError(case_src, case_key, "the case directory's expert_ids and "
-                         "workload.routing.path would both give the routing; allowed "
-                         "only without routing.kind: file")
 
     ref = doc.get("hardware", DEFAULT_HARDWARE)
     ref = _str(src, "hardware", ref)
