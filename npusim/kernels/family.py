@@ -53,14 +53,6 @@ class Option:
     lo: float | None = None
     hi: float | None = None
 
-    def allowed(self) -> str:
-        """The allowed values in words (for docs and lint)."""
-        if self.kind == "choice":
-            return " \\| ".join(self.choices)
-        if self.kind == "bool":
-            return "true \\| false"
-        return f"{self.lo:g}..{self.hi:g}"
-
 
 @dataclass(frozen=True)
 class TensorSpec:

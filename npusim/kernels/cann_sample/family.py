@@ -117,17 +117,22 @@ class CannSample(Family):
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
     options = (
-        Option("dispatch_quant", "choice", "none", "dispatch wire format: none (token dtype), "
-               "int8 (per token, ops-transformer quant_mode 2) or mxfp8 (the sample's)",
+        Option("dispatch_quant", "choice", "none",
+               "quantisation before dispatch: none, per-token dynamic INT8 (ops-transformer "
+               "quant_mode 2), MXFP8 E5M2 blocks of 32 (quant_mode 4, the sample)",
                choices=("none", "int8", "mxfp8")),
-        Option("combine_quant", "choice", "none", "combine wire format: none or int8 "
-               "(blocks of 8, the sample's)", choices=("none", "int8")),
-        Option("mxfp8_saturate", "bool", False, "saturate MXFP8 overflow (ops-transformer) "
-               "instead of the sample's no saturation"),
-        Option("combine_recip", "bool", True, "INT8 combine scale as m * (1/127) (the "
-               "kernel) rather than m / 127 (the sample's golden)"),
-        Option("expert_token_nums_type", "choice", "count", "expert_token_nums as counts "
-               "or their inclusive cumsum", choices=("count", "cumsum")),
+        Option("combine_quant", "choice", "none",
+               "combine's INT8 block quantisation (blocks of 8 fp32, the sample)",
+               choices=("none", "int8")),
+        Option("mxfp8_saturate", "bool", False,
+               "clamp MXFP8 values to +-57344 (newer ops-transformer) instead of overflowing "
+               "to inf (the sample)"),
+        Option("combine_recip", "bool", True,
+               "INT8 scale as max * (1/127) like the kernel (`true`) or max / 127 like the "
+               "sample's golden script (`false`)"),
+        Option("expert_token_nums_type", "choice", "count",
+               "`expert_token_nums` output as per-expert counts (sample default, type 1) or "
+               "their inclusive prefix sum (type 0)", choices=("count", "cumsum")),
     )
     case_format = ("CANN sample case directory: input/, golden/, output/chip_<r>/"
                    "<name>_<r>.bin (gen_data.py, verify_result.py)")
