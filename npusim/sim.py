@@ -28,7 +28,8 @@ from npusim.runtime.launch import LaunchResult, launch
 from npusim.scenario import Routing, Scenario
 
 
-def tiling_of(scenario: Scenario):  # noqa: ANN201 - the family's own tiling type
+def tiling_of(scenario: Scenario) -> Any:
+    """The family's tiling of the scenario (its own type)."""
     w = scenario.workload
     return w.family.tiling(w.shape, w.options, scenario.hardware, timing_only=w.timing_only)
 

@@ -20,7 +20,7 @@ import math
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,15 @@ def _itemsize(dtype: Any) -> int:
     if size is None:
         size = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
     return size
+
+
+class Route(NamedTuple):
+    """Where an MTE3 transfer goes: its resources, the issuing port's cap (GB/s) and the
+    latency after its last byte (ns)."""
+
+    path: tuple
+    cap_gbps: float
+    latency_ns: float
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,8 @@ class KernelContext:
         self._poll: Poll | None = None
         self._poll_name = ""
         self._dcache: set[tuple[int, int]] = set()
+        mte = self.cfg.mte  # UB -> local GM or own window: the rank's HBM
+        self._local = Route((rank.hbm,), mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
 
     # -- bookkeeping -------------------------------------------------------------------
     def error(self, message: str, address: int | None = None, size: int | None = None
@@ -431,9 +442,7 @@ class KernelContext:
         """DataCopy UB -> local GM (a tensor or the own window) on MTE3."""
         if dst.rank != self.rank_id:
             raise self.error(f"{name}: writing rank {dst.rank}'s memory needs a put")
-        mte = self.cfg.mte
-        return self._send(dst, dst_offset, src, src_offset, nbytes, name, (self.rank.hbm,),
-                          mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns, strided)
+        return self._send(dst, dst_offset, src, src_offset, nbytes, name, self._local, strided)
 
     def put(self, pe: int, offset: int, src: UBBuffer, nbytes: int, src_offset: int = 0,
             name: str = "put", strided: Strided | None = None) -> Op:
@@ -441,23 +450,23 @@ class KernelContext:
 
         A put to the own rank is a local HBM write; otherwise it crosses the fabric."""
         dst = self.window(pe)
-        mte = self.cfg.mte
         if pe == self.rank_id:
-            return self._send(dst, offset, src, src_offset, nbytes, name, (self.rank.hbm,),
-                              mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns, strided, claim=True)
+            return self._send(dst, offset, src, src_offset, nbytes, name, self._local, strided,
+                              claim=True)
         links, link_latency = self.machine.fabric.route(self.rank_id, pe)
-        path = (*links, self.machine.ranks[pe].hbm)
+        mte = self.cfg.mte
+        route = Route((*links, self.machine.ranks[pe].hbm), mte.put_gbps,
+                      mte.put_latency_ns + link_latency)
         moved = strided.nbytes if strided else nbytes
         self.bytes_put += moved
         self.rank.bytes_out += moved
         self.machine.ranks[pe].bytes_in += moved
-        return self._send(dst, offset, src, src_offset, nbytes, name, path, mte.put_gbps,
-                          mte.put_latency_ns + link_latency, strided, remote=True, claim=True)
+        return self._send(dst, offset, src, src_offset, nbytes, name, route, strided,
+                          remote=True, claim=True)
 
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
-              name: str, path: tuple, cap: float, latency: float,
-              strided: Strided | None = None, remote: bool = False, claim: bool = False
-              ) -> Op:
+              name: str, route: Route, strided: Strided | None = None, remote: bool = False,
+              claim: bool = False) -> Op:
         self.t += self.issue_ns
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
@@ -497,6 +506,8 @@ class KernelContext:
                 dst.write(dst_offset, span)
             src.read_busy = t
             self._finish(pipe, op, t, nbytes)
+
+        path, cap, latency = route
 
         def begin() -> None:
             op.start_at = self.env.now
