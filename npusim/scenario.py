@@ -417,9 +417,10 @@ def _option(src: str, o: Option, raw: Any) -> Any:
         return _choice(src, key, raw, o.choices)
     if o.kind == "bool":
         return _bool(src, key, raw)
+    lo = o.lo if o.lo is not None else -math.inf
     if o.kind == "int":
         return _int(src, key, raw, int(o.lo or 0), None if o.hi is None else int(o.hi))
-    return _float(src, key, raw, float(o.lo or 0.0), float(o.hi or 0.0), lo_open=False)
+    return _float(src, key, raw, lo, o.hi if o.hi is not None else math.inf, lo_open=False)
 
 
 def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Workload:

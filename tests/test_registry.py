@@ -90,3 +90,44 @@ def test_generic_keys_stay_generic(tmp_path):
     names = {o.name for o in registry.get("cann_sample").options}
     assert not names & {"op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype",
                         "routing", "timing_only", "shared_experts", "shared_expert_ranks"}
+
+
+OWN_OPTIONS = """
+from npusim.kernels.cann_sample.family import CannSample
+from npusim.kernels.family import Option
+class Own(CannSample):
+    name = "own"
+    options = CannSample.options + (
+        Option("chunk", "int", 8, "rows per put", lo=1, hi=64),
+        Option("slack", "float", 0.5, "a fraction", lo=0.0, hi=1.0),
+    )
+    def tiling(self, shape, options, hw, timing_only=False):
+        own = {k: v for k, v in options.items() if k not in ("chunk", "slack")}
+        return super().tiling(shape, own, hw, timing_only)
+FAMILY = Own()
+"""
+
+
+@pytest.mark.parametrize("key, value, expect", [
+    ("chunk", 100, "100 is out of range; allowed: 1..64"),
+    ("chunk", 2.5, "must be an integer 1..64, got 2.5"),
+    ("slack", 1.5, "1.5 is out of range; allowed: [0, 1]"),
+    ("slack", "x", "must be a number in [0, 1], got 'x'"),
+])
+def test_int_and_float_options_are_checked_by_range(tmp_path, key, value, expect):
+    (tmp_path / "own.py").write_text(OWN_OPTIONS)
+    with pytest.raises(InputError) as info:
+        load_scenario(_write(tmp_path, "own", kernel="own.py", **{key: value}))
+    assert (info.value.key, info.value.message) == (f"workload.{key}", expect)
+    ok = load_scenario(_write(tmp_path, "fine", kernel="own.py", chunk=3)).workload
+    assert (ok.chunk, ok.slack) == (3, 0.5)
+
+
+def test_a_choice_default_outside_its_choices_is_an_incomplete_family(tmp_path):
+    (tmp_path / "bad.py").write_text(OWN_OPTIONS.replace(
+        'Option("chunk", "int", 8', 'Option("mode", "choice", "c", choices=("a", "b"), help=""'
+    ).replace(', "rows per put", lo=1, hi=64', ''))
+    with pytest.raises(InputError) as info:
+        load_scenario(_write(tmp_path, "bad", kernel="bad.py"))
+    assert info.value.key == "workload.kernel"
+    assert "option 'mode': default 'c' is not one of its choices ['a', 'b']" in info.value.message

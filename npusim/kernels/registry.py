@@ -21,7 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from npusim.kernels.family import Family, Kernel
+from npusim.kernels.family import Family, Kernel, Option
 from npusim.suggest import did_you_mean
 
 BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample"}
@@ -129,6 +129,7 @@ def _where(exc: BaseException, path: Path | None) -> str:
 
 
 _HOOKS = ("tiling", "window", "make_inputs")
+OPTION_KINDS = ("choice", "bool", "int", "float")
 
 
 def _checked(obj: Any, ref: str) -> Family:
@@ -141,6 +142,13 @@ def _checked(obj: Any, ref: str) -> Family:
     missing += [h for h in _HOOKS if getattr(type(fam), h) is getattr(Family, h)]
     if missing:
         raise FamilyError(f"{ref}: incomplete kernel family: no {', '.join(missing)}")
+    for o in fam.options:
+        if not isinstance(o, Option) or o.kind not in OPTION_KINDS:
+            raise FamilyError(f"{ref}: options must be Option objects of kind "
+                              f"{', '.join(OPTION_KINDS)}, got {o!r}")
+        if o.kind == "choice" and o.default not in o.choices:
+            raise FamilyError(f"{ref}: option {o.name!r}: default {o.default!r} is not one of "
+                              f"its choices {list(o.choices)}")
     for k in fam.ops:
         if not isinstance(k, Kernel) or not getattr(k, "name", None):
             raise FamilyError(f"{ref}: ops must be Kernel objects with a name, got {k!r}")
