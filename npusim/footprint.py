@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from npusim.kernels.cann_sample.layout import combine_record_layout
 from npusim.scenario import Scenario
 from npusim.sim import tiling_of
 
@@ -50,27 +49,13 @@ def estimate(scenario: Scenario, workers: int = 2) -> Footprint:
     the child with the reference dispatch's rows); with 1, dispatch's outputs and
     combine's machine (or dispatch's machine, the larger)."""
     t = tiling_of(scenario)
-    w, ops = scenario.workload, scenario.workload.ops
-    world, cores = t.world, scenario.hardware.chip.aiv_cores
-    sends = world * t.bs * (t.k + t.shared_experts)  # token-expert pairs put by all ranks
-    rec = t.record
-    scales = {"mxfp8": rec.scale_bytes, "int8": 4, "none": 0}[t.dispatch_quant]
-    kept = rec.data_bytes + scales + 12  # an expand_x row with its scales and assist info
-    dispatch = rec.slot_bytes + kept if "dispatch" in ops else 0  # window slot, expand_x row
-    combine = 0
-    if "combine" in ops:
-        crec = combine_record_layout(t.h, t.combine_quant, t.dtype)
-        combine = crec.slot_bytes  # the combine slot in the source token's window
-        if not w.timing_only:
-            combine += 2 * t.h  # combine's expand_x input row in the token dtype
-    if not dispatch or not combine:
-        per_pair = dispatch + combine
-    elif workers >= 2:  # the forked combine also holds the reference dispatch's rows
-        per_pair = dispatch + kept + combine
-    else:  # dispatch's machine is freed before combine's is built
-        per_pair = max(dispatch, kept + combine)
-    row = t.h * 2
-    per_rank = 0 if w.timing_only else 3 * t.bs * row  # x in, combine's x out, the reference
+    w = scenario.workload
+    shape, cores = w.shape, scenario.hardware.chip.aiv_cores
+    world = shape.W
+    sends = world * shape.BS * (shape.K + shape.S)  # token-expert pairs put by all ranks
+    per_pair = w.family.pair_bytes(t, w.op, w.timing_only, workers)
+    row = shape.token_bytes
+    per_rank = 0 if w.timing_only else 3 * shape.BS * row  # x in, combine's x out, the reference
     return Footprint(base=BASE_BYTES, cores=world * cores * CORE_BYTES,
                      pairs=sends * per_pair + world * world * PAIR_OF_RANKS_BYTES,
                      ranks=world * per_rank)

@@ -180,6 +180,11 @@ class Family:
         """A digest of everything the kernel after `kernel` reads of its outputs."""
         raise NotImplementedError
 
+    def pair_bytes(self, tiling: Any, op: str, timing_only: bool, workers: int) -> int:
+        """Host memory per token-expert pair the run touches (window slots, output rows),
+        for the memory estimate before a run (npusim/footprint.py); 0: not estimated."""
+        return 0
+
     # ---- case directories (families with a case_format)
     def case_misfit(self, case_dir: Path, shape: MoeShape, options: Mapping[str, Any],
                     op: str, timing_only: bool) -> str | None:

@@ -188,6 +188,26 @@ class CannSample(Family):
             return b""
         return chain.dispatch_digest(outputs, tiling)
 
+    def pair_bytes(self, tiling: MoeTiling, op: str, timing_only: bool, workers: int) -> int:
+        """With workers >= 2 a dispatch_combine run holds both ops' machines at once (two
+        processes, the child with the reference dispatch's rows); with 1, dispatch's outputs
+        and combine's machine (or dispatch's machine, the larger)."""
+        t, kernels = tiling, self.runs[op]
+        rec = t.record
+        scales = {"mxfp8": rec.scale_bytes, "int8": 4, "none": 0}[t.dispatch_quant]
+        kept = rec.data_bytes + scales + 12  # an expand_x row with its scales and assist info
+        dispatch = rec.slot_bytes + kept if DISPATCH.name in kernels else 0
+        combine = 0
+        if COMBINE.name in kernels:
+            combine = t.combine_record.slot_bytes  # the combine slot in the source's window
+            if not timing_only:
+                combine += 2 * t.h  # combine's expand_x input row in the token dtype
+        if not dispatch or not combine:
+            return dispatch + combine
+        if workers >= 2:  # the forked combine also holds the reference dispatch's rows
+            return dispatch + kept + combine
+        return max(dispatch, kept + combine)  # dispatch's machine is freed before combine's
+
     def case_misfit(self, case_dir: Path, shape: MoeShape, options: Mapping[str, Any],
                     op: str, timing_only: bool) -> str | None:
         if shape.S:
