@@ -29,8 +29,11 @@ from collections.abc import Callable
 
 import simpy
 
+from npusim.engine.env import SimEnv
+
 INF = math.inf
 _EPS = 1e-9
+_COMPACT_MIN = 4096  # wake-ups in the heap before superseded ones are dropped
 
 
 class Resource:
@@ -105,15 +108,6 @@ class Group:
         self.clock += self.rate * (now - self.t_last)
         self.t_last = now
 
-    def arm(self) -> None:
-        """Tell the network when the member that finishes first will be done."""
-        self.version += 1
-        if not self.heap:
-            return
-        net = self.net
-        delay = max(0.0, (self.heap[0][0] - self.clock) / self.rate)
-        net._wake_at(net.env.now + delay, self, self.version)
-
     def fire(self) -> None:
         """Finish the members that are done by now, then re-arm."""
         net = self.net
@@ -163,16 +157,17 @@ class FlowNetwork:
     passes in between, so the rates over every interval are exactly those of the
     one-at-a-time order."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: SimEnv) -> None:
         self.env = env
         self.active = 0
         self._seq = 0
         self._groups: dict[tuple[tuple[Resource, ...], float], Group] = {}
-        # one simulator timer for the whole network: a heap of (time, seq, group, version)
-        # wake-ups, stale ones skipped, so re-rating a group costs no simulator event
+        # one simulator timer for the whole network (env's alarm): a heap of (time, seq,
+        # group, version) wake-ups, stale ones skipped, so re-rating a group costs no
+        # simulator event
         self._wakes: list[tuple[float, int, Group, int]] = []
-        self._timer_at = INF
-        self._timer_version = 0
+        self._compact_at = _COMPACT_MIN
+        self._timer_at = INF  # when env's alarm (the network's timer) is set for
         # observer(resource, t_ns, used_gbps) after every change of a resource's used
         # bandwidth; None (the default) costs one test per flush
         self.observer: Callable[[Resource, float, float], None] | None = None
@@ -258,15 +253,18 @@ class FlowNetwork:
                     continue  # r neither limited this group before nor limits it now
                 rerate[g] = None
         dirty = self._dirty
-        for g in rerate:
-            rate = g.current_rate()
+        for g in rerate:  # Group.current_rate and Group.settle, inlined (the hot loop)
+            rate = g.cap
+            for r in g.path:
+                if r.level < rate:
+                    rate = r.level
             if rate != g.rate:
-                g.settle(now)
+                g.clock += g.rate * (now - g.t_last)
+                g.t_last = now
                 g.rate = rate
                 dirty[g] = None
-        for g in dirty:
-            g.arm()
-        dirty.clear()
+        if dirty:
+            self._arm_groups(now)
         if self.observer is not None:
             touched = dict.fromkeys(old_levels)
             for g in rerate:
@@ -274,21 +272,43 @@ class FlowNetwork:
             for r in touched:
                 self.observer(r, now, r.used())
 
-    def _wake_at(self, t: float, group: Group, version: int) -> None:
-        self._seq += 1
-        heapq.heappush(self._wakes, (t, self._seq, group, version))
-        if t < self._timer_at:
-            self._arm_timer(t)
+    def _arm_groups(self, now: float) -> None:
+        """Tell the network when each dirty group's first member will be done, in order
+        (inlined: a level change on a busy link re-arms dozens of groups)."""
+        wakes = self._wakes
+        seq = self._seq
+        first = self._timer_at
+        push = heapq.heappush
+        for g in self._dirty:
+            g.version += 1
+            h = g.heap
+            if h:
+                delay = (h[0][0] - g.clock) / g.rate
+                t = now + (delay if delay > 0.0 else 0.0)  # max(0.0, delay), NaN as 0.0
+                seq += 1
+                push(wakes, (t, seq, g, g.version))
+                if t < first:
+                    first = t
+        self._seq = seq
+        self._dirty.clear()
+        if first < self._timer_at:
+            self._arm_timer(first)
+        if len(wakes) > self._compact_at:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop superseded wake-ups (each re-arm leaves one behind; at W = 64 they were nine
+        in ten). Keys (time, seq) are unique, so the heap pops in the same order after."""
+        live = [w for w in self._wakes if w[3] == w[2].version]
+        heapq.heapify(live)
+        self._wakes = live
+        self._compact_at = max(_COMPACT_MIN, 4 * len(live))
 
     def _arm_timer(self, t: float) -> None:
         self._timer_at = t
-        self._timer_version += 1
-        v = self._timer_version
-        self.env.timeout(max(0.0, t - self.env.now)).callbacks.append(lambda _e: self._tick(v))
+        self.env.alarm(max(0.0, t - self.env.now), self._tick)
 
-    def _tick(self, version: int) -> None:
-        if version != self._timer_version:
-            return  # superseded by an earlier timer
+    def _tick(self) -> None:
         self._timer_at = INF
         now = self.env.now
         wakes = self._wakes
