@@ -20,6 +20,7 @@ from npusim.errors import InputError, KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
+ZERO_PAGE_SHIFT = 12  # 4 KiB: a mapped buffer's pages never written are known to be zero
 
 
 def paged_zeros(nbytes: int, what: str) -> np.ndarray:
@@ -33,12 +34,21 @@ def paged_zeros(nbytes: int, what: str) -> np.ndarray:
     if nbytes < SMALL_PAGES_FROM:
         return np.zeros(nbytes, dtype=np.uint8)
     try:
-        mapped = mmap.mmap(-1, nbytes)
+        # private: a read of a page never written maps the kernel's zero page (a shared
+        # anonymous map is shmem, which backs such a page with memory of its own)
+        mapped = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except (OSError, OverflowError, ValueError) as exc:
         raise MemoryError(f"cannot map {nbytes} B for {what} ({exc})") from None
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
         mapped.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(mapped, dtype=np.uint8)
+
+
+def page_marks(nbytes: int, what: str) -> np.ndarray:
+    """One bool per 4 KiB page of an nbytes mapped buffer: was it ever written (mapped
+    too, so a 1 GiB window's marks cost memory only where pages were written)."""
+    n = -(-nbytes >> ZERO_PAGE_SHIFT)
+    return paged_zeros(max(n, SMALL_PAGES_FROM), f"the page marks of {what}")[:n].view(bool)
 
 
 class Region:
@@ -119,8 +129,12 @@ class DenseRegion(Region):
     """A GM tensor backed by one numpy byte array."""
 
     def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
+        # which 4 KiB pages of a mapped buffer were ever written (None: not mapped)
+        self._written: np.ndarray | None = None
         if isinstance(data, (int, np.integer)):
             buf = paged_zeros(int(data), f"GM tensor {name!r} of rank {rank}")
+            if buf.size >= SMALL_PAGES_FROM:
+                self._written = page_marks(buf.size, f"GM tensor {name!r} of rank {rank}")
         else:
             # owned from here on: the driver hands over fresh arrays, so no copy
             buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -137,6 +151,16 @@ class DenseRegion(Region):
         return self.buf[offset:offset + nbytes]
 
     def write(self, offset: int, data: np.ndarray) -> None:
+        written = self._written
+        if written is not None:
+            first, last = offset >> ZERO_PAGE_SHIFT, (offset + data.size - 1) >> ZERO_PAGE_SHIFT
+            if np.count_nonzero(data):
+                written[first:last + 1] = True
+            elif not written[first:last + 1].any():
+                # zeros onto pages never written (so zero): nothing changes, and the pages
+                # stay unbacked (a timing-only run's payload is zeros)
+                self._notify(offset, data.size)
+                return
         self.buf[offset:offset + data.size] = data
         self._notify(offset, data.size)
 
@@ -232,6 +256,7 @@ class SparseRegion(DenseRegion):
             raise InputError("hardware", "window.bytes", f"{exc} on this machine; use a "
                              "smaller window (the presets use 1 GiB)") from None
         super().__init__(name, rank, buf)
+        self._written = page_marks(nbytes, f"rank {rank}'s window")
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
         # sorted [start, end, writer] of this call's puts
