@@ -13,6 +13,7 @@ time, and "peak MiB" adds the two processes' peaks (an upper bound: both are ali
     python benchmarks/run.py --only bs256     # scenarios whose name contains 'bs256'
     python benchmarks/run.py --check benchmarks/baseline.json   # compare with a baseline
     python benchmarks/run.py --instructions --only bs8           # exact cost, no noise
+    python benchmarks/run.py --scale --workers 1 --only w256     # issue 19's W 256 case
 
 --instructions counts the instructions each case's simulate() executes (in one process), with
 valgrind's cachegrind (no cache simulation; about 40x slower than a plain run, so pick small
@@ -63,16 +64,34 @@ CASES = {
 }
 
 
+def _a3_ep(w: int) -> dict:
+    """Issue 19's large-EP case: Atlas A3, one expert per rank, INT8 dispatch, bf16, timing
+    only, BS 128, K 8."""
+    return dict(hardware="atlas_a3", op="dispatch_combine", bs=128, h=7168, k=8,
+                ep_world_size=w, experts_per_rank=1, dtype="bfloat16", dispatch_quant="int8",
+                combine_quant="none", timing_only=True)
+
+
+# The scale group (--scale): minutes each, so not run by default.
+SCALE = {f"a3_w{w}_bs128_int8_timing": _a3_ep(w) for w in (64, 256, 768)}
+CASES.update(SCALE)
+DEFAULT = [n for n in CASES if n not in SCALE]
+
+
 def run_one(name: str, simulate_it: bool = True, workers: int = 1) -> dict:
     """Child process: simulate one case and report its figures (without simulate_it, only
     the imports and the scenario: the part an instruction count subtracts)."""
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
-    doc = {"name": name, "hardware": "ascend950", "workload": CASES[name]}
+    workload = dict(CASES[name])
+    doc = {"name": name, "hardware": workload.pop("hardware", "ascend950"),
+           "workload": workload}
     sc = scenario_from_doc(doc, f"benchmark {name}", ROOT)
     if not simulate_it:
         return {"name": name}
+    if name in SCALE:
+        _show_progress(name)
     before = _cpu_s()
     t0 = time.perf_counter()
     result = simulate(sc, workers=workers)
@@ -85,6 +104,22 @@ def run_one(name: str, simulate_it: bool = True, workers: int = 1) -> dict:
             "combine_ahead": result.combine_ahead,
             "latency_us": {op.op: round((op.end_ns - op.start_ns) / 1000, 3)
                            for op in result.ops}}
+
+
+def _show_progress(name: str, every_s: float = 30.0) -> None:
+    """A line on stderr every `every_s` seconds while a long case runs: time and memory."""
+    import threading
+
+    t0 = time.perf_counter()
+
+    def tick() -> None:
+        while True:
+            time.sleep(every_s)
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(f"  {name}: {time.perf_counter() - t0:.0f} s, peak RSS {rss:.0f} MiB",
+                  file=sys.stderr, flush=True)
+
+    threading.Thread(target=tick, daemon=True).start()
 
 
 def _cpu_s() -> float:
@@ -112,6 +147,9 @@ def simpy_baseline(n_events: int = 1_000_000) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run the cases whose name contains this text")
+    ap.add_argument("--scale", action="store_true",
+                    help="run the scale group (issue 19's Atlas A3 W 64/256/768 cases, minutes "
+                         "each) instead of the standard set; --only picks among them")
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--check", help="compare with this baseline JSON (exit 1 on a regression)")
     ap.add_argument("--slack", default="25%", help="allowed slowdown for --check (default 25%%)")
@@ -133,7 +171,8 @@ def main() -> int:
     elif not args.workers.isdigit() or int(args.workers) < 1:
         return _usage_error(f"--workers {args.workers}: allowed: 1 or more")
     args.workers = int(args.workers)
-    names = [n for n in CASES if not args.only or args.only in n]
+    names = [n for n in (list(SCALE) if args.scale else DEFAULT)
+             if not args.only or args.only in n]
     if args.instructions:
         if shutil.which("valgrind") is None:
             return _usage_error("--instructions: valgrind is not on PATH; allowed: install "
@@ -162,14 +201,26 @@ def main() -> int:
           f"{'peak MiB':>10}")
     for name in names:
         out = subprocess.run([sys.executable, __file__, "--child", name,
-                              "--workers", str(args.workers)],
-                             capture_output=True, text=True, check=True, cwd=ROOT)
+                              "--workers", str(args.workers)], stdout=subprocess.PIPE,
+                             stderr=None if name in SCALE else subprocess.PIPE,
+                             text=True, check=True, cwd=ROOT)
         row = json.loads(out.stdout.strip().splitlines()[-1])
         row["vs_plain_simpy"] = row["events_per_s"] / base
+        if name in SCALE:
+            row["plain_simpy_events_per_s"] = base
         rows.append(row)
         peak = row["peak_rss_mib"] + row["peak_rss_forked_mib"]
         print(f"{name:<28}{row['wall_s']:>8.2f}{row['cpu_s']:>7.2f}{row['events']:>10}"
               f"{row['events_per_s']:>11,.0f}{row['vs_plain_simpy']:>7.3f}{peak:>10.0f}")
+        if name in SCALE:  # issue 19's measure: wall time in 1 M-event plain simpy loops
+            w = CASES[name]
+            row["x_1m_loop"] = row["wall_s"] * base / 1e6
+            row["events_per_unit"] = row["events"] / (w["bs"] * w["k"] * w["ep_world_size"])
+            goal = SCALE_TARGETS.get(name)
+            print(f"  = {row['x_1m_loop']:.0f}x a 1 M-event simpy loop"
+                  + (f" (target {goal}x: {'met' if row['x_1m_loop'] <= goal else 'NOT met'})"
+                     if goal else "")
+                  + f", {row['events_per_unit']:.1f} events per BS*K*W")
     if args.json:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
                                                "cases": rows}, indent=2) + "\n")
@@ -214,6 +265,9 @@ def _usage_error(message: str) -> int:
     return 2
 
 
+SCALE_TARGETS = {"a3_w256_bs128_int8_timing": 120, "a3_w768_bs128_int8_timing": 400}
+"""Issue 19's targets, in multiples of a 1 M-event plain simpy loop on the same machine."""
+
 TARGETS_S = {"dc_bs256_fp16": 5.0, "dc_bs256_quant": 5.0, "dc_w64_bs128_quant_timing": 60.0}
 """Issue 8's wall-time targets on a 2-core machine."""
 
@@ -234,7 +288,9 @@ def check(rows: list[dict], base: float, path: str, ref: dict, ref_rows: dict[st
         if old.get("workers", 1) != row["workers"]:
             goal += f" (baseline ran with {old.get('workers', 1)} workers, this with " \
                 f"{row['workers']})"
-        ratio = (row["wall_s"] * base) / (old["wall_s"] * ref["plain_simpy_events_per_s"])
+        # a row measured at another moment (the scale group) carries its own loop rate
+        old_base = old.get("plain_simpy_events_per_s", ref["plain_simpy_events_per_s"])
+        ratio = (row["wall_s"] * base) / (old["wall_s"] * old_base)
         worst = max(worst, ratio)
         flag = "  <- slower" if ratio > 1 + slack else ""
         print(f"  {row['name']:<28} x{ratio:.2f} of the baseline's cost  {goal}{flag}")

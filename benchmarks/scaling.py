@@ -3,6 +3,12 @@ dispatch_combine runs over BS (W=8) and over W (BS=8), against BS * K * W.
 
     python benchmarks/scaling.py            # prints a Markdown table (docs/performance.md)
     python benchmarks/scaling.py --plot reports/scaling.png   # and draws the curve (matplotlib)
+    python benchmarks/scaling.py --ep 8,16,32,64,128    # issue 19's A3 case along W (BS 128)
+
+--ep runs benchmarks/run.py's Atlas A3 large-EP case (one expert per rank, INT8 dispatch,
+bf16, timing only, K 8) at BS 128 for each W, each in a fresh process, and prints events,
+events per BS*K*W, CPU and wall time, the cost of an event in plain-simpy-loop events (CPU
+time per event x the loop's rate, measured first) and peak RSS.
 """
 
 from __future__ import annotations
@@ -45,10 +51,74 @@ def plot(rows: list[tuple[int, int, int, float]], out: str) -> None:
     print(f"figure: {out}")
 
 
+def ep_point(w: int, bs: int) -> dict:
+    """Child process: one A3 large-EP run (benchmarks/run.py's case), its figures."""
+    import resource
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run import _a3_ep
+
+    from npusim.scenario import scenario_from_doc
+    from npusim.sim import simulate
+
+    workload = _a3_ep(w)
+    workload["bs"] = bs
+    doc = {"name": f"a3_w{w}_bs{bs}", "hardware": workload.pop("hardware"),
+           "workload": workload}
+    sc = scenario_from_doc(doc, "scaling", ROOT)
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = simulate(sc, workers=1)
+    return {"w": w, "bs": bs, "events": r.events, "wall_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def ep_table(ws: list[int], bs: int = 128) -> int:
+    import json
+    import subprocess
+
+    import simpy
+
+    env = simpy.Environment()  # the plain loop, timed by wall and by CPU clock
+
+    def ticker(env):
+        for _ in range(1_000_000):
+            yield env.timeout(1)
+
+    env.process(ticker(env))
+    t0, c0 = time.perf_counter(), time.process_time()
+    env.run()
+    base, cpu_base = 1e6 / (time.perf_counter() - t0), 1e6 / (time.process_time() - c0)
+    print(f"plain simpy loop: {base:,.0f} events/s wall, {cpu_base:,.0f} events/s CPU")
+    print("| W | BS*K*W | events | events per BS*K*W | CPU s | wall s | loop events per event "
+          "| x 1 M loop (CPU) | x 1 M loop (wall) | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for w in ws:
+        out = subprocess.run([sys.executable, __file__, "--ep-point", f"{w},{bs}"],
+                             stdout=subprocess.PIPE, text=True, check=True, cwd=ROOT)
+        p = json.loads(out.stdout.strip().splitlines()[-1])
+        work = bs * 8 * w
+        print(f"| {w} | {work} | {p['events']} | {p['events'] / work:.1f} | {p['cpu_s']:.1f} | "
+              f"{p['wall_s']:.1f} | {p['cpu_s'] / p['events'] * cpu_base:.0f} | "
+              f"{p['cpu_s'] * cpu_base / 1e6:.0f} | {p['wall_s'] * base / 1e6:.0f} | "
+              f"{p['peak_rss_mib']:.0f} |", flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", help="also draw the curve into this PNG (needs matplotlib)")
+    ap.add_argument("--ep", help="comma-separated W values: the A3 large-EP table instead")
+    ap.add_argument("--ep-point", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ep_point:
+        import json
+
+        w, bs = (int(v) for v in args.ep_point.split(","))
+        print(json.dumps(ep_point(w, bs)))
+        return 0
+    if args.ep:
+        return ep_table([int(v) for v in args.ep.split(",")])
     if args.plot:
         try:
             import matplotlib  # noqa: F401
