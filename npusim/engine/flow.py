@@ -157,7 +157,7 @@ class FlowNetwork:
     passes in between, so the rates over every interval are exactly those of the
     one-at-a-time order."""
 
-    def __init__(self, env: SimEnv) -> None:
+    def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.active = 0
         self._seq = 0
@@ -167,6 +167,7 @@ class FlowNetwork:
         # simulator event
         self._wakes: list[tuple[float, int, Group, int]] = []
         self._compact_at = _COMPACT_MIN
+        self._timer_version = 0  # only without SimEnv's alarm
         self._timer_at = INF  # when env's alarm (the network's timer) is set for
         # observer(resource, t_ns, used_gbps) after every change of a resource's used
         # bandwidth; None (the default) costs one test per flush
@@ -306,7 +307,15 @@ class FlowNetwork:
 
     def _arm_timer(self, t: float) -> None:
         self._timer_at = t
-        self.env.alarm(max(0.0, t - self.env.now), self._tick)
+        delay = max(0.0, t - self.env.now)
+        if isinstance(self.env, SimEnv):
+            self.env.alarm(delay, self._tick)
+            return
+        # a plain simpy environment: a Timeout per setting, the superseded ones do nothing
+        self._timer_version += 1
+        v = self._timer_version
+        self.env.timeout(delay).callbacks.append(
+            lambda _e: self._tick() if v == self._timer_version else None)
 
     def _tick(self) -> None:
         self._timer_at = INF
