@@ -24,6 +24,7 @@ from npusim.hw.config import HardwareConfig, load_hardware, preset_names
 from npusim.kernels import registry
 from npusim.kernels.family import Family, Misfit, Option
 from npusim.kernels.shape import MoeShape
+from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 from npusim.workload.routing import LOGNORMAL_SIGMA
 from npusim.workload.routing import ROUTING_KINDS as DRAWN_KINDS
@@ -364,7 +365,7 @@ def _routing_file(src: str, w: Workload, base: Path) -> Workload:
     r = w.routing
     if r.kind != "file" or r.path is None:
         return w
-    p = Path(r.path).expanduser()
+    p = user_path(r.path)
     got = read_routing_file(p if p.is_absolute() else base / p, r.path, src,
                             "workload.routing.path", w.ep_world_size, w.bs, w.k, w.num_experts)
     return replace(w, routing=replace(r, sha256=got.sha256, ids=got.ids))
@@ -549,7 +550,7 @@ def _flatten_overrides(src: str, raw: Any, prefix: str = "") -> dict[str, Any]:
 
 def _resolve_hardware_ref(ref: str, base: Path) -> str:
     """Paths are relative to the scenario's folder; bare names are presets."""
-    p = Path(ref).expanduser()
+    p = user_path(ref)
     looks_like_path = p.suffix in (".yaml", ".yml") or "/" in ref or "\\" in ref
     if looks_like_path and not p.is_absolute():
         return str(base / p)
@@ -601,13 +602,13 @@ def _case_dir(
         o = str(override)
         if not o or "\x00" in o:
             raise InputError("command line", "--case-dir", "must be a directory path")
-        return Path(o).expanduser().resolve(), "command line", "--case-dir"
+        return user_path(o).resolve(), "command line", "--case-dir"
     doc = _section(src, "data", raw, ("case_dir",))
     value = doc.get("case_dir")
     if value is None:
         return None, src, "data.case_dir"
     value = _str(src, "data.case_dir", value)
-    p = Path(value).expanduser()
+    p = user_path(value)
     return (p if p.is_absolute() else base / p).resolve(), src, "data.case_dir"
 
 
@@ -651,7 +652,7 @@ def read_scenario_file(path: str | Path) -> tuple[dict[str, Any], str, Path]:
     src = str(path)
     if not src or "\x00" in src:
         raise InputError(src or "<empty path>", None, "not a valid file path")
-    p = Path(src).expanduser()
+    p = user_path(src)
     return _read_yaml(p, src), src, p.resolve().parent
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from npusim.errors import InputError
+from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 
 SWEEPS = "sweeps"  # the scenarios/ subfolder that holds sweep files (npusim sweep)
@@ -93,7 +94,7 @@ def _lookup(arg: str, table: dict[str, Path]) -> Path | None:
 def resolve(arg: str, sweep: bool = False) -> str:
     """A command-line SCENARIO (or SWEEP): an existing path as given, else the shipped file
     of that name; neither is an InputError with a did-you-mean and where to list them."""
-    if not arg or "\x00" in arg or Path(arg).expanduser().exists():
+    if not arg or "\x00" in arg or user_path(arg).exists():
         return arg  # the loader reports a bad path; an existing one is used as it is
     kind, command = ("sweep", "sweep") if sweep else ("scenario", "run")
     table, other = (sweeps(), scenarios()) if sweep else (scenarios(), sweeps())

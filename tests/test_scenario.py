@@ -443,3 +443,15 @@ DOCS = st.recursive(
 @given(doc=DOCS)
 def test_fuzz_random_documents(doc: Any) -> None:
     assert _load_text(yaml.safe_dump(doc)) is None
+
+
+@pytest.mark.parametrize("key", ["hardware", "data.case_dir", "workload.kernel"])
+def test_a_tilde_of_no_user_is_a_literal_path_not_a_traceback(tmp_path: Path, key: str) -> None:
+    """`~0` names no user here (hypothesis found it): like a shell, npusim keeps the word as
+    written, so it fails as a missing file on its key."""
+    doc = with_(key, "~nosuchuser_npusim/x.yaml" if key != "data.case_dir"
+                else "~nosuchuser_npusim/case")
+    with pytest.raises(InputError) as info:
+        load_scenario(write(tmp_path, doc))
+    assert info.value.key in (key, "workload.kernel"), info.value
+    assert "~nosuchuser_npusim" in info.value.message

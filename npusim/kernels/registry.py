@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.kernels.family import Family, Kernel, Option
+from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 
 BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample"}
@@ -66,7 +67,7 @@ def get(ref: str, base: Path | None = None) -> Family:
 
 
 def resolve_file(ref: str, base: Path | None) -> Path:
-    p = Path(ref).expanduser()
+    p = user_path(ref)
     if not p.is_absolute() and base is not None:
         p = base / p
     if p.suffix != ".py":
