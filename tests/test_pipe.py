@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from npusim.engine.env import SimEnv
+from npusim.errors import KernelError
+from npusim.hw.config import load_hardware
+from npusim.hw.machine import Machine
 from npusim.hw.pipe import TransferPipe
+from npusim.runtime.launch import launch
 
 
 def test_transfers_stream_in_order_and_a_fence_waits_for_every_delivery():
@@ -38,3 +45,57 @@ def test_transfers_stream_in_order_and_a_fence_waits_for_every_delivery():
         ("c", "sent", 17.0), ("d", "start", 17.0), ("d", "sent", 18.0),
         ("c", "delivered", 18.0), ("d", "delivered", 19.0),
     ]
+
+
+# Atlas A3 with round numbers: 32 B puts stream in 3.2 ns at the 10 GB/s port (no link is
+# narrower), a put flies 200 ns plus its level's latency, issuing costs nothing.
+MIXED = {"chip.aiv_cores": 1, "scalar.cycles_per_op": 0.0, "scalar.loop_cycles": 0.0,
+         "kernel.launch_ns": 0.0, "mte.put_gbps": 10.0, "mte.put_latency_ns": 200.0,
+         "fabric.levels.package.latency_ns": 100.0, "fabric.levels.server.dies": 4,
+         "fabric.levels.supernode.latency_ns": 5000.0}
+
+
+def test_an_mte3_barrier_waits_for_an_earlier_put_that_lands_after_the_last():
+    """A far put, then a near one: the near one lands first (6.4 + 300 = 306.4 ns), the far
+    one at 3.2 + 5200 = 5203.2 ns. PipeBarrier<PIPE_MTE3> returns when both have landed,
+    so the UB entry may be reused after it and the far rank still gets the 1.0 put."""
+    m = Machine(load_hardware("atlas_a3", MIXED), world=8)  # servers of 4: ranks 0-3, 4-7
+    seen: dict[str, float] = {}
+
+    def program(ctx):
+        if ctx.rank_id != 4:
+            return
+        entry = ctx.alloc("status", 32)
+        ctx.ub_write(entry, 0, np.ones(8, np.float32), ops=0)
+        far = ctx.put(0, 0, entry, 32, name="far")  # the other server
+        near = ctx.put(5, 0, entry, 32, name="near")  # the same package
+        yield from ctx.pipe_barrier("mte3")
+        seen.update(barrier=ctx.t, far=far.done_at, near=near.done_at)
+        ctx.ub_write(entry, 0, np.zeros(8, np.float32), ops=0)  # the next phase's UB
+
+    launch(m, program)
+    assert seen["near"] == pytest.approx(306.4)
+    assert seen["far"] == pytest.approx(5203.2)
+    assert seen["barrier"] == pytest.approx(5203.2)
+    for rank in (0, 5):
+        assert m.ranks[rank].window.read(0, 32).view(np.float32).tolist() == [1.0] * 8
+
+
+def test_a_ub_reset_while_a_put_still_reads_its_buffer_is_a_race():
+    """Without a barrier the far put (landing at 5203.2 ns) still reads the entry when the
+    core resets its UB at 3.2 ns: a KernelError naming the buffer, not silent reuse."""
+    m = Machine(load_hardware("atlas_a3", MIXED), world=8)
+
+    def program(ctx):
+        if ctx.rank_id != 4:
+            return
+        with ctx.phase("send_status"):
+            entry = ctx.alloc("status", 32)
+            ctx.ub_write(entry, 0, np.ones(8, np.float32), ops=0)
+            ctx.put(0, 0, entry, 32)
+            yield from ctx.sync()
+            ctx.ub.reset()
+
+    with pytest.raises(KernelError, match="'status'.*missing barrier") as info:
+        launch(m, program)
+    assert (info.value.rank, info.value.core, info.value.step) == (4, 0, "send_status")

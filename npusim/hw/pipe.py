@@ -67,10 +67,14 @@ class FixedPipe:
 class TransferPipe:
     """An MTE pipe: transfers stream out one after the other, in issue order; a transfer's
     flight latency overlaps the next one's streaming. A fence (PipeBarrier on this pipe)
-    holds the next transfer until every earlier one has been delivered."""
+    holds the next transfer until every earlier one has been delivered.
+
+    Transfers are delivered in issue order only while their latencies are equal: a put
+    to a near die issued after one to a far die lands first. So the last transfer issued
+    is not the last to complete, and a barrier waits for every open one (`open`)."""
 
     __slots__ = ("name", "env", "queue", "streaming", "inflight", "last", "busy_ns",
-                 "fence_next", "later")
+                 "fence_next", "later", "open")
 
     def __init__(self, env: simpy.Environment, name: str,
                  later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
@@ -85,6 +89,12 @@ class TransferPipe:
         self.last: Op | None = None
         self.busy_ns = 0.0
         self.fence_next = False
+        self.open: dict[Op, None] = {}  # issued, not yet delivered, in issue order
+
+    def issue(self, op: Op) -> None:
+        """Note a transfer the core has issued (before submit)."""
+        self.last = op
+        self.open[op] = None
 
     def submit(self, earliest: float, begin: Callable[[], None]) -> None:
         """Run begin() at max(earliest, now) once the pipe is free (and fenced ones done)."""
@@ -104,7 +114,9 @@ class TransferPipe:
         if self.queue:
             self._next()
 
-    def delivered(self) -> None:
+    def delivered(self, op: Op | None = None) -> None:
+        if op is not None:
+            del self.open[op]
         self.inflight -= 1
         if self.queue and self.queue[0][2]:
             self._next()

@@ -109,7 +109,13 @@ class UnifiedBuffer:
 
     def reset(self, new_call: bool = False) -> None:
         """Free every buffer (tpipe Reset); on a new kernel call also forget which bytes
-        were written, so reading what an earlier call left behind is caught."""
+        were written, so reading what an earlier call left behind is caught. A transfer
+        still open on a buffer is a race: the next buffers reuse its bytes (the sample
+        barriers on PIPE_ALL before its Reset)."""
+        for b in self.buffers:
+            if b.read_busy == INF or b.write_ready == INF:
+                raise KernelError(f"UB reset while a transfer still uses buffer {b.name!r}: "
+                                  "missing barrier", address=b.offset, size=b.nbytes)
         self.top = 0
         self.buffers.clear()
         if new_call:  # only the part ever allocated (the rest keeps untouched, unpaged memory)

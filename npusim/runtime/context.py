@@ -409,7 +409,7 @@ class KernelContext:
         mte = self.cfg.mte
         op = Op(self.env, name, "mte2")
         pipe = self.core.mte2
-        pipe.last = op
+        pipe.issue(op)
         ub_data = self.ub.data
         at = dst.offset + dst_offset
         path = (self.rank.hbm,)
@@ -491,7 +491,7 @@ class KernelContext:
         src.read_busy = INF
         op = Op(self.env, name, "mte3")
         pipe = self.core.mte3
-        pipe.last = op
+        pipe.issue(op)
 
         def done(t: float) -> None:
             # the bytes are read from UB at delivery: the hazard checks guarantee nothing
@@ -544,7 +544,7 @@ class KernelContext:
             self.trace.activity(self.rank_id, self.core_id, pipe.name, op.name, op.start_at,
                                 sent, nbytes, delivered_ns=t)
         op.complete(t)
-        pipe.delivered()
+        pipe.delivered(op)
 
     # -- synchronisation ---------------------------------------------------------------
     def sync(self) -> Wait:
@@ -594,9 +594,14 @@ class KernelContext:
 
     def pipe_barrier(self, pipe: str) -> Wait:
         """Wait until every instruction issued on `pipe` has completed (the scalar unit
-        blocks: SyncFunc<X_S>, or PipeBarrier<PIPE_ALL> for every pipe)."""
+        blocks: SyncFunc<X_S>, or PipeBarrier<PIPE_ALL> for every pipe). On an MTE pipe
+        that is every open transfer, not only the last issued: with per-peer latencies
+        an earlier put can land after it, and it reads its UB bytes until it lands."""
         p = self._pipe(pipe)
-        if p.last is not None:
+        if isinstance(p, TransferPipe):
+            while p.open:
+                yield from self.wait(next(iter(p.open)))
+        elif p.last is not None:
             yield from self.wait(p.last)
 
     def drain(self) -> Wait:
