@@ -1,0 +1,398 @@
+"""What MoeDistributeDispatchV3 / CombineV3 compute, in plain numpy (family ``mc2``).
+
+The golden of the ops-transformer family, written from the operators' documentation
+(``mc2/moe_distribute_dispatch_v2/docs/aclnnMoeDistributeDispatchV4.md``, the CombineV4 page)
+and the element maths of the V2 kernels they instantiate. No window, cores, slots or timing:
+only which rows go where, in which order, with which numbers.
+
+Ranks 0..S_r-1 hold the S shared experts (R = S_r / S replicas each), ranks S_r..W-1 the E MoE
+experts, L = E / (W - S_r) each. Ids in [E, E + Z) are zero experts, then C copy experts, then
+N const experts ("special" experts): dispatch never sends them; combine handles them alone.
+
+Dispatch, per source rank r with BS_r tokens:
+* active tokens: all; with a 1-D ``x_active_mask`` the first sum(mask) (the operator requires
+  the trues first and counts them); with a 2-D mask (BS, K) pair (t, k) is active iff
+  mask[t, k] and token t iff any pair of it is.
+* pair (t, k) of an active token, mask true and id e < E, goes to rank S_r + e // L, local
+  expert e % L, as the triplet (r, t, k); every active token also goes, for each shared
+  expert j, to rank (r mod R) + j R as (r, t, K + j).
+* a MoE rank's rows are ordered by local expert, then source rank, then the source's flat
+  index t * K + k; a shared rank's by source rank, then token. ``ep_recv_count`` is the
+  inclusive cumulative count over local_expert * W + src (over src on a shared rank);
+  ``expert_token_nums`` (int64) holds counts per local expert (type 1, the default) or their
+  cumulative sum (type 0).
+* quantisation (``dispatch_quant``): ``none`` (rows as they are); ``static_int8``
+  (quant_mode 1: q = int8 of rint(fp32(x) * scale), scale of shape (1,), (H,) or (E', H) with
+  E' = S + E rows when S_r > 0, row S + e for MoE expert e and j for shared expert j; no
+  scale output); ``int8`` (quant_mode 2, per token: optional smooth scales of shape (E', H)
+  indexed the same way, d = 127 / max|x|, ``dynamic_scales`` = 1/d fp32).
+* ``expand_scales`` (optional): the pair's expert_scales value per MoE row.
+
+Combine, per rank r and active token t: fp32 sum in this order of
+* each active MoE pair k (id < E): fp32(row) * expert_scales[t, k] (row INT8 block round
+  tripped first with ``combine_quant: int8``);
+* zero experts: nothing; copy experts: fp32(ori_x[t]) * scale; const expert c:
+  (a1 * x + a2 * v[c]) * scale with x = fp32(ori_x[t]), (a1, a2) = softmax(<alpha1[c], x>,
+  <alpha2[c], x>) (dot products summed in fp32 by :func:`fp32_dot`);
+* the S shared rows with weight 1; then ``shared_expert_x[t]`` if given;
+then cast round-to-nearest-even to the token dtype. Rows of tokens that are not active are
+not written by the operator; here they are zero (npusim allocates outputs zeroed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from npusim.kernels.quant import (
+    int8_block_round_trip,
+    int8_token_quantize,
+    token_dtype,
+)
+
+DISPATCH_QUANTS = ("none", "static_int8", "int8")
+COMBINE_QUANTS = ("none", "int8")
+
+
+@dataclass(frozen=True)
+class Mc2Shape:
+    """One MoeDistributeDispatchV3 / CombineV3 call: the attributes both operators take."""
+
+    W: int
+    bs: tuple[int, ...]  # BS per rank (length W)
+    H: int
+    K: int
+    E: int  # MoE experts (moe_expert_num)
+    S: int = 0  # shared experts
+    S_r: int = 0  # shared expert ranks
+    global_bs: int = 0  # 0: BS * W (all ranks the same BS)
+    zero_experts: int = 0
+    copy_experts: int = 0
+    const_experts: int = 0
+    dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        if len(self.bs) != self.W:
+            raise ValueError(f"bs has {len(self.bs)} entries for W={self.W} ranks")
+        if self.S_r >= self.W or (self.S == 0) != (self.S_r == 0) or (self.S and self.S_r % self.S):
+            raise ValueError(f"S={self.S} shared experts on S_r={self.S_r} of W={self.W} ranks: "
+                             "need S_r < W, both zero or both not, S_r % S == 0")
+        if self.E % (self.W - self.S_r):
+            raise ValueError(f"E={self.E} MoE experts do not split over W - S_r = "
+                             f"{self.W - self.S_r} ranks")
+        if self.global_bs == 0 and len(set(self.bs)) > 1:
+            raise ValueError("uneven BS per rank needs global_bs (the window is sized by it)")
+        if self.global_bs and (self.global_bs % self.W or self.global_bs // self.W < max(self.bs)):
+            raise ValueError(f"global_bs={self.global_bs} must be a multiple of W={self.W} and "
+                             f">= W * max(BS) = {self.W * max(self.bs)}")
+
+    @property
+    def L(self) -> int:
+        """MoE experts per MoE rank."""
+        return self.E // (self.W - self.S_r)
+
+    @property
+    def R(self) -> int:
+        """Ranks per shared expert (0 without shared experts)."""
+        return self.S_r // self.S if self.S else 0
+
+    @property
+    def global_bs_eff(self) -> int:
+        """globalBs as the tiling sets it: the attribute, or BS * W when it is 0."""
+        return self.global_bs or self.bs[0] * self.W
+
+    @property
+    def max_bs(self) -> int:
+        """maxBs = globalBs / W: the per-source slot count of every window block."""
+        return self.global_bs_eff // self.W
+
+    @property
+    def special_experts(self) -> int:
+        return self.zero_experts + self.copy_experts + self.const_experts
+
+    def is_shared_rank(self, rank: int) -> bool:
+        return rank < self.S_r
+
+    def rows_capacity(self, rank: int) -> int:
+        """A, the rows of expand_x: globalBs * min(L, K) on a MoE rank, maxBs * ceil(W / R)
+        on a shared rank (tiling CheckInputInfoTensorShape)."""
+        if self.is_shared_rank(rank):
+            return self.max_bs * -(-self.W // self.R)
+        return self.global_bs_eff * min(self.L, self.K)
+
+    def scale_rows(self) -> int:
+        """E': rows of a 2-D static / smooth scale tensor (S + E with shared ranks, else E)."""
+        return self.E + (self.S if self.S_r else 0)
+
+
+@dataclass
+class DispatchInputs:
+    """One rank's dispatch inputs (the optional ones None when absent)."""
+
+    x: np.ndarray  # (BS, H) token dtype
+    expert_ids: np.ndarray  # (BS, K) int32
+    expert_scales: np.ndarray | None = None  # (BS, K) fp32
+    x_active_mask: np.ndarray | None = None  # (BS,) or (BS, K) bool
+    scales: np.ndarray | None = None  # static: (1,), (H,), (E', H); int8: smooth (E', H)
+
+
+@dataclass
+class DispatchOutputs:
+    """One rank's dispatch outputs; rows beyond ``n`` (= ep_recv_count's last entry) are 0."""
+
+    expand_x: np.ndarray  # (A, H) token dtype or int8
+    dynamic_scales: np.ndarray | None  # (A,) fp32, int8 mode only
+    assist_info_for_combine: np.ndarray  # (A, 3) int32: (src rank, token, k)
+    expert_token_nums: np.ndarray  # (L,) int64 (first entry only on a shared rank)
+    ep_recv_count: np.ndarray  # (W * L,) int32 (first W on a shared rank)
+    expand_scales: np.ndarray | None = None  # (A,) fp32 when expert_scales was given
+    n: int = 0
+
+
+@dataclass
+class CombineInputs:
+    """One rank's combine inputs beyond what its own dispatch returned."""
+
+    expand_x: np.ndarray  # (A, H) token dtype: the expert outputs of this rank's rows
+    expert_ids: np.ndarray  # (BS, K) int32 (the dispatch's)
+    expert_scales: np.ndarray | None = None  # (BS, K) fp32
+    x_active_mask: np.ndarray | None = None
+    shared_expert_x: np.ndarray | None = None  # (BS, H)
+    ori_x: np.ndarray | None = None  # (BS, H): copy / const experts
+    const_alpha1: np.ndarray | None = None  # (N, H)
+    const_alpha2: np.ndarray | None = None  # (N, H)
+    const_v: np.ndarray | None = None  # (N, H)
+    extra: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def active_pairs(shape: Mc2Shape, ids: np.ndarray, mask: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(active token indices in order, bool (BS, K) of pairs that travel to a MoE expert)."""
+    bs = ids.shape[0]
+    pair = np.ones(ids.shape, dtype=bool)
+    if mask is None:
+        tokens = np.arange(bs)
+    elif mask.ndim == 1:
+        n = int(np.count_nonzero(mask))
+        tokens = np.arange(n)
+        pair[n:] = False
+    else:
+        pair &= mask.astype(bool)
+        tokens = np.flatnonzero(pair.any(axis=1))
+    pair &= ids < shape.E
+    return tokens, pair
+
+
+def dispatch_rows(shape: Mc2Shape, ids_per_rank: list[np.ndarray],
+                  masks: list[np.ndarray | None]) -> list[np.ndarray]:
+    """Per destination rank, its rows in output order as (src, token, k, local) int64 (n, 4)."""
+    W, K, L = shape.W, shape.K, shape.L
+    rows: list[list[tuple[int, int, int, int]]] = [[] for _ in range(W)]
+    for src in range(W):
+        tokens, pair = active_pairs(shape, ids_per_rank[src], masks[src])
+        t_idx, k_idx = np.nonzero(pair)  # row-major: flat index order t * K + k
+        for t, k in zip(t_idx.tolist(), k_idx.tolist(), strict=True):
+            e = int(ids_per_rank[src][t, k])
+            rows[shape.S_r + e // L].append((e % L, src, t, k))
+        for j in range(shape.S):
+            dst = src % shape.R + j * shape.R
+            rows[dst].extend((0, src, int(t), K + j) for t in tokens)
+    out = []
+    for dst in range(W):
+        # stable sort: local expert, then source; within one source the append order holds
+        r = sorted(rows[dst], key=lambda q: (q[0], q[1]))
+        arr = np.array([(s, t, k, le) for le, s, t, k in r], dtype=np.int64).reshape(-1, 4)
+        out.append(arr)
+    return out
+
+
+def recv_counts(shape: Mc2Shape, rank: int, rows: np.ndarray) -> np.ndarray:
+    """Counts per status entry: local_expert * W + src on a MoE rank, src on a shared rank."""
+    W = shape.W
+    if shape.is_shared_rank(rank):
+        return np.bincount(rows[:, 0], minlength=W).astype(np.int64)
+    return np.bincount(rows[:, 3] * W + rows[:, 0], minlength=W * shape.L).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- quantisation
+
+
+def static_int8_quantize(x: np.ndarray, scale_row: np.ndarray) -> np.ndarray:
+    """quant_mode 1: int8(rint(fp32(x) * scale)); scale a scalar (1,) or per channel (H,).
+
+    The kernel casts fp32 -> int32 (RINT), -> fp16 (exact up to 2048), -> int8 (TRUNC of an
+    integer); out-of-range values saturate to [-128, 127] (assumed: the conversion's
+    saturation mode is not stated in the source)."""
+    f = np.asarray(x).astype(np.float32) * np.asarray(scale_row, dtype=np.float32)
+    return np.clip(np.rint(f), -128, 127).astype(np.int8)
+
+
+def scale_row(shape: Mc2Shape, scales: np.ndarray, expert_index: int) -> np.ndarray:
+    """The static / smooth scale used for one row: the whole (1,) / (H,) tensor, or row
+    ``expert_index`` (S + e for MoE expert e with shared ranks, e without; j for shared j)."""
+    scales = np.asarray(scales, dtype=np.float32)
+    if scales.ndim == 1:
+        if scales.size not in (1, shape.H):
+            raise ValueError(f"1-D scales must have 1 or H={shape.H} entries, got {scales.size}")
+        return scales
+    if scales.shape != (shape.scale_rows(), shape.H):
+        raise ValueError(f"2-D scales must be ({shape.scale_rows()}, {shape.H}), "
+                         f"got {scales.shape}")
+    return scales[expert_index]
+
+
+def expert_index(shape: Mc2Shape, k: int, e: int) -> int:
+    """Row of the scale tensor for a pair: shared expert j = k - K, or MoE expert e."""
+    if k >= shape.K:
+        return k - shape.K
+    return e + (shape.S if shape.S_r else 0)
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str = "none",
+                       expert_token_nums_type: int = 1) -> list[DispatchOutputs]:
+    """Every rank's dispatch outputs for one call."""
+    if quant not in DISPATCH_QUANTS:
+        raise ValueError(f"dispatch_quant {quant!r}; allowed: {', '.join(DISPATCH_QUANTS)}")
+    if expert_token_nums_type not in (0, 1):
+        raise ValueError("expert_token_nums_type must be 0 (cumsum) or 1 (counts)")
+    if quant == "static_int8" and any(i.scales is None for i in inputs):
+        raise ValueError("static_int8 needs scales on every rank")
+    W, H, L = shape.W, shape.H, shape.L
+    dt = token_dtype(shape.dtype)
+    ids = [np.asarray(i.expert_ids) for i in inputs]
+    plan = dispatch_rows(shape, ids, [i.x_active_mask for i in inputs])
+    has_es = any(i.expert_scales is not None for i in inputs)
+    outs = []
+    for dst in range(W):
+        rows = plan[dst]
+        n = rows.shape[0]
+        A = shape.rows_capacity(dst)
+        if n > A:
+            raise ValueError(f"rank {dst} receives {n} rows, more than A = {A}")
+        out_dt = dt if quant == "none" else np.dtype(np.int8)
+        expand_x = np.zeros((A, H), dtype=out_dt)
+        dyn = np.zeros(A, dtype=np.float32) if quant == "int8" else None
+        es_out = np.zeros(A, dtype=np.float32) if has_es else None
+        for i, (src, t, k, _) in enumerate(rows.tolist()):
+            src_in = inputs[src]
+            x = src_in.x[t:t + 1]
+            e = int(ids[src][t, k]) if k < shape.K else -1
+            if quant == "none":
+                expand_x[i] = x[0]
+            elif quant == "static_int8":
+                expand_x[i] = static_int8_quantize(
+                    x[0], scale_row(shape, src_in.scales, expert_index(shape, k, e)))
+            else:
+                smooth = None
+                if src_in.scales is not None:
+                    smooth = scale_row(shape, src_in.scales, expert_index(shape, k, e))
+                q, s = int8_token_quantize(x, smooth)
+                expand_x[i], dyn[i] = q[0], s[0]
+            if es_out is not None and k < shape.K and src_in.expert_scales is not None:
+                es_out[i] = np.float32(src_in.expert_scales[t, k])
+        assist = np.zeros((A, 3), dtype=np.int32)
+        assist[:n] = rows[:, :3]
+        counts = recv_counts(shape, dst, rows)
+        ep_recv = np.zeros(W * L, dtype=np.int32)
+        ep_recv[:counts.size] = np.cumsum(counts)
+        local = 1 if shape.is_shared_rank(dst) else L
+        per_expert = counts.reshape(local, W).sum(axis=1) if local > 1 else np.array(
+            [counts.sum()])
+        etn = np.zeros(L, dtype=np.int64)
+        etn[:local] = np.cumsum(per_expert) if expert_token_nums_type == 0 else per_expert
+        outs.append(DispatchOutputs(expand_x, dyn, assist, etn, ep_recv, es_out, n))
+    return outs
+
+
+def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str) -> np.ndarray:
+    """expand_x back in the token dtype (int8: fp32(q) * dynamic_scale; static: fp32(q),
+    the scale being the caller's), for identity-expert round trips."""
+    dt = token_dtype(dtype)
+    if quant == "none":
+        return out.expand_x
+    q = out.expand_x.astype(np.float32)
+    if quant == "int8":
+        q = q * out.dynamic_scales[:, None]
+    return q.astype(dt)
+
+
+# --------------------------------------------------------------------------- combine
+
+
+def fp32_dot(a: np.ndarray, b: np.ndarray) -> np.float32:
+    """<a, b> in fp32: the products rounded to fp32, summed by numpy's float32 pairwise sum.
+    (The vector unit's Sum reduces in its own tree order; npusim fixes this one.)"""
+    return np.float32(np.sum(a.astype(np.float32) * b.astype(np.float32), dtype=np.float32))
+
+
+def const_expert_row(x: np.ndarray, alpha1: np.ndarray, alpha2: np.ndarray, v: np.ndarray
+                     ) -> np.ndarray:
+    """a1 * x + a2 * v in fp32 with (a1, a2) = softmax(<alpha1, x>, <alpha2, x>)."""
+    xf = x.astype(np.float32)
+    s1, s2 = fp32_dot(alpha1, xf), fp32_dot(alpha2, xf)
+    m = max(s1, s2)
+    e = np.exp(np.array([s1 - m, s2 - m], dtype=np.float32))
+    tot = np.float32(e[0] + e[1])
+    a1, a2 = np.float32(e[0] / tot), np.float32(e[1] / tot)
+    return xf * a1 + v.astype(np.float32) * a2
+
+
+def reference_combine(shape: Mc2Shape, dispatch_out: list[DispatchOutputs],
+                      inputs: list[CombineInputs], quant: str = "none") -> list[np.ndarray]:
+    """Every rank's combine output x (BS_r, H) for one call."""
+    if quant not in COMBINE_QUANTS:
+        raise ValueError(f"combine_quant {quant!r}; allowed: {', '.join(COMBINE_QUANTS)}")
+    W, K, S, H, E = shape.W, shape.K, shape.S, shape.H, shape.E
+    dt = token_dtype(shape.dtype)
+    # slot[r][(t, k)] = the row rank q sends back for (t, k): what lands in r's window
+    slots: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in range(W)]
+    for q in range(W):
+        d = dispatch_out[q]
+        rows = np.asarray(inputs[q].expand_x[:d.n])
+        if quant == "int8" and d.n:
+            rows = int8_block_round_trip(rows, recip=True)
+        for i in range(d.n):
+            src, t, k = (int(v) for v in d.assist_info_for_combine[i])
+            slots[src][(t, k)] = rows[i]
+    Z, C = shape.zero_experts, shape.copy_experts
+    outs = []
+    for r in range(W):
+        inp = inputs[r]
+        ids = np.asarray(inp.expert_ids)
+        tokens, _ = active_pairs(shape, ids, inp.x_active_mask)
+        live = np.ones(ids.shape, dtype=bool)
+        if inp.x_active_mask is not None and np.asarray(inp.x_active_mask).ndim == 2:
+            live = np.asarray(inp.x_active_mask, dtype=bool)
+        out = np.zeros((shape.bs[r], H), dtype=dt)
+        for t in tokens.tolist():
+            acc = np.zeros(H, dtype=np.float32)
+            for k in range(K):
+                if not live[t, k]:
+                    continue
+                e = int(ids[t, k])
+                w = None if inp.expert_scales is None else np.float32(inp.expert_scales[t, k])
+                if e < E:
+                    row = slots[r][(t, k)].astype(np.float32)
+                elif e < E + Z:
+                    continue
+                elif e < E + Z + C:
+                    row = inp.ori_x[t].astype(np.float32)
+                else:
+                    c = e - E - Z - C
+                    row = const_expert_row(inp.ori_x[t], inp.const_alpha1[c],
+                                           inp.const_alpha2[c], inp.const_v[c])
+                acc = acc + (row if w is None else row * w)
+            for j in range(S):
+                acc = acc + slots[r][(t, K + j)].astype(np.float32)
+            if inp.shared_expert_x is not None:
+                acc = acc + inp.shared_expert_x[t].astype(np.float32)
+            out[t] = acc.astype(dt)
+        outs.append(out)
+    return outs
