@@ -1,0 +1,273 @@
+"""The Mc2MoeContext window of MoeDistributeDispatchV3 / CombineV3 (family ``mc2``).
+
+Each rank's CCL buffer (``epHcclBuffer_[rank]`` of ``common/op_kernel/mc2_moe_context.h``) is
+the window. Offsets are from its base (``dispatch_v2/op_kernel/mc2_moe_context_holder.h``):
+status in [0, 1 MiB) (STATE_SIZE), data from 1 MiB. The data area, totalWin = CCL buffer -
+1 MiB - W * 1 KiB (``op_host/op_tiling/moe_distribute_check_win_size.h:165``), is two halves of
+totalWin / 2, one per data state (the 0/1 word each core flips per call, ``InitWinState``):
+first the combine receive slots, maxBs * (K + S) of them, then the dispatch blocks, one per
+(source rank, local expert), each maxBs slots long (``moe_distribute_dispatch_v2.h:464-475``).
+
+Status offsets (``moe_distribute_v2_constant.h``): dispatch entries at state * 384 KiB +
+(local_expert * W + src) * 32 (src alone on a shared rank); combine flags at 64 KiB + state *
+384 KiB + (token * (K + S) + k) * 32; the per-core dispatch state word at 768 KiB + core * 512,
+combine's at 818 KiB + core * 512.
+
+The CCL buffer size: ``workload.ccl_buffer_size`` is what the torch helper
+``MoeDistributeBuffer.get_low_latency_ccl_buffer_size`` returns (MB, the HCCL_BUFFSIZE a user
+sets); HCCL opens twice that ("hccl按照2*bufferSize大小开设", ``ops/deep_ep.py``), and that is
+the operator's ``ccl_buffer_size`` attribute the window is cut from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npusim.kernels.quant import align_up, ceil_div
+
+KiB = 1024
+MiB = 1024 * KiB
+
+STATUS_BYTES = 1 * MiB  # STATE_SIZE: the status region before the data
+EP_RANK_OFFSET_STEP = 1 * KiB  # per-rank reservation subtracted from totalWin
+STATE_ENTRY = 32  # STATE_OFFSET: one status entry / flag
+DISPATCH_STATE_STRIDE = 384 * KiB  # WIN_STATE_OFFSET
+COMBINE_FLAGS = 64 * KiB  # COMBINE_STATE_OFFSET
+DISPATCH_STATE_WORDS = 768 * KiB  # DISPATCH_STATE_WIN_OFFSET
+COMBINE_STATE_WORDS = 818 * KiB  # COMBINE_STATE_WIN_OFFSET
+STATE_WORD_STRIDE = 512  # WIN_ADDR_ALIGN between two cores' state words
+WIN_ADDR_ALIGN = 512
+FULL_MESH_DATA_ALIGN = 480  # data bytes per 512 B block when the data carries its flag
+TRIPLET_BYTES = 12  # (src rank, token, k) int32
+MAX_OUT_DTYPE_SIZE = 2  # the host check sizes every token as 2 bytes per element
+SCALE_EXPAND_IDX_BUFFER = 44  # 32 B scale + 12 B triplet in the host check
+MAX_UB_SIZE = 170 * KiB  # dispatch send queues single-buffered above this UB use
+
+ARCHES = ("arch22", "arch35")  # A3 (dav-2201) and the 950 (dav-3510)
+
+
+def align32(x: int) -> int:
+    return align_up(x, 32)
+
+
+def align512(x: int) -> int:
+    return align_up(x, WIN_ADDR_ALIGN)
+
+
+@dataclass(frozen=True)
+class DispatchSlot:
+    """One dispatch window slot as the kernel fills it (``QuantInit``, ``FillTriple``).
+
+    [data: out_bytes][pad to 32][fp32 scale (int8 mode 2)][pad to 32][triplet 12 B]
+    [fp32 expert scale, with expert_scales]; the put moves ``moved`` bytes; slots are
+    ``slot`` = Align512(moved) apart; a UB row is ``ub_row`` = Align32(moved)."""
+
+    out_bytes: int  # H * sizeof(expand_x element)
+    scale_offset: int | None  # fp32 per-token scale (quant int8), else None
+    triplet_offset: int
+    expert_scale_offset: int | None
+    moved: int  # hScaleIdxSize_
+    slot: int  # hAlignWinSize_
+    ub_row: int  # hOutAlignUbSize_
+
+
+def dispatch_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSlot:
+    """The slot of ``moe_distribute_dispatch_v2.h:413-423`` for bf16/fp16 tokens."""
+    out_bytes = h * (2 if quant == "none" else 1)
+    h_out_align = align32(out_bytes)
+    scale_offset = None
+    if quant == "int8":
+        scale_offset = h_out_align
+        h_out_align += 4
+    triplet = align32(h_out_align)
+    moved = triplet + TRIPLET_BYTES
+    es = None
+    if expert_scales:
+        es = moved
+        moved += 4
+    return DispatchSlot(out_bytes, scale_offset, triplet, es, moved, align512(moved),
+                        align32(moved))
+
+
+def combine_slot_bytes(h: int, arch: str) -> int:
+    """Combine receive slot: Align512(2H) on A3; ceil(2H / 480) * 512 on the 950, whose
+    combine carries its flag in every 512 B block (``moe_distribute_dispatch_v2.h:467-471``)."""
+    if arch == "arch35":
+        return ceil_div(2 * h, FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+    return align512(2 * h)
+
+
+# --------------------------------------------------------------------------- host sizing
+
+
+@dataclass(frozen=True)
+class BufferNeed:
+    """The host check's terms (``CheckActualWinSize``) for one shape."""
+
+    max_bs: int
+    token_need_dispatch: int  # Align512(Align32(2H) + 44)
+    token_need_combine: int  # Align512(2H)
+    W: int
+    L: int
+    K: int
+    S: int
+    per_rank: int  # W * 1 KiB on the 950, 0 on A3
+
+    @property
+    def actual_bytes(self) -> int:
+        d = self.max_bs * self.token_need_dispatch * self.W * self.L
+        c = self.max_bs * self.token_need_combine * (self.K + self.S)
+        return (d + c) * 2 + self.per_rank
+
+    @property
+    def needed_mb(self) -> int:
+        """NEEDED_HCCL_BUFFSIZE as the operator prints it: actualSize / MB + 1."""
+        return self.actual_bytes // MiB + 1
+
+    def formula(self) -> str:
+        extra = f" + W {self.W} * 1 KiB" if self.per_rank else ""
+        return (f"((maxBs {self.max_bs} * tokenNeedSizeDispatch {self.token_need_dispatch} * "
+                f"W {self.W} * L {self.L}) + (maxBs {self.max_bs} * tokenNeedSizeCombine "
+                f"{self.token_need_combine} * (K {self.K} + S {self.S}))) * 2{extra}")
+
+
+def buffer_need(max_bs: int, h: int, W: int, L: int, K: int, S: int, arch: str) -> BufferNeed:
+    tok_actual = align32(h * MAX_OUT_DTYPE_SIZE) + SCALE_EXPAND_IDX_BUFFER
+    return BufferNeed(max_bs, align512(tok_actual), align512(h * MAX_OUT_DTYPE_SIZE), W, L, K,
+                      S, W * EP_RANK_OFFSET_STEP if arch == "arch35" else 0)
+
+
+def low_latency_ccl_buffer_mb(max_bs: int, h: int, W: int, L: int, K: int, S: int) -> int:
+    """``get_low_latency_ccl_buffer_size`` (fullmesh_v1): Align2(ceil((2 * (dispatch +
+    combine) + 1 MB) / 1 MB)) / 2 MB, the HCCL_BUFFSIZE to set (HCCL opens twice this)."""
+    need = buffer_need(max_bs, h, W, L, K, S, "arch22")
+    total = need.actual_bytes + MiB
+    return align_up(ceil_div(total, MiB), 2) // 2
+
+
+class CclBufferTooSmall(ValueError):
+    """The CCL buffer cannot hold the window; the message names the MB needed and why."""
+
+
+# --------------------------------------------------------------------------- window
+
+
+@dataclass(frozen=True)
+class Mc2Window:
+    """Offsets of everything one V3 call keeps in a rank's CCL buffer (bytes from its base)."""
+
+    W: int
+    max_bs: int
+    H: int
+    K: int
+    L: int
+    S: int
+    dispatch: DispatchSlot
+    combine_slot: int
+    ccl_bytes: int
+    cores: int
+
+    @property
+    def slots_per_token(self) -> int:
+        return self.K + self.S
+
+    @property
+    def total_win(self) -> int:
+        """totalWinSizeEp: CCL buffer - 1 MiB - W * 1 KiB."""
+        return self.ccl_bytes - STATUS_BYTES - self.W * EP_RANK_OFFSET_STEP
+
+    @property
+    def half(self) -> int:
+        return self.total_win // 2
+
+    # ---- status region
+    def dispatch_status(self, state: int, entry: int) -> int:
+        """32 B (fp32 flag 1.0, int32 count) for status entry ``entry`` = local * W + src
+        (= src on a shared rank)."""
+        return state * DISPATCH_STATE_STRIDE + entry * STATE_ENTRY
+
+    def combine_flag(self, state: int, token: int, k: int) -> int:
+        return (COMBINE_FLAGS + state * DISPATCH_STATE_STRIDE
+                + (token * self.slots_per_token + k) * STATE_ENTRY)
+
+    def dispatch_state_word(self, core: int) -> int:
+        return DISPATCH_STATE_WORDS + core * STATE_WORD_STRIDE
+
+    def combine_state_word(self, core: int) -> int:
+        return COMBINE_STATE_WORDS + core * STATE_WORD_STRIDE
+
+    # ---- data region
+    def data_half(self, state: int) -> int:
+        return STATUS_BYTES + state * self.half
+
+    def combine_slot_offset(self, state: int, token: int, k: int) -> int:
+        return self.data_half(state) + (token * self.slots_per_token + k) * self.combine_slot
+
+    @property
+    def combine_area(self) -> int:
+        return self.max_bs * self.slots_per_token * self.combine_slot
+
+    @property
+    def block_bytes(self) -> int:
+        """expertPerSizeOnWin_: maxBs slots."""
+        return self.max_bs * self.dispatch.slot
+
+    def dispatch_block(self, state: int, block: int) -> int:
+        """Block ``block`` = src * L + local on a MoE rank, src on a shared rank."""
+        return self.data_half(state) + self.combine_area + block * self.block_bytes
+
+    def dispatch_slot_offset(self, state: int, block: int, index: int) -> int:
+        return self.dispatch_block(state, block) + index * self.dispatch.slot
+
+    @property
+    def dispatch_area(self) -> int:
+        return self.W * self.L * self.block_bytes
+
+    def regions(self, state: int = 0) -> dict[str, tuple[int, int]]:
+        """[start, end) of each region of one data state (for the window sanitiser)."""
+        st = self.dispatch_status(state, 0)
+        cf = self.combine_flag(state, 0, 0)
+        d = self.data_half(state)
+        return {
+            "dispatch_status": (st, st + self.W * self.L * STATE_ENTRY),
+            "combine_flags": (cf, cf + self.max_bs * self.slots_per_token * STATE_ENTRY),
+            "dispatch_state_words": (DISPATCH_STATE_WORDS,
+                                     DISPATCH_STATE_WORDS + self.cores * STATE_WORD_STRIDE),
+            "combine_state_words": (COMBINE_STATE_WORDS,
+                                    COMBINE_STATE_WORDS + self.cores * STATE_WORD_STRIDE),
+            "combine_recv": (d, d + self.combine_area),
+            "dispatch_data": (d + self.combine_area,
+                              d + self.combine_area + self.dispatch_area),
+        }
+
+
+def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, arch: str,
+               ccl_mb: int, cores: int, expert_scales: bool = False) -> Mc2Window:
+    """The window of one call, after the operator's fit check and npusim's layout check.
+
+    Raises :class:`CclBufferTooSmall` with the operator's terms ("HCCL_BUFFSIZE ... is too
+    SMALL ... NEEDED=...MB") when ``2 * ccl_mb`` MB minus the status MiB cannot hold the
+    check's need, or when the kernel's own slots overrun a data half the check let through
+    (the 950's 480/512 combine slots are larger than the check's Align512(2H))."""
+    if arch not in ARCHES:
+        raise ValueError(f"arch {arch!r}; allowed: {', '.join(ARCHES)}")
+    ccl_bytes = 2 * ccl_mb * MiB
+    need = buffer_need(max_bs, h, W, L, K, S, arch)
+    default = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S)
+    if need.actual_bytes > ccl_bytes - STATUS_BYTES:
+        raise CclBufferTooSmall(
+            f"{ccl_mb} MB (HCCL opens a {2 * ccl_mb} MB CCL buffer) is too SMALL: NEEDED = "
+            f"{need.formula()} + 1 MB status = {need.needed_mb} MB of CCL buffer, so "
+            f"ccl_buffer_size >= {ceil_div(need.needed_mb, 2)} MB "
+            f"(get_low_latency_ccl_buffer_size gives {default})")
+    win = Mc2Window(W, max_bs, h, K, L, S, dispatch_slot(h, quant, expert_scales),
+                    combine_slot_bytes(h, arch), ccl_bytes, cores)
+    used = win.combine_area + win.dispatch_area
+    if used > win.half:
+        mb = ceil_div(2 * used + STATUS_BYTES + W * EP_RANK_OFFSET_STEP, 2 * MiB)
+        raise CclBufferTooSmall(
+            f"{ccl_mb} MB passes the operator's check, but the kernel's slots (combine "
+            f"{win.combine_slot} B, dispatch {win.dispatch.slot} B) fill {used} B of a data "
+            f"half of totalWin/2 = {win.half} B and would overrun it; ccl_buffer_size >= "
+            f"{mb} MB")
+    return win
