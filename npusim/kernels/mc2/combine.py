@@ -1,0 +1,373 @@
+"""MoeDistributeCombineV2 (A3, arch22) and MoeDistributeCombineV2A5Mte (950, arch35) as
+per-core programs (docs/kernels.md, family mc2).
+
+A3: rows split evenly over the cores, two rows per MTE3 barrier, then their two 32 B flags;
+each core sweeps its pending tokens round robin, one (K + S) * 32 B flag probe each.
+950: one row per step in a permuted order, packed 480 B data + 32 B of 1.0 per 512 B block
+(data as flag, no flag put); a token is complete when all its blocks' flags read 1.0.
+
+GM tensors per rank: expand_x (the experts' rows), assist_info_for_combine, ep_recv_count,
+expert_ids, [expert_scales], [shared_expert_x], [ori_x, const_*] in; x out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.mc2.reference import const_expert_row
+from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
+from npusim.kernels.mc2.window import FULL_MESH_DATA_ALIGN, WIN_ADDR_ALIGN, align32
+from npusim.kernels.quant import (
+    int8_block_dequantize,
+    int8_block_quantize,
+    int8_block_scale_count,
+    token_dtype,
+)
+from npusim.runtime.conditions import AllEqual, SumEquals
+from npusim.runtime.context import KernelContext, Poll, Strided
+
+Wait = Generator[Any, Any, Any]
+F32 = np.float32
+PHASES = ("send", "receive")
+
+
+def int8_send_bytes(h: int) -> int:
+    """tokenScaleCnt_ in bytes: Align32(H) int8 + Align16(H) / 8 scales in the token dtype."""
+    return align32(h) + 2 * int8_block_scale_count(h)
+
+
+def combine_program(t: Mc2Tiling):
+    from npusim.kernels.mc2.dispatch import init_win_state
+
+    def program(ctx: KernelContext) -> Wait:
+        state = yield from init_win_state(ctx, t.window.combine_state_word(ctx.core_id))
+        with ctx.phase("send"):
+            yield from send(ctx, t, state)
+        yield from ctx.drain()  # PipeBarrier<PIPE_ALL> before the pipe reset
+        ctx.ub.reset()
+        with ctx.phase("receive"):
+            yield from receive(ctx, t, state)
+
+    return program
+
+
+# --------------------------------------------------------------------------- send
+def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
+    rank = ctx.rank_id
+    counts = ctx.tensor("ep_recv_count")
+    last = (t.W if t.is_shared_rank(rank) else t.W * t.L) - 1
+    total = int(ctx.gm_read_scalar(counts, 4 * last, np.int32))  # DataCacheCleanAndInvalid
+    r0, r1 = split_to_core(total, t.cores, ctx.core_id)
+    n = r1 - r0
+    if n == 0:
+        return
+    h = t.H
+    arch35 = t.arch == "arch35"
+    cslot = t.window.combine_slot
+    blocks = cslot // WIN_ADDR_ALIGN
+    idx = ctx.alloc("expand_idx", align32(12 * n))
+    yield from ctx.wait(ctx.copy_in(idx, ctx.tensor("assist_info_for_combine"), 12 * r0,
+                                    12 * n, name="copy_assist_info"))
+    trip = ctx.ub_read(idx, np.int32, 3 * n, ops=0).reshape(n, 3)
+    row_in = blocks * FULL_MESH_DATA_ALIGN if arch35 else align32(2 * h)
+    ins = [ctx.alloc(f"row{p}", row_in) for p in range(2)]
+    if arch35:
+        for b in ins:  # the packing Copy reads blocks * 480 B: keep the tail defined
+            ctx.vector("dup_zero", row_in, np.uint8, writes=[b], fn=lambda b=b: b.view(
+                np.uint8).fill(0))
+        outs = [ctx.alloc(f"packed{p}", cslot) for p in range(2)]
+    elif t.combine_quant == "int8":
+        outs = [ctx.alloc(f"quant{p}", align32(int8_send_bytes(h))) for p in range(2)]
+    else:
+        outs = ins
+    flag = ctx.alloc("flag", 32)
+    ctx.vector("dup_flag", 8, F32, writes=[flag], fn=lambda: flag.view(F32).fill(1.0))
+    yield from ctx.pipe_barrier("vector")
+    puts: list[Any] = [None, None]
+    win = t.window
+    x = ctx.tensor("expand_x")
+
+    def one_row(p: int, i: int) -> Wait:
+        dst, token, k = (int(v) for v in trip[i])
+        if puts[p] is not None:
+            yield from ctx.wait(puts[p])
+        buf, out = ins[p], outs[p]
+        if arch35:
+            yield from ctx.pipe_barrier("vector")
+        yield from ctx.wait(ctx.copy_in(buf, x, (r0 + i) * 2 * h, 2 * h, name="load_row"))
+        nbytes = 2 * h
+        if arch35:
+            _pack(ctx, buf, out, blocks)
+            yield from ctx.pipe_barrier("vector")
+            nbytes = cslot
+        elif t.combine_quant == "int8":
+            _quant_int8(ctx, t, buf, out)
+            yield from ctx.pipe_barrier("vector")
+            nbytes = int8_send_bytes(h)
+        puts[p] = ctx.put(dst, win.combine_slot_offset(state, token, k), out, nbytes,
+                          name="put_row")
+        return dst, token, k
+
+    if arch35:  # one row per step, permuted order (stride n/2 + 1, coprime with n)
+        stride = 1 if n <= 2 else n // 2 + 1
+        if n > 2 and n % 2 == 0 and stride % 2 == 0:
+            stride += 1
+        i = rank * n // t.W % n
+        for _ in range(n):
+            ctx.scalar(6)
+            yield from one_row(_ % 2, i)
+            i = (i + stride) % n
+    else:  # two rows, one MTE3 barrier, two flags
+        loop = 0
+        while loop < n:
+            pair = [(loop + rank) % n]
+            if loop + 1 < n:
+                pair.append((loop + 1 + rank) % n)
+            ctx.scalar(6 * len(pair))
+            sent = []
+            for p, i in enumerate(pair):
+                sent.append((yield from one_row(p, i)))
+            ctx.mte_fence("mte3")  # PipeBarrier<PIPE_MTE3>
+            for dst, token, k in sent:
+                ctx.put(dst, win.combine_flag(state, token, k), flag, 32, name="put_flag")
+            loop += len(pair)
+    yield from ctx.pipe_barrier("mte3")
+
+
+def _pack(ctx: KernelContext, src, out, blocks: int) -> None:
+    """Duplicate 1.0 over the slot, two strided Copy: 480 B of data into every 512 B block."""
+    def dup() -> None:
+        out.view(F32).fill(1.0)
+
+    def copy() -> None:
+        o = out.view(np.uint8).reshape(blocks, WIN_ADDR_ALIGN)
+        o[:, :FULL_MESH_DATA_ALIGN] = src.view(np.uint8).reshape(blocks, FULL_MESH_DATA_ALIGN)
+
+    ctx.vector("dup_flags", out.nbytes // 4, F32, writes=[out], fn=dup)
+    ctx.vector_seq("pack_copy", [("copy_a", 64 * blocks, F32), ("copy_b", 56 * blocks, F32)],
+                   reads=[src], writes=[out], fn=copy)
+
+
+def _quant_int8(ctx: KernelContext, t: Mc2Tiling, src, out) -> None:
+    """Int8QuantProcess: per 8 fp32 a max, scale = max / 127 in the token dtype, q = rint."""
+    h = t.H
+    dt = token_dtype(t.shape.dtype)
+
+    def effect() -> None:
+        q, s = int8_block_quantize(src.bytes_at(0, 2 * h).view(dt)[None, :], recip=True,
+                                   scale_dtype=dt)
+        o = out.bytes_at(0, int8_send_bytes(h))
+        o[:align32(h)] = q[0].view(np.uint8)
+        o[align32(h):] = s[0].view(np.uint8)
+
+    nb = -(-h // 8)
+    ctx.vector_seq("int8_quant", [
+        ("cast_f32", h, F32), ("abs", h, F32), ("block_reduce_max", h, F32),
+        ("muls", nb, F32), ("cast_scale", nb, F32), ("brcb", h, F32), ("div", h, F32),
+        ("cast_f16", h, F32), ("cast_i8", h, np.float16)],
+        reads=[src], writes=[out], fn=None if t.timing_only else effect)
+
+
+# --------------------------------------------------------------------------- receive
+def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
+    """LocalWindowCopy: round robin over my pending tokens; sum a token once complete."""
+    rank = ctx.rank_id
+    bs = t.bs(rank)
+    b0, b1 = split_to_core(bs, t.cores, ctx.core_id)
+    if b1 <= b0:
+        return
+    h, K, S = t.H, t.K, t.S
+    KS = K + S
+    arch35 = t.arch == "arch35"
+    dt = token_dtype(t.shape.dtype)
+    win_r = ctx.window()
+    lay = t.window
+    cslot = lay.combine_slot
+    blocks = cslot // WIN_ADDR_ALIGN
+    ids = ctx.tensor("expert_ids").as_array(np.int32).reshape(bs, K)
+    has_es = "expert_scales" in ctx.rank.tensors
+    es = None
+    if has_es:
+        es_buf = ctx.alloc("expert_scales", align32(4 * (b1 - b0) * K))
+        yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 4 * b0 * K,
+                                        4 * (b1 - b0) * K, name="copy_expert_scales"))
+        es = ctx.ub_read(es_buf, F32, (b1 - b0) * K, ops=0).reshape(-1, K)
+    flag_bytes = KS * blocks * 32 if arch35 else KS * 32
+    flags = ctx.alloc("state", align32(flag_bytes))
+    zeros = ctx.alloc("state_reset", align32(blocks * 32 if arch35 else KS * 32))
+    ctx.vector("dup_reset", zeros.nbytes // 4, F32, writes=[zeros],
+               fn=lambda: zeros.view(np.uint8).fill(0))
+    row_bytes = blocks * FULL_MESH_DATA_ALIGN if arch35 else (
+        align32(int8_send_bytes(h)) if t.combine_quant == "int8" else align32(2 * h))
+    rows = [ctx.alloc(f"moe_sum{p}", row_bytes) for p in range(2)]
+    acc = ctx.alloc("sum_f32", align32(4 * h))
+    out = ctx.alloc("token_out", align32(2 * h))
+    dfx = ctx.alloc("op_pos", 32)
+    scratch = ctx.alloc("special_row", align32(2 * h)) if t.shape.special_experts else None
+    v = ctx.cfg.vector
+    if arch35:
+        nflags = KS * blocks * 8
+        check = ((2 * v.issue_cycles + 2 * -(-nflags // 64) * v.cycles_per_repeat) * ctx.cycle_ns
+                 + (2 + nflags / 64) * ctx.issue_ns)
+    else:
+        check = (v.issue_cycles + -(-KS * 8 // 64) * v.cycles_per_repeat) * ctx.cycle_ns \
+            + 2 * ctx.issue_ns
+    pending = list(range(b0, b1))
+    # the flags a token waits for: its MoE pairs (special experts send none) and S shared
+    valid = (ids < t.shape.E).sum(axis=1)
+    start = 0
+    pos = 1
+    out_x = ctx.tensor("x")
+    while pending:
+        polls = []
+        for tok in pending:
+            if arch35:
+                polls.append(Poll(win_r, lay.combine_slot_offset(state, tok, 0) + 480,
+                                  AllEqual(F32, 1.0), flags,
+                                  strided=Strided(KS * blocks, 32, src_gap=480), check_ns=check))
+            else:
+                polls.append(Poll(win_r, lay.combine_flag(state, tok, 0),
+                                  SumEquals(F32, 8.0 * (valid[tok] + S), tolerance=0.49),
+                                  flags,
+                                  nbytes=KS * 32, check_ns=check))
+        j = yield from ctx.poll_round_robin(polls, start % len(pending), name="wait_tokens")
+        tok = pending.pop(j)
+        start = j
+        if not arch35:  # reset the flags
+            ctx.copy_out(win_r, lay.combine_flag(state, tok, 0), zeros, KS * 32,
+                         name="reset_flags")
+        pos += 1
+        yield from ctx.pipe_barrier("mte3")
+        ctx.ub_write(dfx, 0, np.array([pos], np.uint32))
+        ctx.copy_out(win_r, lay.combine_state_word(ctx.core_id) + 4, dfx, 4, name="op_pos")
+        yield from process_expert(ctx, t, state, tok, ids[tok],
+                                  None if es is None else es[tok - b0], rows, acc, blocks, dt,
+                                  scratch)
+        if arch35:  # ClearPackedTokenFlags: per slot, its blocks' flags
+            for k in range(KS):
+                ctx.copy_out(win_r, lay.combine_slot_offset(state, tok, k) + 480, zeros, 0,
+                             strided=Strided(blocks, 32, dst_gap=480), name="clear_flags")
+        yield from ctx.pipe_barrier("mte3")  # the output buffer's last copy has left
+
+        def cast() -> None:
+            out.view(dt, h)[:] = acc.view(F32, h).astype(dt)
+
+        ctx.vector("cast_out", h, F32, reads=[acc], writes=[out], fn=cast)
+        yield from ctx.pipe_barrier("vector")
+        ctx.copy_out(out_x, tok * 2 * h, out, 2 * h, name="write_x")
+    yield from ctx.drain()
+
+
+def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: np.ndarray,
+                   es: np.ndarray | None, rows: list, acc, blocks: int, dt: np.dtype,
+                   scratch=None) -> Wait:
+    """ProcessExpert: fp32 sum of the token's K weighted rows, special experts, S shared."""
+    h, K, S, E = t.H, t.K, t.S, t.shape.E
+    Z, C = t.shape.zero_experts, t.shape.copy_experts
+    win_r = ctx.window()
+    lay = t.window
+    arch35 = t.arch == "arch35"
+    ctx.vector("dup_sum", h, F32, writes=[acc], fn=lambda: acc.view(F32, h).fill(0))
+    loads: list[Any] = [None, None]
+    p = 0
+    for k in range(K + S):
+        w = None
+        if k < K:
+            e = int(ids[k])
+            if es is not None:
+                w = F32(es[k])
+            if e >= E:
+                if e < E + Z:
+                    continue
+                yield from _special(ctx, t, tok, e - E - Z - C, e < E + Z + C, w, acc, scratch)
+                continue
+        buf = rows[p]
+        if loads[p] is not None:
+            yield from ctx.pipe_barrier("vector")  # the buffer's previous sum has read it
+        off = lay.combine_slot_offset(state, tok, k)
+        if arch35:
+            ld = ctx.copy_in(buf, win_r, off, 0, name="copy_slot",
+                             strided=Strided(blocks, FULL_MESH_DATA_ALIGN, src_gap=32))
+        else:
+            nb = int8_send_bytes(h) if t.combine_quant == "int8" else 2 * h
+            ld = ctx.copy_in(buf, win_r, off, nb, name="copy_slot")
+        loads[p] = ld
+        yield from ctx.wait(ld)
+
+        def add(buf=buf, w=w) -> None:
+            if t.combine_quant == "int8" and not arch35:
+                raw = buf.bytes_at(0, int8_send_bytes(h))
+                q = raw[:align32(h)].view(np.int8)
+                s = raw[align32(h):].view(dt)
+                row = int8_block_dequantize(q[None, :], s[None, :], h, out_dtype=dt)[0]
+            else:
+                row = buf.bytes_at(0, 2 * h).view(dt)
+            r = row.astype(F32)
+            a = acc.view(F32, h)
+            a[:] = a + (r if w is None else r * w)
+
+        seq = []
+        if t.combine_quant == "int8" and not arch35:
+            nb8 = -(-h // 8)
+            seq += [("cast_scale", nb8, np.float16), ("cast_i8_f16", h, np.int8),
+                    ("cast_f16_f32", h, np.float16), ("brcb", h, F32), ("mul", h, F32),
+                    ("cast_x", h, F32)]
+        seq.append(("cast_f32", h, np.float16))
+        if w is not None:
+            seq.append(("muls", h, F32))
+        seq.append(("add", h, F32))
+        ctx.vector_seq("sum_row", seq, reads=[buf], writes=[acc],
+                       fn=None if t.timing_only else add)
+        p ^= 1
+    if "shared_expert_x" in ctx.rank.tensors:
+        buf = rows[p]
+        yield from ctx.pipe_barrier("vector")
+        yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("shared_expert_x"), tok * 2 * h, 2 * h,
+                                        name="copy_shared_x"))
+
+        def add_x(buf=buf) -> None:
+            a = acc.view(F32, h)
+            a[:] = a + buf.bytes_at(0, 2 * h).view(dt).astype(F32)
+
+        ctx.vector_seq("sum_shared_x", [("cast_f32", h, np.float16), ("add", h, F32)],
+                       reads=[buf], writes=[acc], fn=None if t.timing_only else add_x)
+
+
+def _special(ctx: KernelContext, t: Mc2Tiling, tok: int, c: int, copy: bool, w, acc,
+             scratch) -> Wait:
+    """ProcessCopyExpert (scale * ori_x) or ProcessConstantExpert (a1' x + a2' v): the rows
+    are copied in (timed); the numbers come from the same GM bytes."""
+    h = t.H
+    dt = token_dtype(t.shape.dtype)
+    yield from ctx.pipe_barrier("vector")
+    names = ["ori_x"] if copy else ["ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
+                                     "const_expert_v"]
+    rows = []
+    for name in names:
+        row = tok if name == "ori_x" else c
+        yield from ctx.wait(ctx.copy_in(scratch, ctx.tensor(name), row * 2 * h, 2 * h,
+                                        name=f"copy_{name}"))
+        rows.append(scratch.bytes_at(0, 2 * h).view(dt).copy())
+        yield from ctx.pipe_barrier("vector")
+    if copy:
+        val = rows[0].astype(F32)
+        seq = [("cast_f32", h, np.float16)]
+    else:
+        val = const_expert_row(*rows)
+        seq = [("cast_f32", h, np.float16)] + [("cast_a", h, np.float16), ("mul", h, F32),
+                                               ("sum", h, F32)] * 2
+        seq += [("exp", 64, F32), ("cast_v", h, np.float16), ("muls_x", h, F32),
+                ("muls_v", h, F32), ("add_xv", h, F32)]
+    if w is not None:
+        seq.append(("muls", h, F32))
+    seq.append(("add", h, F32))
+
+    def add() -> None:
+        a = acc.view(F32, h)
+        a[:] = a + (val if w is None else val * w)
+
+    ctx.vector_seq("special_expert", seq, writes=[acc], fn=None if t.timing_only else add)
+    yield from ctx.pipe_barrier("vector")

@@ -1,0 +1,124 @@
+"""Running the mc2 kernels on a machine: GM tensors in, launch, GM tensors out.
+
+The glue the family declaration (and the tests) use: which tensors each op reads and
+writes, sized from the tiling, and the outputs read back in the reference's format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from npusim.engine.trace import Trace
+from npusim.hw.config import HardwareConfig
+from npusim.hw.machine import Machine
+from npusim.kernels.mc2.combine import combine_program
+from npusim.kernels.mc2.dispatch import dispatch_program
+from npusim.kernels.mc2.reference import DispatchInputs, DispatchOutputs, Mc2Shape
+from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling
+from npusim.kernels.mc2.window import mc2_window
+from npusim.kernels.quant import token_dtype
+from npusim.runtime.launch import LaunchResult, launch
+
+
+def arch_of(cfg: HardwareConfig) -> str:
+    """arch22 for the A3 preset, arch35 for the 950 (the operators' two code paths)."""
+    for prefix, arch in ARCH_OF_PRESET.items():
+        if cfg.name.startswith(prefix):
+            return arch
+    raise ValueError(f"preset {cfg.name!r}: the mc2 family knows atlas_a3 (arch22) and "
+                     "ascend950 (arch35)")
+
+
+def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "none",
+                combine_quant: str = "none", expert_token_nums_type: int = 1,
+                ccl_mb: int | None = None, expert_scales_out: bool = False,
+                smooth_scales: bool = False, timing_only: bool = False) -> Mc2Tiling:
+    from npusim.kernels.mc2.window import low_latency_ccl_buffer_mb
+
+    arch = arch_of(cfg)
+    if ccl_mb is None:
+        ccl_mb = low_latency_ccl_buffer_mb(shape.max_bs, shape.H, shape.W, shape.L, shape.K,
+                                           shape.S)
+    win = mc2_window(shape.max_bs, shape.H, shape.W, shape.L, shape.K, shape.S, dispatch_quant,
+                     arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out)
+    return Mc2Tiling(shape, dispatch_quant, combine_quant, expert_token_nums_type, arch,
+                     cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only)
+
+
+def machine_for(cfg: HardwareConfig, t: Mc2Tiling, trace: Trace | None = None) -> Machine:
+    """A machine whose windows are the CCL buffers of this call."""
+    cfg = dataclasses.replace(cfg, window=dataclasses.replace(cfg.window,
+                                                              bytes=t.window.ccl_bytes))
+    m = Machine(cfg, t.W, trace or Trace(detailed=False))
+    zones = t.window.regions(0)
+    for rank in m.ranks:
+        rank.window.set_zones(zones)
+    return m
+
+
+def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
+                 limit_ns: float = 1e9) -> tuple[LaunchResult, list[DispatchOutputs]]:
+    shape = t.shape
+    dt = token_dtype(shape.dtype)
+    slot = t.window.dispatch
+    for r, (rank, inp) in enumerate(zip(m.ranks, inputs, strict=True)):
+        a = shape.rows_capacity(r)
+        rank.tensor("x", np.ascontiguousarray(inp.x, dtype=dt))
+        rank.tensor("expert_ids", np.ascontiguousarray(inp.expert_ids, dtype=np.int32))
+        if inp.expert_scales is not None:
+            rank.tensor("expert_scales", np.ascontiguousarray(inp.expert_scales, np.float32))
+        if inp.scales is not None:
+            rank.tensor("scales", np.ascontiguousarray(inp.scales, np.float32))
+        rank.tensor("expand_x", a * slot.out_bytes)
+        rank.tensor("dynamic_scales", 4 * a)
+        rank.tensor("assist_info_for_combine", 12 * a)
+        rank.tensor("expert_token_nums", 8 * shape.L)
+        rank.tensor("ep_recv_count", 4 * shape.W * shape.L)
+        if slot.expert_scale_offset is not None:
+            rank.tensor("expand_scales", 4 * a)
+        if t.arch == "arch22":
+            rank.tensor("workspace", 512 * t.cores * t.cores)
+    res = launch(m, dispatch_program(t), time_limit_ns=limit_ns, cores=t.cores)
+    outs = []
+    for r, rank in enumerate(m.ranks):
+        tens = rank.tensors
+        a = shape.rows_capacity(r)
+        xd = dt if t.dispatch_quant == "none" else np.int8
+        ep = tens["ep_recv_count"].as_array(np.int32).copy()
+        n = int(ep[t.status_count(r) - 1])
+        outs.append(DispatchOutputs(
+            expand_x=tens["expand_x"].as_array(xd, (a, shape.H)).copy(),
+            dynamic_scales=(tens["dynamic_scales"].as_array(np.float32).copy()
+                            if t.dispatch_quant == "int8" else None),
+            assist_info_for_combine=tens["assist_info_for_combine"].as_array(
+                np.int32, (a, 3)).copy(),
+            expert_token_nums=tens["expert_token_nums"].as_array(np.int64).copy(),
+            ep_recv_count=ep,
+            expand_scales=(tens["expand_scales"].as_array(np.float32).copy()
+                           if "expand_scales" in tens else None),
+            n=n))
+    return res, outs
+
+
+def run_combine(m: Machine, t: Mc2Tiling, dispatch_out: list[DispatchOutputs],
+                expert_rows: list[np.ndarray], combine_in: list[dict[str, np.ndarray]],
+                limit_ns: float = 1e9) -> tuple[LaunchResult, list[np.ndarray]]:
+    """combine_in per rank: expert_ids, [expert_scales], [shared_expert_x], [ori_x, const_*]."""
+    shape = t.shape
+    dt = token_dtype(shape.dtype)
+    for r, rank in enumerate(m.ranks):
+        d = dispatch_out[r]
+        rank.tensor("expand_x", np.ascontiguousarray(expert_rows[r], dtype=dt))
+        rank.tensor("assist_info_for_combine", np.ascontiguousarray(
+            d.assist_info_for_combine, np.int32))
+        rank.tensor("ep_recv_count", np.ascontiguousarray(d.ep_recv_count, np.int32))
+        for name, arr in combine_in[r].items():
+            if arr is not None:
+                rank.tensor(name, np.ascontiguousarray(arr))
+        rank.tensor("x", shape.bs[r] * shape.H * 2)
+    res = launch(m, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)
+    outs = [rank.tensors["x"].as_array(dt, (shape.bs[r], shape.H)).copy()
+            for r, rank in enumerate(m.ranks)]
+    return res, outs
