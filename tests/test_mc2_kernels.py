@@ -44,18 +44,36 @@ def _check_dispatch(outs, want):
             assert np.array_equal(o.dynamic_scales, w.dynamic_scales)
 
 
-def _round_trip(preset, shape, quant="none", cquant="none", seed=0, etn=1, **kw):
+def _round_trip(preset, shape, quant="none", cquant="none", seed=0, etn=1, es_out=False,
+                **kw):
     cfg = load_hardware(preset)
     t = make_tiling(shape, cfg, quant, cquant, expert_token_nums_type=etn,
-                    smooth_scales=kw.get("scales") is not None)
+                    smooth_scales=kw.get("scales") is not None, expert_scales_out=es_out)
+    kw.setdefault("special", shape.special_experts)
     ins = _inputs(shape, seed, **kw)
     res, outs = run_dispatch(machine_for(cfg, t), t, ins)
     want = ref.reference_dispatch(shape, ins, quant, expert_token_nums_type=etn)
     _check_dispatch(outs, want)
+    if es_out:
+        for o, w in zip(outs, want, strict=True):
+            assert np.array_equal(o.expand_scales[:o.n], w.expand_scales[:w.n])
     rows = [ref.dequantized_rows(o, quant, shape.dtype) for o in outs]
-    cin = [dict(expert_ids=i.expert_ids, expert_scales=i.expert_scales) for i in ins]
+    rng = np.random.default_rng(seed + 1)
+    n_const = max(shape.const_experts, 1)
+    extra = {}
+    if shape.special_experts:
+        extra = dict(const_expert_alpha_1=rng.uniform(-1, 1, (n_const, shape.H)).astype(BF16),
+                     const_expert_alpha_2=rng.uniform(-1, 1, (n_const, shape.H)).astype(BF16),
+                     const_expert_v=rng.uniform(-1, 1, (n_const, shape.H)).astype(BF16))
+    cin = [dict(expert_ids=i.expert_ids, expert_scales=i.expert_scales,
+                x_active_mask=i.x_active_mask, **(dict(ori_x=i.x, **extra) if extra else {}))
+           for i in ins]
     res2, xs = run_combine(machine_for(cfg, t), t, outs, rows, cin)
-    cref = [ref.CombineInputs(rows[r], ins[r].expert_ids, ins[r].expert_scales)
+    cref = [ref.CombineInputs(rows[r], ins[r].expert_ids, ins[r].expert_scales,
+                              ins[r].x_active_mask, ori_x=ins[r].x if extra else None,
+                              const_alpha1=extra.get("const_expert_alpha_1"),
+                              const_alpha2=extra.get("const_expert_alpha_2"),
+                              const_v=extra.get("const_expert_v"))
             for r in range(shape.W)]
     wx = ref.reference_combine(shape, outs, cref, quant=cquant)
     for r in range(shape.W):
@@ -84,3 +102,26 @@ def test_int8_with_smooth_scales_on_the_950():
     shape = ref.Mc2Shape(W=2, bs=(4, 4), H=1024, K=2, E=4)
     sc = np.linspace(0.5, 2.0, 4 * 1024, dtype=np.float32).reshape(4, 1024)
     _round_trip("ascend950", shape, "int8", scales=sc)
+
+
+@pytest.mark.parametrize("mask", ["1d", "2d"])
+def test_masks(mask):
+    shape = ref.Mc2Shape(W=4, bs=(6,) * 4, H=1024, K=3, E=8)
+    _round_trip("atlas_a3", shape, "int8", seed=3, mask=mask)
+
+
+def test_zero_copy_const_experts_and_expand_scales():
+    shape = ref.Mc2Shape(W=2, bs=(6, 6), H=1024, K=4, E=4, zero_experts=1, copy_experts=1,
+                         const_experts=1)
+    _round_trip("atlas_a3", shape, "none", seed=5, es_out=True)
+
+
+def test_shared_experts_and_combine_int8():
+    # ranks 0, 1: one shared expert twice; ranks 2..5 hold 8 MoE experts
+    shape = ref.Mc2Shape(W=6, bs=(4,) * 6, H=1024, K=2, E=8, S=1, S_r=2)
+    _round_trip("atlas_a3", shape, "int8", "int8", seed=7)
+
+
+def test_uneven_bs_with_global_bs_on_the_950():
+    shape = ref.Mc2Shape(W=4, bs=(7, 3, 5, 1), H=1024, K=2, E=8, global_bs=32)
+    _round_trip("ascend950", shape, "int8", seed=9)

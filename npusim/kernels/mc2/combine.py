@@ -176,10 +176,13 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     """LocalWindowCopy: round robin over my pending tokens; sum a token once complete."""
     rank = ctx.rank_id
     bs = t.bs(rank)
-    b0, b1 = split_to_core(bs, t.cores, ctx.core_id)
+    h, K, S = t.H, t.K, t.S
+    ids = ctx.tensor("expert_ids").as_array(np.int32).reshape(bs, K)
+    live, tokens = yield from _active_tokens(ctx, t, bs)
+    b0, b1 = split_to_core(tokens.size, t.cores, ctx.core_id)
     if b1 <= b0:
         return
-    h, K, S = t.H, t.K, t.S
+    first, last = int(tokens[b0]), int(tokens[b1 - 1])
     KS = K + S
     arch35 = t.arch == "arch35"
     dt = token_dtype(t.shape.dtype)
@@ -187,14 +190,14 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     lay = t.window
     cslot = lay.combine_slot
     blocks = cslot // WIN_ADDR_ALIGN
-    ids = ctx.tensor("expert_ids").as_array(np.int32).reshape(bs, K)
     has_es = "expert_scales" in ctx.rank.tensors
     es = None
-    if has_es:
-        es_buf = ctx.alloc("expert_scales", align32(4 * (b1 - b0) * K))
-        yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 4 * b0 * K,
-                                        4 * (b1 - b0) * K, name="copy_expert_scales"))
-        es = ctx.ub_read(es_buf, F32, (b1 - b0) * K, ops=0).reshape(-1, K)
+    if has_es:  # ExpertScaleCopy: the scales of my first to last token
+        span = (last - first + 1) * K
+        es_buf = ctx.alloc("expert_scales", align32(4 * span))
+        yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 4 * first * K,
+                                        4 * span, name="copy_expert_scales"))
+        es = ctx.ub_read(es_buf, F32, span, ops=0).reshape(-1, K)
     flag_bytes = KS * blocks * 32 if arch35 else KS * 32
     flags = ctx.alloc("state", align32(flag_bytes))
     zeros = ctx.alloc("state_reset", align32(blocks * 32 if arch35 else KS * 32))
@@ -215,9 +218,9 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     else:
         check = (v.issue_cycles + -(-KS * 8 // 64) * v.cycles_per_repeat) * ctx.cycle_ns \
             + 2 * ctx.issue_ns
-    pending = list(range(b0, b1))
-    # the flags a token waits for: its MoE pairs (special experts send none) and S shared
-    valid = (ids < t.shape.E).sum(axis=1)
+    pending = [int(v) for v in tokens[b0:b1]]
+    # the flags a token waits for: its live MoE pairs (special experts send none) and S
+    valid = ((ids < t.shape.E) & live).sum(axis=1)
     start = 0
     pos = 1
     out_x = ctx.tensor("x")
@@ -243,8 +246,8 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         yield from ctx.pipe_barrier("mte3")
         ctx.ub_write(dfx, 0, np.array([pos], np.uint32))
         ctx.copy_out(win_r, lay.combine_state_word(ctx.core_id) + 4, dfx, 4, name="op_pos")
-        yield from process_expert(ctx, t, state, tok, ids[tok],
-                                  None if es is None else es[tok - b0], rows, acc, blocks, dt,
+        yield from process_expert(ctx, t, state, tok, np.where(live[tok], ids[tok], -1),
+                                  None if es is None else es[tok - first], rows, acc, blocks, dt,
                                   scratch)
         if arch35:  # ClearPackedTokenFlags: per slot, its blocks' flags
             for k in range(KS):
@@ -259,6 +262,34 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         yield from ctx.pipe_barrier("vector")
         ctx.copy_out(out_x, tok * 2 * h, out, 2 * h, name="write_x")
     yield from ctx.drain()
+
+
+def _active_tokens(ctx: KernelContext, t: Mc2Tiling, bs: int) -> Wait:
+    """TokenMaskCalCnt / ExpertMaskCalCnt: (live pairs (BS, K), active tokens in order)."""
+    K = t.K
+    live = np.ones((bs, K), bool)
+    if "x_active_mask" not in ctx.rank.tensors:
+        return live, np.arange(bs)
+    raw = ctx.tensor("x_active_mask").as_array(np.uint8).astype(bool)
+    buf = ctx.alloc("mask", align32(bs * align32(K)) * 2)
+    if raw.size == bs:
+        yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("x_active_mask"), 0, bs,
+                                        name="copy_mask"))
+        ctx.vector_seq("token_mask", [("cast", bs, np.float16), ("sum", bs, np.float16)],
+                       reads=[buf])
+        yield from ctx.pipe_barrier("vector")
+        a = int(np.count_nonzero(raw))
+        live[a:] = False
+        return live, np.arange(a)
+    yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("x_active_mask"), 0, 0, name="copy_mask",
+                                    strided=Strided(bs, K, dst_gap=align32(K) - K)))
+    ctx.vector_seq("expert_mask", [("cast", bs * align32(K), np.float16),
+                                   ("sum_k", bs * align32(K), np.float16),
+                                   ("compare", bs, np.float16), ("gather_mask", bs, np.int32)],
+                   reads=[buf])
+    yield from ctx.pipe_barrier("vector")
+    live = raw.reshape(bs, K)
+    return live, np.flatnonzero(live.any(axis=1))
 
 
 def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: np.ndarray,
@@ -277,6 +308,8 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
         w = None
         if k < K:
             e = int(ids[k])
+            if e < 0:  # masked pair (2-D x_active_mask)
+                continue
             if es is not None:
                 w = F32(es[k])
             if e >= E:

@@ -164,21 +164,83 @@ def _quantise(ctx: KernelContext, t: Mc2Tiling, src, out, memo: dict, token: int
         ctx.scalar(2)  # SetValue of the scale
 
 
-def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict) -> Wait:
-    """AlltoAllDispatch: the shared-send cores send every token to its shared experts, the
-    others their contiguous share of the BS * K pairs; every core reads the ids."""
+def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
+    """The mask and special-expert preparation of AlltoAllDispatch (v2.h:772-940): the
+    active tokens (original indices, in order) and the compact list of pairs that travel
+    (flat indices t * K + k), charged as the kernel's vector instructions."""
     rank = ctx.rank_id
-    bs, K = t.bs(rank), t.K
-    n_pairs = bs * K
+    bs, K, E = t.bs(rank), t.K, t.shape.E
+    n = bs * K
+    ids = ctx.tensor("expert_ids").as_array(np.int32).reshape(bs, K)
+    tokens = np.arange(bs)
+    pair = np.ones((bs, K), bool)
+    scratch = None
+    if "x_active_mask" in ctx.rank.tensors or t.shape.special_experts:
+        scratch = ctx.alloc("mask_scratch", align32(max(bs * align32(K), n)) * 2)
+    if "x_active_mask" in ctx.rank.tensors:
+        mt = ctx.tensor("x_active_mask")
+        raw = mt.as_array(np.uint8).astype(bool)
+        if raw.size == bs:  # TokenActiveMaskCal: Cast + Sum
+            yield from ctx.wait(ctx.copy_in(scratch, mt, 0, bs, name="copy_mask"))
+            ctx.vector_seq("token_mask", [("cast", bs, np.float16), ("sum", bs, np.float16)],
+                           reads=[scratch])
+            yield from ctx.pipe_barrier("vector")
+            a = int(np.count_nonzero(raw))
+            tokens = np.arange(a)
+            pair[a:] = False
+        else:  # ExpertActiveMaskCal: strided + dense reads, Sum over K, GatherMask twice
+            yield from ctx.wait(ctx.copy_in(scratch, mt, 0, 0, name="copy_mask_rows",
+                                            strided=Strided(bs, K, dst_gap=align32(K) - K)))
+            ctx.vector_seq("valid_bs", [("cast", bs * align32(K), np.float16),
+                                        ("sum_k", bs * align32(K), np.float16),
+                                        ("mins", bs, np.float16), ("compare", bs, np.float16),
+                                        ("vec_index", bs, I32), ("gather_mask", bs, I32)],
+                           reads=[scratch])
+            yield from ctx.pipe_barrier("vector")
+            yield from ctx.wait(ctx.copy_in(scratch, mt, 0, n, name="copy_mask"))
+            ctx.vector_seq("valid_pairs", [("dup", n, np.float16), ("cast", n, np.float16),
+                                           ("dup_mask", n // 8 + 1, np.uint8),
+                                           ("compare", n, np.float16), ("vec_index", n, I32),
+                                           ("gather_mask", n, I32)], reads=[scratch])
+            yield from ctx.pipe_barrier("vector")
+            m = raw.reshape(bs, K)
+            pair &= m
+            tokens = np.flatnonzero(m.any(axis=1))
+    if t.shape.special_experts:  # MaskZeroComputeExpert: ids < E, And, GatherMask
+        yield from ctx.wait(ctx.copy_in(scratch, ctx.tensor("expert_ids"), 0, 4 * n,
+                                        name="copy_ids_special"))
+        ctx.vector_seq("special_mask", [("cast", n, I32), ("dup", n // 8 + 1, np.uint8),
+                                        ("compare", n, np.float16), ("and", n // 8 + 1, np.uint16),
+                                        ("vec_index", n, I32), ("gather_mask", n, I32)],
+                       reads=[scratch])
+        yield from ctx.pipe_barrier("vector")
+    pair &= ids < E
+    return tokens, np.flatnonzero(pair.reshape(-1))
+
+
+def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict) -> Wait:
+    """AlltoAllDispatch: the shared-send cores send every active token to its shared
+    experts, the others their contiguous share of the travelling pairs; every core reads
+    the (compacted) ids."""
+    rank = ctx.rank_id
+    K = t.K
+    tokens, valid = yield from active_set(ctx, t)
     first_shared = t.moe_send_cores
     shared_core = ctx.core_id >= first_shared and t.shape.S_r > 0
     q = SendQueues(ctx, t, rank)
-    if shared_core:
-        yield from send_to_shared(ctx, t, state, q, memo, ctx.core_id - first_shared)
+    n_pairs = t.bs(rank) * K
     ids_buf = ctx.alloc("expert_ids", max(align32(4 * n_pairs), align32(2 * n_pairs)))
+    if tokens.size == 0:
+        return ids_buf, np.zeros(0, I32), 0
+    if shared_core:
+        yield from send_to_shared(ctx, t, state, q, memo, ctx.core_id - first_shared, tokens)
     yield from ctx.wait(ctx.copy_in(ids_buf, ctx.tensor("expert_ids"), 0, 4 * n_pairs,
                                     name="copy_ids"))
-    ids = ctx.ub_read(ids_buf, I32, n_pairs, ops=0)
+    ids_all = ctx.ub_read(ids_buf, I32, n_pairs, ops=0)
+    if valid.size != n_pairs:  # GatherMask into the compact id list
+        ctx.vector("gather_ids", n_pairs, I32, reads=[ids_buf], writes=[ids_buf])
+        yield from ctx.pipe_barrier("vector")
+    ids = ids_all[valid]
     es = None
     if "expert_scales" in ctx.rank.tensors:
         es_buf = ctx.alloc("expert_scales", align32(4 * n_pairs))
@@ -186,11 +248,12 @@ def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict
                                         name="copy_expert_scales"))
         es = ctx.ub_read(es_buf, F32, n_pairs, ops=0)
     if shared_core:
-        return ids_buf, ids
-    p0, p1 = split_to_core(n_pairs, t.moe_send_cores, ctx.core_id)
+        return ids_buf, ids, tokens.size
+    p0, p1 = split_to_core(valid.size, t.moe_send_cores, ctx.core_id)
     win = t.window
     for index in range(p0, p1):
-        token, k = divmod(index, K)
+        flat = int(valid[index])
+        token, k = divmod(flat, K)
         e = int(ids[index])
         ctx.scalar(4)  # token / k, destination rank, offsets
         if token > 0 and index > 0:
@@ -199,35 +262,36 @@ def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict
         block = rank * t.L + e % t.L
         off = win.dispatch_slot_offset(state, block, cnt)
         yield from process_token(ctx, t, q, memo, token, k, e + (t.S if t.shape.S_r else 0),
-                                 t.expert_rank(e), off, None if es is None else float(es[index]))
+                                 t.expert_rank(e), off, None if es is None else float(es[flat]))
     yield from ctx.pipe_barrier("mte3")
-    return ids_buf, ids
+    return ids_buf, ids, tokens.size
 
 
 def send_to_shared(ctx: KernelContext, t: Mc2Tiling, state: int, q: SendQueues, memo: dict,
-                   c: int) -> Wait:
-    """SendToSharedExpert: item v -> token v % BS to shared expert v // BS."""
+                   c: int, tokens: np.ndarray) -> Wait:
+    """SendToSharedExpert: item v -> active token v % activeBS to shared expert v // activeBS,
+    into slot v % activeBS of this rank's block."""
     rank = ctx.rank_id
-    bs = t.bs(rank)
-    v0, v1 = split_to_core(bs * t.S, t.shared_send_cores, c)
+    a = tokens.size
+    v0, v1 = split_to_core(a * t.S, t.shared_send_cores, c)
     for v in range(v0, v1):
-        token, j = v % bs, v // bs
+        slot, j = v % a, v // a
         ctx.scalar(4)
-        off = t.window.dispatch_slot_offset(state, rank, token)
-        yield from process_token(ctx, t, q, memo, token, t.K + j, j, t.shared_dst(rank, j), off,
-                                 None)
+        off = t.window.dispatch_slot_offset(state, rank, slot)
+        yield from process_token(ctx, t, q, memo, int(tokens[slot]), t.K + j, j,
+                                 t.shared_dst(rank, j), off, None)
     yield from ctx.pipe_barrier("mte3")
 
 
 # --------------------------------------------------------------------------- status
 def set_status(ctx: KernelContext, t: Mc2Tiling, state: int, id_info) -> Wait:
     """SetStatus: count per status expert of my share, SyncAll, one 32 B put each."""
-    ids_buf, ids = id_info
+    ids_buf, ids, active = id_info
     rank = ctx.rank_id
     S_r, E = t.shape.S_r, t.shape.E
     total = S_r + E
     e0, e1 = split_to_core(total, t.cores, ctx.core_id)
-    n_pairs = t.bs(rank) * t.K
+    n_pairs = ids.size
     nbuf = max(1, e1 - e0)
     status = ctx.alloc("status", align32(32 * nbuf))
     counts = []
@@ -235,7 +299,7 @@ def set_status(ctx: KernelContext, t: Mc2Tiling, state: int, id_info) -> Wait:
         if i < S_r:
             R = t.shape.R
             ctx.scalar(2)
-            counts.append(t.bs(rank) if i % R == rank % R else 0)
+            counts.append(active if i % R == rank % R else 0)
         else:
             yield from _cal_token_send_expert_cnt(ctx, ids_buf, n_pairs)
             counts.append(int(np.count_nonzero(ids == i - S_r)))

@@ -71,6 +71,8 @@ def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
             rank.tensor("expert_scales", np.ascontiguousarray(inp.expert_scales, np.float32))
         if inp.scales is not None:
             rank.tensor("scales", np.ascontiguousarray(inp.scales, np.float32))
+        if inp.x_active_mask is not None:
+            rank.tensor("x_active_mask", np.ascontiguousarray(inp.x_active_mask, np.uint8))
         rank.tensor("expand_x", a * slot.out_bytes)
         rank.tensor("dynamic_scales", 4 * a)
         rank.tensor("assist_info_for_combine", 12 * a)
@@ -116,7 +118,9 @@ def run_combine(m: Machine, t: Mc2Tiling, dispatch_out: list[DispatchOutputs],
         rank.tensor("ep_recv_count", np.ascontiguousarray(d.ep_recv_count, np.int32))
         for name, arr in combine_in[r].items():
             if arr is not None:
-                rank.tensor(name, np.ascontiguousarray(arr))
+                arr = np.asarray(arr)
+                rank.tensor(name, np.ascontiguousarray(arr.astype(np.uint8) if arr.dtype == bool
+                                                       else arr))
         rank.tensor("x", shape.bs[r] * shape.H * 2)
     res = launch(m, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)
     outs = [rank.tensors["x"].as_array(dt, (shape.bs[r], shape.H)).copy()
