@@ -48,7 +48,8 @@ def _round_trip(preset, shape, quant="none", cquant="none", seed=0, etn=1, es_ou
                 **kw):
     cfg = load_hardware(preset)
     t = make_tiling(shape, cfg, quant, cquant, expert_token_nums_type=etn,
-                    smooth_scales=kw.get("scales") is not None, expert_scales_out=es_out)
+                    smooth_scales=kw.get("scales") is not None, expert_scales_out=es_out,
+                    x_active_mask=kw.get("mask") or "none")
     kw.setdefault("special", shape.special_experts)
     ins = _inputs(shape, seed, **kw)
     res, outs = run_dispatch(machine_for(cfg, t), t, ins)

@@ -190,7 +190,7 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     lay = t.window
     cslot = lay.combine_slot
     blocks = cslot // WIN_ADDR_ALIGN
-    has_es = "expert_scales" in ctx.rank.tensors
+    has_es = t.expert_scales
     es = None
     if has_es:  # ExpertScaleCopy: the scales of my first to last token
         span = (last - first + 1) * K
@@ -268,11 +268,11 @@ def _active_tokens(ctx: KernelContext, t: Mc2Tiling, bs: int) -> Wait:
     """TokenMaskCalCnt / ExpertMaskCalCnt: (live pairs (BS, K), active tokens in order)."""
     K = t.K
     live = np.ones((bs, K), bool)
-    if "x_active_mask" not in ctx.rank.tensors:
+    if t.x_active_mask == "none":
         return live, np.arange(bs)
     raw = ctx.tensor("x_active_mask").as_array(np.uint8).astype(bool)
     buf = ctx.alloc("mask", align32(bs * align32(K)) * 2)
-    if raw.size == bs:
+    if t.x_active_mask == "1d":
         yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("x_active_mask"), 0, bs,
                                         name="copy_mask"))
         ctx.vector_seq("token_mask", [("cast", bs, np.float16), ("sum", bs, np.float16)],
@@ -355,7 +355,7 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
         ctx.vector_seq("sum_row", seq, reads=[buf], writes=[acc],
                        fn=None if t.timing_only else add)
         p ^= 1
-    if "shared_expert_x" in ctx.rank.tensors:
+    if t.shared_expert_x:
         buf = rows[p]
         yield from ctx.pipe_barrier("vector")
         yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("shared_expert_x"), tok * 2 * h, 2 * h,

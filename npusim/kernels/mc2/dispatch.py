@@ -134,7 +134,7 @@ def _quantise(ctx: KernelContext, t: Mc2Tiling, src, out, memo: dict, token: int
         if rec is None:
             row = src.bytes_at(0, 2 * h).view(dt)
             rec = np.zeros(slot.triplet_offset, np.uint8)
-            scales = ctx.rank.tensors.get("scales")
+            scales = ctx.tensor("scales") if t.smooth_scales else None
             if t.dispatch_quant == "static_int8":
                 sc = scales.as_array(F32)
                 sc = sc if sc.size in (1, h) else sc.reshape(-1, h)[scale_row]
@@ -175,12 +175,12 @@ def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
     tokens = np.arange(bs)
     pair = np.ones((bs, K), bool)
     scratch = None
-    if "x_active_mask" in ctx.rank.tensors or t.shape.special_experts:
+    if t.x_active_mask != "none" or t.shape.special_experts:
         scratch = ctx.alloc("mask_scratch", align32(max(bs * align32(K), n)) * 2)
-    if "x_active_mask" in ctx.rank.tensors:
+    if t.x_active_mask != "none":
         mt = ctx.tensor("x_active_mask")
         raw = mt.as_array(np.uint8).astype(bool)
-        if raw.size == bs:  # TokenActiveMaskCal: Cast + Sum
+        if t.x_active_mask == "1d":  # TokenActiveMaskCal: Cast + Sum
             yield from ctx.wait(ctx.copy_in(scratch, mt, 0, bs, name="copy_mask"))
             ctx.vector_seq("token_mask", [("cast", bs, np.float16), ("sum", bs, np.float16)],
                            reads=[scratch])
@@ -242,7 +242,7 @@ def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict
         yield from ctx.pipe_barrier("vector")
     ids = ids_all[valid]
     es = None
-    if "expert_scales" in ctx.rank.tensors:
+    if t.expert_scales:
         es_buf = ctx.alloc("expert_scales", align32(4 * n_pairs))
         yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 0, 4 * n_pairs,
                                         name="copy_expert_scales"))

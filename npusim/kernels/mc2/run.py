@@ -34,7 +34,9 @@ def arch_of(cfg: HardwareConfig) -> str:
 def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "none",
                 combine_quant: str = "none", expert_token_nums_type: int = 1,
                 ccl_mb: int | None = None, expert_scales_out: bool = False,
-                smooth_scales: bool = False, timing_only: bool = False) -> Mc2Tiling:
+                smooth_scales: bool = False, timing_only: bool = False,
+                x_active_mask: str = "none", expert_scales: bool = True,
+                shared_expert_x: bool = False) -> Mc2Tiling:
     from npusim.kernels.mc2.window import low_latency_ccl_buffer_mb
 
     arch = arch_of(cfg)
@@ -44,7 +46,8 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
     win = mc2_window(shape.max_bs, shape.H, shape.W, shape.L, shape.K, shape.S, dispatch_quant,
                      arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out)
     return Mc2Tiling(shape, dispatch_quant, combine_quant, expert_token_nums_type, arch,
-                     cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only)
+                     cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only,
+                     x_active_mask, expert_scales, shared_expert_x)
 
 
 def machine_for(cfg: HardwareConfig, t: Mc2Tiling, trace: Trace | None = None) -> Machine:

@@ -38,6 +38,9 @@ class Mc2Tiling:
     window: Mc2Window
     smooth_scales: bool = False  # int8 with smooth scales / static_int8 scale tensor given
     timing_only: bool = False
+    x_active_mask: str = "none"  # none | 1d (an active prefix) | 2d (per token and k)
+    expert_scales: bool = True  # expert_scales given (dispatch carries them, combine weighs)
+    shared_expert_x: bool = False  # combine adds a shared_expert_x input
 
     # ---- shape shorthands
     @property
