@@ -313,14 +313,18 @@ def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str
 
 def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str) -> np.ndarray:
     """expand_x back in the token dtype (int8: fp32(q) * dynamic_scale; static: fp32(q),
-    the scale being the caller's), for identity-expert round trips."""
+    the scale being the caller's), for identity-expert round trips. Only the first n rows
+    are converted: the rest stay untouched zeros (no memory until written)."""
     dt = token_dtype(dtype)
     if quant == "none":
         return out.expand_x
-    q = out.expand_x.astype(np.float32)
+    n = out.n
+    rows = np.zeros(out.expand_x.shape, dtype=dt)
+    q = out.expand_x[:n].astype(np.float32)
     if quant == "int8":
-        q = q * out.dynamic_scales[:, None]
-    return q.astype(dt)
+        q = q * out.dynamic_scales[:n, None]
+    rows[:n] = q.astype(dt)
+    return rows
 
 
 # --------------------------------------------------------------------------- combine

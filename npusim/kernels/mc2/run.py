@@ -91,17 +91,17 @@ def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
         tens = rank.tensors
         a = shape.rows_capacity(r)
         xd = dt if t.dispatch_quant == "none" else np.int8
-        ep = tens["ep_recv_count"].as_array(np.int32).copy()
+        ep = tens["ep_recv_count"].as_array(np.int32)
         n = int(ep[t.status_count(r) - 1])
         outs.append(DispatchOutputs(
-            expand_x=tens["expand_x"].as_array(xd, (a, shape.H)).copy(),
-            dynamic_scales=(tens["dynamic_scales"].as_array(np.float32).copy()
+            expand_x=tens["expand_x"].as_array(xd, (a, shape.H)),
+            dynamic_scales=(tens["dynamic_scales"].as_array(np.float32)
                             if t.dispatch_quant == "int8" else None),
             assist_info_for_combine=tens["assist_info_for_combine"].as_array(
-                np.int32, (a, 3)).copy(),
-            expert_token_nums=tens["expert_token_nums"].as_array(np.int64).copy(),
+                np.int32, (a, 3)),
+            expert_token_nums=tens["expert_token_nums"].as_array(np.int64),
             ep_recv_count=ep,
-            expand_scales=(tens["expand_scales"].as_array(np.float32).copy()
+            expand_scales=(tens["expand_scales"].as_array(np.float32)
                            if "expand_scales" in tens else None),
             n=n))
     return res, outs
@@ -126,6 +126,6 @@ def run_combine(m: Machine, t: Mc2Tiling, dispatch_out: list[DispatchOutputs],
                                                        else arr))
         rank.tensor("x", shape.bs[r] * shape.H * 2)
     res = launch(m, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)
-    outs = [rank.tensors["x"].as_array(dt, (shape.bs[r], shape.H)).copy()
+    outs = [rank.tensors["x"].as_array(dt, (shape.bs[r], shape.H))
             for r, rank in enumerate(m.ranks)]
     return res, outs

@@ -41,10 +41,16 @@ class Mc2Tiling:
     x_active_mask: str = "none"  # none | 1d (an active prefix) | 2d (per token and k)
     expert_scales: bool = True  # expert_scales given (dispatch carries them, combine weighs)
     shared_expert_x: bool = False  # combine adds a shared_expert_x input
+    static_scales: str = "per_channel"  # static_int8 scale shape: scalar | per_channel | ...
+    active_fraction: float = 1.0  # share of tokens / pairs a generated mask keeps
 
     # ---- shape shorthands
     @property
     def W(self) -> int:
+        return self.shape.W
+
+    @property
+    def world(self) -> int:
         return self.shape.W
 
     @property

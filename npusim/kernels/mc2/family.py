@@ -1,0 +1,353 @@
+"""Family ``mc2``: ops-transformer MoeDistributeDispatchV3 / CombineV3 with
+``comm_alg: fullmesh_v1`` (the operators' default), declared for the registry.
+
+Tensor names are the operators' (aclnnMoeDistributeDispatchV4 / CombineV4 parameters,
+snake case). Optional inputs the workload does not use are declared with zero rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.mc2 import reference as ref
+from npusim.kernels.mc2.combine import combine_program
+from npusim.kernels.mc2.dispatch import dispatch_program
+from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling
+from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, low_latency_ccl_buffer_mb, mc2_window
+from npusim.kernels.quant import token_dtype
+from npusim.kernels.shape import MoeShape
+from npusim.workload.inputs import uniform_tokens
+from npusim.workload.routing import make_routing
+
+
+def _tok(t: Mc2Tiling) -> np.dtype:
+    return token_dtype(t.shape.dtype)
+
+
+def _a(t: Mc2Tiling, r: int) -> int:
+    return t.shape.rows_capacity(r)
+
+
+def _bs(t: Mc2Tiling, r: int) -> int:
+    return t.bs(r)
+
+
+def _mask_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
+    return {"none": (0,), "1d": (_bs(t, r),), "2d": (_bs(t, r), t.K)}[t.x_active_mask]
+
+
+def _scales_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
+    if not t.smooth_scales:
+        return (0,)
+    if t.dispatch_quant == "static_int8" and t.static_scales != "per_expert":
+        return (1,) if t.static_scales == "scalar" else (t.H,)
+    return (t.shape.scale_rows(), t.H)
+
+
+def _n_const(t: Mc2Tiling) -> int:
+    return t.shape.const_experts
+
+
+def _special(t: Mc2Tiling) -> bool:
+    return t.shape.special_experts > 0
+
+
+X = TensorSpec("x", _tok, lambda t, r: (_bs(t, r), t.H), "[BS, H] tokens")
+IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (_bs(t, r), t.K),
+                 "[BS, K] routing; ids >= E are zero / copy / const experts")
+SCALES_W = TensorSpec("expert_scales", const(np.float32), lambda t, r: (_bs(t, r), t.K),
+                      "[BS, K] routing weights")
+MASK = TensorSpec("x_active_mask", const(np.uint8), _mask_shape,
+                  "(0,) none, (BS,) active prefix, (BS, K) active pairs")
+ASSIST = TensorSpec("assist_info_for_combine", const(np.int32), lambda t, r: (_a(t, r), 3),
+                    "[A, 3] (source rank, token, k) of every received row")
+RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.L,),
+                  "[W*L] inclusive cumsum of rows per (local expert, source)")
+
+
+class Dispatch(Kernel):
+    name = "dispatch"
+    phases = (
+        Phase("send", "every core: the last max(1, C*S/(K+S)) to shared experts, the rest "
+              "their share of the (token, k) pairs"),
+        Phase("set_status", "every core: S_r + E counts, SyncAll, one 32 B put each"),
+        Phase("wait_dispatch", "every core: its W*L/C entries; A3 SyncCntOnCore; SyncAll"),
+        Phase("local_copy", "the cores with entries"),
+        Phase("token_nums", "core 0"),
+    )
+    inputs = (X, IDS, SCALES_W, MASK,
+              TensorSpec("scales", const(np.float32), _scales_shape,
+                         "static_int8 scales (1,), (H,) or (E', H); int8 smooth scales"))
+    variant = "dispatch_quant"
+    outputs = (
+        TensorSpec("expand_x", lambda t: _tok(t) if t.dispatch_quant == "none" else np.int8,
+                   lambda t, r: (_a(t, r), t.H), "[A, H] rows by local expert, source"),
+        TensorSpec("dynamic_scales", const(np.float32),
+                   lambda t, r: (_a(t, r) if t.dispatch_quant == "int8" else 0,),
+                   "[A] per-token INT8 scales (int8 only)"),
+        ASSIST,
+        TensorSpec("expert_token_nums", const(np.int64), lambda t, r: (t.L,),
+                   "[L] rows per local expert (type 1) or their cumsum (type 0)"),
+        RECV,
+        TensorSpec("expand_scales", const(np.float32),
+                   lambda t, r: (_a(t, r) if t.window.dispatch.expert_scale_offset is not None
+                                 else 0,), "[A] expert_scales of each row"),
+    )
+    scratch = (TensorSpec("workspace", const(np.int32),
+                          lambda t, r: (128 * t.cores * t.cores if t.arch == "arch22" else 0,),
+                          "A3 SyncCntOnCore: C rows of C x 512 B"),)
+
+    def program(self, tiling: Mc2Tiling) -> Any:
+        return dispatch_program(tiling)
+
+
+class Combine(Kernel):
+    name = "combine"
+    phases = (Phase("send", "every core: its share of ep_recv_count[-1] rows"),
+              Phase("receive", "every core: its share of the tokens, round robin"))
+    inputs = (
+        TensorSpec("expand_x", _tok, lambda t, r: (_a(t, r), t.H), "[A, H] expert outputs"),
+        ASSIST, RECV, IDS, SCALES_W, MASK,
+        TensorSpec("shared_expert_x", _tok,
+                   lambda t, r: (_bs(t, r) if t.shared_expert_x else 0, t.H),
+                   "[BS, H] added after the shared rows"),
+        TensorSpec("ori_x", _tok, lambda t, r: (_bs(t, r) if _special(t) else 0, t.H),
+                   "[BS, H] tokens for copy / const experts"),
+        TensorSpec("const_expert_alpha_1", _tok, lambda t, r: (_n_const(t), t.H), "[N, H]"),
+        TensorSpec("const_expert_alpha_2", _tok, lambda t, r: (_n_const(t), t.H), "[N, H]"),
+        TensorSpec("const_expert_v", _tok, lambda t, r: (_n_const(t), t.H), "[N, H]"),
+    )
+    variant = "combine_quant"
+    outputs = (TensorSpec("x", _tok, lambda t, r: (_bs(t, r), t.H), "[BS, H] combined"),)
+
+    def program(self, tiling: Mc2Tiling) -> Any:
+        return combine_program(tiling)
+
+
+DISPATCH, COMBINE = Dispatch(), Combine()
+
+
+def _arch(hardware: Any, options: Mapping[str, Any]) -> str | None:
+    if options.get("arch", "auto") != "auto":
+        return options["arch"]
+    for prefix, arch in ARCH_OF_PRESET.items():
+        if hardware.name.startswith(prefix):
+            return arch
+    return None
+
+
+def _shape(shape: MoeShape, options: Mapping[str, Any]) -> ref.Mc2Shape:
+    return ref.Mc2Shape(W=shape.W, bs=(shape.BS,) * shape.W, H=shape.H, K=shape.K, E=shape.E,
+                        S=shape.S, S_r=shape.S_r, global_bs=options["global_bs"],
+                        zero_experts=options["zero_experts"],
+                        copy_experts=options["copy_experts"],
+                        const_experts=options["const_experts"], dtype=shape.dtype)
+
+
+class Mc2(Family):
+    name = "mc2"
+    help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
+            "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer)")
+    ops = (DISPATCH, COMBINE)
+    runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
+    options = (
+        Option("comm_alg", "choice", "fullmesh_v1", "the operators' algorithm: fullmesh_v1 "
+               "(the default, MoeDistributeDispatchV2); fullmesh_v2 is not modelled yet",
+               choices=("fullmesh_v1", "fullmesh_v2")),
+        Option("dispatch_quant", "choice", "none", "quant_mode: none (0), static_int8 (1) or "
+               "int8 (2, per token)", choices=("none", "static_int8", "int8")),
+        Option("static_scales", "choice", "per_channel", "static_int8 scale shape: scalar "
+               "(1,), per_channel (H,) or per_expert (E', H)",
+               choices=("scalar", "per_channel", "per_expert")),
+        Option("smooth_scales", "bool", False, "int8: pass smooth scales (E', H)"),
+        Option("combine_quant", "choice", "none", "comm_quant_mode: none or int8 (2)",
+               choices=("none", "int8")),
+        Option("expert_token_nums_type", "int", 1, "0: cumulative sum, 1: counts", lo=0, hi=1),
+        Option("ccl_buffer_size", "int", 0, "HCCL_BUFFSIZE in MB (HCCL opens twice this); "
+               "0: what get_low_latency_ccl_buffer_size returns", lo=0, hi=1 << 20),
+        Option("global_bs", "int", 0, "global BS (0: BS * W); sizes the window", lo=0,
+               hi=512 * 768),
+        Option("x_active_mask", "choice", "none", "none, 1d (an active prefix of the tokens) "
+               "or 2d (per token and k)", choices=("none", "1d", "2d")),
+        Option("active_fraction", "float", 0.75, "share of tokens (1d) or pairs (2d) active",
+               lo=0.0, hi=1.0),
+        Option("zero_experts", "int", 0, "zero experts (ids E..)", lo=0, hi=1024),
+        Option("copy_experts", "int", 0, "copy experts (after the zero experts)", lo=0, hi=1024),
+        Option("const_experts", "int", 0, "const experts (after the copy experts)", lo=0,
+               hi=1024),
+        Option("expand_scales", "bool", False, "dispatch outputs each row's expert_scales"),
+        Option("shared_expert_x", "bool", False, "combine adds a shared_expert_x input"),
+        Option("arch", "choice", "auto", "kernel code path: auto (atlas_a3: arch22, "
+               "ascend950: arch35), arch22 or arch35", choices=("auto", "arch22", "arch35")),
+    )
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> Mc2Tiling:
+        s = _shape(shape, options)
+        arch = _arch(hardware, options)
+        quant = options["dispatch_quant"]
+        mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
+                                                                     s.K, s.S)
+        win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
+                         hardware.chip.aiv_cores, expert_scales=options["expand_scales"])
+        smooth = quant == "static_int8" or (quant == "int8" and options["smooth_scales"])
+        t = Mc2Tiling(s, quant, options["combine_quant"], options["expert_token_nums_type"],
+                      arch, hardware.chip.aiv_cores, hardware.ub.bytes, win, smooth,
+                      timing_only, options["x_active_mask"], True, options["shared_expert_x"],
+                      options["static_scales"], options["active_fraction"])
+        return t
+
+    def window(self, tiling: Mc2Tiling) -> Any:
+        return tiling.window
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        if options["comm_alg"] == "fullmesh_v2":
+            return Misfit("workload.comm_alg", "fullmesh_v2 is not modelled yet; allowed: "
+                          "fullmesh_v1")
+        arch = _arch(hardware, options)
+        if arch is None:
+            return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
+                          "ascend950; allowed: arch22 (A3) or arch35 (950)")
+        try:
+            s = _shape(shape, options)
+        except ValueError as exc:
+            return Misfit("workload.global_bs", str(exc))
+        mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
+                                                                     s.K, s.S)
+        try:
+            win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, options["dispatch_quant"], arch,
+                             mb, hardware.chip.aiv_cores, options["expand_scales"])
+        except CclBufferTooSmall as exc:
+            return Misfit("workload.ccl_buffer_size", str(exc))
+        if win.ccl_bytes > hardware.window.bytes:
+            return Misfit("hardware.window.bytes", f"the {win.ccl_bytes // MiB} MiB CCL buffer "
+                          f"(2 x ccl_buffer_size {mb} MB) exceeds the preset's "
+                          f"{hardware.window.bytes // MiB} MiB window")
+        if arch == "arch35" and s.special_experts and DISPATCH.name in self.runs[op]:
+            return Misfit("workload.zero_experts", "zero / copy / const experts are modelled on "
+                          "the A3 combine only; allowed on ascend950: 0")
+        return None
+
+    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+        s = _shape(shape, options)
+        dt = token_dtype(s.dtype)
+        seeds = np.random.SeedSequence(routing.get("seed", 0)).spawn(4)
+        rx, rr, rw, rm = (np.random.default_rng(c) for c in seeds)
+        n_ids = s.E + s.special_experts
+        ids = make_routing(routing.get("routing", "balanced"), s.W, shape.BS, s.K, n_ids,
+                           rng=rr, zipf_s=routing.get("zipf_s", 1.2))
+        frac = options["active_fraction"]
+        n_const = s.const_experts
+        const = {n: (uniform_tokens(rw, (n_const, s.H), dt) / 16).astype(dt) if payload
+                 else np.zeros((n_const, s.H), dt)
+                 for n in ("const_expert_alpha_1", "const_expert_alpha_2", "const_expert_v")}
+        out = []
+        for r in range(s.W):
+            bs = s.bs[r]
+            x = uniform_tokens(rx, (bs, s.H), dt) if payload else np.zeros((bs, s.H), dt)
+            mask = np.zeros(0, np.uint8)
+            if options["x_active_mask"] == "1d":
+                mask = (np.arange(bs) < max(1, round(frac * bs))).astype(np.uint8)
+            elif options["x_active_mask"] == "2d":
+                mask = (rm.random((bs, s.K)) < frac).astype(np.uint8)
+            arrays = {"x": x, "expert_ids": ids[r],
+                      "expert_scales": rw.uniform(0, 1, (bs, s.K)).astype(np.float32),
+                      "x_active_mask": mask,
+                      "scales": self._scales(s, options, rw),
+                      "shared_expert_x": (uniform_tokens(rx, (bs, s.H), dt)
+                                          if options["shared_expert_x"] else
+                                          np.zeros((0, s.H), dt)),
+                      "ori_x": x if s.special_experts else np.zeros((0, s.H), dt)}
+            arrays.update(const)
+            out.append(arrays)
+        return out
+
+    @staticmethod
+    def _scales(s: ref.Mc2Shape, options: Mapping[str, Any], rng: np.random.Generator
+                ) -> np.ndarray:
+        q = options["dispatch_quant"]
+        if q == "static_int8":
+            shape = {"scalar": (1,), "per_channel": (s.H,),
+                     "per_expert": (s.scale_rows(), s.H)}[options["static_scales"]]
+            return rng.uniform(4.0, 12.0, shape).astype(np.float32)
+        if q == "int8" and options["smooth_scales"]:
+            return rng.uniform(0.5, 2.0, (s.scale_rows(), s.H)).astype(np.float32)
+        return np.zeros(0, np.float32)
+
+    # ---- chaining dispatch -> combine (identity experts)
+    @staticmethod
+    def _dispatch_inputs(t: Mc2Tiling, inputs: list[Arrays]) -> list[ref.DispatchInputs]:
+        out = []
+        for a in inputs:
+            m = a["x_active_mask"]
+            out.append(ref.DispatchInputs(a["x"], a["expert_ids"], a["expert_scales"],
+                                          m.astype(bool) if m.size else None,
+                                          a["scales"] if a["scales"].size else None))
+        return out
+
+    @staticmethod
+    def _as_outputs(t: Mc2Tiling, outs: list[Arrays]) -> list[ref.DispatchOutputs]:
+        res = []
+        for r, o in enumerate(outs):
+            ep = o["ep_recv_count"]
+            n = int(ep[t.status_count(r) - 1])
+            res.append(ref.DispatchOutputs(o["expand_x"], o["dynamic_scales"] if
+                                           t.dispatch_quant == "int8" else None,
+                                           o["assist_info_for_combine"],
+                                           o["expert_token_nums"], ep, None, n))
+        return res
+
+    def op_inputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == DISPATCH.name:
+            return inputs
+        d = self._as_outputs(tiling, previous)
+        res = []
+        for a, o in zip(inputs, d, strict=True):
+            rows = ref.dequantized_rows(o, tiling.dispatch_quant, tiling.shape.dtype)
+            res.append({**a, "expand_x": rows,
+                        "assist_info_for_combine": o.assist_info_for_combine,
+                        "ep_recv_count": o.ep_recv_count})
+        return res
+
+    def reference_outputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        if kernel != DISPATCH.name:
+            return None
+        outs = ref.reference_dispatch(tiling.shape, self._dispatch_inputs(tiling, inputs),
+                                      tiling.dispatch_quant, tiling.expert_token_nums_type)
+        res = []
+        for o in outs:
+            res.append({"expand_x": o.expand_x,
+                        "dynamic_scales": (o.dynamic_scales if o.dynamic_scales is not None
+                                           else np.zeros(0, np.float32)),
+                        "assist_info_for_combine": o.assist_info_for_combine,
+                        "expert_token_nums": o.expert_token_nums,
+                        "ep_recv_count": o.ep_recv_count,
+                        "expand_scales": (o.expand_scales if o.expand_scales is not None
+                                          and tiling.window.dispatch.expert_scale_offset
+                                          is not None else np.zeros(0, np.float32))})
+        return res
+
+    def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        h = hashlib.sha256()
+        for r, o in enumerate(outputs):
+            ep = np.ascontiguousarray(o["ep_recv_count"], np.int32)
+            n = int(ep[tiling.status_count(r) - 1])
+            h.update(ep.tobytes())
+            h.update(np.ascontiguousarray(o["assist_info_for_combine"][:n]).tobytes())
+            h.update(np.ascontiguousarray(o["expand_x"][:n]).tobytes())
+            if tiling.dispatch_quant == "int8":
+                h.update(np.ascontiguousarray(o["dynamic_scales"][:n]).tobytes())
+        return h.digest()
+
+
+FAMILY = Mc2()
