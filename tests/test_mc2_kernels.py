@@ -111,10 +111,16 @@ def test_masks(mask):
     _round_trip("atlas_a3", shape, "int8", seed=3, mask=mask)
 
 
-def test_zero_copy_const_experts_and_expand_scales():
+@pytest.mark.parametrize("preset", ["atlas_a3", "ascend950"])
+def test_zero_copy_const_experts_and_expand_scales(preset):
     shape = ref.Mc2Shape(W=2, bs=(6, 6), H=1024, K=4, E=4, zero_experts=1, copy_experts=1,
                          const_experts=1)
-    _round_trip("atlas_a3", shape, "none", seed=5, es_out=True)
+    _round_trip(preset, shape, "none", seed=5, es_out=True)
+
+
+def test_two_dim_mask_on_the_950():
+    shape = ref.Mc2Shape(W=2, bs=(5, 5), H=1024, K=3, E=4)
+    _round_trip("ascend950", shape, "none", seed=11, mask="2d")
 
 
 def test_shared_experts_and_combine_int8():

@@ -26,7 +26,7 @@ from npusim.kernels.quant import (
     int8_block_scale_count,
     token_dtype,
 )
-from npusim.runtime.conditions import AllEqual, SumEquals
+from npusim.runtime.conditions import AllEqual, Condition, SumEquals
 from npusim.runtime.context import KernelContext, Poll, Strided
 
 Wait = Generator[Any, Any, Any]
@@ -172,6 +172,24 @@ def _quant_int8(ctx: KernelContext, t: Mc2Tiling, src, out) -> None:
 
 
 # --------------------------------------------------------------------------- receive
+class SlotFlags(Condition):
+    """NeedWaitTokenSlot: every 1.0 flag of the 512 B blocks of the slots a token waits
+    for (masked pairs and special experts send nothing); `wanted` per polled block."""
+
+    def __init__(self, wanted: np.ndarray) -> None:
+        self.wanted = wanted
+
+    def _flags(self, data: np.ndarray) -> np.ndarray:
+        return data.view(F32).reshape(-1, 8)[self.wanted]
+
+    def __call__(self, data: np.ndarray) -> bool:
+        return bool(np.all(self._flags(data) == 1.0))
+
+    def describe(self, data: np.ndarray) -> str:
+        f = self._flags(data)
+        return f"expects {f.size} flags of the awaited slots == 1.0; {int((f != 1).sum())} differ"
+
+
 def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     """LocalWindowCopy: round robin over my pending tokens; sum a token once complete."""
     rank = ctx.rank_id
@@ -228,8 +246,11 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         polls = []
         for tok in pending:
             if arch35:
-                polls.append(Poll(win_r, lay.combine_slot_offset(state, tok, 0) + 480,
-                                  AllEqual(F32, 1.0), flags,
+                skip = [k < K and not (live[tok, k] and ids[tok, k] < t.shape.E)
+                        for k in range(KS)]
+                cond = (AllEqual(F32, 1.0) if not any(skip)
+                        else SlotFlags(np.repeat(~np.array(skip), blocks)))
+                polls.append(Poll(win_r, lay.combine_slot_offset(state, tok, 0) + 480, cond, flags,
                                   strided=Strided(KS * blocks, 32, src_gap=480), check_ns=check))
             else:
                 polls.append(Poll(win_r, lay.combine_flag(state, tok, 0),

@@ -229,9 +229,6 @@ class Mc2(Family):
             return Misfit("hardware.window.bytes", f"the {win.ccl_bytes // MiB} MiB CCL buffer "
                           f"(2 x ccl_buffer_size {mb} MB) exceeds the preset's "
                           f"{hardware.window.bytes // MiB} MiB window")
-        if arch == "arch35" and s.special_experts and DISPATCH.name in self.runs[op]:
-            return Misfit("workload.zero_experts", "zero / copy / const experts are modelled on "
-                          "the A3 combine only; allowed on ascend950: 0")
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
