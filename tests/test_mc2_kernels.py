@@ -132,3 +132,10 @@ def test_shared_experts_and_combine_int8():
 def test_uneven_bs_with_global_bs_on_the_950():
     shape = ref.Mc2Shape(W=4, bs=(7, 3, 5, 1), H=1024, K=2, E=8, global_bs=32)
     _round_trip("ascend950", shape, "int8", seed=9)
+
+
+@pytest.mark.parametrize("preset,W", [("atlas_a3", 16), ("ascend950", 16), ("atlas_a3", 48)])
+def test_wide_worlds(preset, W):
+    # W = 48 on A3: 48 ranks of 48 cores, one expert each, two tokens of two pairs
+    shape = ref.Mc2Shape(W=W, bs=(2,) * W, H=1024, K=2, E=W)
+    _round_trip(preset, shape, "int8", seed=W)
