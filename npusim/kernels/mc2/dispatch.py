@@ -31,6 +31,13 @@ ONE = np.float32(1.0)
 PHASES = ("send", "set_status", "wait_dispatch", "local_copy", "token_nums")
 
 
+class SumAtLeast(SumEquals):
+    """At least `value` flags set: the poll that first sees a new arrival."""
+
+    def __call__(self, data: np.ndarray) -> bool:
+        return self.total(data) >= self.value - self.tolerance
+
+
 def dispatch_program(t: Mc2Tiling):
     memo: dict[tuple[int, int, int], np.ndarray] = {}  # (rank, token, scale row) -> record
 
@@ -341,17 +348,46 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     base = t.window.dispatch_status(state, s0)
     wait_buf = ctx.alloc("wait_status", max(32 * n, 256))
     v = ctx.cfg.vector
-    if t.arch == "arch35":  # compact: only the 4 B flags travel
-        flags = ctx.alloc("flags", align32(4 * n))
+    compact = t.arch == "arch35"  # the 950 reads only the 4 B flags
+    flags = ctx.alloc("flags", align32(4 * n)) if compact else wait_buf
+    per_entry = 4 * ctx.issue_ns * n if t.performance_info else 0.0  # PerformanceInfoPerRank
+    if compact:
         check = (v.issue_cycles + -(-n // 64) * v.cycles_per_repeat) * ctx.cycle_ns
-        yield from ctx.wait_until(win, base, 0, SumEquals(F32, float(n)), flags,
-                                  strided=Strided(n, 4, src_gap=28), name="wait_status",
-                                  check_ns=check + 2 * ctx.issue_ns)
-        yield from ctx.wait(ctx.copy_in(wait_buf, win, base, 32 * n, name="reread_status"))
     else:
         check = (v.issue_cycles + n * v.cycles_per_repeat) * ctx.cycle_ns
-        yield from ctx.wait_until(win, base, 32 * n, SumEquals(F32, float(n), stride=32),
-                                  wait_buf, name="wait_status", check_ns=check + 2 * ctx.issue_ns)
+    check += 2 * ctx.issue_ns + per_entry
+    t_start = ctx.t
+    perf = np.zeros(t.W, np.int64)
+    seen = np.zeros(n, bool)
+    # without performance_info one wait for all flags; with it, one per newly seen flag, so
+    # each entry's first sighting is timed (the operator's loop reads them all each time)
+    targets = range(1, n + 1) if t.performance_info else (n,)
+    for target in targets:
+        if target <= seen.sum():
+            continue
+        cond = SumAtLeast(F32, float(target), stride=0 if compact else 32)
+        if compact:
+            yield from ctx.wait_until(win, base, 0, cond, flags, strided=Strided(n, 4, src_gap=28),
+                                      name="wait_status", check_ns=check)
+        else:
+            yield from ctx.wait_until(win, base, 32 * n, cond, wait_buf, name="wait_status",
+                                      check_ns=check)
+        if t.performance_info:
+            f = flags.view(F32, n) if compact else wait_buf.view(F32, 8 * n)[::8]
+            new = (f > 0.5) & ~seen
+            us = int((ctx.t - t_start) // 1000)  # GetSystemCycle() / CYCLES_PER_US
+            for i in np.flatnonzero(new):
+                src = (s0 + int(i)) % t.W
+                perf[src] = max(perf[src], us)
+            seen |= new
+    if compact:
+        yield from ctx.wait(ctx.copy_in(wait_buf, win, base, 32 * n, name="reread_status"))
+    if t.performance_info:  # AtomicMax into performance_info: per-core rows, core 0 reduces
+        pbuf = ctx.alloc("perf", align32(8 * t.W))
+        ctx.ub_write(pbuf, 0, perf, ops=1)
+        yield from ctx.wait(ctx.copy_out(ctx.tensor("performance_info_cores"),
+                                         8 * t.W * ctx.core_id, pbuf, 8 * t.W,
+                                         name="write_performance_info"))
     counts = wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 1].astype(np.int64).copy()
 
     def clear() -> None:
@@ -494,4 +530,15 @@ def set_expert_token_nums(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     ctx.ub_write(nums_buf, 0, nums.astype(np.int64), ops=le)
     ctx.copy_out(ctx.tensor("expert_token_nums"), 0, nums_buf, 8 * le,
                  name="write_expert_token_nums")
+    if t.performance_info:  # the max over the cores' rows (the kernel's AtomicMax)
+        rows = ctx.alloc("perf_rows", align32(8 * t.W * t.cores))
+        yield from ctx.wait(ctx.copy_in(rows, ctx.tensor("performance_info_cores"), 0,
+                                        8 * t.W * t.cores, name="read_performance_info"))
+        ctx.vector("max_rows", t.W * t.cores, np.int64, reads=[rows])
+        yield from ctx.pipe_barrier("vector")
+        best = ctx.ub_read(rows, np.int64, t.W * t.cores).reshape(t.cores, t.W).max(axis=0)
+        out = ctx.alloc("perf_out", align32(8 * t.W))
+        ctx.ub_write(out, 0, best, ops=1)
+        ctx.copy_out(ctx.tensor("performance_info"), 0, out, 8 * t.W,
+                     name="write_performance_info")
     yield from ctx.drain()

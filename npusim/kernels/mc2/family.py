@@ -97,10 +97,16 @@ class Dispatch(Kernel):
         TensorSpec("expand_scales", const(np.float32),
                    lambda t, r: (_a(t, r) if t.window.dispatch.expert_scale_offset is not None
                                  else 0,), "[A] expert_scales of each row"),
+        TensorSpec("performance_info", const(np.int64),
+                   lambda t, r: (t.W if t.performance_info else 0,),
+                   "[W] longest wait for each source rank's counts, us"),
     )
     scratch = (TensorSpec("workspace", const(np.int32),
                           lambda t, r: (128 * t.cores * t.cores if t.arch == "arch22" else 0,),
-                          "A3 SyncCntOnCore: C rows of C x 512 B"),)
+                          "A3 SyncCntOnCore: C rows of C x 512 B"),
+               TensorSpec("performance_info_cores", const(np.int64),
+                          lambda t, r: (t.cores * t.W if t.performance_info else 0,),
+                          "per-core rows of performance_info (npusim's AtomicMax)"))
 
     def program(self, tiling: Mc2Tiling) -> Any:
         return dispatch_program(tiling)
@@ -182,6 +188,8 @@ class Mc2(Family):
                hi=1024),
         Option("expand_scales", "bool", False, "dispatch outputs each row's expert_scales"),
         Option("shared_expert_x", "bool", False, "combine adds a shared_expert_x input"),
+        Option("performance_info", "bool", False, "dispatch records each source rank's wait "
+               "(us) in performance_info (per-core rows, maxed by core 0)"),
         Option("arch", "choice", "auto", "kernel code path: auto (atlas_a3: arch22, "
                "ascend950: arch35), arch22 or arch35", choices=("auto", "arch22", "arch35")),
     )
@@ -199,7 +207,8 @@ class Mc2(Family):
         t = Mc2Tiling(s, quant, options["combine_quant"], options["expert_token_nums_type"],
                       arch, hardware.chip.aiv_cores, hardware.ub.bytes, win, smooth,
                       timing_only, options["x_active_mask"], True, options["shared_expert_x"],
-                      options["static_scales"], options["active_fraction"])
+                      options["static_scales"], options["active_fraction"],
+                      options["performance_info"])
         return t
 
     def window(self, tiling: Mc2Tiling) -> Any:
@@ -330,7 +339,9 @@ class Mc2(Family):
                         "ep_recv_count": o.ep_recv_count,
                         "expand_scales": (o.expand_scales if o.expand_scales is not None
                                           and tiling.window.dispatch.expert_scale_offset
-                                          is not None else np.zeros(0, np.float32))})
+                                          is not None else np.zeros(0, np.float32)),
+                        "performance_info": np.zeros(tiling.W if tiling.performance_info else 0,
+                                                     np.int64)})
         return res
 
     def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],

@@ -36,7 +36,7 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
                 ccl_mb: int | None = None, expert_scales_out: bool = False,
                 smooth_scales: bool = False, timing_only: bool = False,
                 x_active_mask: str = "none", expert_scales: bool = True,
-                shared_expert_x: bool = False) -> Mc2Tiling:
+                shared_expert_x: bool = False, performance_info: bool = False) -> Mc2Tiling:
     from npusim.kernels.mc2.window import low_latency_ccl_buffer_mb
 
     arch = arch_of(cfg)
@@ -47,7 +47,8 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
                      arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out)
     return Mc2Tiling(shape, dispatch_quant, combine_quant, expert_token_nums_type, arch,
                      cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only,
-                     x_active_mask, expert_scales, shared_expert_x)
+                     x_active_mask, expert_scales, shared_expert_x,
+                     performance_info=performance_info)
 
 
 def machine_for(cfg: HardwareConfig, t: Mc2Tiling, trace: Trace | None = None) -> Machine:
@@ -85,7 +86,12 @@ def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
             rank.tensor("expand_scales", 4 * a)
         if t.arch == "arch22":
             rank.tensor("workspace", 512 * t.cores * t.cores)
+        if t.performance_info:
+            rank.tensor("performance_info", 8 * shape.W)
+            rank.tensor("performance_info_cores", 8 * shape.W * t.cores)
     res = launch(m, dispatch_program(t), time_limit_ns=limit_ns, cores=t.cores)
+    m.performance_info = [rank.tensors["performance_info"].as_array(np.int64)
+                          if t.performance_info else None for rank in m.ranks]
     outs = []
     for r, rank in enumerate(m.ranks):
         tens = rank.tensors

@@ -43,6 +43,7 @@ class Mc2Tiling:
     shared_expert_x: bool = False  # combine adds a shared_expert_x input
     static_scales: str = "per_channel"  # static_int8 scale shape: scalar | per_channel | ...
     active_fraction: float = 1.0  # share of tokens / pairs a generated mask keeps
+    performance_info: bool = False  # dispatch records each source's wait (us)
 
     # ---- shape shorthands
     @property
