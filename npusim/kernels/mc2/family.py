@@ -223,6 +223,9 @@ class Mc2(Family):
         if arch is None:
             return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
                           "ascend950; allowed: arch22 (A3) or arch35 (950)")
+        if arch == "arch35" and options["combine_quant"] == "int8":
+            return Misfit("workload.combine_quant", "the 950 combine's INT8 (fused a5 "
+                          "dequantisation) is not modelled yet; allowed on arch35: none")
         try:
             s = _shape(shape, options)
         except ValueError as exc:
