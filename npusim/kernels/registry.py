@@ -25,7 +25,7 @@ from npusim.kernels.family import Family, Kernel, Option
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 
-BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample"}
+BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample", "mc2": "npusim.kernels.mc2"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}
