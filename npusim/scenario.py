@@ -421,6 +421,11 @@ def _option(src: str, o: Option, raw: Any) -> Any:
     lo = o.lo if o.lo is not None else -math.inf
     if o.kind == "int":
         return _int(src, key, raw, int(o.lo or 0), None if o.hi is None else int(o.hi))
+    if o.kind == "ints":  # a list of integers, e.g. one per rank ([] when not given)
+        if not isinstance(raw, (list, tuple)):
+            raise InputError(src, key, f"must be a list of integers, got {_show(raw)}")
+        return tuple(_int(src, f"{key}[{i}]", v, int(o.lo or 0),
+                          None if o.hi is None else int(o.hi)) for i, v in enumerate(raw))
     return _float(src, key, raw, lo, o.hi if o.hi is not None else math.inf, lo_open=False)
 
 

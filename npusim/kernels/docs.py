@@ -19,6 +19,8 @@ from npusim.kernels.family import Family, Option
 
 
 def _default(o: Option) -> str:
+    if isinstance(o.default, (list, tuple)):
+        return f"`{list(o.default)}`"
     if isinstance(o.default, bool):
         return "`true`" if o.default else "`false`"
     return f"`{o.default}`"
@@ -29,12 +31,15 @@ def _allowed(o: Option) -> str:
         return ", ".join(f"`{c}`" for c in o.choices)
     if o.kind == "bool":
         return "`true`, `false`"
+    if o.kind == "ints":
+        return f"list of {o.lo:g}..{o.hi:g}"
     return f"{o.lo:g}..{o.hi:g}"
 
 
 def option_table(fam: Family) -> str:
     """The family's options as a markdown table: key, type, default, allowed, meaning."""
-    types = {"choice": "string", "bool": "bool", "int": "int", "float": "number"}
+    types = {"choice": "string", "bool": "bool", "int": "int", "float": "number",
+             "ints": "list of int"}
     rows = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
     for o in fam.options:
         rows.append(f"| `{o.name}` | {types[o.kind]} | {_default(o)} | {_allowed(o)} | "

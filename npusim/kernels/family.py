@@ -43,7 +43,8 @@ Arrays = dict[str, np.ndarray]
 class Option:
     """One workload option of a family: `workload.<name>` in a scenario.
 
-    kind is "choice" (one of `choices`), "bool", "int" or "float" (within [lo, hi])."""
+    kind is "choice" (one of `choices`), "bool", "int" or "float" (within [lo, hi]), or
+    "ints" (a YAML list of integers each within [lo, hi]; a tuple once validated)."""
 
     name: str
     kind: str

@@ -130,7 +130,7 @@ def _where(exc: BaseException, path: Path | None) -> str:
 
 
 _HOOKS = ("tiling", "window", "make_inputs")
-OPTION_KINDS = ("choice", "bool", "int", "float")
+OPTION_KINDS = ("choice", "bool", "int", "float", "ints")
 
 
 def _checked(obj: Any, ref: str) -> Family:

@@ -147,9 +147,15 @@ def _arch(hardware: Any, options: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _bs_list(shape: MoeShape, options: Mapping[str, Any]) -> tuple[int, ...]:
+    return tuple(options["bs_per_rank"]) or (shape.BS,) * shape.W
+
+
 def _shape(shape: MoeShape, options: Mapping[str, Any]) -> ref.Mc2Shape:
-    return ref.Mc2Shape(W=shape.W, bs=(shape.BS,) * shape.W, H=shape.H, K=shape.K, E=shape.E,
-                        S=shape.S, S_r=shape.S_r, global_bs=options["global_bs"],
+    bs = _bs_list(shape, options)
+    gbs = options["global_bs"] or (shape.W * max(bs) if len(set(bs)) > 1 else 0)
+    return ref.Mc2Shape(W=shape.W, bs=bs, H=shape.H, K=shape.K, E=shape.E,
+                        S=shape.S, S_r=shape.S_r, global_bs=gbs,
                         zero_experts=options["zero_experts"],
                         copy_experts=options["copy_experts"],
                         const_experts=options["const_experts"], dtype=shape.dtype)
@@ -175,9 +181,12 @@ class Mc2(Family):
                choices=("none", "int8")),
         Option("expert_token_nums_type", "int", 1, "0: cumulative sum, 1: counts", lo=0, hi=1),
         Option("ccl_buffer_size", "int", 0, "HCCL_BUFFSIZE in MB (HCCL opens twice this); "
-               "0: what get_low_latency_ccl_buffer_size returns", lo=0, hi=1 << 20),
-        Option("global_bs", "int", 0, "global BS (0: BS * W); sizes the window", lo=0,
+               "0: what get_low_latency_ccl_buffer_size returns", lo=0, hi=65536),
+        Option("global_bs", "int", 0, "globalBs, a multiple of W and >= W * max BS; sizes the "
+               "window (0: BS * W, or W * max(bs_per_rank) when those differ)", lo=0,
                hi=512 * 768),
+        Option("bs_per_rank", "ints", (), "BS of each rank, W entries, the largest equal to "
+               "bs (empty: every rank bs)", lo=1, hi=512),
         Option("x_active_mask", "choice", "none", "none, 1d (an active prefix of the tokens) "
                "or 2d (per token and k)", choices=("none", "1d", "2d")),
         Option("active_fraction", "float", 0.75, "share of tokens (1d) or pairs (2d) active",
@@ -226,6 +235,11 @@ class Mc2(Family):
         if arch == "arch35" and options["combine_quant"] == "int8":
             return Misfit("workload.combine_quant", "the 950 combine's INT8 (fused a5 "
                           "dequantisation) is not modelled yet; allowed on arch35: none")
+        bs = options["bs_per_rank"]
+        if bs and (len(bs) != shape.W or max(bs) != shape.BS):
+            return Misfit("workload.bs_per_rank", f"{len(bs)} entries with largest "
+                          f"{max(bs)}; allowed: ep_world_size = {shape.W} entries, the largest "
+                          f"equal to bs = {shape.BS}")
         try:
             s = _shape(shape, options)
         except ValueError as exc:
@@ -250,8 +264,11 @@ class Mc2(Family):
         seeds = np.random.SeedSequence(routing.get("seed", 0)).spawn(4)
         rx, rr, rw, rm = (np.random.default_rng(c) for c in seeds)
         n_ids = s.E + s.special_experts
-        ids = make_routing(routing.get("routing", "balanced"), s.W, shape.BS, s.K, n_ids,
-                           rng=rr, zipf_s=routing.get("zipf_s", 1.2))
+        ids = routing.get("expert_ids")
+        if ids is None:
+            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
+            ids = make_routing(routing.get("routing", "balanced"), s.W, shape.BS, s.K, n_ids,
+                               rng=rr, zipf_s=routing.get("zipf_s", 1.2), **extra)
         frac = options["active_fraction"]
         n_const = s.const_experts
         const = {n: (uniform_tokens(rw, (n_const, s.H), dt) / 16).astype(dt) if payload
@@ -266,7 +283,7 @@ class Mc2(Family):
                 mask = (np.arange(bs) < max(1, round(frac * bs))).astype(np.uint8)
             elif options["x_active_mask"] == "2d":
                 mask = (rm.random((bs, s.K)) < frac).astype(np.uint8)
-            arrays = {"x": x, "expert_ids": ids[r],
+            arrays = {"x": x, "expert_ids": np.ascontiguousarray(ids[r][:bs]),
                       "expert_scales": rw.uniform(0, 1, (bs, s.K)).astype(np.float32),
                       "x_active_mask": mask,
                       "scales": self._scales(s, options, rw),
