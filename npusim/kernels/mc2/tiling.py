@@ -9,21 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.kernels.cann_sample.tiling import split_to_core  # SplitToCore, shared
 from npusim.kernels.mc2.reference import Mc2Shape
 from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window, align32
 from npusim.kernels.quant import align_up, ceil_div
 
 ARCH_OF_PRESET = {"atlas_a3": "arch22", "ascend950": "arch35"}
 
-
-def split_to_core(n: int, parts: int, index: int) -> tuple[int, int]:
-    """SplitToCore: n items over `parts`, the first n % parts one more; [start, end)."""
-    q, r = divmod(n, parts)
-    if index < r:
-        s = index * (q + 1)
-        return s, s + q + 1
-    s = index * q + r
-    return s, s + q
+__all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "split_to_core"]
 
 
 @dataclass(frozen=True)
