@@ -49,6 +49,16 @@ class VectorConfig:
     issue_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e5})
     cycles_per_repeat: float = field(metadata={"unit": "cycles", "min": 0.1, "max": 100.0})
     vf_cycles_per_instr: float = field(metadata={"unit": "cycles", "min": 0.1, "max": 100.0})
+    # how vector work written as MemBase calls or VF programs is timed (npusim/hw/vf.py):
+    # regbase = the 950's VF unit; membase = one instruction per call (A2/A3)
+    model: str = field(metadata={"choices": ("regbase", "membase")})
+    vf_call_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e5})
+    vf_latency_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e3})
+    vf_pair_issue: int = field(metadata={"unit": "instructions", "min": 1, "max": 8})
+    vf_loads_per_cycle: float = field(metadata={"unit": "instructions", "min": 0.1,
+                                                "max": 16.0})
+    vf_stores_per_cycle: float = field(metadata={"unit": "instructions", "min": 0.1,
+                                                 "max": 16.0})
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,8 @@ class SyncConfig:
 @dataclass(frozen=True)
 class KernelConfig:
     launch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
+    # a plain task's launch (no SHMEM set-up), for kernels that are not SHMEM kernels
+    task_launch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
 
 
 @dataclass(frozen=True)
@@ -272,6 +284,10 @@ def _value(f: dataclasses.Field, raw: Any, source: str, key: str,
     if ftype == "str":
         if not isinstance(raw, str) or not raw:
             raise InputError(source, key, "must be a non-empty string")
+        choices = f.metadata.get("choices")
+        if choices and raw not in choices:
+            raise InputError(source, key, f"{raw!r}{did_you_mean(raw, choices)}; "
+                             f"allowed: {', '.join(choices)}")
         return raw
     if ftype in ("int", "float"):
         ok = isinstance(raw, (int, float)) and not isinstance(raw, bool)
