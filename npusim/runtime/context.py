@@ -29,9 +29,13 @@ from npusim.hw.machine import Machine, Rank
 from npusim.hw.memory import Region, SparseRegion, Watcher
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer, strided_blocks
+from npusim.hw.vf import COUNTERS as VF_COUNTERS
+from npusim.hw.vf import VF, VFTiming, membase_vfs
 from npusim.runtime.conditions import Condition
+from npusim.runtime.membase import Api
 
 Wait = Generator[Any, Any, None]
+COUNTERS = (*VF_COUNTERS, "SCALAR")
 
 _ITEMSIZE: dict[Any, int] = {}
 
@@ -155,6 +159,10 @@ class KernelContext:
         self._dcache: set[tuple[int, int]] = set()
         mte = self.cfg.mte  # UB -> local GM or own window: the rank's HBM
         self._local = Route((rank.hbm,), mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
+        # instructions executed, as the sample profiles count them (RVECEX/LD/ST: VF
+        # instructions of MemBase calls and VF programs; SCALAR: scalar slots issued)
+        self.counters: dict[str, float] = dict.fromkeys(COUNTERS, 0)
+        self._vf_timing: VFTiming | None = None
 
     # -- bookkeeping -------------------------------------------------------------------
     def error(self, message: str, address: int | None = None, size: int | None = None
@@ -200,6 +208,7 @@ class KernelContext:
     def scalar(self, ops: float = 1.0) -> None:
         """Scalar work on the core's scalar unit (index maths, loop control, UB loads)."""
         dur = ops * self.issue_ns
+        self.counters["SCALAR"] += ops
         start = self.t
         self.t += dur
         self.core.scalar.busy_ns += dur
@@ -235,6 +244,7 @@ class KernelContext:
         every transfer still using the buffer)."""
         p = self._pipe(pipe)
         self.t += self.issue_ns
+        self.counters["SCALAR"] += issue_slots
         start, end = p.reserve(self.t, duration_ns)
         if issue_slots > 1:  # a run: the scalar issues the rest while the first executes
             self.t += (issue_slots - 1) * self.issue_ns
@@ -266,6 +276,52 @@ class KernelContext:
         if self.trace.detailed:
             self.trace.activity(self.rank_id, self.core_id, pipe, name, start, end)
         return op
+
+    def membase(self, name: str, calls: Sequence[Api | str]) -> Op:
+        """MemBase API calls in program order (`membase.BARRIER` for PipeBarrier<PIPE_V>).
+        RegBase (the 950): the calls compile to fused VFs, timed and counted by hw/vf.py.
+        MemBase (A2/A3): each call is one instruction, issue cost + one cycle per repeat."""
+        apis = [c for c in calls if not isinstance(c, str)]
+        reads = {id(s.buf): s.buf for a in apis for s in a.srcs}
+        writes = {id(a.dst): a.dst for a in apis}
+        vcfg = self.cfg.vector
+        if vcfg.model == "regbase":
+            vfs = membase_vfs([c if isinstance(c, str) else c.call() for c in calls],
+                              vcfg.bytes_per_cycle)
+            return self._run_vfs(name, vfs, reads.values(), writes.values(),
+                                 lambda: [a.apply() for a in apis])
+        cycles = 0.0
+        for a in apis:
+            widest = max([a.dst_dtype.itemsize, *(s.dtype.itemsize for s in a.srcs)])
+            repeats = -(-(a.count * widest) // vcfg.bytes_per_cycle)
+            cycles += vcfg.issue_cycles + repeats * vcfg.cycles_per_repeat
+        return self.fixed("vector", name, cycles * self.cycle_ns, reads.values(), writes.values(),
+                          lambda: [a.apply() for a in apis], max(len(apis), 1))
+
+    def vf(self, name: str, vfs: VF | Sequence[VF], reads: Iterable[UBBuffer] = (),
+           writes: Iterable[UBBuffer] = (), fn: Any = None) -> Op:
+        """Register-based vector functions (asc_vf_call of a __simd_vf__ function), issued
+        back to back; timed and counted by their instructions (hw/vf.py). `fn` applies
+        their effect. Only a RegBase vector unit (vector.model: regbase) runs them."""
+        if self.cfg.vector.model != "regbase":
+            raise self.error(f"vector function {name!r} needs a RegBase vector unit "
+                             f"(vector.model: regbase); this preset has "
+                             f"{self.cfg.vector.model!r}")
+        return self._run_vfs(name, [vfs] if isinstance(vfs, VF) else list(vfs), reads,
+                             writes, fn)
+
+    def _run_vfs(self, name: str, vfs: Sequence[VF], reads: Iterable[UBBuffer],
+                 writes: Iterable[UBBuffer], fn: Any) -> Op:
+        if self._vf_timing is None:
+            self._vf_timing = VFTiming.from_config(self.cfg.vector)
+        timing = self._vf_timing
+        cycles = 0.0
+        for v in vfs:
+            cycles += timing.cycles(v)
+            for k, n in v.counts().items():
+                self.counters[k] += n
+        return self.fixed("vector", name, cycles * self.cycle_ns, reads, writes, fn,
+                          max(len(vfs), 1))
 
     def vector_function(self, name: str, instructions: int | Sequence[int],
                         reads: Iterable[UBBuffer] = (), writes: Iterable[UBBuffer] = (),
@@ -393,6 +449,7 @@ class KernelContext:
                 ) -> Op:
         """DataCopy GM -> UB on MTE2. The bytes are read from GM when the copy completes."""
         self.t += self.issue_ns
+        self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
         moved = strided.charged(self.ub.alignment) if strided else nbytes
@@ -468,6 +525,7 @@ class KernelContext:
               name: str, route: Route, strided: Strided | None = None, remote: bool = False,
               claim: bool = False) -> Op:
         self.t += self.issue_ns
+        self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
         self._check_ub(src, src_offset, src_span, name)

@@ -33,12 +33,12 @@ class LaunchResult:
 
 def launch(machine: Machine, program: Program, start_ns: float | None = None,
            time_limit_ns: float = 1e9, cores: int | None = None,
-           kind: str | None = None) -> LaunchResult:
+           kind: str | None = None, launch_ns: float | None = None) -> LaunchResult:
     """Run `program` on `cores` cores (default all) of one kind (default the machine's
-    first) of every rank, from `start_ns`."""
+    first) of every rank, from `start_ns`, after `launch_ns` (default: kernel.launch_ns)."""
     env = machine.env
     t0 = env.now if start_ns is None else start_ns
-    first = t0 + machine.cfg.kernel.launch_ns
+    first = t0 + (machine.cfg.kernel.launch_ns if launch_ns is None else launch_ns)
     kind = kind or machine.kinds[0].name
     n = cores if cores is not None else len(machine.ranks[0].cores_of[kind])
     contexts: list[list[KernelContext]] = []
