@@ -74,7 +74,7 @@ class TransferPipe:
     is not the last to complete, and a barrier waits for every open one (`open`)."""
 
     __slots__ = ("name", "env", "queue", "streaming", "inflight", "last", "busy_ns",
-                 "fence_next", "later", "open")
+                 "fence_next", "later", "open", "spans")
 
     def __init__(self, env: simpy.Environment, name: str,
                  later: Callable[[float, Callable[[], None]], None] | None = None) -> None:
@@ -87,7 +87,8 @@ class TransferPipe:
         self.streaming = False
         self.inflight = 0
         self.last: Op | None = None
-        self.busy_ns = 0.0
+        self.busy_ns = 0.0  # sum of transfer spans (their flight latencies overlap)
+        self.spans: list[tuple[float, float]] = []  # (start, delivered) of each transfer
         self.fence_next = False
         self.open: dict[Op, None] = {}  # issued, not yet delivered, in issue order
 
@@ -95,6 +96,17 @@ class TransferPipe:
         """Note a transfer the core has issued (before submit)."""
         self.last = op
         self.open[op] = None
+
+    def busy_union_ns(self) -> float:
+        """Time with at least one transfer of this pipe in flight (what a profiler's
+        pipe ratio measures)."""
+        total = 0.0
+        end = -INF
+        for a, b in sorted(self.spans):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
 
     def submit(self, earliest: float, begin: Callable[[], None]) -> None:
         """Run begin() at max(earliest, now) once the pipe is free (and fenced ones done)."""

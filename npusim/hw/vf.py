@@ -40,7 +40,7 @@ from typing import Any
 # divisions and reductions do not.
 KINDS: dict[str, tuple[str, bool]] = {
     **{k: ("ex", True) for k in ("add", "sub", "mul", "muls", "adds", "mula", "max", "min",
-                                 "abs", "dup", "maxs", "mins", "select", "and", "or")},
+                                 "abs", "dup", "maxs", "mins", "select", "cmps", "and", "or")},
     **{k: ("ex", False) for k in ("cast", "exp", "ln", "div", "sqrt", "rsqrt",
                                   "reduce_sum", "reduce_max")},
     **{k: ("ld", False) for k in ("load", "load_brc", "load_unpack")},

@@ -597,6 +597,7 @@ class KernelContext:
 
     def _finish(self, pipe: TransferPipe, op: Op, t: float, nbytes: int) -> None:
         pipe.busy_ns += t - op.start_at
+        pipe.spans.append((op.start_at, t))
         if self.trace.detailed:
             sent = self._sent_at.pop(op, t)
             self.trace.activity(self.rank_id, self.core_id, pipe.name, op.name, op.start_at,
