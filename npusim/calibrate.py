@@ -123,8 +123,7 @@ def read_table(path: str | Path) -> list[Measurement]:
         for c in (c for c in cols if c in options or c == "kernel"):
             v = (rec.get(c) or "").strip()
             if v:
-                w[c] = {"true": True, "false": False}.get(v, v) if c in options and \
-                    options[c].kind == "bool" else v
+                w[c] = _option_value(v, options.get(c), str(p), f"{where}.{c}")
         try:
             fam = _family(w)
         except registry.FamilyError as exc:
@@ -146,6 +145,19 @@ def read_table(path: str | Path) -> list[Measurement]:
     if not rows:
         raise InputError(str(p), None, "no measurement rows")
     return rows
+
+
+def _option_value(v: str, o: Option | None, src: str, key: str) -> Any:
+    """A CSV cell as the option's type (the scenario loader checks its range)."""
+    if o is None or o.kind == "choice":
+        return v
+    if o.kind == "bool":
+        return {"true": True, "false": False}.get(v, v)
+    try:
+        return int(v) if o.kind == "int" else float(v)
+    except ValueError:
+        raise InputError(src, key, f"must be {'an integer' if o.kind == 'int' else 'a number'}"
+                         f", got {v!r}") from None
 
 
 def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,10 @@ class OpRun:
     phase_order: tuple[str, ...] = ()  # the kernel's phases as its family declares them
     core_kind: str = "aiv"  # the kind of core it ran on (npusim.hw.cores)
     inputs: list[dict[str, Any]] = field(default_factory=list)  # per rank, if kept
+    # [rank][core] pipe -> busy ns (transfer pipes: time with a transfer in flight)
+    core_busy_ns: list[list[dict[str, float]]] = field(default_factory=list)
+    # [rank][core] counter -> executed instructions (RVECEX, RVECLD, RVECST, SCALAR)
+    core_counters: list[list[dict[str, float]]] = field(default_factory=list)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from npusim.fork import Forked
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
+from npusim.hw.pipe import TransferPipe
 from npusim.kernels.family import Arrays, Family, Kernel
 from npusim.result import LinkStats, OpRun, RunResult, TransferStat
 from npusim.runtime.launch import LaunchResult, launch
@@ -197,7 +198,15 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
         core_end_ns=[list(row) for row in res.core_end_ns],
         core_transfers=[[[TransferStat(*key, *val) for key, val in ctx.transfers.items()]
                          for ctx in row] for row in res.contexts],
+        core_busy_ns=[[_busy(ctx) for ctx in row] for row in res.contexts],
+        core_counters=[[dict(ctx.counters) for ctx in row] for row in res.contexts],
     )
+
+
+def _busy(ctx: Any) -> dict[str, float]:
+    """Per pipe of the core: busy time (a transfer pipe: time with a transfer in flight)."""
+    return {name: pipe.busy_union_ns() if isinstance(pipe, TransferPipe) else pipe.busy_ns
+            for name, pipe in ctx.core.pipes.items()}
 
 
 def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
@@ -216,7 +225,7 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     for rank in machine.ranks:
         rank.window.set_zones(zones)
     res = launch(machine, kernel.program(t), time_limit_ns=limit_ns, cores=kernel.cores(t),
-                 kind=kernel.core_kind)
+                 kind=kernel.core_kind, launch_ns=kernel.launch_ns(machine.cfg))
     outputs = [{spec.name: rank.tensors[spec.name].as_array(spec.np_dtype(t), spec.shape(t, r))
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)

@@ -112,6 +112,11 @@ class Kernel:
         """A generator function program(ctx) that every core of every rank runs once."""
         raise NotImplementedError
 
+    def launch_ns(self, hardware: Any) -> float | None:
+        """The time from the op's start to its cores' first instruction (None: the
+        preset's kernel.launch_ns)."""
+        return None
+
     def cores(self, tiling: Any) -> int | None:
         """Cores of `core_kind` per rank the kernel is launched on (None: all)."""
         return getattr(tiling, "cores", None)

@@ -25,7 +25,10 @@ from npusim.kernels.family import Family, Kernel, Option
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 
-BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample", "mc2": "npusim.kernels.mc2"}
+BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
+                           "mc2": "npusim.kernels.mc2",
+                           "cann_gelu": "npusim.kernels.cann_gelu",
+                           "rms_norm_quant": "npusim.kernels.rms_norm_quant"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}

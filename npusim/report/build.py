@@ -196,6 +196,9 @@ def _core_entry(op: OpRun, table: _PhaseTable, r: int, c: int, t0: float,
         "phases": _phases_dict(table.core.get((r, c), {}), table.order, t0, count=True),
         "bytes_put": int(_at(op.core_bytes_put, r, c) or 0),
         "stream_us": {pipe: _us(ns) for pipe, ns in stream.items()},
+        "busy_us": {pipe: _us(ns) for pipe, ns in (_at(op.core_busy_ns, r, c) or {}).items()},
+        "instructions": {k: int(round(v))
+                         for k, v in (_at(op.core_counters, r, c) or {}).items()},
         "transfers": _transfers(stats),
     }
 
@@ -222,6 +225,25 @@ def _ports(ranks: list[dict[str, Any]], latency_us: float, kind: CoreKind) -> di
         out[pipe] = {"rank": r, "core": core["core"], "bytes": nbytes, "stream_us": us,
                      "share_of_latency": _r(us / latency_us) if latency_us > 0 else 0.0}
     return out
+
+
+def _instructions(op: OpRun) -> dict[str, int]:
+    """Executed instructions of every core of every rank, per counter."""
+    total: dict[str, float] = {}
+    for row in op.core_counters:
+        for counts in row:
+            for k, v in counts.items():
+                total[k] = total.get(k, 0) + v
+    return {k: int(round(v)) for k, v in total.items()}
+
+
+def _pipe_ratios(op: OpRun, latency_ns: float) -> dict[str, float]:
+    """Per pipe, its busy time over the op's latency, averaged over the launched cores
+    (a profiler's aiv_vec_ratio, aiv_mte2_ratio, ...)."""
+    cores = [b for row in op.core_busy_ns for b in row]
+    if not cores or latency_ns <= 0:
+        return {}
+    return {p: _r(sum(b[p] for b in cores) / len(cores) / latency_ns, 4) for p in cores[0]}
 
 
 def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -275,6 +297,8 @@ def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, 
         "bytes_received_total": int(sum(op.bytes_received)),
         "link_classes": _link_classes(op, table),
         "ports": _ports(ranks, _us(latency_ns), kind),
+        "instructions": _instructions(op),
+        "pipe_ratios": _pipe_ratios(op, latency_ns),
         "transfer_fields": list(TRANSFER_FIELDS),
         "links": [_link(lk, duration) for lk in op.links],
         "ranks": ranks,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from npusim.report.summary import family_options, fmt_bytes, phase_spread
+from npusim.report.summary import family_options, fmt_bytes, phase_spread, vector_lines
 
 
 def _table(head: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
@@ -34,6 +34,7 @@ def _op_section(op: Mapping[str, Any], shared_ranks: int = 0) -> list[str]:
         out.append(f"- diagnosis: {diag['text']}")
     out.append(f"- bytes put to other ranks: {fmt_bytes(op.get('bytes_sent_total', 0))} "
                "in total")
+    out += [f"- {line.strip()}" for line in vector_lines(op)]
     names = list(op.get("phase_order") or op.get("phases", {}))
     if names:
         out += ["", "### Phases (us from the op's start; min / max over ranks)", ""]

@@ -92,7 +92,20 @@ def _op_lines(op: Mapping[str, Any]) -> list[str]:
             parts.append(f"received {fmt_bytes(min(recv))} .. {fmt_bytes(max(recv))}")
         lines.append("  bytes per rank: " + ", ".join(parts))
     lines.extend(link_lines(op))
+    lines.extend(vector_lines(op))
     return lines
+
+
+def vector_lines(op: Mapping[str, Any]) -> list[str]:
+    """Pipe ratios and instruction counts, for ops that ran vector functions."""
+    counts = op.get("instructions") or {}
+    if not counts.get("RVECEX"):
+        return []
+    ratios = op.get("pipe_ratios") or {}
+    return ["  pipe busy (mean over cores): "
+            + ", ".join(f"{p} {v:.1%}" for p, v in ratios.items()),
+            "  instructions (all cores): "
+            + ", ".join(f"{k} {v:,}" for k, v in counts.items())]
 
 
 GENERIC_KEYS = ("kernel", "op", "bs", "h", "k", "ep_world_size", "experts_per_rank",

@@ -1,0 +1,68 @@
+"""cann_gelu and rms_norm_quant as registry families: scenario -> run -> report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from npusim.errors import InputError
+from npusim.kernels.cann_gelu.reference import gelu_reference
+from npusim.kernels.rms_norm_quant import reference as ref
+from npusim.report.build import build_report
+from npusim.scenario import scenario_from_doc
+from npusim.sim import simulate
+
+MOE = {"bs": 1, "h": 1024, "k": 1, "ep_world_size": 2, "experts_per_rank": 1}
+
+
+def run(tmp: Path, **workload: Any) -> tuple[Any, dict[str, Any]]:
+    doc = {"name": "t", "hardware": "ascend950", "workload": {**MOE, **workload}}
+    result = simulate(scenario_from_doc(doc, "test", tmp))
+    return result, build_report(result)
+
+
+@pytest.mark.parametrize("vf", [False, True])
+def test_gelu_runs_as_a_family(tmp_path: Path, vf: bool) -> None:
+    result, report = run(tmp_path, kernel="cann_gelu", op="gelu", vf=vf, elements=20000,
+                         routing={"kind": "uniform", "seed": 4})
+    x = np.random.default_rng(4).uniform(-10, 10, 20000).astype(np.float32)
+    np.testing.assert_allclose(result.ops[0].outputs[0]["y"], gelu_reference(x), atol=1e-3)
+    op = report["ops"][0]
+    assert op["phase_order"] == ["gelu"]
+    core = op["ranks"][0]["cores"][0]
+    assert set(core["busy_us"]) == {"scalar", "vector", "mte2", "mte3"}
+    # 20000 fp32 = 312.5 registers in 3 tiles (2 x 128 + 57): 8 compute instructions each
+    assert core["instructions"]["RVECEX"] == 8 * (2 * 128 + 57)
+    assert op["instructions"]["RVECEX"] == core["instructions"]["RVECEX"]
+    assert 0 < op["pipe_ratios"]["vector"] < 1
+
+
+def test_rms_norm_quant_runs_as_a_family(tmp_path: Path) -> None:
+    result, report = run(tmp_path, kernel="rms_norm_quant", op="rms_norm_quant", step=5,
+                         rows=96, cols=1024, routing={"kind": "uniform", "seed": 2})
+    rng = np.random.default_rng(2)  # the family's inputs: gen_data.py's distributions
+    x = rng.uniform(-100, 100, (96, 1024)).astype(np.float16)
+    g = rng.uniform(-100, 100, 1024).astype(np.float16)
+    s = rng.uniform(-10, 10, 1).astype(np.float16)
+    o = rng.uniform(-10, 10, 1).astype(np.int8)
+    y = result.ops[0].outputs[0]["y"]
+    assert np.abs(y.astype(int) - ref.golden(x, g, s, o).astype(int)).max() <= 1
+    op = report["ops"][0]
+    assert op["phase_order"] == ["init", "gamma", "rows"]
+    cores = op["ranks"][0]["cores"]
+    assert len(cores) == 48  # 96 rows, 2 per core, on 48 of the 64 cores
+    total = sum(c["instructions"]["RVECLD"] for c in cores)
+    assert op["instructions"]["RVECLD"] == total
+    # per core: gamma's Cast (1024 / 64 lanes = 16 registers), then per row ComputeRmsVf's
+    # 16 loads and ComputeNormQuantVf's 1 + 2 x 16
+    assert cores[0]["instructions"]["RVECLD"] == 16 + 2 * (16 + 1 + 32)
+
+
+def test_family_options_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="workload.step"):
+        run(tmp_path, kernel="rms_norm_quant", op="rms_norm_quant", step=7)
+    with pytest.raises(InputError, match="workload.tile_bytes"):
+        run(tmp_path, kernel="cann_gelu", op="gelu", tile_bytes=100)
