@@ -44,7 +44,7 @@ class CannGelu(Family):
         Option("vf", "bool", False, "gelu_with_vf (one VF per tile) instead of "
                "gelu_without_vf (MemBase calls)"),
         Option("elements", "int", 409600, "fp32 elements (the sample: 409,600)", lo=1,
-               hi=1 << 26),
+               hi=10_000_000),
         Option("tile_bytes", "int", 32768, "bytes per tile, a multiple of 256 (the sample: "
                "32 KiB)", lo=256, hi=1 << 16),
     )

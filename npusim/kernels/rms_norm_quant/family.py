@@ -65,7 +65,7 @@ class RmsNormQuant(Family):
     options = (
         Option("step", "int", 5, "the sample's step: 0 naive, 1 gamma once, 2 multi-core, "
                "3 VF, 4 double buffer, 5 UB rows, 6 binary sum", lo=0, hi=6),
-        Option("rows", "int", 4096, "a, rows of x (the sample: 4096)", lo=1, hi=1 << 20),
+        Option("rows", "int", 4096, "a, rows of x (the sample: 4096)", lo=1, hi=100_000),
         Option("cols", "int", 8192, "r, the normalised length (the sample: 8192)", lo=1,
                hi=1 << 16),
     )
