@@ -238,8 +238,9 @@ def test_overrides_stay_plain_dotted_keys_and_reports_plain_values():
 
 def test_a_plain_valued_user_preset_still_loads(tmp_path):
     doc = yaml.safe_load((CONFIG_DIR / "ascend950.yaml").read_text())
-    plain = {s: (v if not isinstance(v, dict) else {k: e["value"] for k, e in v.items()})
-             for s, v in doc.items()}
+    plain = {s: (v if not isinstance(v, dict) else
+                 {k: e["value"] if isinstance(e, dict) else e for k, e in v.items()})
+             for s, v in doc.items()}  # a string value (vector.model) is plain already
     p = tmp_path / "plain.yaml"
     p.write_text(yaml.safe_dump(plain))
     assert load_hardware(str(p)) == load_hardware("ascend950")
