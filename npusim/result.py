@@ -61,6 +61,8 @@ class OpRun:
     core_busy_ns: list[list[dict[str, float]]] = field(default_factory=list)
     # [rank][core] counter -> executed instructions (RVECEX, RVECLD, RVECST, SCALAR)
     core_counters: list[list[dict[str, float]]] = field(default_factory=list)
+    # what the kernel's family reports of this call (Kernel.report_fields), JSON-able
+    family_fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

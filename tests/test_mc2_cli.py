@@ -82,3 +82,29 @@ def test_zero_and_copy_experts_and_uneven_bs_run(tmp_path):
     assert main(["run", str(sc), "--out", str(tmp_path / "out"), "--tensors", str(tens),
                  "--workers", "1"]) == 0
     assert [_load(tens, "combine", r, "out", "x").shape[0] for r in range(4)] == [4, 1, 3, 2]
+
+
+def test_performance_info_is_a_report_field(tmp_path):
+    """workload.performance_info: both ops carry family_fields.performance_info_us, per rank
+    the W waits the --tensors dump holds (combine: the max of its per-core rows, the
+    operator's AtomicMax); report.md has the table; without the option there is none."""
+    import json
+
+    W = 4
+    sc = _scenario(tmp_path, "perf", "atlas_a3", ep_world_size=W, performance_info=True)
+    tens = tmp_path / "tensors"
+    out = tmp_path / "out"
+    assert main(["run", str(sc), "--out", str(out), "--tensors", str(tens),
+                 "--workers", "1"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    d, c = (op["family_fields"]["performance_info_us"] for op in rep["ops"])
+    for r in range(W):
+        assert d[r] == _load(tens, "dispatch", r, "out", "performance_info").tolist()
+        rows = _load(tens, "combine", r, "out", "performance_info_cores").reshape(-1, W)
+        assert c[r] == rows.max(axis=0).tolist()
+        assert len(d[r]) == len(c[r]) == W
+    assert "performance_info_us:" in (out / "report.md").read_text()
+    sc = _scenario(tmp_path, "plain", "atlas_a3", ep_world_size=W)
+    assert main(["run", str(sc), "--out", str(tmp_path / "o2"), "--workers", "1"]) == 0
+    rep = json.loads((tmp_path / "o2" / "report.json").read_text())
+    assert all(op["family_fields"] == {} for op in rep["ops"])

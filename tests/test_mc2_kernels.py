@@ -162,3 +162,34 @@ def test_performance_info_times_each_source(preset):
             assert (p[other] >= 1).all()
     # recording costs scalar work in the poll loop: never faster than without it
     assert res.end_ns >= r0.end_ns
+
+
+@pytest.mark.parametrize("preset", ["atlas_a3", "ascend950"])
+def test_combine_performance_info_names_only_the_sources(preset):
+    """Rank r's tokens go to experts on ranks r and r + 1 only, so the combine's waits
+    (PerformanceInfoPerToken, per source rank) are zero for the other two sources; the
+    recording changes no output byte and never makes the combine faster."""
+    cfg = load_hardware(preset)
+    W, L = 4, 2
+    shape = ref.Mc2Shape(W=W, bs=(4,) * W, H=1024, K=2, E=W * L)
+    ins = _inputs(shape, 5)
+    for r, i in enumerate(ins):
+        i.expert_ids[:] = [L * r, L * ((r + 1) % W) + 1]
+    runs = []
+    for perf in (False, True):
+        t = make_tiling(shape, cfg, "none", performance_info=perf)
+        _, outs = run_dispatch(machine_for(cfg, t), t, ins)
+        rows = [ref.dequantized_rows(o, "none", shape.dtype) for o in outs]
+        cin = [dict(expert_ids=i.expert_ids, expert_scales=i.expert_scales) for i in ins]
+        m = machine_for(cfg, t)
+        res, xs = run_combine(m, t, outs, rows, cin)
+        runs.append((res, xs, m.performance_info))
+    (r0, x0, _), (r1, x1, perf) = runs
+    for a, b in zip(x0, x1, strict=True):
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    assert r1.end_ns >= r0.end_ns
+    latency_us = (r1.end_ns - r1.start_ns) / 1000
+    for r, p in enumerate(perf):
+        assert p.shape == (W,) and (p >= 0).all() and (p < latency_us).all()
+        others = [s for s in range(W) if s not in (r, (r + 1) % W)]
+        assert (p[others] == 0).all()

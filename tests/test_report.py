@@ -183,3 +183,22 @@ def test_inline_leaves_keeps_small_records_on_one_line() -> None:
     assert json.loads(text) == doc
     with pytest.raises(ValueError):
         dumps_json({"x": [float("inf")]}, inline_leaves=True)
+
+
+def test_family_fields_pass_through_and_render_per_rank() -> None:
+    """A family's own figures reach ops[].family_fields as JSON types (numpy converted), and
+    report.md renders a per-rank list of lists as a table, anything else as a line."""
+    from npusim.report.markdown import format_markdown
+
+    res = make_result()
+    res.ops[1].family_fields = {"waits_us": [np.array([0, 3]), [np.int64(7), 1]],
+                                "mode": "fast"}
+    rep = build_report(res)
+    assert rep["ops"][0]["family_fields"] == {}
+    got = rep["ops"][1]["family_fields"]
+    assert got == {"waits_us": [[0, 3], [7, 1]], "mode": "fast"}
+    assert type(got["waits_us"][1][0]) is int
+    json.dumps(rep)  # plain JSON
+    md = format_markdown(rep)
+    assert "| rank | 0 | 1 |" in md and "| 0 | 0 | 3 |" in md and "| 1 | 7 | 1 |" in md
+    assert "- mode: fast" in md

@@ -124,6 +124,12 @@ class Kernel:
     def phase_order(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.phases)
 
+    def report_fields(self, tiling: Any, outputs: Sequence[Arrays]) -> dict[str, Any]:
+        """Family-specific figures of one call for the report (`ops[].family_fields`):
+        {name: JSON-able value} from the tiling and every rank's outputs; {} by default.
+        The report renders them without knowing the family."""
+        return {}
+
 
 class Family:
     """A kernel family: subclass, fill in the declarations, implement the hooks."""

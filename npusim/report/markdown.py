@@ -69,6 +69,27 @@ def _op_section(op: Mapping[str, Any], shared_ranks: int = 0) -> list[str]:
                  _us(v["stream_us"]), f"{v['share_of_latency']:.1%}"]
                 for p, v in ports.items()]
         out += _table(["pipe", "core", "bytes", "stream us", "share of latency"], rows)
+    out += _family_fields(op.get("family_fields") or {}, len(op.get("ranks", [])))
+    return out
+
+
+def _family_fields(fields: Mapping[str, Any], ranks: int) -> list[str]:
+    """The family's own figures: a list with one list of numbers per rank as a table
+    (row = rank, column = index), anything else as `name: value`."""
+    if not fields:
+        return []
+    out = ["", "### Family fields (`family_fields`)", ""]
+    for name, value in fields.items():
+        per_rank = (isinstance(value, list) and len(value) == ranks > 0
+                    and all(isinstance(v, list) for v in value))
+        if not per_rank:
+            out.append(f"- {name}: {value}")
+            continue
+        width = max(len(v) for v in value)
+        out += ["", f"{name}:", ""]
+        out += _table(["rank", *(str(i) for i in range(width))],
+                      [[str(r), *(str(x) for x in row), *["-"] * (width - len(row))]
+                       for r, row in enumerate(value)])
     return out
 
 

@@ -17,7 +17,7 @@ and barriers, which keeps event counts proportional to the data moved.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -686,12 +686,17 @@ class KernelContext:
         yield from self.poll_round_robin(
             [Poll(region, offset, cond, into, nbytes, into_offset, strided, check_ns)], 0, name)
 
-    def poll_round_robin(self, polls: list[Poll], start: int = 0, name: str = "poll"
+    def poll_round_robin(self, polls: list[Poll], start: int = 0, name: str = "poll",
+                         observe: Callable[[int, float, np.ndarray], None] | None = None
                          ) -> Generator[Any, Any, int]:
         """Poll several GM areas in turn, starting at polls[start], until one satisfies its
         condition; return its index. Models the kernels' round-robin poll loops: each poll
         costs its read (latency + bytes / port) plus its check; the winner is the first
-        poll, in rotation order and time, that sees its condition hold."""
+        poll, in rotation order and time, that sees its condition hold.
+
+        observe(i, at, data), if given, hears of every content poll i will read: at the
+        start and after each write into its area, with the time `at` of the first read that
+        sees it (possibly after the winner's: the caller drops those)."""
         m = len(polls)
         if m == 0:
             raise self.error(f"{name}: nothing to poll")
@@ -755,6 +760,8 @@ class KernelContext:
         def on_change(i: int) -> None:
             if woke.triggered:
                 return
+            if observe is not None:
+                observe(i, first_poll_after(i, env.now), polls[i].sample())
             if polls[i].cond(polls[i].sample()):
                 at = first_poll_after(i, env.now)
                 if at < best[0]:

@@ -8,7 +8,7 @@ snake case). Optional inputs the workload does not use are declared with zero ro
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,20 @@ RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.L,),
                   "[W*L] inclusive cumsum of rows per (local expert, source)")
 
 
+def _performance_fields(t: Mc2Tiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
+    """performance_info as the report's `performance_info_us`: per rank, the longest wait
+    (whole us, the operator's GetSystemCycle() / CYCLES_PER_US) for each source rank."""
+    if not t.performance_info:
+        return {}
+    rows = []
+    for o in outputs:
+        p = o.get("performance_info")
+        if p is None:  # combine: the cores' rows, maxed as the operator's AtomicMax does
+            p = o["performance_info_cores"].reshape(t.cores, t.W).max(axis=0)
+        rows.append([int(v) for v in p])
+    return {"performance_info_us": rows}
+
+
 class Dispatch(Kernel):
     name = "dispatch"
     phases = (
@@ -111,6 +125,9 @@ class Dispatch(Kernel):
     def program(self, tiling: Mc2Tiling) -> Any:
         return dispatch_program(tiling)
 
+    def report_fields(self, tiling: Mc2Tiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
+        return _performance_fields(tiling, outputs)
+
 
 class Combine(Kernel):
     name = "combine"
@@ -129,10 +146,17 @@ class Combine(Kernel):
         TensorSpec("const_expert_v", _tok, lambda t, r: (_n_const(t), t.H), "[N, H]"),
     )
     variant = "combine_quant"
-    outputs = (TensorSpec("x", _tok, lambda t, r: (_bs(t, r), t.H), "[BS, H] combined"),)
+    outputs = (TensorSpec("x", _tok, lambda t, r: (_bs(t, r), t.H), "[BS, H] combined"),
+               TensorSpec("performance_info_cores", const(np.int64),
+                          lambda t, r: (t.cores * t.W if t.performance_info else 0,),
+                          "[C*W] per core, the longest wait for each source rank's rows, us "
+                          "(their max: performance_info, the operator's AtomicMax)"))
 
     def program(self, tiling: Mc2Tiling) -> Any:
         return combine_program(tiling)
+
+    def report_fields(self, tiling: Mc2Tiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
+        return _performance_fields(tiling, outputs)
 
 
 DISPATCH, COMBINE = Dispatch(), Combine()
@@ -197,8 +221,9 @@ class Mc2(Family):
                hi=1024),
         Option("expand_scales", "bool", False, "dispatch outputs each row's expert_scales"),
         Option("shared_expert_x", "bool", False, "combine adds a shared_expert_x input"),
-        Option("performance_info", "bool", False, "dispatch records each source rank's wait "
-               "(us) in performance_info (per-core rows, maxed by core 0)"),
+        Option("performance_info", "bool", False, "dispatch and combine record each source "
+               "rank's longest wait (us) in performance_info; the report's "
+               "family_fields.performance_info_us"),
         Option("arch", "choice", "auto", "kernel code path: auto (atlas_a3: arch22, "
                "ascend950: arch35), arch22 or arch35", choices=("auto", "arch22", "arch35")),
     )

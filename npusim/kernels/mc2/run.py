@@ -131,7 +131,11 @@ def run_combine(m: Machine, t: Mc2Tiling, dispatch_out: list[DispatchOutputs],
                 rank.tensor(name, np.ascontiguousarray(arr.astype(np.uint8) if arr.dtype == bool
                                                        else arr))
         rank.tensor("x", shape.bs[r] * shape.H * 2)
+        if t.performance_info:
+            rank.tensor("performance_info_cores", 8 * shape.W * t.cores)
     res = launch(m, combine_program(t), time_limit_ns=limit_ns, cores=t.cores)
+    m.performance_info = [rank.tensors["performance_info_cores"].as_array(np.int64).reshape(
+        t.cores, shape.W).max(axis=0) if t.performance_info else None for rank in m.ranks]
     outs = [rank.tensors["x"].as_array(dt, (shape.bs[r], shape.H))
             for r, rank in enumerate(m.ranks)]
     return res, outs
