@@ -193,3 +193,14 @@ def test_combine_performance_info_names_only_the_sources(preset):
         assert p.shape == (W,) and (p >= 0).all() and (p < latency_us).all()
         others = [s for s in range(W) if s not in (r, (r + 1) % W)]
         assert (p[others] == 0).all()
+
+
+@pytest.mark.parametrize("W,H,mask", [(2, 1056, None), (8, 1024, "2d")])
+def test_950_int8_combine_exact(W, H, mask):
+    """comm_quant_mode 2 on the 950 (MoeDistributeCombineV2A5Mte<INT8_COMM_QUANT>): the
+    row quantised per 8 values, its Align32(H) int8 and Align128(H) / 8 scales packed into
+    480/512 B blocks, dequantised and summed as the reference does (H 1056: 144 scales
+    sent, 132 used)."""
+    shape = ref.Mc2Shape(W=W, bs=(5,) * W, H=H, K=4, E=2 * W)
+    t, _, _ = _round_trip("ascend950", shape, "int8", "int8", seed=W, mask=mask)
+    assert t.window.combine_step < t.window.combine_slot  # fewer blocks than bf16

@@ -86,3 +86,21 @@ def test_950_combine_slots_overrun_what_the_check_allows():
         mc2_window(128, 7168, 8, 32, 8, 0, "none", "arch35", ccl_mb=479, cores=64)
     # INT8 slots are half the size: it fits
     mc2_window(128, 7168, 8, 32, 8, 0, "int8", "arch35", ccl_mb=479, cores=64)
+
+
+def test_950_int8_combine_stride():
+    from npusim.kernels.mc2.window import a5_int8_combine_bytes, combine_stride_bytes
+
+    # H 7168: 7168 int8 + 2 * (7168 / 8) B of scales = 8960 B; ceil(8960 / 480) = 19 blocks
+    assert a5_int8_combine_bytes(7168) == 8960
+    assert combine_stride_bytes(7168, "arch35", "int8") == 19 * 512
+    # H 1056: Align32 1056 + 2 * Align128(1056) / 8 = 1056 + 288 = 1344 B -> 3 blocks
+    assert a5_int8_combine_bytes(1056) == 1344
+    assert combine_stride_bytes(1056, "arch35", "int8") == 3 * 512
+    # A3 and unquantised: the area's slot (0 = no separate stride)
+    assert combine_stride_bytes(7168, "arch22", "int8") == 0
+    assert combine_stride_bytes(7168, "arch35", "none") == 0
+    w = mc2_window(4, 1056, 2, 2, 2, 0, "none", "arch35", ccl_mb=64, cores=64,
+                   combine_quant="int8")
+    assert w.combine_slot == 5 * 512  # ceil(2112 / 480): the area dispatch places stays
+    assert w.combine_slot_offset(0, 1, 1) - w.combine_slot_offset(0, 0, 0) == 3 * 3 * 512

@@ -19,7 +19,12 @@ import numpy as np
 
 from npusim.kernels.mc2.reference import const_expert_row
 from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
-from npusim.kernels.mc2.window import FULL_MESH_DATA_ALIGN, WIN_ADDR_ALIGN, align32
+from npusim.kernels.mc2.window import (
+    FULL_MESH_DATA_ALIGN,
+    WIN_ADDR_ALIGN,
+    a5_int8_combine_bytes,
+    align32,
+)
 from npusim.kernels.quant import (
     int8_block_dequantize,
     int8_block_quantize,
@@ -66,20 +71,24 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         return
     h = t.H
     arch35 = t.arch == "arch35"
-    cslot = t.window.combine_slot
+    cslot = t.window.combine_step
     blocks = cslot // WIN_ADDR_ALIGN
+    int8 = t.combine_quant == "int8"
     idx = ctx.alloc("expand_idx", align32(12 * n))
     yield from ctx.wait(ctx.copy_in(idx, ctx.tensor("assist_info_for_combine"), 12 * r0,
                                     12 * n, name="copy_assist_info"))
     trip = ctx.ub_read(idx, np.int32, 3 * n, ops=0).reshape(n, 3)
-    row_in = blocks * FULL_MESH_DATA_ALIGN if arch35 else align32(2 * h)
+    row_in = blocks * FULL_MESH_DATA_ALIGN if arch35 and not int8 else align32(2 * h)
     ins = [ctx.alloc(f"row{p}", row_in) for p in range(2)]
+    quants = ins  # what the 950 packs: the row, or its INT8 bytes
     if arch35:
-        for b in ins:  # the packing Copy reads blocks * 480 B: keep the tail defined
-            ctx.vector("dup_zero", row_in, np.uint8, writes=[b], fn=lambda b=b: b.view(
+        if int8:
+            quants = [ctx.alloc(f"quant{p}", blocks * FULL_MESH_DATA_ALIGN) for p in range(2)]
+        for b in quants:  # the packing Copy reads blocks * 480 B: keep the tail defined
+            ctx.vector("dup_zero", b.nbytes, np.uint8, writes=[b], fn=lambda b=b: b.view(
                 np.uint8).fill(0))
         outs = [ctx.alloc(f"packed{p}", cslot) for p in range(2)]
-    elif t.combine_quant == "int8":
+    elif int8:
         outs = [ctx.alloc(f"quant{p}", align32(int8_send_bytes(h))) for p in range(2)]
     else:
         outs = ins
@@ -100,11 +109,14 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         yield from ctx.wait(ctx.copy_in(buf, x, (r0 + i) * 2 * h, 2 * h, name="load_row"))
         nbytes = 2 * h
         if arch35:
-            _pack(ctx, buf, out, blocks)
+            if int8:  # QuantProcess, PipeBarrier<PIPE_V>, then the packing
+                _quant_int8(ctx, t, buf, quants[p], a5_int8_combine_bytes(h))
+                yield from ctx.pipe_barrier("vector")
+            _pack(ctx, quants[p], out, blocks)
             yield from ctx.pipe_barrier("vector")
             nbytes = cslot
-        elif t.combine_quant == "int8":
-            _quant_int8(ctx, t, buf, out)
+        elif int8:
+            _quant_int8(ctx, t, buf, out, int8_send_bytes(h))
             yield from ctx.pipe_barrier("vector")
             nbytes = int8_send_bytes(h)
         puts[p] = ctx.put(dst, win.combine_slot_offset(state, token, k), out, nbytes,
@@ -151,17 +163,21 @@ def _pack(ctx: KernelContext, src, out, blocks: int) -> None:
                    reads=[src], writes=[out], fn=copy)
 
 
-def _quant_int8(ctx: KernelContext, t: Mc2Tiling, src, out) -> None:
-    """Int8QuantProcess: per 8 fp32 a max, scale = max / 127 in the token dtype, q = rint."""
+def _quant_int8(ctx: KernelContext, t: Mc2Tiling, src, out, nbytes: int) -> None:
+    """Int8QuantProcess: per 8 fp32 a max, scale = max / 127 in the token dtype, q = rint.
+    `nbytes`: Align32(H) int8 and the scales (A3: Align16(H) / 8 of them; the 950:
+    Align128(H) / 8, those past H of zero-padded blocks 0)."""
     h = t.H
     dt = token_dtype(t.shape.dtype)
 
     def effect() -> None:
         q, s = int8_block_quantize(src.bytes_at(0, 2 * h).view(dt)[None, :], recip=True,
                                    scale_dtype=dt)
-        o = out.bytes_at(0, int8_send_bytes(h))
+        o = out.bytes_at(0, nbytes)
         o[:align32(h)] = q[0].view(np.uint8)
-        o[align32(h):] = s[0].view(np.uint8)
+        sb = s[0].view(np.uint8)
+        o[align32(h):align32(h) + sb.size] = sb
+        o[align32(h) + sb.size:] = 0
 
     nb = -(-h // 8)
     ctx.vector_seq("int8_quant", [
@@ -206,7 +222,7 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     dt = token_dtype(t.shape.dtype)
     win_r = ctx.window()
     lay = t.window
-    cslot = lay.combine_slot
+    cslot = lay.combine_step
     blocks = cslot // WIN_ADDR_ALIGN
     has_es = t.expert_scales
     es = None
@@ -323,7 +339,7 @@ class PerfInfo:
         self.t0 = ctx.t
         self.perf = np.zeros(t.W, np.int64)
         self._pending: list[tuple[int, float, np.ndarray]] = []
-        blocks = t.window.combine_slot // WIN_ADDR_ALIGN
+        blocks = t.window.combine_step // WIN_ADDR_ALIGN
         self.flags_buf = (ctx.alloc("perf_flags", align32(32 * blocks))
                           if t.arch == "arch35" else None)
 
@@ -448,7 +464,7 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
         yield from ctx.wait(ld)
 
         def add(buf=buf, w=w) -> None:
-            if t.combine_quant == "int8" and not arch35:
+            if t.combine_quant == "int8":  # the 950's bytes start as A3's (more scales)
                 raw = buf.bytes_at(0, int8_send_bytes(h))
                 q = raw[:align32(h)].view(np.int8)
                 s = raw[align32(h):].view(dt)
@@ -460,12 +476,20 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
             a[:] = a + (r if w is None else r * w)
 
         seq = []
-        if t.combine_quant == "int8" and not arch35:
+        if t.combine_quant == "int8" and arch35:
+            # Int8DequantProcessA5: Cast + Brcb of the scales, then one fused loop per
+            # element: int8 -> half -> fp32, Mul, Cast RINT to the dtype and back, Muls, Add
+            nb8 = -(-h // 128) * 16
+            seq += [("cast_scale", nb8, np.float16), ("brcb", 8 * nb8, F32),
+                    ("cast_i8_f16", h, np.int8), ("cast_f16_f32", h, np.float16),
+                    ("mul", h, F32), ("cast_x", h, F32), ("cast_back", h, np.float16)]
+        elif t.combine_quant == "int8":
             nb8 = -(-h // 8)
             seq += [("cast_scale", nb8, np.float16), ("cast_i8_f16", h, np.int8),
                     ("cast_f16_f32", h, np.float16), ("brcb", h, F32), ("mul", h, F32),
                     ("cast_x", h, F32)]
-        seq.append(("cast_f32", h, np.float16))
+        if not (t.combine_quant == "int8" and arch35):
+            seq.append(("cast_f32", h, np.float16))
         if w is not None:
             seq.append(("muls", h, F32))
         seq.append(("add", h, F32))

@@ -236,7 +236,8 @@ class Mc2(Family):
         mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
                                                                      s.K, s.S)
         win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
-                         hardware.chip.aiv_cores, expert_scales=options["expand_scales"])
+                         hardware.chip.aiv_cores, expert_scales=options["expand_scales"],
+                         combine_quant=options["combine_quant"])
         smooth = quant == "static_int8" or (quant == "int8" and options["smooth_scales"])
         t = Mc2Tiling(s, quant, options["combine_quant"], options["expert_token_nums_type"],
                       arch, hardware.chip.aiv_cores, hardware.ub.bytes, win, smooth,
@@ -257,9 +258,6 @@ class Mc2(Family):
         if arch is None:
             return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
                           "ascend950; allowed: arch22 (A3) or arch35 (950)")
-        if arch == "arch35" and options["combine_quant"] == "int8":
-            return Misfit("workload.combine_quant", "the 950 combine's INT8 (fused a5 "
-                          "dequantisation) is not modelled yet; allowed on arch35: none")
         bs = options["bs_per_rank"]
         if bs and (len(bs) != shape.W or max(bs) != shape.BS):
             return Misfit("workload.bs_per_rank", f"{len(bs)} entries with largest "

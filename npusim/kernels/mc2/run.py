@@ -44,7 +44,8 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
         ccl_mb = low_latency_ccl_buffer_mb(shape.max_bs, shape.H, shape.W, shape.L, shape.K,
                                            shape.S)
     win = mc2_window(shape.max_bs, shape.H, shape.W, shape.L, shape.K, shape.S, dispatch_quant,
-                     arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out)
+                     arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out,
+                     combine_quant=combine_quant)
     return Mc2Tiling(shape, dispatch_quant, combine_quant, expert_token_nums_type, arch,
                      cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only,
                      x_active_mask, expert_scales, shared_expert_x,

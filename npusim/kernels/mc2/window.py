@@ -166,6 +166,9 @@ class Mc2Window:
     combine_slot: int
     ccl_bytes: int
     cores: int
+    # the combine kernel's slot stride when it differs from the area's slot (the 950's INT8:
+    # hAlignWinSize_ of the quantised bytes; the area stays as dispatch places it); 0: same
+    combine_stride: int = 0
 
     @property
     def slots_per_token(self) -> int:
@@ -201,7 +204,12 @@ class Mc2Window:
         return STATUS_BYTES + state * self.half
 
     def combine_slot_offset(self, state: int, token: int, k: int) -> int:
-        return self.data_half(state) + (token * self.slots_per_token + k) * self.combine_slot
+        return self.data_half(state) + (token * self.slots_per_token + k) * self.combine_step
+
+    @property
+    def combine_step(self) -> int:
+        """The combine kernel's slot stride (hAlignWinSize_)."""
+        return self.combine_stride or self.combine_slot
 
     @property
     def combine_area(self) -> int:
@@ -241,8 +249,24 @@ class Mc2Window:
         }
 
 
+def a5_int8_combine_bytes(h: int) -> int:
+    """The 950's INT8 combine bytes per row (commDataBytes_): Align32(H) int8 and
+    Align128(H) / 8 scales in the token dtype (QuantInit on arch 3510 sizes the scales by
+    the fused dequantisation's 512 B float tail, combine_v2_quant.h:93-96)."""
+    return align32(h) + 2 * (ceil_div(h, 128) * 128 // 8)
+
+
+def combine_stride_bytes(h: int, arch: str, combine_quant: str) -> int:
+    """hAlignWinSize_ of the combine kernel when it is not the area's slot, else 0: on the
+    950 with INT8, ceil(commDataBytes_ / 480) * 512 (a5_mte.h:509-520)."""
+    if arch == "arch35" and combine_quant == "int8":
+        return ceil_div(a5_int8_combine_bytes(h), FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+    return 0
+
+
 def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, arch: str,
-               ccl_mb: int, cores: int, expert_scales: bool = False) -> Mc2Window:
+               ccl_mb: int, cores: int, expert_scales: bool = False,
+               combine_quant: str = "none") -> Mc2Window:
     """The window of one call, after the operator's fit check and npusim's layout check.
 
     Raises :class:`CclBufferTooSmall` with the operator's terms ("HCCL_BUFFSIZE ... is too
@@ -261,7 +285,8 @@ def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, 
             f"ccl_buffer_size >= {ceil_div(need.needed_mb, 2)} MB "
             f"(get_low_latency_ccl_buffer_size gives {default})")
     win = Mc2Window(W, max_bs, h, K, L, S, dispatch_slot(h, quant, expert_scales),
-                    combine_slot_bytes(h, arch), ccl_bytes, cores)
+                    combine_slot_bytes(h, arch), ccl_bytes, cores,
+                    combine_stride_bytes(h, arch, combine_quant))
     used = win.combine_area + win.dispatch_area
     if used > win.half:
         mb = ceil_div(2 * used + STATUS_BYTES + W * EP_RANK_OFFSET_STEP, 2 * MiB)
