@@ -3,6 +3,8 @@ every output byte against the independent numpy reference (npusim.kernels.mc2.re
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -144,6 +146,10 @@ def test_wide_worlds(preset, W):
 @pytest.mark.parametrize("preset", ["atlas_a3", "ascend950"])
 def test_performance_info_times_each_source(preset):
     cfg = load_hardware(preset)
+    if preset == "atlas_a3":  # the hop between packages made 3 us long (preset: 0.5 us)
+        cfg = dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, levels=tuple(
+            dataclasses.replace(lv, latency_ns=3000.0) if lv.name != "package" else lv
+            for lv in cfg.fabric.levels)))
     shape = ref.Mc2Shape(W=4, bs=(4,) * 4, H=1024, K=2, E=8)
     ins = _inputs(shape, 13)
     plain = make_tiling(shape, cfg, "int8")
@@ -156,10 +162,11 @@ def test_performance_info_times_each_source(preset):
     for perf in m.performance_info:
         # a wait is shorter than the kernel, and every source's count takes a while to land
         assert perf.shape == (4,) and (perf >= 0).all() and (perf < latency_us).all()
-    if preset == "atlas_a3":  # counts from the other package cross the 1 us link (preset)
+    if preset == "atlas_a3":  # counts from the other package cross the 3 us hop: every
+        # rank runs the same program on alike data, so they start within a microsecond
         for r, p in enumerate(m.performance_info):
             other = [s for s in range(4) if s // 2 != r // 2]  # 2 dies per package
-            assert (p[other] >= 1).all()
+            assert (p[other] >= 2).all()
     # recording costs scalar work in the poll loop: never faster than without it
     assert res.end_ns >= r0.end_ns
 
