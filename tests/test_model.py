@@ -328,3 +328,39 @@ def test_round_robin_poll_returns_the_first_area_to_arrive_in_rotation(hw):
     arrival, period = 2253.2, 103.2
     k = -(-(arrival - 2 * period) // (3 * period))
     assert got["t"] == pytest.approx(2 * period + k * 3 * period)
+
+
+def test_round_robin_observer_hears_each_content_with_its_first_read(hw):
+    """poll_round_robin(observe=...): every area's content at the start, with the time its
+    first read lands, and the flag when it lands, with the first read after it."""
+    from npusim.runtime.context import Poll
+
+    m = Machine(hw, world=2)
+    heard = []
+
+    def body(ctx):
+        if ctx.rank_id == 0:
+            buf = ctx.alloc("flag", 32)
+            ctx.ub_write(buf, 0, np.ones(8, np.float32), ops=0)
+            ctx.t += 2000
+            ctx.put(1, 64, buf, 32)
+        else:
+            bufs = [ctx.alloc(f"b{i}", 32) for i in range(3)]
+            polls = [Poll(ctx.window(), 32 * i, AllEqual(np.float32, 1.0), bufs[i], 32)
+                     for i in range(3)]
+            yield from ctx.poll_round_robin(
+                polls, start=1,
+                observe=lambda i, at, data: heard.append((i, at, bool(data.any()))))
+        yield from ()
+
+    launch(m, _only({0}, body))
+    period = 103.2  # each poll: 3.2 ns of bytes + 100 ns latency (as above)
+    start = {(i, flag): at for i, at, flag in reversed(heard)}  # the first of each
+    # rotation from area 1: first reads land after 1, 2 and 3 polls
+    assert start[(1, False)] == pytest.approx(period)
+    assert start[(2, False)] == pytest.approx(2 * period)
+    assert start[(0, False)] == pytest.approx(3 * period)
+    arrival = 2253.2
+    k = -(-(arrival - 2 * period) // (3 * period))
+    assert start[(2, True)] == pytest.approx(2 * period + k * 3 * period)
+    assert (0, True) not in start and (1, True) not in start
