@@ -48,7 +48,7 @@ def test_misspelt_family_is_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "workload.kernel" in err
     assert "did you mean 'cann_sample'" in err
-    assert "allowed: cann_gelu, cann_sample, rms_norm_quant" in err
+    assert "allowed: cann_gelu, cann_sample, mc2, rms_norm_quant" in err
     assert not (tmp_path / "out").exists()
 
 
