@@ -32,7 +32,7 @@ class KernelError(NpusimError):
         message: str,
         *,
         rank: int | None = None,
-        core: int | None = None,
+        core: int | str | None = None,
         step: str | None = None,
         address: int | None = None,
         size: int | None = None,
@@ -53,7 +53,7 @@ class KernelError(NpusimError):
         self.message = message
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
-    def located(self, rank: int, core: int, step: str) -> KernelError:
+    def located(self, rank: int, core: int | str, step: str) -> KernelError:
         """The same error with the rank, core and step filled in where missing."""
         return KernelError(
             self.message,

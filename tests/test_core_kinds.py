@@ -74,13 +74,13 @@ def test_the_sanitiser_checks_buffers_and_pipes_against_the_kind(hw):
     with pytest.raises(KernelError, match=r"core kind aiv has no pipe 'sdma'"):
         launch(Machine(hw, 2), aiv_program)
 
-    def hazard(ctx):  # the extra pipe gets the same UB hazard checks as vector
+    def hazard(ctx):  # the extra pipe gets the same hazard checks as vector, on its L1
         buf = ctx.alloc("b", 64, buffer="l1")
         ctx.copy_in(buf, ctx.window(), 0, 64)
         ctx.fixed("sdma", "too_early", 10.0, reads=[buf])
         yield from ()
 
-    with pytest.raises(KernelError, match=r"sdma 'too_early' reads UB buffer 'b' before"):
+    with pytest.raises(KernelError, match=r"sdma 'too_early' reads L1 buffer 'b' before"):
         launch(Machine(hw, 2, kinds=(FAKE,)), hazard)
 
 

@@ -40,7 +40,8 @@ def numeric_keys(cls: type = HardwareConfig, prefix: str = "", name: str = "asce
         elif f.type in ("int", "float"):
             out.append(prefix + f.name)
         elif f.type != "str":
-            out += numeric_keys(globals_of(f.type), f"{prefix}{f.name}.", name)
+            out += numeric_keys(globals_of(f.type.removesuffix(" | None")),
+                                f"{prefix}{f.name}.", name)
     return out
 
 

@@ -146,6 +146,46 @@ class WindowConfig:
 
 
 @dataclass(frozen=True)
+class AICConfig:
+    """The AIC (cube) cores of a die: count, L1/L0 buffers, pipe rates and the cube's
+    throughput (npusim.hw.cores.AIC; docs/model.md, "AIC cube cores"). Optional: a preset
+    without it has no AIC cores, and a kernel that needs them is refused."""
+
+    cores: int = field(metadata={"unit": "cores", "min": 1, "max": 256})
+    l1_bytes: int = field(metadata={"unit": "B", "min": 1024, "max": 64 << 20})
+    l1_alignment: int = field(metadata={"unit": "B", "min": 1, "max": 4096})
+    l0a_bytes: int = field(metadata={"unit": "B", "min": 1024, "max": 16 << 20})
+    l0a_alignment: int = field(metadata={"unit": "B", "min": 1, "max": 4096})
+    l0b_bytes: int = field(metadata={"unit": "B", "min": 1024, "max": 16 << 20})
+    l0b_alignment: int = field(metadata={"unit": "B", "min": 1, "max": 4096})
+    l0c_bytes: int = field(metadata={"unit": "B", "min": 1024, "max": 16 << 20})
+    l0c_alignment: int = field(metadata={"unit": "B", "min": 1, "max": 4096})
+    mte2_bytes_per_cycle: float = field(metadata={"unit": "B/cycle", "min": 1e-3, "max": 1e5})
+    mte2_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    mte1_l0a_bytes_per_cycle: float = field(metadata={"unit": "B/cycle", "min": 1e-3,
+                                                      "max": 1e5})
+    mte1_l0b_bytes_per_cycle: float = field(metadata={"unit": "B/cycle", "min": 1e-3,
+                                                      "max": 1e5})
+    mte1_issue_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e5})
+    # MACs per cycle of one mmad by input dtype (0: the cube does not take the dtype)
+    cube_fp16_macs_per_cycle: float = field(metadata={"unit": "MACs/cycle", "min": 0.0,
+                                                      "max": 1e7})
+    cube_int8_macs_per_cycle: float = field(metadata={"unit": "MACs/cycle", "min": 0.0,
+                                                      "max": 1e7})
+    cube_fp8_macs_per_cycle: float = field(metadata={"unit": "MACs/cycle", "min": 0.0,
+                                                     "max": 1e7})
+    cube_issue_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e5})
+    fixpipe_ub_bytes_per_cycle: float = field(metadata={"unit": "B/cycle", "min": 0.0,
+                                                        "max": 1e5})
+    fixpipe_gm_bytes_per_cycle: float = field(metadata={"unit": "B/cycle", "min": 1e-3,
+                                                        "max": 1e5})
+    fixpipe_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    flag_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    # the CrossCoreSetFlag modes the chip has: "0,1,2" (A2/A3), "0,1,2,4" (the 950's mode 4)
+    flag_modes: str = field(metadata={"choices": ("0,1,2", "0,1,2,4")})
+
+
+@dataclass(frozen=True)
 class HardwareConfig:
     """One chip's figures; the machine builds W identical ranks from it."""
 
@@ -160,6 +200,7 @@ class HardwareConfig:
     sync: SyncConfig
     kernel: KernelConfig
     window: WindowConfig
+    aic: AICConfig | None = None  # no AIC cores when absent
 
     @property
     def cycle_ns(self) -> float:
@@ -168,6 +209,8 @@ class HardwareConfig:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["fabric"] = self.fabric.to_dict()
+        if self.aic is None:
+            del out["aic"]
         return out
 
 
@@ -262,6 +305,8 @@ def _build(cls: type, doc: Any, source: str, key: str,
     for name, f in fields.items():
         full = f"{key}.{name}" if key else name
         if name not in doc:
+            if f.default is not dataclasses.MISSING:  # an optional section
+                continue
             raise InputError(source, full, "missing")
         values[name] = _value(f, doc[name], source, full, prov)
     return cls(**values)

@@ -26,8 +26,10 @@ class PipeKind:
     name: str  # the pipe's name in kernels, transfers, trace lanes: "mte2"
     role: str  # "issue" | "fixed" | "transfer"
     label: str = ""  # for reports: "MTE2 (GM->UB)"
-    # transfer pipes: remote? -> dotted preset key of the port cap in GB/s (absent: none)
+    # transfer pipes: remote? -> dotted preset key of the port cap in GB/s, or in B per
+    # cycle when the key ends in "_bytes_per_cycle" (converted at chip.clock_ghz)
     caps: Mapping[bool, str] = field(default_factory=dict)
+    latency: str = ""  # transfer pipes: dotted key of the latency after the last byte (ns)
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,15 @@ class CoreKind:
     count_key: str  # dotted preset key of the cores per rank
     pipes: tuple[PipeKind, ...]
     buffers: tuple[BufferKind, ...]
+    # a MIX launch (KERNEL_TYPE_MIX_AIC_1_2): the kinds of one block and how many cores of
+    # each a block has, in block order (aic 1, aiv 2); empty for a plain kind
+    parts: tuple[tuple[CoreKind, int], ...] = ()
 
     def count(self, cfg: Any) -> int:
-        return int(config_value(cfg, self.count_key))
+        value = config_value(cfg, self.count_key)
+        if value is None:
+            raise KeyError(f"core kind {self.name} needs the preset key {self.count_key}")
+        return int(value)
 
     def pipe_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.pipes)
@@ -59,6 +67,18 @@ class CoreKind:
 
     def labels(self) -> dict[str, str]:
         return {p.name: p.label or p.name for p in self.pipes}
+
+
+def pipe_cap(cfg: Any, pipe: PipeKind, remote: bool = False) -> float | None:
+    """A transfer pipe's port cap in GB/s (a B/cycle key converted at chip.clock_ghz), or
+    None when the kind or the preset gives none."""
+    key = pipe.caps.get(remote)
+    value = config_value(cfg, key) if key else None
+    if value is None:
+        return None
+    if key.endswith("_bytes_per_cycle"):
+        return float(value) * float(config_value(cfg, "chip.clock_ghz"))
+    return float(value)
 
 
 def config_value(cfg: Any, dotted: str) -> Any:
@@ -76,14 +96,43 @@ AIV = CoreKind(
     pipes=(
         PipeKind("scalar", "issue", "scalar"),
         PipeKind("vector", "fixed", "vector"),
-        PipeKind("mte2", "transfer", "MTE2 (GM->UB)", {False: "mte.gm_to_ub_gbps"}),
+        PipeKind("mte2", "transfer", "MTE2 (GM->UB)",
+                 {False: "mte.gm_to_ub_gbps", True: "mte.put_gbps"}, "mte.gm_to_ub_latency_ns"),
         PipeKind("mte3", "transfer", "MTE3 (UB->GM, puts)",
                  {False: "mte.ub_to_gm_gbps", True: "mte.put_gbps"}),
     ),
     buffers=(BufferKind("ub", "ub.bytes", "ub.alignment"),),
 )
 
-KINDS: dict[str, CoreKind] = {AIV.name: AIV}
+AIC = CoreKind(
+    "aic", "aic.cores",
+    pipes=(
+        PipeKind("scalar", "issue", "scalar"),
+        PipeKind("mte2", "transfer", "MTE2 (GM->L1)", {False: "aic.mte2_bytes_per_cycle"},
+                 "aic.mte2_latency_ns"),
+        PipeKind("mte1", "fixed", "MTE1 (L1->L0A/L0B)"),
+        PipeKind("cube", "fixed", "cube (M)"),
+        PipeKind("fixpipe", "transfer", "FixPipe (L0C->GM/UB)",
+                 {False: "aic.fixpipe_gm_bytes_per_cycle"}, "aic.fixpipe_latency_ns"),
+    ),
+    buffers=(BufferKind("l1", "aic.l1_bytes", "aic.l1_alignment"),
+             BufferKind("l0a", "aic.l0a_bytes", "aic.l0a_alignment"),
+             BufferKind("l0b", "aic.l0b_bytes", "aic.l0b_alignment"),
+             BufferKind("l0c", "aic.l0c_bytes", "aic.l0c_alignment")),
+)
+
+
+def mix(name: str, parts: tuple[tuple[CoreKind, int], ...]) -> CoreKind:
+    """A MIX launch's kind: one block is `parts` (1 AIC and 2 AIV); its pipes are every
+    part's (one lane per pipe name in the trace), it owns no buffers of its own."""
+    pipes = {p.name: p for k, _ in parts for p in k.pipes}  # a later part's wins
+    order = dict.fromkeys(p.name for k, _ in parts for p in k.pipes)
+    return CoreKind(name, parts[0][0].count_key, tuple(pipes[n] for n in order), (), parts)
+
+
+MIX_AIC_1_2 = mix("mix_aic_1_2", ((AIC, 1), (AIV, 2)))
+
+KINDS: dict[str, CoreKind] = {k.name: k for k in (AIV, AIC, MIX_AIC_1_2)}
 
 
 def register(kind: CoreKind) -> CoreKind:

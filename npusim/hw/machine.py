@@ -79,14 +79,29 @@ class Rank:
         self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
         self.window = SparseRegion("window", index, cfg.window.bytes)
         self.tensors: dict[str, Region] = {}
-        # cores by kind; `cores` are those of the first kind (the kernel's)
+        # cores by kind; `cores` are those of the first kind (the kernel's). A MIX kind's
+        # parts are built as kinds of their own, and the MIX kind's list is its blocks'
+        # cores in block order (aic 0, aiv 0, aiv 1, aic 1, aiv 2, ...)
+        built = {part.name: part for k in kinds for part in ([p for p, _ in k.parts] or [k])}
         self.cores_of = {k.name: [Core(env, index, c, k, bufs, later)
                                   for c, bufs in enumerate(self._buffers(k, cfg))]
-                         for k in kinds}
+                         for k in built.values()}
+        for k in kinds:
+            if k.parts:
+                self.cores_of[k.name] = self._blocks(k)
         self.cores = self.cores_of[kinds[0].name]
         self.barrier = Barrier(env, len(self.cores), cfg.sync.syncall_ns)
+        # SyncAll of one kind's cores in a MIX launch (SyncAll<isAIVOnly>); set by launch
+        self.barriers: dict[str, Barrier] = {}
         self.bytes_out = 0  # bytes this rank put into other ranks' windows
         self.bytes_in = 0  # bytes other ranks put into this rank's window
+
+    def _blocks(self, kind: CoreKind) -> list[Core]:
+        """The cores of a MIX kind's blocks, block by block; as many blocks as every part
+        has cores for."""
+        blocks = min(len(self.cores_of[p.name]) // n for p, n in kind.parts)
+        return [self.cores_of[p.name][b * n + j] for b in range(blocks)
+                for p, n in kind.parts for j in range(n)]
 
     def _buffers(self, kind: CoreKind, cfg: HardwareConfig) -> list[dict[str, UnifiedBuffer]]:
         """Every core's local buffers, each kind of buffer a slice of one map for the rank:
@@ -98,12 +113,12 @@ class Rank:
         for b in kind.buffers:
             cap, align = int(config_value(cfg, b.size_key)), int(config_value(cfg, b.align_key))
             marks = UnifiedBuffer.marks_bytes(cap)
-            label = "UB" if b.name == "ub" else b.name
+            label = b.name.upper()
             data = paged_zeros(n * cap, f"the {label}s of rank {self.index}")
             written = paged_zeros(n * marks, f"the {label} write marks of rank {self.index}")
             for c in range(n):
                 out[c][b.name] = UnifiedBuffer(cap, align, data[c * cap:(c + 1) * cap],
-                                               written[c * marks:(c + 1) * marks])
+                                               written[c * marks:(c + 1) * marks], label)
         return out
 
     def tensor(self, name: str, data: np.ndarray | int | RowTable) -> Region:

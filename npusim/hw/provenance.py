@@ -44,6 +44,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "B/repeat": ("bytes per repeat", 1.0), "cycles": ("cycles", 1.0),
     "cores": ("cores", 1.0), "dies": ("dies", 1.0),
     "instructions": ("instructions", 1.0),  # per cycle (the VF unit's issue and ports)
+    "B/cycle": ("bytes per cycle", 1.0), "MACs/cycle": ("MACs per cycle", 1.0),
 }
 _FIGURE = re.compile(r"\s*(?:~|about\s+)?(\d+(?:\.\d+)?)(?:\s*[-\u2013]\s*(\d+(?:\.\d+)?))?"
                      r"\s*([A-Za-z]+(?:/[A-Za-z]+)?)(?:\s+per\s+([A-Za-z]+))?")

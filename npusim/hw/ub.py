@@ -52,8 +52,8 @@ class UBBuffer:
         end = byte_offset + count * item
         if byte_offset < 0 or end > self.nbytes:
             raise KernelError(
-                f"view of {count} x {np.dtype(dtype).name} at +{byte_offset} overruns UB buffer "
-                f"{self.name!r} ({self.nbytes} B)",
+                f"view of {count} x {np.dtype(dtype).name} at +{byte_offset} overruns "
+                f"{self.ub.label} buffer {self.name!r} ({self.nbytes} B)",
                 address=self.offset + byte_offset, size=count * item,
             )
         start = self.offset + byte_offset
@@ -73,9 +73,11 @@ class UnifiedBuffer:
     """Bytes of one core's UB with a bump allocator (buffers live for one kernel call)."""
 
     def __init__(self, capacity: int, alignment: int, data: np.ndarray | None = None,
-                 written: np.ndarray | None = None) -> None:
+                 written: np.ndarray | None = None, label: str = "UB") -> None:
         """`data` (capacity bytes) and `written` (capacity / 8 bytes), zeroed, may be slices
-        of a rank-wide map (Rank), so that untouched UB costs no memory."""
+        of a rank-wide map (Rank), so that untouched UB costs no memory. `label` names the
+        buffer in errors (an AIC's L1, L0A, L0B, L0C are local buffers of the same kind)."""
+        self.label = label
         self.capacity = capacity
         self.alignment = alignment
         self.data = np.zeros(capacity, dtype=np.uint8) if data is None else data
@@ -96,8 +98,8 @@ class UnifiedBuffer:
         size = -(-nbytes // a) * a
         if self.top + size > self.capacity:
             raise KernelError(
-                f"UB overflow: buffer {name!r} of {size} B at UB offset {self.top} needs "
-                f"{self.top + size} B, UB has {self.capacity} B",
+                f"{self.label} overflow: buffer {name!r} of {size} B at {self.label} offset "
+                f"{self.top} needs {self.top + size} B, {self.label} has {self.capacity} B",
                 address=self.top, size=size,
             )
         buf = UBBuffer(self, name, self.top, size)
@@ -114,7 +116,8 @@ class UnifiedBuffer:
         barriers on PIPE_ALL before its Reset)."""
         for b in self.buffers:
             if b.read_busy == INF or b.write_ready == INF:
-                raise KernelError(f"UB reset while a transfer still uses buffer {b.name!r}: "
+                raise KernelError(f"{self.label} reset while a transfer still uses buffer "
+                                  f"{b.name!r}: "
                                   "missing barrier", address=b.offset, size=b.nbytes)
         self.top = 0
         self.buffers.clear()
@@ -169,7 +172,7 @@ class UnifiedBuffer:
         addr = buf.offset + byte_offset
         if addr % self.alignment:
             raise KernelError(
-                f"UB address of buffer {buf.name!r}+{byte_offset} is not "
+                f"{self.label} address of buffer {buf.name!r}+{byte_offset} is not "
                 f"{self.alignment} B aligned",
                 address=addr,
             )

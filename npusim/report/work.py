@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from npusim.hw.cores import AIV, CoreKind, config_value
+from npusim.hw.cores import AIV, CoreKind, pipe_cap
 from npusim.result import LinkStats, TransferStat
 
 LINK_KINDS = ("egress", "ingress", "d2d", "hbm")  # the flat fabric's classes, in report order
@@ -42,9 +42,8 @@ def port_caps(hardware: Mapping[str, Any], kind: CoreKind = AIV
     out = {}
     for p in kind.transfer_pipes():
         for remote in (False, True):
-            key = p.caps.get(remote)
-            value = config_value(hw, key) if key else None
-            out[(p.name, remote)] = float(value) if value is not None else 0.0
+            cap = pipe_cap(hw, p, remote)
+            out[(p.name, remote)] = cap if cap is not None else 0.0
     return out
 
 

@@ -23,7 +23,7 @@ class Unfinished:
     """One core that had not finished: where it is and what it waits for."""
 
     rank: int
-    core: int
+    core: int | str
     step: str
     what: str  # common to the cores of a group ("wait for mte2 'read_state'")
     detail: str  # about this core's bytes, or ''
@@ -33,9 +33,9 @@ class Unfinished:
     @classmethod
     def of(cls, ctx: KernelContext) -> Unfinished:
         what, detail, address = ctx.wait_parts()
-        line = (f"rank {ctx.rank_id} core {ctx.core_id} in step {ctx.step!r}: "
+        line = (f"rank {ctx.rank_id} core {ctx.core_label} in step {ctx.step!r}: "
                 + (f"waits for {ctx.describe_wait()}" if ctx.waiting is not None else what))
-        return cls(ctx.rank_id, ctx.core_id, ctx.step, what, detail, address, line)
+        return cls(ctx.rank_id, ctx.core_label, ctx.step, what, detail, address, line)
 
 
 def _plural(n: int, word: str) -> str:

@@ -71,3 +71,20 @@ class SumEquals(_Elements):
     def describe(self, data: np.ndarray) -> str:
         return (f"expects sum of {self.dtype.name} == {self.value}, "
                 f"current sum {self.total(data)}")
+
+
+class AtLeast(_Elements):
+    """Every element is at least value (a generation counter that has caught up)."""
+
+    def __init__(self, dtype: np.dtype | type, value: float, stride: int = 0, offset: int = 0
+                 ) -> None:
+        super().__init__(dtype, stride, offset)
+        self.value = value
+
+    def __call__(self, data: np.ndarray) -> bool:
+        return bool(np.all(self.values(data) >= self.value))
+
+    def describe(self, data: np.ndarray) -> str:
+        vals = self.values(data)
+        return (f"expects every {self.dtype.name} >= {self.value}; "
+                f"current {vals[:4].tolist()}")

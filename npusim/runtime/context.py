@@ -25,13 +25,16 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from npusim.errors import KernelError
+from npusim.hw.cores import config_value, pipe_cap
 from npusim.hw.machine import Machine, Rank
 from npusim.hw.memory import Region, SparseRegion, Watcher
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer, strided_blocks
 from npusim.hw.vf import COUNTERS as VF_COUNTERS
 from npusim.hw.vf import VF, VFTiming, membase_vfs
-from npusim.runtime.conditions import Condition
+from npusim.runtime.conditions import AtLeast, Condition
+from npusim.runtime.crosscore import CrossCoreOps
+from npusim.runtime.cube import CubeOps
 from npusim.runtime.membase import Api
 
 Wait = Generator[Any, Any, None]
@@ -110,7 +113,7 @@ class Poll:
     region: Region
     offset: int
     cond: Condition
-    into: UBBuffer
+    into: UBBuffer | None  # None: a scalar spin (the value lands in a register)
     nbytes: int = 0
     into_offset: int = 0
     strided: Strided | None = None
@@ -126,8 +129,14 @@ class Poll:
         return self.strided.gather(raw) if self.strided else raw
 
 
-class KernelContext:
-    """One core's view of the machine during one kernel call."""
+def atomic_sum(current: np.ndarray, payload: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The bytes of current + payload as `dtype` elements (GM AtomicAdd)."""
+    return (current.view(dtype) + payload.view(dtype)).astype(dtype).view(np.uint8)
+
+
+class KernelContext(CubeOps, CrossCoreOps):
+    """One core's view of the machine during one kernel call (an AIV's; an AIC's adds the
+    cube's calls, npusim.runtime.cube; cross-core flags: npusim.runtime.crosscore)."""
 
     def __init__(self, machine: Machine, rank: Rank, core_index: int, start_ns: float,
                  kind: str | None = None) -> None:
@@ -138,10 +147,23 @@ class KernelContext:
         self.rank_id = rank.index
         cores = rank.cores_of[kind] if kind is not None else rank.cores
         self.core = cores[core_index]
-        self.core_id = core_index
+        self.core_id = core_index  # the core's row in the report (a MIX launch: its block order)
+        self.core_label: int | str = core_index  # how errors name it ("7 (aiv 4)" in a MIX)
         self.num_cores = len(cores)
         self.world = machine.world
-        self.ub = self.core.ub
+        self.ub = self.core.buffers.get("ub")  # None on a kind without UB (the AIC)
+        # a MIX launch fills these in (npusim.runtime.launch): the block, the core's
+        # sub-block in it (AIV 0 or 1; the AIC 0), the blocks launched, the block's contexts
+        self.block_idx = core_index
+        self.sub_block_idx = 0
+        self.kind_index = core_index  # among the launched cores of its kind (AIV: 2 b + s)
+        self.block_num = 0
+        self.block: list[KernelContext] = []
+        self.flags: Any = None  # the rank's cross-core flag board (npusim.runtime.crosscore)
+        self._atomic: np.dtype | None = None  # SetAtomicAdd<T> in force for MTE3 writes
+        self._polled: np.ndarray | None = None  # the bytes the last poll or spin saw
+        self._l0c_dtype: dict[int, Any] = {}  # L0C buffer -> its accumulator dtype
+        self._mte2_cap, self._mte2_latency = self._port("mte2")
         self.t = start_ns
         self.step = "start"
         self.waiting: str | Op | None = None  # what the core is blocked on (an Op: its end)
@@ -167,8 +189,18 @@ class KernelContext:
     # -- bookkeeping -------------------------------------------------------------------
     def error(self, message: str, address: int | None = None, size: int | None = None
               ) -> KernelError:
-        return KernelError(message, rank=self.rank_id, core=self.core_id, step=self.step,
+        return KernelError(message, rank=self.rank_id, core=self.core_label, step=self.step,
                            address=address, size=size)
+
+    def _port(self, pipe: str) -> tuple[float, float]:
+        """A transfer pipe's local port cap (GB/s) and latency (ns) from the kind's keys."""
+        for pk in self.core.kind.pipes:
+            if pk.name == pipe and pk.role == "transfer":
+                cap = pipe_cap(self.cfg, pk)
+                latency = config_value(self.cfg, pk.latency) if pk.latency else None
+                return (cap if cap is not None else math.inf,
+                        float(latency) if latency is not None else 0.0)
+        return math.inf, 0.0
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -253,13 +285,13 @@ class KernelContext:
         for b in reads:
             if b.write_ready > start:
                 raise self.error(
-                    f"{pipe} {name!r} reads UB buffer {b.name!r} before the copy into it "
-                    f"({b.writer}) completes: missing wait", address=b.offset, size=b.nbytes)
+                    f"{pipe} {name!r} reads {b.ub.label} buffer {b.name!r} before the copy into "
+                    f"it ({b.writer}) completes: missing wait", address=b.offset, size=b.nbytes)
         for b in writes:
             if b.write_ready > start or b.read_busy > start:
                 raise self.error(
-                    f"{pipe} {name!r} overwrites UB buffer {b.name!r} while a transfer still "
-                    f"uses it: missing wait", address=b.offset, size=b.nbytes)
+                    f"{pipe} {name!r} overwrites {b.ub.label} buffer {b.name!r} while a "
+                    f"transfer still uses it: missing wait", address=b.offset, size=b.nbytes)
         if fn is not None:
             fn()
         for b in writes:
@@ -368,7 +400,7 @@ class KernelContext:
                              f"buffer {buf.name!r} ({buf.nbytes} B)",
                              address=buf.offset + byte_offset, size=raw.size)
         buf.bytes_at(byte_offset, raw.size)[:] = raw
-        self.ub.mark(buf.offset + byte_offset, raw.size)
+        buf.ub.mark(buf.offset + byte_offset, raw.size)
         self.scalar(ops)
         buf.write_ready = max(buf.write_ready, self.t)
         buf.writer = "scalar store"
@@ -402,21 +434,25 @@ class KernelContext:
 
     # -- data movement -----------------------------------------------------------------
     def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
+        """In range of the buffer and aligned to its local buffer (UB, L1, L0A/B/C)."""
+        local = buf.ub
         if byte_offset < 0 or byte_offset + nbytes > buf.nbytes:
-            raise self.error(f"{what} of {nbytes} B at +{byte_offset} overruns UB buffer "
-                             f"{buf.name!r} ({buf.nbytes} B)",
+            raise self.error(f"{what} of {nbytes} B at +{byte_offset} overruns {local.label} "
+                             f"buffer {buf.name!r} ({buf.nbytes} B)",
                              address=buf.offset + byte_offset, size=nbytes)
-        if (buf.offset + byte_offset) % self.ub.alignment:
-            raise self.error(f"{what}: UB address is not {self.ub.alignment} B aligned",
-                             address=buf.offset + byte_offset, size=nbytes)
+        if (buf.offset + byte_offset) % local.alignment:
+            raise self.error(f"{what}: {local.label} address is not {local.alignment} B "
+                             "aligned", address=buf.offset + byte_offset, size=nbytes)
 
-    def _mark(self, at: int, span: int, strided: Strided | None, dst_side: bool) -> None:
-        """Record UB bytes as written (the blocks only, for a strided landing)."""
+    def _mark(self, at: int, span: int, strided: Strided | None, dst_side: bool,
+              local: Any = None) -> None:
+        """Record local-buffer bytes as written (the blocks only, for a strided landing)."""
+        local = local if local is not None else self.ub
         gap = (strided.dst_gap if dst_side else strided.src_gap) if strided else 0
         if strided is None or gap <= 0:
-            self.ub.mark(at, span)
+            local.mark(at, span)
             return
-        self.ub.mark_blocks(at, strided.count, strided.length, strided.length + gap)
+        local.mark_blocks(at, strided.count, strided.length, strided.length + gap)
 
     def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
                        strided: Strided | None, what: str) -> None:
@@ -424,19 +460,21 @@ class KernelContext:
         if buf.all_written:
             return
         at = buf.offset + byte_offset
+        local = buf.ub
         if strided is None or strided.src_gap <= 0:
-            first = self.ub.unwritten(at, strided.length if strided and strided.src_gap < 0
-                                      else span)
+            first = local.unwritten(at, strided.length if strided and strided.src_gap < 0
+                                    else span)
         else:
             pitch = strided.length + strided.src_gap
             first = -1
             for i in range(strided.count):
-                first = self.ub.unwritten(at + i * pitch, strided.length)
+                first = local.unwritten(at + i * pitch, strided.length)
                 if first >= 0:
                     break
         if first >= 0:
-            raise self.error(f"{what} reads UB buffer {buf.name!r} at +{first - buf.offset}, "
-                             "which nothing wrote in this call", address=first, size=span)
+            raise self.error(f"{what} reads {local.label} buffer {buf.name!r} at "
+                             f"+{first - buf.offset}, which nothing wrote in this call",
+                             address=first, size=span)
 
     def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
         if offset < 0 or offset + nbytes > region.nbytes:
@@ -447,29 +485,36 @@ class KernelContext:
     def copy_in(self, dst: UBBuffer, src: Region, src_offset: int, nbytes: int,
                 dst_offset: int = 0, name: str = "copy_in", strided: Strided | None = None
                 ) -> Op:
-        """DataCopy GM -> UB on MTE2. The bytes are read from GM when the copy completes."""
+        """DataCopy GM -> a local buffer on MTE2 (the AIV's UB, the AIC's L1). The bytes are
+        read from GM when the copy completes. From another rank's window it is a remote
+        pull: the read crosses the fabric from that rank to this one (the reverse of a put's
+        path), at the pipe's remote cap (`mte.put_gbps`), with the read latency plus the
+        level's latency both ways (request out, data back)."""
         self.t += self.issue_ns
         self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
-        moved = strided.charged(self.ub.alignment) if strided else nbytes
+        local = dst.ub
+        moved = strided.charged(local.alignment) if strided else nbytes
+        self._check_local(dst, name)
         self._check_ub(dst, dst_offset, dst_span, name)
         self._check_gm(src, src_offset, src_span, name)
-        if src.rank != self.rank_id:
-            raise self.error(f"{name}: reading another rank's memory (rank {src.rank}) is not "
-                             "modelled; use put on the owner", address=src_offset)
+        cap, latency = self._mte2_cap, self._mte2_latency
+        path: tuple = (self.rank.hbm,)
+        remote = src.rank != self.rank_id
+        if remote:
+            cap, latency, path = self._pull_route(src, src_offset, moved, name)
         if dst.read_busy > self.t or dst.write_ready > self.t:
-            raise self.error(f"{name} into UB buffer {dst.name!r} while a transfer or vector op "
-                             "still uses it: missing wait", address=dst.offset, size=dst_span)
+            raise self.error(f"{name} into {local.label} buffer {dst.name!r} while a transfer "
+                             "or vector op still uses it: missing wait", address=dst.offset,
+                             size=dst_span)
         dst.write_ready = INF
         dst.writer = name
-        mte = self.cfg.mte
         op = Op(self.env, name, "mte2")
         pipe = self.core.mte2
         pipe.issue(op)
-        ub_data = self.ub.data
+        ub_data = local.data
         at = dst.offset + dst_offset
-        path = (self.rank.hbm,)
 
         def done(t: float) -> None:
             if strided is None:
@@ -480,16 +525,16 @@ class KernelContext:
             if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
                 dst.mark_written()
             elif not dst.all_written:
-                self._mark(at, dst_span, strided, dst_side=True)
+                self._mark(at, dst_span, strided, dst_side=True, local=local)
             dst.write_ready = t
             self._finish(pipe, op, t, moved)
 
         def begin() -> None:
             op.start_at = self.env.now
-            self.machine.net.start(moved, mte.gm_to_ub_gbps, path, mte.gm_to_ub_latency_ns, done,
-                                   self._on_sent(pipe, op), op.event())
+            self.machine.net.start(moved, cap, path, latency, done, self._on_sent(pipe, op),
+                                   op.event())
 
-        self._count(pipe, name, moved, False)
+        self._count(pipe, name, moved, remote)
         pipe.submit(self.t, begin)
         return op
 
@@ -500,6 +545,43 @@ class KernelContext:
         if dst.rank != self.rank_id:
             raise self.error(f"{name}: writing rank {dst.rank}'s memory needs a put")
         return self._send(dst, dst_offset, src, src_offset, nbytes, name, self._local, strided)
+
+    def _check_local(self, buf: UBBuffer, what: str) -> None:
+        """A transfer's local buffer must be one of this core's."""
+        local = buf.ub
+        if local is not self.ub and all(local is not b for b in self.core.buffers.values()):
+            raise self.error(f"{what}: {local.label} buffer {buf.name!r} is not a local buffer "
+                             f"of this core", address=buf.offset, size=buf.nbytes)
+
+    def _pull_route(self, src: Region, offset: int, nbytes: int, what: str
+                    ) -> tuple[float, float, tuple]:
+        """A remote MTE2 read's (cap, latency, path): from the owner's HBM over the links
+        a put from the owner to this rank crosses."""
+        if not isinstance(src, SparseRegion):
+            raise self.error(f"{what}: another rank's memory is read through its symmetric "
+                             f"window only ({src.name!r} of rank {src.rank} is a GM tensor)",
+                             address=offset)
+        for pk in self.core.kind.pipes:
+            if pk.name == "mte2":
+                cap = pipe_cap(self.cfg, pk, remote=True)
+        if cap is None:
+            raise self.error(f"{what}: core kind {self.core.kind.name} has no remote MTE2 "
+                             "reads", address=offset)
+        links, level_latency = self.machine.fabric.route(src.rank, self.rank_id)
+        owner = self.machine.ranks[src.rank]
+        owner.bytes_out += nbytes
+        self.rank.bytes_in += nbytes
+        return cap, self._mte2_latency + 2 * level_latency, (owner.hbm, *links)
+
+    def set_atomic_add(self, dtype: str | np.dtype | type) -> None:
+        """SetAtomicAdd<T>: later MTE3 writes (copy_out, put) add their `dtype` elements to
+        the destination's when they land, instead of overwriting them (one read-add-write
+        at the landing instant: concurrent adds from many cores all count)."""
+        self._atomic = np.dtype(dtype)
+
+    def set_atomic_none(self) -> None:
+        """SetAtomicNone: MTE3 writes overwrite again."""
+        self._atomic = None
 
     def put(self, pe: int, offset: int, src: UBBuffer, nbytes: int, src_offset: int = 0,
             name: str = "put", strided: Strided | None = None) -> Op:
@@ -534,6 +616,12 @@ class KernelContext:
             raise self.error(f"{name} reads UB buffer {src.name!r} before its data is ready "
                              f"({src.writer}): missing wait", address=src.offset, size=src_span)
         self._check_written(src, src_offset, src_span, strided, name)
+        atomic = self._atomic
+        if atomic is not None:
+            claim = False  # adds from many writers onto the same bytes are the point
+            if strided is not None or nbytes % atomic.itemsize or dst_offset % atomic.itemsize:
+                raise self.error(f"{name}: an AtomicAdd write must be contiguous whole "
+                                 f"{atomic.name} elements", address=dst_offset, size=dst_span)
         if isinstance(dst, SparseRegion):
             problem = dst.zone_problem(dst_offset, dst_span)
             if problem:
@@ -545,7 +633,7 @@ class KernelContext:
                     raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
                                      f"bytes an earlier put of this call wrote ({other}): "
                                      "a race", address=dst_offset, size=dst_span)
-        nbytes = strided.charged(self.ub.alignment) if strided else src_span
+        nbytes = strided.charged(src.ub.alignment) if strided else src_span
         src.read_busy = INF
         op = Op(self.env, name, "mte3")
         pipe = self.core.mte3
@@ -556,7 +644,9 @@ class KernelContext:
             # wrote them since the issue (src.read_busy holds every writer off until now)
             raw = src.bytes_at(src_offset, src_span)
             payload = strided.gather(raw) if strided else raw
-            if strided is None or strided.dst_gap == 0:
+            if atomic is not None:  # read-add-write at this instant (the GM's atomic unit)
+                dst.write(dst_offset, atomic_sum(dst.read(dst_offset, dst_span), payload, atomic))
+            elif strided is None or strided.dst_gap == 0:
                 dst.write(dst_offset, payload)
             else:  # read-modify-write of the span: atomic at this instant
                 span = dst.read(dst_offset, dst_span)
@@ -668,12 +758,65 @@ class KernelContext:
         for pipe in self.core.kind.drained():
             yield from self.pipe_barrier(pipe)
 
-    def sync_all(self) -> Wait:
-        """SyncAll across this rank's cores: leave together after the last arrival."""
+    def sync_all(self, all_kinds: bool = False) -> Wait:
+        """SyncAll across this rank's cores: leave together after the last arrival. In a
+        MIX launch the cores of the caller's kind (SyncAll<isAIVOnly=true> on the AIVs), or
+        every core of the launch with `all_kinds` (SyncAll<false>: AIC and AIV)."""
         yield from self.sync()
-        barrier = self.rank.barrier
+        if self.block:
+            barrier = self.rank.barriers["all" if all_kinds else self.core.kind.name]
+        else:
+            barrier = self.rank.barrier
         ev = barrier.arrive()
         yield from self._block(ev, "SyncAll (barrier of all cores of the rank)", "sync_all")
+
+    def spin_until(self, region: Region, offset: int, cond: Condition, nbytes: int = 4,
+                   delay_cycles: float = 0.0, name: str = "spin") -> Generator[Any, Any, Any]:
+        """A scalar spin on GM (ReadGmByPassDCache in a loop, `delay_cycles` between
+        reads): event driven like wait_until, each read costing one slot + the GM read
+        latency (`mte.gm_to_ub_latency_ns`) + the delay. Returns the bytes it saw."""
+        yield from self.poll_round_robin(
+            [Poll(region, offset, cond, None, nbytes, 0, None, delay_cycles * self.cycle_ns)],
+            0, name)
+        return self._polled
+
+    def store_remote(self, pe: int, offset: int, values: np.ndarray, name: str = "store"
+                     ) -> None:
+        """A scalar store (and its cache-line flush) into rank `pe`'s window: one slot, then
+        the bytes land after `mte.put_latency_ns` and the level's latency (own rank:
+        `mte.ub_to_gm_latency_ns`); a few bytes, so no bandwidth is charged."""
+        dst = self.window(pe)
+        raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8).copy()
+        self._check_gm(dst, offset, raw.size, name)
+        problem = dst.zone_problem(offset, raw.size)
+        if problem:
+            raise self.error(f"{name} of {raw.size} B to the window of rank {pe} {problem}",
+                             address=offset, size=raw.size)
+        self.scalar(1)
+        mte = self.cfg.mte
+        if pe == self.rank_id:
+            latency = mte.ub_to_gm_latency_ns
+        else:
+            latency = mte.put_latency_ns + self.machine.fabric.route(self.rank_id, pe)[1]
+        at = self.t + latency
+        self.env.timeout(max(0.0, at - self.env.now)).callbacks.append(
+            lambda _e: dst.write(offset, raw))
+
+    def rank_barrier(self, base: int, generation: int, stride: int = 64,
+                     delay_cycles: float = 0.0, name: str = "rank_barrier") -> Wait:
+        """The generation-counter barrier across ranks (MegaMoE's SynchronizeRanks): core
+        i < W stores `generation` (int32) into rank i's window at base + my rank * stride,
+        then spins on its own window's slot of rank i until it holds at least
+        `generation`. The other cores return at once (a SyncAll after it holds them)."""
+        if self.block and self.core.kind.name != "aiv":
+            raise self.error(f"{name}: the rank barrier runs on the AIV cores of a MIX launch")
+        i = self.kind_index
+        if i >= self.world:
+            return
+        self.store_remote(i, base + self.rank_id * stride, np.array([generation], np.int32),
+                          name)
+        yield from self.spin_until(self.window(), base + i * stride,
+                                   AtLeast(np.int32, generation), 4, delay_cycles, name)
 
     def wait_until(self, region: Region, offset: int, nbytes: int, cond: Condition,
                    into: UBBuffer, into_offset: int = 0, name: str = "poll",
@@ -702,12 +845,14 @@ class KernelContext:
             raise self.error(f"{name}: nothing to poll")
         for p in polls:
             span = p.strided.src_span() if p.strided else p.nbytes
-            self._check_ub(p.into, p.into_offset,
-                           p.strided.dst_span() if p.strided else p.nbytes, name)
             self._check_gm(p.region, p.offset, span, name)
             if p.region.rank != self.rank_id:
                 raise self.error(f"{name}: polling another rank's memory is not modelled",
                                  address=p.offset)
+            if p.into is None:  # a scalar spin: the value goes to a register
+                continue
+            self._check_ub(p.into, p.into_offset,
+                           p.strided.dst_span() if p.strided else p.nbytes, name)
             if p.into.read_busy > self.t or p.into.write_ready > self.t:
                 raise self.error(f"{name} into UB buffer {p.into.name!r} while a transfer or "
                                  "vector op still uses it: missing wait", address=p.into.offset)
@@ -784,6 +929,9 @@ class KernelContext:
         i, data = woke.value
         self.t = max(self.t, env.now) + polls[i].check_ns + tail
         p = polls[i]
+        self._polled = data
+        if p.into is None:
+            return i
         at = p.into.offset + p.into_offset
         if p.strided is None:
             self.ub.data[at:at + p.nbytes] = data
@@ -796,7 +944,7 @@ class KernelContext:
         return i
 
     def _charged(self, p: Poll) -> int:
-        return p.strided.charged(self.ub.alignment) if p.strided else p.nbytes
+        return p.strided.charged(p.into.ub.alignment) if p.strided else p.nbytes
 
     def wait_parts(self) -> tuple[str, str, int | None]:
         """What this core waits for, split for grouping many blocked cores: the part

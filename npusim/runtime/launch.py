@@ -16,9 +16,11 @@ from typing import Any
 from npusim import progress
 from npusim.engine.env import collector_paused
 from npusim.errors import BlockedError, DeadlockError, KernelError, SimTimeLimitError
-from npusim.hw.machine import Machine
+from npusim.hw.cores import kind as core_kind
+from npusim.hw.machine import Barrier, Machine
 from npusim.runtime.blocked import Unfinished, summarise
 from npusim.runtime.context import KernelContext
+from npusim.runtime.crosscore import FlagBoard
 
 Program = Callable[[KernelContext], Generator[Any, Any, None]]
 
@@ -40,21 +42,32 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     t0 = env.now if start_ns is None else start_ns
     first = t0 + (machine.cfg.kernel.launch_ns if launch_ns is None else launch_ns)
     kind = kind or machine.kinds[0].name
-    n = cores if cores is not None else len(machine.ranks[0].cores_of[kind])
+    mix = core_kind(kind).parts
+    per_block = sum(count for _, count in mix) if mix else 1
+    n = cores if cores is not None else len(machine.ranks[0].cores_of[kind]) // per_block
     contexts: list[list[KernelContext]] = []
-    ends = [[0.0] * n for _ in machine.ranks]
+    ends = [[0.0] * (n * per_block) for _ in machine.ranks]
     procs = []
     for rank in machine.ranks:
         rank.window.new_call()
-        row = []
-        for c in range(n):
+        row = _mix_row(machine, rank, mix, n, first) if mix else []
+        for c in range(n if not mix else 0):
             for buf in rank.cores_of[kind][c].buffers.values():
                 buf.reset(new_call=True)
             ctx = KernelContext(machine, rank, c, first, kind)
             ctx.num_cores = n
             row.append(ctx)
+        kinds: dict[str, list[int]] = {}
+        for ctx in row:
+            kinds.setdefault(ctx.core.kind.name, []).append(ctx.core_id)
+        board = FlagBoard(env, kinds)
+        for ctx in row:
+            ctx.flags = board
             procs.append(env.process(_run(ctx, program, ends)))
-        rank.barrier.parties = n
+        rank.barrier.parties = len(row)
+        rank.barriers = {"all": Barrier(env, len(row), machine.cfg.sync.syncall_ns),
+                         **{k: Barrier(env, len(rows), machine.cfg.sync.syncall_ns)
+                            for k, rows in kinds.items()}}
         contexts.append(row)
     done = env.all_of(procs)
     limit_at = t0 + time_limit_ns
@@ -86,13 +99,40 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     return LaunchResult(t0, end, ends, contexts)
 
 
+def _mix_row(machine: Machine, rank: Any, parts: tuple, blocks: int, first: float
+             ) -> list[KernelContext]:
+    """A MIX launch's contexts on one rank, block by block (aic b, aiv 2b, aiv 2b+1):
+    every core knows its block, its sub-block and the block's other cores."""
+    row: list[KernelContext] = []
+    for b in range(blocks):
+        block = []
+        for part, count in parts:
+            for j in range(count):
+                index = b * count + j
+                if index >= len(rank.cores_of[part.name]):
+                    raise KernelError(f"a MIX launch of {blocks} blocks needs {blocks * count} "
+                                      f"{part.name} cores; the rank has "
+                                      f"{len(rank.cores_of[part.name])}")
+                for buf in rank.cores_of[part.name][index].buffers.values():
+                    buf.reset(new_call=True)
+                ctx = KernelContext(machine, rank, index, first, part.name)
+                ctx.core_id = len(row)
+                ctx.core_label = f"{ctx.core_id} ({part.name} {index})"
+                ctx.block_idx, ctx.sub_block_idx, ctx.kind_index = b, j, index
+                ctx.block_num, ctx.num_cores = blocks, blocks * count
+                ctx.block = block
+                block.append(ctx)
+                row.append(ctx)
+    return row
+
+
 def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
          ) -> Generator[Any, Any, None]:
     try:
         yield from program(ctx)
         yield from ctx.drain()
     except KernelError as exc:
-        raise exc.located(ctx.rank_id, ctx.core_id, ctx.step) from None
+        raise exc.located(ctx.rank_id, ctx.core_label, ctx.step) from None
     ends[ctx.rank_id][ctx.core_id] = ctx.t
 
 
