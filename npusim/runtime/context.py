@@ -221,7 +221,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         try:
             return local.alloc(name, nbytes)
         except KernelError as exc:
-            raise exc.located(self.rank_id, self.core_id, self.step) from None
+            raise exc.located(self.rank_id, self.core_label, self.step) from None
 
     def tensor(self, name: str) -> Region:
         try:
@@ -774,10 +774,12 @@ class KernelContext(CubeOps, CrossCoreOps):
                    delay_cycles: float = 0.0, name: str = "spin") -> Generator[Any, Any, Any]:
         """A scalar spin on GM (ReadGmByPassDCache in a loop, `delay_cycles` between
         reads): event driven like wait_until, each read costing one slot + the GM read
-        latency (`mte.gm_to_ub_latency_ns`) + the delay. Returns the bytes it saw."""
-        yield from self.poll_round_robin(
-            [Poll(region, offset, cond, None, nbytes, 0, None, delay_cycles * self.cycle_ns)],
-            0, name)
+        latency (`mte.gm_to_ub_latency_ns`) + the delay (none after the read that sees
+        `cond` hold). Returns the bytes it saw."""
+        delay = delay_cycles * self.cycle_ns
+        yield from self.poll_round_robin([Poll(region, offset, cond, None, nbytes, 0, None,
+                                               delay)], 0, name)
+        self.t -= delay  # the loop leaves at the read that saw it, without the delay
         return self._polled
 
     def store_remote(self, pe: int, offset: int, values: np.ndarray, name: str = "store"

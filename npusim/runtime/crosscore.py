@@ -40,9 +40,21 @@ class FlagBoard:
         self.waiter: dict[tuple[int, int], simpy.Event] = {}
         self.kinds = kinds  # kind name -> the core rows of that kind (mode 0's groups)
         self.arrivals: dict[tuple[Any, int], list[int]] = {}  # modes 0, 1, 2: who has set
+        self.inflight: dict[tuple[int, int], int] = {}  # sets issued, not landed, by target
+
+    def reserve(self, core: int, flag: int, setter: Any) -> None:
+        """A set on its way to (core, flag): refused if the counter would pass the cap."""
+        key = (core, flag)
+        n = self.count.get(key, 0) + self.inflight.get(key, 0) + 1
+        if n > MAX_PENDING:
+            raise setter.error(f"CrossCoreSetFlag: flag {flag} of core {core} would hold "
+                               f"{n} pending sets; the hardware counts at most {MAX_PENDING}")
+        self.inflight[key] = self.inflight.get(key, 0) + 1
 
     def add(self, core: int, flag: int, setter: Any) -> None:
         key = (core, flag)
+        if self.inflight.get(key):
+            self.inflight[key] -= 1
         n = self.count.get(key, 0) + 1
         if n > MAX_PENDING:
             raise setter.error(f"CrossCoreSetFlag: flag {flag} of core {core} would hold "
@@ -127,6 +139,8 @@ class CrossCoreOps:
         if mode == 2:
             if role == "aic":
                 aivs = [self._member("aiv0"), self._member("aiv1")]
+                for c in aivs:
+                    board.reserve(c, flag, self)
                 return lambda: [board.add(c, flag, self) for c in aivs]
             aivs = [self._member("aiv0"), self._member("aiv1")]
             aic = self._member("aic")
@@ -136,9 +150,11 @@ class CrossCoreOps:
         if role == "aic":
             sub, f = ("aiv1", flag - AIV1_SHIFT) if flag >= AIV1_SHIFT else ("aiv0", flag)
             target = self._member(sub)
+            board.reserve(target, f, self)
             return lambda: board.add(target, f, self)
         aic = self._member("aic")
         f = flag + (AIV1_SHIFT if role == "aiv1" else 0)
+        board.reserve(aic, f, self)
         return lambda: board.add(aic, f, self)
 
     def _deliver(self: Any, ops: list, at: float, apply: Any) -> Generator[Any, Any, None]:

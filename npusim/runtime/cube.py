@@ -133,9 +133,10 @@ class CubeOps:
         if scales:
             self._check_ub(a_scale, 0, m * kb, name)
             self._check_ub(b_scale, 0, kb * n, name)
-        for buf in (a, b, *scales):
-            self._check_written(buf, 0, min(buf.nbytes, 1), None, name)
         cycles = self.mmad_cycles(m, n, k, dtype)
+        for buf, nbytes in ((a, m * k * item), (b, k * n * item),
+                            *(((a_scale, m * kb), (b_scale, kb * n)) if scales else ())):
+            self._check_written(buf, 0, nbytes, None, name)
         dt = np_dtype(dtype)
         out = np.int32 if dtype in INT8 else np.float32
 
@@ -173,6 +174,9 @@ class CubeOps:
         if self._buffer_kind(src) != "l0c":
             raise self.error(f"{name}: FixPipe reads L0C, not {src.ub.label}",
                              address=src.offset)
+        if isinstance(dst, UBBuffer) and aic.fixpipe_ub_bytes_per_cycle <= 0:
+            raise self.error(f"{name}: FixPipe into an AIV's UB is not a path of preset "
+                             f"{self.cfg.name} (aic.fixpipe_ub_bytes_per_cycle is 0)")
         odt = np_dtype(out_dtype)
         acc_dtype = self._l0c_dtype.get(id(src), np.float32)
         nbytes = m * n * odt.itemsize
@@ -183,9 +187,6 @@ class CubeOps:
         self._check_written(src, 0, m * n * 4, None, name)
         to_ub = isinstance(dst, UBBuffer)
         if to_ub:
-            if aic.fixpipe_ub_bytes_per_cycle <= 0:
-                raise self.error(f"{name}: FixPipe into an AIV's UB is not a path of preset "
-                                 f"{self.cfg.name} (aic.fixpipe_ub_bytes_per_cycle is 0)")
             if all(dst.ub is not ctx.ub for ctx in self.block if ctx is not self):
                 raise self.error(f"{name}: UB buffer {dst.name!r} is not in an AIV of this "
                                  "MIX block", address=dst.offset)
