@@ -56,6 +56,9 @@ class OpRun:
     core_end_ns: list[list[float]] = field(default_factory=list)  # [rank][core], pipes drained
     phase_order: tuple[str, ...] = ()  # the kernel's phases as its family declares them
     core_kind: str = "aiv"  # the kind of core it ran on (npusim.hw.cores)
+    # a MIX launch: each core's kind and index among its kind ("aic 0", "aiv 1"), by core
+    # (the same on every rank); empty for a plain kind
+    core_labels: list[str] = field(default_factory=list)
     inputs: list[dict[str, Any]] = field(default_factory=list)  # per rank, if kept
     # [rank][core] pipe -> busy ns (transfer pipes: time with a transfer in flight)
     core_busy_ns: list[list[dict[str, float]]] = field(default_factory=list)

@@ -200,6 +200,8 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
                          for ctx in row] for row in res.contexts],
         core_busy_ns=[[_busy(ctx) for ctx in row] for row in res.contexts],
         core_counters=[[dict(ctx.counters) for ctx in row] for row in res.contexts],
+        core_labels=[f"{ctx.core.kind.name} {ctx.kind_index}" for ctx in res.contexts[0]]
+        if core_kind(kernel.core_kind).parts and res.contexts else [],
     )
 
 

@@ -187,11 +187,15 @@ def _link_classes(op: OpRun, table: _PhaseTable) -> dict[str, Any]:
 
 
 def _core_entry(op: OpRun, table: _PhaseTable, r: int, c: int, t0: float,
-                caps: Mapping[tuple[str, bool], float], end: float | None) -> dict[str, Any]:
+                caps: Mapping[tuple[str, bool], float], end: float | None,
+                label: str | None = None) -> dict[str, Any]:
     stats = _at(op.core_transfers, r, c) or []
     stream = stream_ns(stats, caps)
+    head: dict[str, Any] = {"core": c}
+    if label:  # a MIX launch's core: its kind and index among its kind
+        head["kind"] = label
     return {
-        "core": c,
+        **head,
         "end_us": _us(end - t0) if end is not None else None,
         "phases": _phases_dict(table.core.get((r, c), {}), table.order, t0, count=True),
         "bytes_put": int(_at(op.core_bytes_put, r, c) or 0),
@@ -215,7 +219,7 @@ def _ports(ranks: list[dict[str, Any]], latency_us: float, kind: CoreKind) -> di
         best = None
         for rank in ranks:
             for core in rank["cores"]:
-                us = core["stream_us"][pipe]
+                us = core["stream_us"].get(pipe, 0.0)
                 if us > 0 and (best is None or us > best[0]):
                     best = (us, rank["rank"], core)
         if best is None:
@@ -239,11 +243,17 @@ def _instructions(op: OpRun) -> dict[str, int]:
 
 def _pipe_ratios(op: OpRun, latency_ns: float) -> dict[str, float]:
     """Per pipe, its busy time over the op's latency, averaged over the launched cores
-    (a profiler's aiv_vec_ratio, aiv_mte2_ratio, ...)."""
+    that have the pipe (a profiler's aiv_vec_ratio, aiv_mte2_ratio, ...; a MIX launch's
+    cube and mte1 ratios over its AICs, vector over its AIVs, mte2 over both)."""
     cores = [b for row in op.core_busy_ns for b in row]
     if not cores or latency_ns <= 0:
         return {}
-    return {p: _r(sum(b[p] for b in cores) / len(cores) / latency_ns, 4) for p in cores[0]}
+    pipes = dict.fromkeys(p for b in cores for p in b)
+    out = {}
+    for p in pipes:
+        having = [b[p] for b in cores if p in b]
+        out[p] = _r(sum(having) / len(having) / latency_ns, 4)
+    return out
 
 
 def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -256,6 +266,9 @@ def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, 
     table.finish(op.phase_order)
     kind = core_kind(op.core_kind)
     caps = port_caps(hardware or {}, kind)
+    # a MIX launch: each core's stream times at its own kind's port caps
+    part_caps = {p.name: port_caps(hardware or {}, p) for p, _ in kind.parts}
+    labels = op.core_labels
     t0 = op.start_ns
     n_cores = max((len(row) for row in op.core_transfers), default=0)
     ranks_seen = set(range(op.ranks)) | set(table.rank)
@@ -275,7 +288,10 @@ def build_op(op: OpRun, hardware: Mapping[str, Any] | None = None) -> dict[str, 
                 "phases": _phases_dict(phases, table.order, t0),
                 "bytes_sent": _per_rank(op.bytes_sent, r),
                 "bytes_received": _per_rank(op.bytes_received, r),
-                "cores": [_core_entry(op, table, r, c, t0, caps, ends.get((r, c)))
+                "cores": [_core_entry(op, table, r, c, t0,
+                                      part_caps[labels[c].split()[0]] if c < len(labels)
+                                      else caps, ends.get((r, c)),
+                                      labels[c] if c < len(labels) else None)
                           for c in cores],
             }
         )

@@ -111,12 +111,14 @@ def build_trace(result: RunResult) -> dict[str, Any]:
     for r in range(ranks):
         events.append(_meta("process_name", r, 0, {"name": f"rank {r}"}))
         events.append(_meta("process_sort_index", r, 0, {"sort_index": r}))
+    labels = next((op.core_labels for op in result.ops if op.core_labels), [])
     for pid, tid in threads:
         if tid == _OPS_TID:
             name = "ops"
         else:
             core, lane = divmod(tid - 1, stride)
-            name = f"core {core} {lanes[lane]}"
+            who = f"core {core} ({labels[core]})" if core < len(labels) else f"core {core}"
+            name = f"{who} {lanes[lane]}"
         events.append(_meta("thread_name", pid, tid, {"name": name}))
         events.append(_meta("thread_sort_index", pid, tid, {"sort_index": tid}))
     for pid, tid, t0, t1, name, args in slices:

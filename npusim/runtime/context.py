@@ -164,6 +164,9 @@ class KernelContext(CubeOps, CrossCoreOps):
         self._polled: np.ndarray | None = None  # the bytes the last poll or spin saw
         self._l0c_dtype: dict[int, Any] = {}  # L0C buffer -> its accumulator dtype
         self._mte2_cap, self._mte2_latency = self._port("mte2")
+        # the MTE's burst: a strided copy's blocks are charged in whole bursts (32 B, the
+        # granule of UB addresses)
+        self._burst = self.cfg.ub.alignment
         self.t = start_ns
         self.step = "start"
         self.waiting: str | Op | None = None  # what the core is blocked on (an Op: its end)
@@ -495,7 +498,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
         local = dst.ub
-        moved = strided.charged(local.alignment) if strided else nbytes
+        moved = strided.charged(self._burst) if strided else nbytes
         self._check_local(dst, name)
         self._check_ub(dst, dst_offset, dst_span, name)
         self._check_gm(src, src_offset, src_span, name)
@@ -633,7 +636,7 @@ class KernelContext(CubeOps, CrossCoreOps):
                     raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
                                      f"bytes an earlier put of this call wrote ({other}): "
                                      "a race", address=dst_offset, size=dst_span)
-        nbytes = strided.charged(src.ub.alignment) if strided else src_span
+        nbytes = strided.charged(self._burst) if strided else src_span
         src.read_busy = INF
         op = Op(self.env, name, "mte3")
         pipe = self.core.mte3
@@ -946,7 +949,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         return i
 
     def _charged(self, p: Poll) -> int:
-        return p.strided.charged(p.into.ub.alignment) if p.strided else p.nbytes
+        return p.strided.charged(self._burst) if p.strided else p.nbytes
 
     def wait_parts(self) -> tuple[str, str, int | None]:
         """What this core waits for, split for grouping many blocked cores: the part

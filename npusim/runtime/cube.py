@@ -163,13 +163,14 @@ class CubeOps:
 
     def fixpipe(self: Any, dst: Region | UBBuffer, src: UBBuffer, m: int, n: int,
                 out_dtype: str, dst_offset: int = 0, relu: bool = False,
-                name: str = "fixpipe") -> Op:
+                src_offset: int = 0, name: str = "fixpipe") -> Op:
         """Fixpipe L0C -> GM (a tensor or the own window) or -> an AIV's UB of this MIX
         block (a buffer from `peer_buffer`): C[m, n] (fp32/int32 in L0C) converted to
         `out_dtype` (float32, float16, bfloat16), optionally ReLU'd, row-major at
         dst_offset. A transfer on the FixPipe pipe: m n itemsize bytes at
         `aic.fixpipe_gm_bytes_per_cycle` through the HBM, or `fixpipe_ub_bytes_per_cycle`
-        on chip (0: no such path on this preset), then `aic.fixpipe_latency_ns`."""
+        on chip (0: no such path on this preset), then `aic.fixpipe_latency_ns`.
+        `src_offset` (bytes) picks rows of a larger C (a tile's half for each AIV)."""
         aic = self._aic()
         if self._buffer_kind(src) != "l0c":
             raise self.error(f"{name}: FixPipe reads L0C, not {src.ub.label}",
@@ -180,11 +181,11 @@ class CubeOps:
         odt = np_dtype(out_dtype)
         acc_dtype = self._l0c_dtype.get(id(src), np.float32)
         nbytes = m * n * odt.itemsize
-        self._check_ub(src, 0, m * n * 4, name)
+        self._check_ub(src, src_offset, m * n * 4, name)
         if src.write_ready > self.t:
             raise self.error(f"{name} reads L0C buffer {src.name!r} before the mmad into it "
                              f"({src.writer}) completes: missing wait", address=src.offset)
-        self._check_written(src, 0, m * n * 4, None, name)
+        self._check_written(src, src_offset, m * n * 4, None, name)
         to_ub = isinstance(dst, UBBuffer)
         if to_ub:
             if all(dst.ub is not ctx.ub for ctx in self.block if ctx is not self):
@@ -211,7 +212,7 @@ class CubeOps:
         pipe.issue(op)
 
         def done(t: float) -> None:
-            vals = src.view(acc_dtype, m * n).astype(np.float32)
+            vals = src.view(acc_dtype, m * n, src_offset).astype(np.float32)
             if relu:
                 vals = np.maximum(vals, 0)
             raw = vals.astype(odt).view(np.uint8)
