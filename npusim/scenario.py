@@ -21,6 +21,8 @@ import yaml
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
+from npusim.hw.cores import config_value
+from npusim.hw.cores import kind as core_kind
 from npusim.kernels import registry
 from npusim.kernels.family import Family, Misfit, Option
 from npusim.kernels.shape import MoeShape
@@ -629,6 +631,22 @@ def _misfit(src: str, m: Misfit | None, overrides: Mapping[str, Any]) -> None:
     raise InputError(src, key, m.message)
 
 
+def _check_cores(src: str, fam: Any, op: str, hw: HardwareConfig) -> None:
+    """Every core kind the op's kernels run on must exist on the preset (the AIC cores of
+    a MIX kernel need its `aic` section)."""
+    for kernel in fam.kernels_of(op):
+        try:
+            kind = core_kind(kernel.core_kind)
+        except KeyError as exc:
+            raise InputError(src, "workload.kernel", f"{fam.name}'s {kernel.name}: "
+                             f"{exc.args[0]}") from None
+        for part in [p for p, _ in kind.parts] or [kind]:
+            if config_value(hw, part.count_key) is None:
+                raise InputError(src, "hardware", f"{hw.name} has no {part.name.upper()} "
+                                 f"cores ({part.count_key} is not in the preset); "
+                                 f"{fam.name}'s {kernel.name} runs on {kind.name}")
+
+
 def _check_topology(src: str, w: Workload, hw: HardwareConfig) -> None:
     """Every rank must sit in the topology: W at most the outermost level's dies."""
     if not hw.fabric.levels:
@@ -701,6 +719,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     overrides = _flatten_overrides(src, doc.get("hardware_overrides"))
     hardware = _hardware(src, ref, overrides, base)
     if fam is not None:
+        _check_cores(src, fam, workload.op, hardware)
         _misfit(src, fam.misfit(workload.shape, workload.options, hardware, workload.op),
                 overrides)
     _check_topology(src, workload, hardware)

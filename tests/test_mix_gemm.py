@@ -11,6 +11,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+import yaml
 
 from npusim.cli import main
 
@@ -74,3 +75,18 @@ def test_on_the_a3_it_is_one_line_exit_2(tmp_path, capsys):
     assert code == 2
     assert len(err.splitlines()) == 1
     assert "--set hardware: mix_gemm needs AIC cores with FixPipe into UB" in err
+
+
+def test_a_preset_without_aic_cores_is_one_line_exit_2(tmp_path, capsys):
+    preset = yaml.safe_load((ROOT / "configs" / "ascend950.yaml").read_text())
+    del preset["aic"]  # a user's preset from before the AIC cores
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(preset))
+    scenario = yaml.safe_load(SHIPPED.read_text())
+    scenario["hardware"] = str(tmp_path / "old.yaml")
+    scenario["workload"]["kernel"] = str(ROOT / "examples" / "kernels" / "mix_gemm.py")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("hardware: ascend950 has no AIC cores (aic.cores is not in the "
+                        "preset); mix_gemm's gemm runs on mix_aic_1_2")
+    assert not (tmp_path / "o").exists()
