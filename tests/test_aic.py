@@ -202,7 +202,7 @@ def test_fixpipe_into_ub_is_not_a_path_of_the_a3():
             ctx.fixpipe(ctx.peer_buffer(0, "tile"), lc, 16, 16, "float32")
         else:
             ctx.alloc("tile", 1024)
-            ctx.cross_core_set_flag(2, 1)
+            ctx.cross_core_set_flag(2, 1, "mte3")
 
     with pytest.raises(KernelError, match=r"not a path of preset atlas_a3"):
         launch(mix_machine(hw), program)

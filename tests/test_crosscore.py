@@ -89,7 +89,7 @@ def test_mode_2_the_aic_waits_for_both_aivs():
     t = {}
 
     def aiv0(ctx):
-        ctx.cross_core_set_flag(2, 1)
+        ctx.cross_core_set_flag(2, 1, "mte3")  # nothing on MTE3: lands after flag_ns
         yield from ()
 
     def aiv1(ctx):
@@ -118,6 +118,13 @@ def test_mode_4_is_the_950s_only():
 
     with pytest.raises(KernelError, match=r"mode 4: preset atlas_a3 has modes 0, 1, 2"):
         launch(mix_machine(hw), _block0(aic))
+
+    def on_pipe_s(ctx):
+        ctx.cross_core_set_flag(2, 1)
+        yield from ()
+
+    with pytest.raises(KernelError, match=r"PIPE_S: preset atlas_a3 does not take it"):
+        launch(mix_machine(hw), _block0(on_pipe_s))
 
 
 @pytest.mark.parametrize("role,flag", [("aiv0", 11), ("aiv0", 16), ("aic", 27)])

@@ -35,13 +35,17 @@ class _Elements(Condition):
         return data[:usable].view(self.dtype)
 
 
-class AllEqual(_Elements):
-    """Every element equals value (per-block 'arrived' flags)."""
+class _Compared(_Elements):
+    """Elements compared with one value."""
 
     def __init__(self, dtype: np.dtype | type, value: float, stride: int = 0, offset: int = 0
                  ) -> None:
         super().__init__(dtype, stride, offset)
         self.value = value
+
+
+class AllEqual(_Compared):
+    """Every element equals value (per-block 'arrived' flags)."""
 
     def __call__(self, data: np.ndarray) -> bool:
         return bool(np.all(self.values(data) == self.value))
@@ -73,13 +77,8 @@ class SumEquals(_Elements):
                 f"current sum {self.total(data)}")
 
 
-class AtLeast(_Elements):
+class AtLeast(_Compared):
     """Every element is at least value (a generation counter that has caught up)."""
-
-    def __init__(self, dtype: np.dtype | type, value: float, stride: int = 0, offset: int = 0
-                 ) -> None:
-        super().__init__(dtype, stride, offset)
-        self.value = value
 
     def __call__(self, data: np.ndarray) -> bool:
         return bool(np.all(self.values(data) >= self.value))

@@ -507,12 +507,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         remote = src.rank != self.rank_id
         if remote:
             cap, latency, path = self._pull_route(src, src_offset, moved, name)
-        if dst.read_busy > self.t or dst.write_ready > self.t:
-            raise self.error(f"{name} into {local.label} buffer {dst.name!r} while a transfer "
-                             "or vector op still uses it: missing wait", address=dst.offset,
-                             size=dst_span)
-        dst.write_ready = INF
-        dst.writer = name
+        self._claim_landing(dst, dst_span, name)
         op = Op(self.env, name, "mte2")
         pipe = self.core.mte2
         pipe.issue(op)
@@ -548,6 +543,16 @@ class KernelContext(CubeOps, CrossCoreOps):
         if dst.rank != self.rank_id:
             raise self.error(f"{name}: writing rank {dst.rank}'s memory needs a put")
         return self._send(dst, dst_offset, src, src_offset, nbytes, name, self._local, strided)
+
+    def _claim_landing(self, dst: UBBuffer, span: int, name: str) -> None:
+        """A transfer into a local buffer: nothing may still use it, and nothing may read
+        it until the bytes land (write_ready is set at the landing)."""
+        if dst.read_busy > self.t or dst.write_ready > self.t:
+            raise self.error(f"{name} into {dst.ub.label} buffer {dst.name!r} while a transfer "
+                             "or vector op still uses it: missing wait", address=dst.offset,
+                             size=span)
+        dst.write_ready = INF
+        dst.writer = name
 
     def _check_local(self, buf: UBBuffer, what: str) -> None:
         """A transfer's local buffer must be one of this core's."""

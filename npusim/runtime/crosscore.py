@@ -12,6 +12,7 @@ blocks while the counter is 0 and then takes 1. The mode says whom a set targets
   ids 0-10 reach AIV0, 16-26 AIV1 (as 0-10).
 
 Ids are 0-10 (16-26 on the AIC in mode 4); a counter holds at most 15 pending sets. A set
+on PIPE_S (pipe "scalar") is the 950's only, as mode 4 is. A set
 becomes visible `aic.flag_ns` after its pipe has completed everything issued before it.
 A wait that no set will ever satisfy stays blocked until the simulator runs out of
 events, and is then reported with the deadlock (npusim.runtime.launch).
@@ -111,6 +112,10 @@ class CrossCoreOps:
         if flag not in ids:
             raise self.error(f"CrossCoreSetFlag<{mode}> by the {role}: flag id {flag} is "
                              f"outside {min(ids)}-{max(ids)}")
+        if pipe == "scalar" and 4 not in modes:
+            raise self.error(f"CrossCoreSetFlag on PIPE_S: preset {self.cfg.name} does not "
+                             "take it (PIPE_S, like mode 4, is the 950's); name the pipe the "
+                             "set follows")
         targets = self._flag_targets(mode, flag, role)
         self.t += self.issue_ns
         self.counters["SCALAR"] += 1

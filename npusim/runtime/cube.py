@@ -192,12 +192,7 @@ class CubeOps:
                 raise self.error(f"{name}: UB buffer {dst.name!r} is not in an AIV of this "
                                  "MIX block", address=dst.offset)
             self._check_ub(dst, dst_offset, nbytes, name)
-            if dst.read_busy > self.t or dst.write_ready > self.t:
-                raise self.error(f"{name} into UB buffer {dst.name!r} while an instruction or "
-                                 "transfer still uses it: missing wait", address=dst.offset,
-                                 size=nbytes)
-            dst.write_ready = INF
-            dst.writer = name
+            self._claim_landing(dst, nbytes, name)
             cap, path = aic.fixpipe_ub_bytes_per_cycle * self.cfg.chip.clock_ghz, ()
         else:
             if dst.rank != self.rank_id:
