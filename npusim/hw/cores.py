@@ -4,9 +4,9 @@ A core is an instance of a kind (SimPy's template methods: the base builds whate
 kind declares). The machine builds a kind's cores and buffers from the preset keys the
 kind names; the runtime drains the pipes it declares and checks a kernel's buffers and
 pipes against them; the report's stream times, ports and diagnosis, and the trace's
-lanes, iterate its pipes. So a new kind (an AIC cube core with MTE1, cube and FixPipe
-and L1/L0A/L0B/L0C, or an SDMA engine) is a declaration here, not a change to the
-runtime's core loop.
+lanes, iterate its pipes. So a new kind is a declaration here, not a change to the
+runtime's core loop: the AIC cube core (MTE2, MTE1, cube, FixPipe; L1/L0A/L0B/L0C) is one,
+and a MIX launch's kind (MIX_AIC_1_2) names the kinds of one block.
 
 Pipe roles: "issue" is the scalar unit (it issues everything and is never drained),
 "fixed" a pipe whose instructions cost a time known at issue (vector), "transfer" an
