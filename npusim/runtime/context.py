@@ -569,9 +569,8 @@ class KernelContext(CubeOps, CrossCoreOps):
             raise self.error(f"{what}: another rank's memory is read through its symmetric "
                              f"window only ({src.name!r} of rank {src.rank} is a GM tensor)",
                              address=offset)
-        for pk in self.core.kind.pipes:
-            if pk.name == "mte2":
-                cap = pipe_cap(self.cfg, pk, remote=True)
+        cap = next((pipe_cap(self.cfg, pk, remote=True) for pk in self.core.kind.pipes
+                    if pk.name == "mte2"), None)
         if cap is None:
             raise self.error(f"{what}: core kind {self.core.kind.name} has no remote MTE2 "
                              "reads", address=offset)
