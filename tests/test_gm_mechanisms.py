@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from aichelp import aic_hw, mix_machine
 
+from npusim.errors import DeadlockError, KernelError
 from npusim.hw.machine import Machine
 from npusim.runtime.conditions import AllEqual
 from npusim.runtime.launch import launch
@@ -55,7 +56,7 @@ def test_atomic_add_sums_every_landing_and_a_poller_sees_the_last():
 def test_without_atomic_add_the_later_write_wins():
     m = Machine(aic_hw(), 1)
     m.ranks[0].tensor("acc", np.zeros(4, np.float32))
-    with pytest.raises(Exception, match="deadlock"):  # the sum 3.0 never appears
+    with pytest.raises(DeadlockError, match="deadlock"):  # the sum 3.0 never appears
         launch(m, _adds(False, {}))
     acc = m.ranks[0].tensors["acc"].as_array(np.float32, (4,))
     assert np.array_equal(acc, np.full(4, 2.0, np.float32))
@@ -161,3 +162,31 @@ def test_sync_all_in_a_mix_launch_is_per_kind_or_every_core():
     # all cores: the last AIC (block 1: 800 ns) + 70
     alls = [v for k, v in ends.items() if k[-1] == "all"]
     assert len(alls) == 6 and alls == pytest.approx([870.0] * 6)
+
+
+def test_two_pulls_from_one_rank_share_its_egress():
+    # rank 1's egress at 10 GB/s: two cores pulling 1000 B each at the same time get 5 GB/s
+    m = Machine(aic_hw(fabric__egress_gbps=10.0), 2)
+    ends = {}
+
+    def program(ctx):
+        if ctx.rank_id == 0 and ctx.core_id < 2:
+            buf = ctx.alloc("pulled", 1024)
+            op = ctx.copy_in(buf, ctx.window(1), 4096 * ctx.core_id, 1000)
+            yield from ctx.wait(op)
+            ends[ctx.core_id] = op.done_at
+
+    launch(m, program)
+    # 1000 B at 5 GB/s each = 200 ns, + 100 + 2 x 50
+    assert ends == {0: pytest.approx(400.0), 1: pytest.approx(400.0)}
+
+
+def test_an_aic_does_not_pull():
+    def program(ctx):
+        if ctx.core.kind.name == "aic" and ctx.block_idx == 0:
+            buf = ctx.alloc("l1", 512, "l1")
+            ctx.copy_in(buf, ctx.window(1), 0, 512)
+        yield from ()
+
+    with pytest.raises(KernelError, match=r"core kind aic has no remote MTE2 reads"):
+        launch(mix_machine(aic_hw(), world=2), program)
