@@ -104,7 +104,7 @@ class MegaMoe(Family):
                "weights, E8M0 scales per 32)", choices=("e4m3", "e5m2")),
         Option("max_received_tokens", "int", 0, "MAX_RECEIVED_TOKENS: rows a rank may receive "
                "over its experts (0: BS * W * min(K, L), also the least allowed)", lo=0,
-               hi=1 << 20),
+               hi=1_000_000),
         Option("inputs", "choice", "random", "random (seeded tensors) or harness (the "
                "example harness's all-ones case: y = silu(H) * H * F/2)",
                choices=("random", "harness")),
@@ -173,8 +173,9 @@ class MegaMoe(Family):
 
 
 def _aic_cores(hardware: Any) -> int:
-    """AIC cores per rank: the preset's chip.aic_cores, else half the AIV (1:2)."""
-    n = getattr(hardware.chip, "aic_cores", None)
+    """AIC cores per rank (aic.cores), else half the AIV: the MIX launch is 1 AIC : 2 AIV."""
+    aic = getattr(hardware, "aic", None)
+    n = getattr(aic, "cores", None)
     return int(n) if n else hardware.chip.aiv_cores // 2
 
 

@@ -164,3 +164,23 @@ class MegaTiling:
 def auto_capacity(shape: MoeShape) -> int:
     """max_received_tokens 0: BS * W * min(K, L) (the harness's, and its lower bound)."""
     return shape.BS * shape.W * min(shape.K, shape.L)
+
+
+def swizzle(index: int, m_loops: int, n_loops: int, offset: int = SWIZZLE) -> tuple[int, int]:
+    """Catlass GemmIdentityBlockSwizzle<offset, 1> (Nz): the (m, n) tile of task `index`:
+    bands of `offset` N tiles, walked M-major, every other band from the bottom."""
+    bands = -(-n_loops // offset)
+    band, inside = divmod(index, offset * m_loops)
+    cols = offset if band < bands - 1 else n_loops - offset * band
+    m, n = inside // cols, band * offset + inside % cols
+    if band % 2:
+        m = m_loops - m - 1
+    return m, n
+
+
+def split(total: int, parts: int, index: int) -> tuple[int, int]:
+    """SplitWorkAcrossVectorCores: (offset, count) of part `index` of `total` items,
+    the first total % parts parts one item more."""
+    base, extra = divmod(total, parts)
+    count = base + (index < extra)
+    return index * base + min(index, extra), count

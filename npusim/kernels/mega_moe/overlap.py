@@ -1,0 +1,76 @@
+"""How much of MegaMoE's communication the fusion hides, and which stage is critical.
+
+Per rank, from what the program recorded on its cores (npusim.kernels.mega_moe.sync):
+
+- communication C: the union of the intervals in which a remote transfer of the rank is
+  in flight (BuildSendMasks' mask stores, the dispatch's remote MTE2 pulls, the
+  CombineTokens write-backs, the rank-barrier stores), from issue to delivery;
+- compute X: the union of the intervals in which a cube (mmad) or a vector unit of the
+  rank is busy;
+- hidden = |C and X| / |C|: the share of communication time during which the rank also
+  computes, so the fusion overlaps it; exposed = |C| - |C and X|, communication with
+  nothing to hide it behind (on the critical path unless another rank is later).
+
+The critical stage is the phase with the longest span (first start to last end over all
+ranks and cores): the stage that bounds the layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+Interval = tuple[float, float]
+
+
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def length(intervals: Sequence[Interval]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def intersect(x: Sequence[Interval], y: Sequence[Interval]) -> float:
+    """|x and y| of two sorted disjoint interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(x) and j < len(y):
+        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if hi > lo:
+            total += hi - lo
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def overlap_fields(comm: Sequence[Sequence[Interval]], compute: Sequence[Sequence[Interval]],
+                   stage_spans: dict[str, Interval]) -> dict[str, Any]:
+    """The report's family_fields: per rank communication / hidden / exposed time (us),
+    the hidden fraction over all ranks, the stage spans and the critical stage."""
+    per_rank = []
+    c_total = h_total = 0.0
+    for c, x in zip(comm, compute, strict=True):
+        cu, xu = union(c), union(x)
+        c_ns, h_ns = length(cu), intersect(cu, xu)
+        c_total += c_ns
+        h_total += h_ns
+        per_rank.append({"communication_us": round(c_ns / 1e3, 4),
+                         "hidden_us": round(h_ns / 1e3, 4),
+                         "exposed_us": round((c_ns - h_ns) / 1e3, 4),
+                         "compute_us": round(length(xu) / 1e3, 4)})
+    spans = {k: round((b - a) / 1e3, 4) for k, (a, b) in stage_spans.items()}
+    critical = max(spans, key=lambda k: spans[k]) if spans else ""
+    return {"communication_hidden_fraction": round(h_total / c_total, 4) if c_total else 0.0,
+            "communication_per_rank": per_rank,
+            "stage_span_us": spans,
+            "critical_stage": critical}
