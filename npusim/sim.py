@@ -232,6 +232,7 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)
     run.family_fields = kernel.report_fields(t, outputs)
+    run.family_fields.update(kernel.timing_fields(t, run, res.contexts))
     if keep_inputs:  # shared rows made dense: the tensor as the kernel read it
         run.inputs = [{spec.name: _dense(arrays[spec.name], spec.np_dtype(t), spec.shape(t, r))
                        for spec in kernel.inputs} for r, arrays in enumerate(op_inputs)]

@@ -130,6 +130,13 @@ class Kernel:
         The report renders them without knowing the family."""
         return {}
 
+    def timing_fields(self, tiling: Any, run: Any, contexts: Sequence[Sequence[Any]]
+                      ) -> dict[str, Any]:
+        """Family figures that need the call's timing (merged into family_fields): from
+        the OpRun (phase spans) and every core's KernelContext ([rank][core]) after the
+        launch; {} by default."""
+        return {}
+
 
 class Family:
     """A kernel family: subclass, fill in the declarations, implement the hooks."""

@@ -14,6 +14,7 @@ import numpy as np
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
+from npusim.kernels.mega_moe.overlap import timing_fields
 from npusim.kernels.mega_moe.tiling import RING_BYTES, MegaTiling, auto_capacity
 from npusim.kernels.shape import MoeShape
 from npusim.workload.routing import make_routing
@@ -30,11 +31,13 @@ INPUTS = (
     _spec("x", const(ref.BF16), lambda t, r: (t.BS, t.H), "[BS, H] bf16 tokens"),
     _spec("expert_ids", I32, lambda t, r: (t.BS, t.K), "[BS, K] global expert ids"),
     _spec("routing_weights", const(np.float32), lambda t, r: (t.BS, t.K), "[BS, K] fp32"),
-    _spec("weight1", U8, lambda t, r: (t.L, t.F, t.H),
-          "[L, F, H] FP8 codes (Catlass ColumnMajor B of [H, F]: gate columns, then up)"),
-    _spec("weight1_scale", U8, lambda t, r: (t.L, t.F, t.H // 32), "E8M0 per 32 along H"),
-    _spec("weight2", U8, lambda t, r: (t.L, t.H, t.F2), "[L, H, F/2] FP8 codes"),
-    _spec("weight2_scale", U8, lambda t, r: (t.L, t.H, t.F2 // 32), "E8M0 per 32 along F/2"),
+    _spec("weight1", U8, lambda t, r: (t.L, t.H, t.F),
+          "[L, H, F] FP8 codes (gate columns, then up)"),
+    _spec("weight1_scale", U8, lambda t, r: (t.L, t.H // 32, t.F), "[L, H/32, F] E8M0 per 32 "
+          "along H"),
+    _spec("weight2", U8, lambda t, r: (t.L, t.F2, t.H), "[L, F/2, H] FP8 codes"),
+    _spec("weight2_scale", U8, lambda t, r: (t.L, t.F2 // 32, t.H), "[L, F/64, H] E8M0 per 32 "
+          "along F/2"),
 )
 OUTPUTS = (
     _spec("y", const(ref.BF16), lambda t, r: (t.BS, t.H), "[BS, H] bf16 combined output"),
@@ -76,7 +79,7 @@ class MegaMoeKernel(Kernel):
     inputs = INPUTS
     outputs = OUTPUTS
     scratch = SCRATCH
-    core_kind = "mix"
+    core_kind = "mix_aic_1_2"
     variant = "mode"
 
     def program(self, tiling: MegaTiling) -> Any:
@@ -84,8 +87,12 @@ class MegaMoeKernel(Kernel):
         return mega_moe_program(tiling)
 
     def report_fields(self, tiling: MegaTiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
-        from npusim.kernels.mega_moe.overlap import fields
-        return fields(tiling, outputs)
+        return {"expert_token_counts": [[int(v) for v in o["expert_token_counts"]]
+                                        for o in outputs]}
+
+    def timing_fields(self, tiling: MegaTiling, run: Any, contexts: Sequence[Sequence[Any]]
+                      ) -> dict[str, Any]:
+        return timing_fields(tiling, run, contexts)
 
 
 MEGA_MOE = MegaMoeKernel()

@@ -32,15 +32,15 @@ def _scales(rng: np.random.Generator, shape: tuple[int, ...], k: int) -> np.ndar
 
 def random_weights(rng: np.random.Generator, L: int, H: int, F: int, mode: str) -> Weights:
     f2 = F // 2
-    return Weights(_codes(rng, (L, F, H), mode), _scales(rng, (L, F, H // BLOCK), H),
-                   _codes(rng, (L, H, f2), mode), _scales(rng, (L, H, f2 // BLOCK), f2))
+    return Weights(_codes(rng, (L, H, F), mode), _scales(rng, (L, H // BLOCK, F), H),
+                   _codes(rng, (L, f2, H), mode), _scales(rng, (L, f2 // BLOCK, H), f2))
 
 
 def harness_weights(L: int, H: int, F: int, mode: str) -> Weights:
     one = np.ones(1).astype(FORMATS[mode]).view(np.uint8)[0]
     f2 = F // 2
-    return Weights(np.full((L, F, H), one, np.uint8), np.full((L, F, H // BLOCK), 127, np.uint8),
-                   np.full((L, H, f2), one, np.uint8), np.full((L, H, f2 // BLOCK), 127, np.uint8))
+    return Weights(np.full((L, H, F), one, np.uint8), np.full((L, H // BLOCK, F), 127, np.uint8),
+                   np.full((L, f2, H), one, np.uint8), np.full((L, f2 // BLOCK, H), 127, np.uint8))
 
 
 def make_rank_inputs(rng: np.random.Generator, BS: int, H: int, K: int, L: int, F: int,

@@ -74,3 +74,39 @@ def overlap_fields(comm: Sequence[Sequence[Interval]], compute: Sequence[Sequenc
             "communication_per_rank": per_rank,
             "stage_span_us": spans,
             "critical_stage": critical}
+
+
+def timing_fields(t: Any, run: Any, contexts: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """overlap_fields of a finished call: every core's notes (npusim.kernels.mega_moe.sync)
+    and the run's phase spans, then per core kind the cube's and the vector's busy time."""
+    comm, compute = [], []
+    for row in contexts:
+        c: list[Interval] = []
+        x: list[Interval] = []
+        for ctx in row:
+            n = getattr(ctx, "mega_notes", None)
+            if n is None:
+                continue
+            c += [(op.start_at, op.done_at) for op in n.remote if op.done_at is not None]
+            x += n.compute
+        comm.append(c)
+        compute.append(x)
+    stages: dict[str, Interval] = {}
+    for s in run.spans:
+        if s.lane != "phase":
+            continue
+        a, b = stages.get(s.name, (s.start_ns, s.end_ns))
+        stages[s.name] = (min(a, s.start_ns), max(b, s.end_ns))
+    order = {name: i for i, name in enumerate(run.phase_order)}
+    stages = dict(sorted(stages.items(), key=lambda kv: order.get(kv[0], len(order))))
+    out = overlap_fields(comm, compute, stages)
+    busy: dict[str, float] = {}
+    for r, row in enumerate(contexts):
+        for c, ctx in enumerate(row):
+            kind = ctx.core.kind.name
+            for pipe, ns in run.core_busy_ns[r][c].items():
+                key = f"{kind}_{pipe}"
+                busy[key] = busy.get(key, 0.0) + ns
+    out["busy_us_total"] = {k: round(v / 1e3, 4) for k, v in sorted(busy.items())
+                            if k.split("_", 1)[1] in ("cube", "mte1", "fixpipe", "vector")}
+    return out

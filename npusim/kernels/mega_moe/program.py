@@ -129,8 +129,9 @@ def _aic(ctx: KernelContext, t: MegaTiling, b: int) -> Gen:
         if ms[e]:
             with ctx.phase("second_projection"):
                 yield from second_projection_aic(ctx, t, b, e, ms[e], sum(ms[:e]), st)
-    for i in range(min(2, st.done_tiles)):  # FinishSecondProjectionSync
-        yield from hw.wait_flag(ctx, 6 + (st.buffer + i) % 2)
+    n = st.done_tiles
+    for i in range(n - min(2, n), n):  # FinishSecondProjectionSync: the last two tiles
+        yield from hw.wait_flag(ctx, 6 + i % 2)
     yield from ctx.drain()
     yield from ctx.sync_all()
 

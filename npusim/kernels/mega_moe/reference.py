@@ -69,21 +69,27 @@ def bf16(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, np.float32).astype(BF16)
 
 
+def mx_dequantize_k(codes: np.ndarray, scales: np.ndarray, mode: str) -> np.ndarray:
+    """A weight [K, N] of fp8 codes with E8M0 scales [K/32, N] (per 32 along K) -> float64."""
+    v = np.asarray(codes, np.uint8).view(FORMATS[mode]).astype(np.float64)
+    return v * np.repeat(np.exp2(np.asarray(scales, np.float64) - 127), BLOCK, axis=0)
+
+
 @dataclass(frozen=True)
 class Weights:
-    """One rank's experts: codes and E8M0 scales along the reduction axis (Catlass
-    ColumnMajor B: a weight column is contiguous over K)."""
+    """One rank's experts as the README's data table has them: [K, N] codes, E8M0 scales
+    per 32 along K (the reduction axis)."""
 
-    w1: np.ndarray  # [L, F, H] uint8
-    s1: np.ndarray  # [L, F, H/32] uint8
-    w2: np.ndarray  # [L, H, F/2] uint8
-    s2: np.ndarray  # [L, H, F/64] uint8
+    w1: np.ndarray  # [L, H, F] uint8 (gate columns, then up)
+    s1: np.ndarray  # [L, H/32, F] uint8
+    w2: np.ndarray  # [L, F/2, H] uint8
+    s2: np.ndarray  # [L, F/64, H] uint8
 
 
 def expert_ffn(xq: np.ndarray, xs: np.ndarray, wt: Weights, e: int, mode: str) -> np.ndarray:
     """One expert on its received MXFP8 rows: [m, H] codes + scales -> bf16 [m, H]."""
     x = mx_dequantize(xq, xs, mode)
-    u = bf16(x @ mx_dequantize(wt.w1[e], wt.s1[e], mode).T)  # [m, F], FixPipe to bf16
+    u = bf16(x @ mx_dequantize_k(wt.w1[e], wt.s1[e], mode))  # [m, F], FixPipe to bf16
     f2 = u.shape[1] // 2
     g = u[:, :f2].astype(np.float32)
     up = u[:, f2:].astype(np.float32)
@@ -91,7 +97,7 @@ def expert_ffn(xq: np.ndarray, xs: np.ndarray, wt: Weights, e: int, mode: str) -
         act = bf16(g / (np.float32(1) + np.exp(-g)) * up)  # SwiGLU in fp32
     aq, as_ = mx_quantize(act, mode)
     a = mx_dequantize(aq, as_, mode)
-    return bf16(a @ mx_dequantize(wt.w2[e], wt.s2[e], mode).T)
+    return bf16(a @ mx_dequantize_k(wt.w2[e], wt.s2[e], mode))
 
 
 @dataclass(frozen=True)

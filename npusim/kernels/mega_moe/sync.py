@@ -101,7 +101,7 @@ def pull(ctx: KernelContext, buf: Any, src: int, offset: int, nbytes: int) -> An
 
 def load_l1(ctx: KernelContext, l1: Any, region: Region, offset: int, dst_offset: int,
             strided: Strided) -> Any:
-    return ctx.copy_in(l1, region, offset, strided.nbytes(), dst_offset=dst_offset,
+    return ctx.copy_in(l1, region, offset, strided.nbytes, dst_offset=dst_offset,
                        name="gm_to_l1", strided=strided)
 
 
