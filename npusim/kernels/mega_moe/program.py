@@ -177,9 +177,10 @@ def _aiv(ctx: KernelContext, t: MegaTiling, b: int, sub: int) -> Gen:
                     yield from second_projection_aiv(ctx, t, b, e, ms[e], sum(ms[:e]), st)
     yield from ctx.drain()
     ctx.ub.reset()
-    with ctx.phase("combine"):
+    with ctx.phase("synchronize_ranks"):
         yield from ctx.sync_all()
         yield from _synchronize_ranks(ctx, t, vid)
+    with ctx.phase("combine"):
         yield from _combine_routed_tokens(ctx, t, vid)
 
 
