@@ -106,3 +106,19 @@ def _phases():
 def test_interval_arithmetic_by_hand():
     assert union([(3, 5), (0, 2), (1, 4), (7, 8)]) == [(0, 5), (7, 8)]
     assert intersect([(0, 5), (7, 8)], [(4, 7.5)]) == pytest.approx(1.5)
+
+
+def test_unfused_path_runs_the_same_layer_in_three_kernels(tmp_path):
+    """cann_sample dispatch, the expert GEMMs, cann_sample combine: the dispatch's per
+    expert rows are the fused kernel's counts, the GEMM kernel does cube work."""
+    sc, res = run_mega(tmp_path, kernel="mega_moe_unfused", op="unfused", bs=12, k=2)
+    assert [o.op for o in res.ops] == ["dispatch", "expert_gemms", "combine"]
+    want = reference_of(mega_scenario(tmp_path, name="fused", bs=12, k=2))
+    for r in range(2):
+        nums = res.ops[0].outputs[r]["expert_token_nums"]
+        assert nums.tolist() == want.expert_token_counts[r].tolist()
+    gemm = res.ops[1]
+    cube = sum(b.get("cube", 0.0) for row in gemm.core_busy_ns for b in row)
+    assert cube > 0
+    # the GEMM kernel starts after dispatch ended everywhere, combine after the GEMMs
+    assert gemm.start_ns >= res.ops[0].end_ns and res.ops[2].start_ns >= gemm.end_ns

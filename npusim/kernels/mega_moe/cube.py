@@ -233,12 +233,14 @@ def second_projection_aic(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: 
 
 
 def second_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: int,
-                          before: int, st: Any) -> Gen:
+                          before: int, st: Any, local: Any = None) -> Gen:
     """AIV0 per GEMM2 tile: WaitForCube(buffer), the tile rows' routing metadata (UB at
     200 KiB), CombineTokens: per row one MTE3 store of its columns (512 B) into the
-    source rank's combinedTokens at ((token * K + k) * H + column) * 2; NotifyCube."""
+    source rank's combinedTokens at ((token * K + k) * H + column) * 2; NotifyCube.
+    With `local` (a GM tensor [rows, H] bf16: the unfused path's grouped-matmul output)
+    the tile is one strided MTE3 store there instead."""
     m_loops, n_loops = -(-m // TILE_M2), -(-t.H // TILE_N)
-    meta_t = ctx.tensor("routing_metadata")
+    meta_t = ctx.tensor("routing_metadata") if local is None else None
     outs, meta = st.gemm2_buffers(ctx)
     for mi, ni in tiles(t, b, m_loops, n_loops, st.start_block):
         rows = min(TILE_M2, m - mi * TILE_M2)
@@ -246,6 +248,15 @@ def second_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: 
         out = outs[st.buffer]
         yield from hw.wait_flag(ctx, 4 + st.buffer)
         row0 = before + mi * TILE_M2
+        if local is not None:
+            ctx.copy_out(local, (row0 * t.H + ni * TILE_N) * 2, out, rows * cols * 2,
+                         name="store_expert_output",
+                         strided=Strided(rows, cols * 2, 0, (t.H - cols) * 2))
+            yield from ctx.pipe_barrier("mte3")
+            hw.set_flag(ctx, 6 + st.buffer, "mte3")
+            st.done_tiles += 1
+            st.buffer ^= 1
+            continue
         yield from ctx.wait(ctx.copy_in(meta, meta_t, row0 * META, rows * META,
                                         name="load_routing_metadata"))
         rec = ctx.ub_read(meta, np.int32, rows * 8, ops=3 * rows).reshape(rows, 8)
