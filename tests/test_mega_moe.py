@@ -90,6 +90,11 @@ def test_report_shows_cube_work_overlap_and_tensors(tmp_path):
     assert ff["expert_token_counts"] == [[8, 8], [8, 8]]  # balanced: 32 routes over 4 experts
     md = (out / "report.md").read_text()
     assert "communication_hidden_fraction" in md
+    # the text summary: the one-number family fields on one line, the rest in report.md
+    family = [line for line in p.stdout.splitlines() if line.startswith("  family: ")]
+    assert family == [f"  family: communication_hidden_fraction "
+                      f"{ff['communication_hidden_fraction']}, critical_stage "
+                      f"{ff['critical_stage']}"]
     trace = json.loads((out / "trace.json").read_text())
     lanes = {e["args"]["name"] for e in trace["traceEvents"]
              if e.get("ph") == "M" and e.get("name") == "thread_name"}

@@ -73,6 +73,10 @@ def _op_lines(op: Mapping[str, Any]) -> list[str]:
     diag = op.get("diagnosis") or {}
     if diag.get("text"):
         lines.append(f"  diagnosis: {diag['text']}")
+    scalars = {k: v for k, v in (op.get("family_fields") or {}).items()
+               if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
+    if scalars:  # a family's one-number figures (lists and tables: report.md)
+        lines.append("  family: " + ", ".join(f"{k} {v}" for k, v in scalars.items()))
     names = list(op.get("phase_order") or op.get("phases", {}))
     width = max([len("phase")] + [len(n) for n in names])
     if names:
