@@ -4,7 +4,8 @@ Per rank, from what the program recorded on its cores (npusim.kernels.mega_moe.s
 
 - communication C: the union of the intervals in which a remote transfer of the rank is
   in flight (BuildSendMasks' mask stores, the dispatch's remote MTE2 pulls, the
-  CombineTokens write-backs, the rank-barrier stores), from issue to delivery;
+  CombineTokens write-backs), from its start on the pipe to delivery (the rank barrier's
+  4 B scalar stores are latency, not transfers, and are left out);
 - compute X: the union of the intervals in which a cube (mmad) or a vector unit of the
   rank is busy;
 - hidden = |C and X| / |C|: the share of communication time during which the rank also

@@ -248,10 +248,10 @@ def _quantize_local_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
             raw[:] = 0
             raw[:t.H] = codes[0]
             raw[t.data_bytes:t.data_bytes + t.scale_count] = scales[0]
-        ctx.vector("compute_max_exp", t.H, mx.BF16, reads=[ins[p]], passes=2)
-        ctx.vector("compute_scale", t.scale_count, np.uint16, passes=4)
-        ctx.vector("compute_fp8_data", t.H, np.float32, reads=[ins[p]], writes=[outs[p]],
-                   passes=3, fn=quantize)
+        hw.compute(ctx, ctx.vector("compute_max_exp", t.H, mx.BF16, reads=[ins[p]], passes=2))
+        hw.compute(ctx, ctx.vector("compute_scale", t.scale_count, np.uint16, passes=4))
+        hw.compute(ctx, ctx.vector("compute_fp8_data", t.H, np.float32, reads=[ins[p]],
+                                   writes=[outs[p]], passes=3, fn=quantize))
         yield from ctx.pipe_barrier("vector")
         stores[p] = ctx.copy_out(win, t.quantized_tokens + tok * t.row_bytes, outs[p],
                                  out_bytes)
@@ -388,13 +388,15 @@ def _combine_routed_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
             steps = [("cast_f32", t.H, np.float32), ("muls", t.H, np.float32)]
             if k:
                 steps.append(("add", t.H, np.float32))
-            ctx.vector_seq("weighted_sum", steps, reads=[ins[p]], writes=[acc], fn=mac)
+            hw.compute(ctx, ctx.vector_seq("weighted_sum", steps, reads=[ins[p]], writes=[acc],
+                                           fn=mac))
         if store is not None:
             yield from ctx.wait(store)
 
         def cast(_a: Any = acc, _o: Any = out) -> None:
             _o.view(mx.BF16, t.H)[:] = _a.view(np.float32, t.H).astype(mx.BF16)
-        ctx.vector("cast_bf16", t.H, np.float32, reads=[acc], writes=[out], fn=cast)
+        hw.compute(ctx, ctx.vector("cast_bf16", t.H, np.float32, reads=[acc], writes=[out],
+                                   fn=cast))
         yield from ctx.pipe_barrier("vector")
         store = ctx.copy_out(y, tok * row, out, row)
     yield from ctx.pipe_barrier("mte3")

@@ -1,8 +1,9 @@
 """MegaMoE's calls on the runtime's MIX-launch mechanisms (npusim.runtime: crosscore,
 cube, the AIC's copy_in into L1, remote MTE2 pulls, AtomicAdd writes, GM spins and the
 generation-counter rank barrier), under the names the kernel source uses, and the notes
-the overlap figures are made from: every remote transfer and every compute instruction a
-core issues is recorded on its context (`ctx.mega_notes`).
+the overlap figures are made from: every remote transfer (mask stores, pulls, write-backs)
+and every cube or epilogue instruction a core issues is recorded on its context
+(`ctx.mega_notes`).
 """
 
 from __future__ import annotations
