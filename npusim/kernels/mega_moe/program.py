@@ -368,12 +368,14 @@ def _combine_routed_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
     out = ctx.alloc("out", row)
     win, y = ctx.window(), ctx.tensor("y")
     loads: list[Any] = [None, None]
+    used: list[Any] = [None, None]
     store = None
     for tok in range(first, first + count):
         for k in range(t.K):
             p = k % 2
             ctx.scalar(1)  # GetValue of the routing weight
-            yield from ctx.pipe_barrier("vector")  # V_MTE2: the buffer is free again
+            if used[p] is not None:  # WaitFlag<V_MTE2>: the vector op on this buffer is done
+                yield from ctx.wait(used[p])
             loads[p] = ctx.copy_in(ins[p], win, t.combined_tokens + (tok * t.K + k) * row, row)
             yield from ctx.wait(loads[p])
 
@@ -388,8 +390,8 @@ def _combine_routed_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
             steps = [("cast_f32", t.H, np.float32), ("muls", t.H, np.float32)]
             if k:
                 steps.append(("add", t.H, np.float32))
-            hw.compute(ctx, ctx.vector_seq("weighted_sum", steps, reads=[ins[p]], writes=[acc],
-                                           fn=mac))
+            used[p] = hw.compute(ctx, ctx.vector_seq("weighted_sum", steps, reads=[ins[p]],
+                                                     writes=[acc], fn=mac))
         if store is not None:
             yield from ctx.wait(store)
 
