@@ -479,6 +479,20 @@ class KernelContext(CubeOps, CrossCoreOps):
                              f"+{first - buf.offset}, which nothing wrote in this call",
                              address=first, size=span)
 
+    def _claim(self, dst: SparseRegion, offset: int, span: int, strided: Strided | None
+               ) -> str | None:
+        """Claim a put's destination bytes for the race check: its blocks when strided
+        with gaps (a strided put may interleave with another writer's blocks)."""
+        who = (self.rank_id, self.core_id, self.step)
+        if strided is None or strided.dst_gap <= 0:
+            return dst.claim(offset, span, who)
+        pitch = strided.length + strided.dst_gap
+        for i in range(strided.count):
+            other = dst.claim(offset + i * pitch, strided.length, who)
+            if other:
+                return other
+        return None
+
     def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
         if offset < 0 or offset + nbytes > region.nbytes:
             raise self.error(f"{what} of {nbytes} B at offset {offset} is outside "
@@ -635,7 +649,7 @@ class KernelContext(CubeOps, CrossCoreOps):
                 raise self.error(f"{name} of {dst_span} B to the window of rank {dst.rank} "
                                  f"{problem}", address=dst_offset, size=dst_span)
             if claim:
-                other = dst.claim(dst_offset, dst_span, (self.rank_id, self.core_id, self.step))
+                other = self._claim(dst, dst_offset, dst_span, strided)
                 if other:
                     raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
                                      f"bytes an earlier put of this call wrote ({other}): "

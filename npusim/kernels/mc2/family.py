@@ -17,7 +17,9 @@ from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase,
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2.combine import combine_program
 from npusim.kernels.mc2.dispatch import dispatch_program
-from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling
+from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
+from npusim.kernels.mc2.limits import full_mesh_misfit, full_mesh_ub_misfit
+from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, low_latency_ccl_buffer_mb, mc2_window
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
@@ -115,14 +117,16 @@ class Dispatch(Kernel):
                    lambda t, r: (t.W if t.performance_info else 0,),
                    "[W] longest wait for each source rank's counts, us"),
     )
-    scratch = (TensorSpec("workspace", const(np.int32),
-                          lambda t, r: (128 * t.cores * t.cores if t.arch == "arch22" else 0,),
-                          "A3 SyncCntOnCore: C rows of C x 512 B"),
+    scratch = (TensorSpec("workspace", const(np.int32), lambda t, r: (workspace_ints(t),),
+                          "A3 SyncCntOnCore: C rows of C x 512 B; fullmesh_v2: the prefix "
+                          "table, one W*L row per core"),
                TensorSpec("performance_info_cores", const(np.int64),
                           lambda t, r: (t.cores * t.W if t.performance_info else 0,),
                           "per-core rows of performance_info (npusim's AtomicMax)"))
 
     def program(self, tiling: Mc2Tiling) -> Any:
+        if tiling.comm_alg == "fullmesh_v2":
+            return full_mesh_dispatch_program(tiling)
         return dispatch_program(tiling)
 
     def report_fields(self, tiling: Mc2Tiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
@@ -193,8 +197,9 @@ class Mc2(Family):
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
     options = (
         Option("comm_alg", "choice", "fullmesh_v1", "the operators' algorithm: fullmesh_v1 "
-               "(the default, MoeDistributeDispatchV2); fullmesh_v2 is not modelled yet",
-               choices=("fullmesh_v1", "fullmesh_v2")),
+               "(the default, MoeDistributeDispatchV2) or fullmesh_v2 "
+               "(MoeDistributeDispatchV2FullMesh: A3 expert split / BS mode, the 950's token "
+               "split; the combine is the same)", choices=("fullmesh_v1", "fullmesh_v2")),
         Option("dispatch_quant", "choice", "none", "quant_mode: none (0), static_int8 (1) or "
                "int8 (2, per token)", choices=("none", "static_int8", "int8")),
         Option("static_scales", "choice", "per_channel", "static_int8 scale shape: scalar "
@@ -233,17 +238,18 @@ class Mc2(Family):
         s = _shape(shape, options)
         arch = _arch(hardware, options)
         quant = options["dispatch_quant"]
+        alg = options["comm_alg"]
         mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
-                                                                     s.K, s.S)
+                                                                     s.K, s.S, alg)
         win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
                          hardware.chip.aiv_cores, expert_scales=options["expand_scales"],
-                         combine_quant=options["combine_quant"])
+                         combine_quant=options["combine_quant"], comm_alg=alg)
         smooth = quant == "static_int8" or (quant == "int8" and options["smooth_scales"])
         t = Mc2Tiling(s, quant, options["combine_quant"], options["expert_token_nums_type"],
                       arch, hardware.chip.aiv_cores, hardware.ub.bytes, win, smooth,
                       timing_only, options["x_active_mask"], True, options["shared_expert_x"],
                       options["static_scales"], options["active_fraction"],
-                      options["performance_info"])
+                      options["performance_info"], alg)
         return t
 
     def window(self, tiling: Mc2Tiling) -> Any:
@@ -251,9 +257,6 @@ class Mc2(Family):
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        if options["comm_alg"] == "fullmesh_v2":
-            return Misfit("workload.comm_alg", "fullmesh_v2 is not modelled yet; allowed: "
-                          "fullmesh_v1")
         arch = _arch(hardware, options)
         if arch is None:
             return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
@@ -267,13 +270,23 @@ class Mc2(Family):
             s = _shape(shape, options)
         except ValueError as exc:
             return Misfit("workload.global_bs", str(exc))
+        alg = options["comm_alg"]
+        if alg == "fullmesh_v2":
+            bad = full_mesh_misfit(shape, options, arch)
+            if bad:
+                return Misfit(*bad)
         mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
-                                                                     s.K, s.S)
+                                                                     s.K, s.S, alg)
         try:
             win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, options["dispatch_quant"], arch,
-                             mb, hardware.chip.aiv_cores, options["expand_scales"])
+                             mb, hardware.chip.aiv_cores, options["expand_scales"],
+                             comm_alg=alg)
         except CclBufferTooSmall as exc:
             return Misfit("workload.ccl_buffer_size", str(exc))
+        if alg == "fullmesh_v2":
+            bad = full_mesh_ub_misfit(self.tiling(shape, options, hardware, True))
+            if bad:
+                return Misfit(*bad)
         if win.ccl_bytes > hardware.window.bytes:
             return Misfit("hardware.window.bytes", f"the {win.ccl_bytes // MiB} MiB CCL buffer "
                           f"(2 x ccl_buffer_size {mb} MB) exceeds the preset's "

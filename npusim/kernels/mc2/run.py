@@ -15,8 +15,9 @@ from npusim.hw.config import HardwareConfig
 from npusim.hw.machine import Machine
 from npusim.kernels.mc2.combine import combine_program
 from npusim.kernels.mc2.dispatch import dispatch_program
+from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
 from npusim.kernels.mc2.reference import DispatchInputs, DispatchOutputs, Mc2Shape
-from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling
+from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import mc2_window
 from npusim.kernels.quant import token_dtype
 from npusim.runtime.launch import LaunchResult, launch
@@ -36,20 +37,21 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
                 ccl_mb: int | None = None, expert_scales_out: bool = False,
                 smooth_scales: bool = False, timing_only: bool = False,
                 x_active_mask: str = "none", expert_scales: bool = True,
-                shared_expert_x: bool = False, performance_info: bool = False) -> Mc2Tiling:
+                shared_expert_x: bool = False, performance_info: bool = False,
+                comm_alg: str = "fullmesh_v1", static_scales: str = "per_channel") -> Mc2Tiling:
     from npusim.kernels.mc2.window import low_latency_ccl_buffer_mb
 
     arch = arch_of(cfg)
     if ccl_mb is None:
         ccl_mb = low_latency_ccl_buffer_mb(shape.max_bs, shape.H, shape.W, shape.L, shape.K,
-                                           shape.S)
+                                           shape.S, comm_alg)
     win = mc2_window(shape.max_bs, shape.H, shape.W, shape.L, shape.K, shape.S, dispatch_quant,
                      arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out,
-                     combine_quant=combine_quant)
+                     combine_quant=combine_quant, comm_alg=comm_alg)
     return Mc2Tiling(shape, dispatch_quant, combine_quant, expert_token_nums_type, arch,
                      cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only,
-                     x_active_mask, expert_scales, shared_expert_x,
-                     performance_info=performance_info)
+                     x_active_mask, expert_scales, shared_expert_x, static_scales,
+                     performance_info=performance_info, comm_alg=comm_alg)
 
 
 def machine_for(cfg: HardwareConfig, t: Mc2Tiling, trace: Trace | None = None) -> Machine:
@@ -85,12 +87,13 @@ def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
         rank.tensor("ep_recv_count", 4 * shape.W * shape.L)
         if slot.expert_scale_offset is not None:
             rank.tensor("expand_scales", 4 * a)
-        if t.arch == "arch22":
-            rank.tensor("workspace", 512 * t.cores * t.cores)
+        if workspace_ints(t):
+            rank.tensor("workspace", 4 * workspace_ints(t))
         if t.performance_info:
             rank.tensor("performance_info", 8 * shape.W)
             rank.tensor("performance_info_cores", 8 * shape.W * t.cores)
-    res = launch(m, dispatch_program(t), time_limit_ns=limit_ns, cores=t.cores)
+    program = full_mesh_dispatch_program(t) if t.comm_alg == "fullmesh_v2" else dispatch_program(t)
+    res = launch(m, program, time_limit_ns=limit_ns, cores=t.cores)
     m.performance_info = [rank.tensors["performance_info"].as_array(np.int64)
                           if t.performance_info else None for rank in m.ranks]
     outs = []

@@ -16,7 +16,7 @@ from npusim.kernels.quant import align_up, ceil_div
 
 ARCH_OF_PRESET = {"atlas_a3": "arch22", "ascend950": "arch35"}
 
-__all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "split_to_core"]
+__all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "split_to_core", "workspace_ints"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Mc2Tiling:
     static_scales: str = "per_channel"  # static_int8 scale shape: scalar | per_channel | ...
     active_fraction: float = 1.0  # share of tokens / pairs a generated mask keeps
     performance_info: bool = False  # dispatch records each source's wait (us)
+    comm_alg: str = "fullmesh_v1"  # fullmesh_v1 | fullmesh_v2 (MoeDistributeDispatchV2FullMesh)
 
     # ---- shape shorthands
     @property
@@ -138,3 +139,174 @@ class Mc2Tiling:
         left = (self.ub_bytes - self.wait_ub_used(rank)) // 32 * 32
         size = left // 2 // 32 * 32
         return size, size // self.window.dispatch.ub_row
+
+
+# ---- fullmesh_v2 (MoeDistributeDispatchV2FullMesh::SetTilingDataAndCal and AllToAllDispatch)
+MIN_ACTIVE_BS_FOR_BS_MODE = 16
+VALID_EVENT_FLAG_NUM = 8  # at most 8 send slots in flight
+FULL_MESH_MAX_UB_SIZE = 190 * 1024  # the local copy's UB budget
+FULL_MESH_BS_MAX = {"arch22": 256, "arch35": 512}  # FULLMESH_BS_UPPER_BOUND_A3 / _A5
+FULL_MESH_K_MAX = 12  # FULLMESH_K_MAX
+
+
+def count_cores(t: Mc2Tiling, rank: int) -> int:
+    """aivUsedCumSum_: (S_r + E) / 32 on A3, / 16 on the 950; at least 1, at most C / 2,
+    CUMSUM_MAX_CORE_NUM (16 on A3, 8 on the 950) and rscvStatusNum_."""
+    total = t.shape.S_r + t.shape.E
+    n = total // (32 if t.arch == "arch22" else 16)
+    n = max(n, 1)
+    n = min(n, t.cores // 2, 16 if t.arch == "arch22" else 8)
+    return min(n, t.status_count(rank))
+
+
+def all_to_all_cores(t: Mc2Tiling, rank: int) -> int:
+    """aivUsedAllToAll_: the cores before the count cores."""
+    return t.cores - count_cores(t, rank)
+
+
+def full_mesh_shared_cores(t: Mc2Tiling, rank: int) -> int:
+    """sharedUsedAivNum_: the last max(1, a2a * S / (K + S)) all-to-all cores."""
+    if not t.shape.S_r:
+        return 0
+    return max(1, all_to_all_cores(t, rank) * t.S // (t.K + t.S))
+
+
+def full_mesh_moe_cores(t: Mc2Tiling, rank: int) -> int:
+    """moeUsedAivNum_."""
+    return all_to_all_cores(t, rank) - full_mesh_shared_cores(t, rank)
+
+
+def scales_count(t: Mc2Tiling) -> int:
+    """scalesCount_: elements of the scales input (0 without one)."""
+    if not t.smooth_scales:
+        return 0
+    if t.dispatch_quant == "static_int8" and t.static_scales != "per_expert":
+        return 1 if t.static_scales == "scalar" else t.H
+    return t.shape.scale_rows() * t.H
+
+
+def bs_mode(t: Mc2Tiling, rank: int, active_bs: int) -> bool:
+    """canUseBSMode of AllToAllDispatchA3: active BS > 16, the active tokens split evenly
+    over the MoE send cores (or those over the tokens), no per-expert scales (scalesCount_
+    <= H) and no 2-D mask. The 950 always splits by token."""
+    moe = full_mesh_moe_cores(t, rank)
+    return (t.arch == "arch22" and active_bs > MIN_ACTIVE_BS_FOR_BS_MODE and moe > 0
+            and (active_bs % moe == 0 or moe % active_bs == 0)
+            and scales_count(t) <= t.H and t.x_active_mask != "2d")
+
+
+def bs_token_range(t: Mc2Tiling, rank: int, core: int, active_bs: int
+                   ) -> tuple[int, int, int, int, bool]:
+    """CalcBSTokenRange: (first token, end token, first k, end k, several cores per token).
+    With fewer active tokens than MoE cores, coresPerToken = moe // activeBS cores share a
+    token and split its K (the first K % coresPerToken one more); else each core takes
+    activeBS / moe consecutive tokens with all K."""
+    moe = full_mesh_moe_cores(t, rank)
+    K = t.K
+    if active_bs < moe:
+        per = moe // active_bs
+        if core >= per * active_bs:
+            return 0, 0, 0, K, True
+        tok, sub = divmod(core, per)
+        e, rem = divmod(K, per)
+        k0 = sub * (e + 1) if sub < rem else rem * (e + 1) + (sub - rem) * e
+        return tok, tok + 1, k0, k0 + (e + 1 if sub < rem else e), True
+    per = active_bs // moe
+    start = per * core
+    return (start, start + per, 0, K, False) if start < active_bs else (0, 0, 0, K, False)
+
+
+def split_expert_num_to_core(E: int, moe: int, core: int) -> list[tuple[int, int, int]]:
+    """SplitExpertNumToCore (A3 expert split): (expert, cores sharing it, my place among
+    them) for each expert core `core` sends: E // moe consecutive experts, and with a
+    remainder r one of the last r experts, shared by the cores with the same core % r,
+    which deal its pairs round robin."""
+    base, rem = divmod(E, moe)
+    out = [(core * base + i, 1, 0) for i in range(base)]
+    if rem:
+        group = moe // rem + (1 if core % rem < moe % rem else 0)
+        out.append((core % rem + moe * base, group, core // rem))
+    return out
+
+
+def rotated_block(src: int, dst: int, e: int, W: int, L: int) -> int:
+    """The 950's destination block: ((src + dst) % W) * L + e % L (the receiver reads
+    source s at ((s + me) % W) * L + local): ranks write different blocks at once."""
+    return ((src + dst) % W) * L + e % L
+
+
+def max_size_for_ub_buffer(t: Mc2Tiling, rank: int) -> int:
+    """maxSizeForUbBuffer of the host tiling (CheckUBSize)."""
+    n = t.bs(rank) * t.K
+    return max(align32(4 * t.H), align32(4 * n), t.bs(rank) * align32(t.K) * 2,
+               align_up(2 * n, 256))
+
+
+def _in_align(t: Mc2Tiling) -> int:
+    """hAlignSize_: Align32(H * 2) (npusim adds the 32 B the kernel's FillTriple writes past
+    it in TokenToExpert, into the buffer that follows)."""
+    return align32(2 * t.H)
+
+
+def send_ub_used_v2(t: Mc2Tiling, rank: int, bs_path: bool) -> int:
+    """UB from calBeginBuf_ to calEndBuf_ (inclusive) in AllToAllDispatch before
+    CalcSendTokenBufNum: what the send slots may not use."""
+    n = t.bs(rank) * t.K
+    ids = align_up(4 * n, 256)  # expertIdsBufSize_
+    quant = t.dispatch_quant != "none"
+    mask = t.x_active_mask != "none" or t.shape.special_experts > 0
+    mx = max_size_for_ub_buffer(t, rank)
+    cal = align32(4 * n)
+    used = 32 + 32  # calBeginBuf_, dataStateBuf
+    used += (4 if t.arch == "arch35" else 2) * _in_align(t)  # inQueue (+ the 950's clean pool)
+    used += ids + (ids if t.expert_scales else 0) + (ids if mask else 0)
+    if quant:
+        used += align32(t.window.dispatch.triplet_offset + 32) + 2 * mx
+    elif mask:
+        used += 2 * mx
+    elif t.arch == "arch35" or bs_path:
+        used += 2 * cal  # dstExpBuf_, subExpBuf_ for CalTokenSendExpertCnt
+    if t.arch == "arch35" or bs_path:
+        used += cal  # calTempBuf
+    if t.x_active_mask == "2d" or t.shape.special_experts:
+        used += align32(4 * t.bs(rank)) + max(align32(4 * n), t.bs(rank) * align32(t.K) * 2)
+    return used + 32  # calEndBuf_
+
+
+def send_token_buf_num(t: Mc2Tiling, rank: int, bs_path: bool) -> int:
+    """sendTokenBufNum_ (CalcSendTokenBufNum): the slots left UB holds, at most 8."""
+    left = t.ub_bytes - send_ub_used_v2(t, rank, bs_path)
+    return max(0, min(VALID_EVENT_FLAG_NUM, left // t.window.dispatch.slot))
+
+
+def host_ub_check_v2(t: Mc2Tiling, rank: int) -> int:
+    """CheckUBSize (fullmesh_v2 only): the UB the host counts for the send path."""
+    n = t.bs(rank) * t.K
+    ids = align_up(4 * n, 256)
+    used = 32 + 2 * align32(2 * t.H) + 2 * t.window.dispatch.slot + ids
+    mask = t.x_active_mask != "none" or t.shape.special_experts > 0
+    used += ids if mask else 0
+    mx = max_size_for_ub_buffer(t, rank)
+    if t.dispatch_quant != "none":
+        used += align32(t.window.dispatch.triplet_offset + 32) + 2 * mx
+    elif mask:
+        used += 2 * mx
+    if t.x_active_mask == "2d" or t.shape.special_experts:
+        used += align32(4 * t.bs(rank)) + max(align32(4 * n), t.bs(rank) * align32(t.K) * 2)
+    # SendToMoeExpertUsedBuffer: the expert masks and tokenNumToExpertBuf (C / 32 count cores)
+    total = t.shape.S_r + t.shape.E
+    cs = min(max(1, total // 32), t.cores // 2)
+    a2a = t.cores - cs
+    sh = max(1, a2a * t.S // (t.K + t.S)) if t.shape.S_r else 0
+    moe = a2a - sh
+    per_expert = align32(ids // 4 // 8)
+    used += per_expert * align_up(t.shape.E, moe) // moe + align32(4 * t.shape.E)
+    return used
+
+
+def workspace_ints(t: Mc2Tiling) -> int:
+    """The dispatch workspace in int32: A3 fullmesh_v1's SyncCntOnCore rows (C x C x 512 B),
+    fullmesh_v2's prefix table copies (C rows of rscvStatusNum_ <= W * L), else 0."""
+    if t.comm_alg == "fullmesh_v2":
+        return t.cores * t.W * t.L
+    return 128 * t.cores * t.cores if t.arch == "arch22" else 0

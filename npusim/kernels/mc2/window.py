@@ -21,7 +21,7 @@ the operator's ``ccl_buffer_size`` attribute the window is cut from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from npusim.kernels.quant import align_up, ceil_div
 
@@ -42,6 +42,10 @@ TRIPLET_BYTES = 12  # (src rank, token, k) int32
 MAX_OUT_DTYPE_SIZE = 2  # the host check sizes every token as 2 bytes per element
 SCALE_EXPAND_IDX_BUFFER = 44  # 32 B scale + 12 B triplet in the host check
 MAX_UB_SIZE = 170 * KiB  # dispatch send queues single-buffered above this UB use
+CUMSUM_MAX_CORES = 16  # CUMSUM_MAX_CORE_NUM on A3 (8 on the 950)
+FULL_MESH_BLOCK = 512  # SPLIT_BLOCK_SIZE: 480 B of data + a 32 B float 1.0 flag
+CUMSUM_CAL = 868 * KiB  # CUMSUM_CAL_OFFSET: fullmesh_v2's count-core partial sums
+CUMSUM_FLAG = 876 * KiB  # CUMSUM_FLAG_OFFSET: fullmesh_v2's "prefix table ready" flags
 
 ARCHES = ("arch22", "arch35")  # A3 (dav-2201) and the 950 (dav-3510)
 
@@ -69,6 +73,7 @@ class DispatchSlot:
     moved: int  # hScaleIdxSize_
     slot: int  # hAlignWinSize_
     ub_row: int  # hOutAlignUbSize_
+    blocks: int = 0  # fullmesh_v2: 512 B blocks per slot (blockCntPerToken_); 0: unpacked
 
 
 def dispatch_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSlot:
@@ -87,6 +92,18 @@ def dispatch_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSl
         moved += 4
     return DispatchSlot(out_bytes, scale_offset, triplet, es, moved, align512(moved),
                         align32(moved))
+
+
+def full_mesh_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSlot:
+    """fullmesh_v2's slot (``SetTilingDataAndCal``, full_mesh.h): the record of
+    :func:`dispatch_slot` (data, scale, triplet at tokenQuantAlign_, expert scale after it)
+    with 32 B for the triplet (hOutSizeAlign_), cut into 480 B pieces, each in a 512 B
+    block whose last 32 B hold float 1.0: the slot is blockCntPerToken_ * 512 B and the
+    put moves all of it; in UB, once the flags are stripped, rows are blocks * 480 apart."""
+    rec = dispatch_slot(h, quant, expert_scales)
+    blocks = ceil_div(rec.triplet_offset + STATE_ENTRY, FULL_MESH_DATA_ALIGN)
+    return replace(rec, moved=blocks * FULL_MESH_BLOCK, slot=blocks * FULL_MESH_BLOCK,
+                   ub_row=blocks * FULL_MESH_DATA_ALIGN, blocks=blocks)
 
 
 def combine_slot_bytes(h: int, arch: str) -> int:
@@ -131,16 +148,25 @@ class BufferNeed:
                 f"{self.token_need_combine} * (K {self.K} + S {self.S}))) * 2{extra}")
 
 
-def buffer_need(max_bs: int, h: int, W: int, L: int, K: int, S: int, arch: str) -> BufferNeed:
+def buffer_need(max_bs: int, h: int, W: int, L: int, K: int, S: int, arch: str,
+                comm_alg: str = "fullmesh_v1") -> BufferNeed:
+    """tokenNeedSizeDispatch is Align512(tokenActualLen), or for fullmesh_v2
+    ceil(tokenActualLen / 480) * 512 (``CheckWinSize``, moe_distribute_check_win_size.h)."""
     tok_actual = align32(h * MAX_OUT_DTYPE_SIZE) + SCALE_EXPAND_IDX_BUFFER
-    return BufferNeed(max_bs, align512(tok_actual), align512(h * MAX_OUT_DTYPE_SIZE), W, L, K,
+    if comm_alg == "fullmesh_v2":
+        tok_dispatch = ceil_div(tok_actual, FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+    else:
+        tok_dispatch = align512(tok_actual)
+    return BufferNeed(max_bs, tok_dispatch, align512(h * MAX_OUT_DTYPE_SIZE), W, L, K,
                       S, W * EP_RANK_OFFSET_STEP if arch == "arch35" else 0)
 
 
-def low_latency_ccl_buffer_mb(max_bs: int, h: int, W: int, L: int, K: int, S: int) -> int:
-    """``get_low_latency_ccl_buffer_size`` (fullmesh_v1): Align2(ceil((2 * (dispatch +
-    combine) + 1 MB) / 1 MB)) / 2 MB, the HCCL_BUFFSIZE to set (HCCL opens twice this)."""
-    need = buffer_need(max_bs, h, W, L, K, S, "arch22")
+def low_latency_ccl_buffer_mb(max_bs: int, h: int, W: int, L: int, K: int, S: int,
+                              comm_alg: str = "fullmesh_v1") -> int:
+    """``get_low_latency_ccl_buffer_size`` (its ``comm_alg`` picks the dispatch token size):
+    Align2(ceil((2 * (dispatch + combine) + 1 MB) / 1 MB)) / 2 MB, the HCCL_BUFFSIZE to set
+    (HCCL opens twice this)."""
+    need = buffer_need(max_bs, h, W, L, K, S, "arch22", comm_alg)
     total = need.actual_bytes + MiB
     return align_up(ceil_div(total, MiB), 2) // 2
 
@@ -169,6 +195,7 @@ class Mc2Window:
     # the combine kernel's slot stride when it differs from the area's slot (the 950's INT8:
     # hAlignWinSize_ of the quantised bytes; the area stays as dispatch places it); 0: same
     combine_stride: int = 0
+    full_mesh: bool = False  # fullmesh_v2: its count cores' hand-off areas are in use
 
     @property
     def slots_per_token(self) -> int:
@@ -246,7 +273,16 @@ class Mc2Window:
             "combine_recv": (d, d + self.combine_area),
             "dispatch_data": (d + self.combine_area,
                               d + self.combine_area + self.dispatch_area),
+            **(self.full_mesh_regions() if self.full_mesh else {}),
         }
+
+    def full_mesh_regions(self) -> dict[str, tuple[int, int]]:
+        """fullmesh_v2's count-core hand-offs in the own rank's status MiB (no data state):
+        partial sums at 868 KiB (n_cs rows of n_cs entries) and the ready flags at 876 KiB
+        (a row of n_cs entries per core); sized for the largest n_cs, 16."""
+        n = CUMSUM_MAX_CORES
+        return {"cumsum_partials": (CUMSUM_CAL, CUMSUM_CAL + n * n * STATE_ENTRY),
+                "cumsum_flags": (CUMSUM_FLAG, CUMSUM_FLAG + self.cores * n * STATE_ENTRY)}
 
 
 def a5_int8_combine_bytes(h: int) -> int:
@@ -266,7 +302,7 @@ def combine_stride_bytes(h: int, arch: str, combine_quant: str) -> int:
 
 def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, arch: str,
                ccl_mb: int, cores: int, expert_scales: bool = False,
-               combine_quant: str = "none") -> Mc2Window:
+               combine_quant: str = "none", comm_alg: str = "fullmesh_v1") -> Mc2Window:
     """The window of one call, after the operator's fit check and npusim's layout check.
 
     Raises :class:`CclBufferTooSmall` with the operator's terms ("HCCL_BUFFSIZE ... is too
@@ -276,17 +312,18 @@ def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, 
     if arch not in ARCHES:
         raise ValueError(f"arch {arch!r}; allowed: {', '.join(ARCHES)}")
     ccl_bytes = 2 * ccl_mb * MiB
-    need = buffer_need(max_bs, h, W, L, K, S, arch)
-    default = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S)
+    need = buffer_need(max_bs, h, W, L, K, S, arch, comm_alg)
+    default = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg)
     if need.actual_bytes > ccl_bytes - STATUS_BYTES:
         raise CclBufferTooSmall(
             f"{ccl_mb} MB (HCCL opens a {2 * ccl_mb} MB CCL buffer) is too SMALL: NEEDED = "
             f"{need.formula()} + 1 MB status = {need.needed_mb} MB of CCL buffer, so "
             f"ccl_buffer_size >= {ceil_div(need.needed_mb, 2)} MB "
             f"(get_low_latency_ccl_buffer_size gives {default})")
-    win = Mc2Window(W, max_bs, h, K, L, S, dispatch_slot(h, quant, expert_scales),
-                    combine_slot_bytes(h, arch), ccl_bytes, cores,
-                    combine_stride_bytes(h, arch, combine_quant))
+    v2 = comm_alg == "fullmesh_v2"
+    slot = (full_mesh_slot if v2 else dispatch_slot)(h, quant, expert_scales)
+    win = Mc2Window(W, max_bs, h, K, L, S, slot, combine_slot_bytes(h, arch), ccl_bytes, cores,
+                    combine_stride_bytes(h, arch, combine_quant), v2)
     used = win.combine_area + win.dispatch_area
     if used > win.half:
         mb = ceil_div(2 * used + STATUS_BYTES + W * EP_RANK_OFFSET_STEP, 2 * MiB)
