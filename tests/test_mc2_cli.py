@@ -63,7 +63,7 @@ def test_a_small_ccl_buffer_is_one_line_naming_the_need(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("key,value,where", [
-    ("comm_alg", "fullmesh_v2", "workload.comm_alg: fullmesh_v2 is not modelled yet"),
+    ("comm_alg", "hierarchy", "workload.comm_alg"),
     ("bs_per_rank", [4, 4, 4], "workload.bs_per_rank: 3 entries"),
     ("bs_per_rank", [4, "x"], "workload.bs_per_rank[1]"),
     ("mxfp8_saturate", True, "cann_sample"),
