@@ -1,5 +1,6 @@
 """Family ``mc2``: ops-transformer MoeDistributeDispatchV3 / CombineV3 with
-``comm_alg: fullmesh_v1`` (the operators' default), declared for the registry.
+``comm_alg: fullmesh_v1`` (the operators' default, ``dispatch.py``) or ``fullmesh_v2``
+(``full_mesh.py``; the combine is the same kernel), declared for the registry.
 
 Tensor names are the operators' (aclnnMoeDistributeDispatchV4 / CombineV4 parameters,
 snake case). Optional inputs the workload does not use are declared with zero rows.
@@ -90,11 +91,16 @@ class Dispatch(Kernel):
     name = "dispatch"
     phases = (
         Phase("send", "every core: the last max(1, C*S/(K+S)) to shared experts, the rest "
-              "their share of the (token, k) pairs"),
-        Phase("set_status", "every core: S_r + E counts, SyncAll, one 32 B put each"),
-        Phase("wait_dispatch", "every core: its W*L/C entries; A3 SyncCntOnCore; SyncAll"),
-        Phase("local_copy", "the cores with entries"),
-        Phase("token_nums", "core 0"),
+              "their share of the (token, k) pairs (fullmesh_v2: AllToAllDispatch on the "
+              "first C - n_cs cores)"),
+        Phase("set_status", "every core: S_r + E counts, SyncAll, one 32 B put each "
+              "(fullmesh_v2: CalAndSendCntByExp / ByRank on the n_cs count cores)"),
+        Phase("wait_dispatch", "every core: its W*L/C entries; A3 SyncCntOnCore; SyncAll "
+              "(fullmesh_v2, count cores: WaitDispatch, CalRecvAndSetFlag)"),
+        Phase("local_copy", "the cores with entries (fullmesh_v2: every core, WaitCumSumFlag "
+              "first, rows as their block flags arrive)"),
+        Phase("token_nums", "core 0 (fullmesh_v2 on A3: the first count core; on the 950 "
+              "inside core 0's local_copy)"),
     )
     inputs = (X, IDS, SCALES_W, MASK,
               TensorSpec("scales", const(np.float32), _scales_shape,
@@ -192,7 +198,7 @@ def _shape(shape: MoeShape, options: Mapping[str, Any]) -> ref.Mc2Shape:
 class Mc2(Family):
     name = "mc2"
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
-            "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer)")
+            "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
     options = (
