@@ -509,12 +509,7 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
                                     4 * wl, name="read_prefix"))
     cum = ctx.ub_read(cum_buf, np.int32, wl, ops=0).astype(np.int64)
     ctx.scalar(4 * n_idx)
-    valid = []
-    for idx in range(i0, i1):
-        start = int(cum[idx - 1]) if idx else 0
-        left = int(cum[idx]) - start
-        if left:
-            valid.append([idx, start, 0, left])  # index, first output row, finished, left
+    valid = valid_expert_info(cum, i0, i1)
     if not valid:
         return
     ctx.vector("dup_pattern", 16, np.int32, writes=[flag_zero],
@@ -572,6 +567,18 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
                          name="clear_block_flags")
             valid.pop(v)
         yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
+
+
+def valid_expert_info(cum: np.ndarray, i0: int, i1: int) -> list[list[int]]:
+    """SetValidExpertInfo: [index, first output row, finished, left] for each status index
+    in [i0, i1) with rows, from the inclusive prefix table."""
+    valid = []
+    for idx in range(i0, i1):
+        start = int(cum[idx - 1]) if idx else 0
+        left = int(cum[idx]) - start
+        if left:
+            valid.append([idx, start, 0, left])
+    return valid
 
 
 def _block_base(t: MoeTiling, state: int, idx: int, rank: int) -> int:

@@ -278,16 +278,25 @@ def send_to_shared(ctx: KernelContext, t: Mc2Tiling, state: int, q: SendQueues, 
                    c: int, tokens: np.ndarray) -> Wait:
     """SendToSharedExpert: item v -> active token v % activeBS to shared expert v // activeBS,
     into slot v % activeBS of this rank's block."""
-    rank = ctx.rank_id
+    for token, k, j, dst, off in shared_items(t, state, ctx.rank_id, tokens,
+                                              t.shared_send_cores, c):
+        ctx.scalar(4)
+        yield from process_token(ctx, t, q, memo, token, k, j, dst, off, None)
+    yield from ctx.pipe_barrier("mte3")
+
+
+def shared_items(t: Mc2Tiling, state: int, rank: int, tokens: np.ndarray, cores: int,
+                 c: int) -> list[tuple[int, int, int, int, int]]:
+    """Shared-send core c's contiguous share of the activeBS * S items: (token, k = K + j,
+    shared expert j, destination rank, window offset) of item v = j * activeBS + slot."""
     a = tokens.size
-    v0, v1 = split_to_core(a * t.S, t.shared_send_cores, c)
+    v0, v1 = split_to_core(a * t.S, cores, c)
+    out = []
     for v in range(v0, v1):
         slot, j = v % a, v // a
-        ctx.scalar(4)
-        off = t.window.dispatch_slot_offset(state, rank, slot)
-        yield from process_token(ctx, t, q, memo, int(tokens[slot]), t.K + j, j,
-                                 t.shared_dst(rank, j), off, None)
-    yield from ctx.pipe_barrier("mte3")
+        out.append((int(tokens[slot]), t.K + j, j, t.shared_dst(rank, j),
+                    t.window.dispatch_slot_offset(state, rank, slot)))
+    return out
 
 
 # --------------------------------------------------------------------------- status
@@ -388,14 +397,7 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         yield from ctx.wait(ctx.copy_out(ctx.tensor("performance_info_cores"),
                                          8 * t.W * ctx.core_id, pbuf, 8 * t.W,
                                          name="write_performance_info"))
-    counts = wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 1].astype(np.int64).copy()
-
-    def clear() -> None:
-        wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 0] = 0
-
-    ctx.vector("clear_flags", repeats=-(-n // 8), writes=[wait_buf], fn=clear)
-    yield from ctx.pipe_barrier("vector")
-    yield from ctx.wait(ctx.copy_out(win, base, wait_buf, 32 * n, name="clear_status"))
+    counts = yield from wait_dispatch_clear_status(ctx, win, base, wait_buf, n)
     if t.arch == "arch22":  # SyncCntOnCore: my sum into every reader's workspace column
         ctx.vector("gather_counts", repeats=n, reads=[wait_buf])
         ctx.vector("sum_counts", n, F32)
@@ -414,6 +416,20 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
                      strided=Strided(readers, 32, dst_gap=480), name="write_workspace")
         yield from ctx.drain()
     yield from ctx.sync_all()
+    return counts
+
+
+def wait_dispatch_clear_status(ctx: KernelContext, win, base: int, wait_buf, n: int) -> Wait:
+    """WaitDispatchClearStatus: the n entries' counts, then their flags zeroed and written
+    back (Duplicate, one copy)."""
+    counts = wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 1].astype(np.int64).copy()
+
+    def clear() -> None:
+        wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 0] = 0
+
+    ctx.vector("clear_flags", repeats=-(-n // 8), writes=[wait_buf], fn=clear)
+    yield from ctx.pipe_barrier("vector")
+    yield from ctx.wait(ctx.copy_out(win, base, wait_buf, 32 * n, name="clear_status"))
     return counts
 
 

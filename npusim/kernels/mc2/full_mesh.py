@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.cann_sample.dispatch import _flag_check_cost
+from npusim.kernels.cann_sample.dispatch import _flag_check_cost, valid_expert_info
 from npusim.kernels.mc2 import tiling as tl
 from npusim.kernels.mc2.dispatch import (
     _cal_token_send_expert_cnt,
@@ -35,6 +35,8 @@ from npusim.kernels.mc2.dispatch import (
     active_set,
     init_win_state,
     set_expert_token_nums,
+    shared_items,
+    wait_dispatch_clear_status,
 )
 from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
 from npusim.kernels.mc2.window import (
@@ -240,16 +242,12 @@ def send_to_shared_expert(ctx: KernelContext, t: Mc2Tiling, state: int, memo: di
     """SendToSharedExpert: item v -> active token v % activeBS to shared expert
     v // activeBS on rank (r % R) + j R, into slot v % activeBS of block r."""
     rank = ctx.rank_id
-    a = tokens.size
     s = SendSlots(ctx, t, _slots(t, rank, False))
     yield from ctx.pipe_barrier("vector")
-    v0, v1 = split_to_core(a * t.S, tl.full_mesh_shared_cores(t, rank), c)
-    for v in range(v0, v1):
-        slot, j = v % a, v // a
+    for token, k, j, dst, off in shared_items(t, state, rank, tokens,
+                                              tl.full_mesh_shared_cores(t, rank), c):
         ctx.scalar(4)
-        off = t.window.dispatch_slot_offset(state, rank, slot)
-        yield from token_to_expert(ctx, t, s, memo, int(tokens[slot]), t.K + j, j,
-                                   t.shared_dst(rank, j), off, None)
+        yield from token_to_expert(ctx, t, s, memo, token, k, j, dst, off, None)
     yield from s.wait_all(ctx)
 
 
@@ -513,14 +511,7 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, m: int) -> Wait:
     yield from ctx.wait_until(win, base, 32 * n, SumEquals(F32, float(n), stride=32), wait_buf,
                               name="wait_status", check_ns=_reduce_check(ctx, n))
     run_pos_record(ctx, t, 2)
-    counts = wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 1].astype(np.int64).copy()
-
-    def clear() -> None:
-        wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 0] = 0
-
-    ctx.vector("clear_flags", repeats=-(-n // 8), writes=[wait_buf], fn=clear)
-    yield from ctx.pipe_barrier("vector")
-    yield from ctx.wait(ctx.copy_out(win, base, wait_buf, 32 * n, name="clear_status"))
+    counts = yield from wait_dispatch_clear_status(ctx, win, base, wait_buf, n)
     ctx.vector("gather_counts", repeats=n, reads=[wait_buf])
     yield from ctx.pipe_barrier("vector")
     ctx.vector("sum_counts", align32(4 * n) // 4, F32)
@@ -635,12 +626,7 @@ def local_window_copy(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     if t.arch == "arch35" and core == 0:
         _token_nums_from_prefix(ctx, t, cum)
     ctx.scalar(4 * n_idx)
-    valid = []
-    for idx in range(i0, i1):
-        start = int(cum[idx - 1]) if idx else 0
-        left = int(cum[idx]) - start
-        if left:
-            valid.append([idx, start, 0, left])  # index, first output row, finished, left
+    valid = valid_expert_info(cum, i0, i1)  # index, first output row, finished, left
     if not valid:
         return
     ctx.vector("dup_clean", slot.blocks * 8, F32, writes=[clean],
