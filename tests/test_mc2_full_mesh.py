@@ -88,6 +88,13 @@ def test_bs_token_ranges_by_hand():
     assert tl.bs_token_range(t80, 0, 3, 80) == (6, 8, 0, 8, False)
 
 
+def test_bs_mode_k_stagger_by_hand():
+    # a core's token 3 of K 8 starts at k 3; tokens shared by cores keep k in order
+    assert tl.bs_k_order(3, 0, 8, 8, False) == [3, 4, 5, 6, 7, 0, 1, 2]
+    assert tl.bs_k_order(0, 0, 8, 8, False) == list(range(8))
+    assert tl.bs_k_order(5, 4, 8, 8, True) == [4, 5, 6, 7]
+
+
 def test_expert_split_by_hand():
     # 10 experts over 4 cores: 2 each, the remainder 8, 9 shared by cores of equal core % 2
     assert tl.split_expert_num_to_core(10, 4, 0) == [(0, 1, 0), (1, 1, 0), (8, 2, 0)]

@@ -352,10 +352,11 @@ def send_to_moe_expert_by_bs(ctx: KernelContext, t: Mc2Tiling, state: int, memo:
         else:
             rec = xin
         yield from s.wait_all(ctx)  # WaitFlag<MTE3_V>: the previous token's puts are done
-        for b0 in range(k0, k1, nslots):
-            b1 = min(b0 + nslots, k1)
+        order = tl.bs_k_order(token, k0, k1, K, multi)
+        for b0 in range(0, len(order), nslots):
+            b1 = min(b0 + nslots, len(order))
             for ki in range(b0, b1):
-                k = ki if multi else (ki + token) % K
+                k = order[ki]
                 flat_idx = token * K + k
                 e = int(flat[flat_idx])
                 ctx.scalar(4)
@@ -372,7 +373,7 @@ def send_to_moe_expert_by_bs(ctx: KernelContext, t: Mc2Tiling, state: int, memo:
                 off = t.window.dispatch_slot_offset(state, rank * t.L + e % t.L, cnt)
                 s.puts[ki - b0] = ctx.put(t.expert_rank(e), off, out, slot.slot,
                                           name="put_token")
-            if b1 < k1:  # SyncFunc<MTE3_S> between batches
+            if b1 < len(order):  # SyncFunc<MTE3_S> between batches
                 yield from s.wait_all(ctx)
     yield from s.wait_all(ctx)
 

@@ -216,6 +216,12 @@ def bs_token_range(t: Mc2Tiling, rank: int, core: int, active_bs: int
     return (start, start + per, 0, K, False) if start < active_bs else (0, 0, 0, K, False)
 
 
+def bs_k_order(token: int, k0: int, k1: int, K: int, shared_token: bool) -> list[int]:
+    """SendBSExpertLoop's k order: ki in [k0, k1) in order when cores share the token, else
+    staggered k = (ki + token) % K so that the cores' first puts go to different experts."""
+    return list(range(k0, k1)) if shared_token else [(ki + token) % K for ki in range(k0, k1)]
+
+
 def split_expert_num_to_core(E: int, moe: int, core: int) -> list[tuple[int, int, int]]:
     """SplitExpertNumToCore (A3 expert split): (expert, cores sharing it, my place among
     them) for each expert core `core` sends: E // moe consecutive experts, and with a
