@@ -155,6 +155,16 @@ def test_limits_are_one_line_exit_2(tmp_path, capsys, hardware, key, value, wher
     assert "\n" not in err and where in err and "bad.yaml" in err
 
 
+def test_a_small_ccl_buffer_names_the_480_512_token_size(tmp_path, capsys):
+    # CheckWinSize for fullmesh_v2: tokenNeedSizeDispatch = ceil((14336 + 44) / 480) * 512
+    sc = _scenario(tmp_path, "small", "atlas_a3", comm_alg="fullmesh_v2", bs=32, h=7168, k=8,
+                   ep_world_size=16, experts_per_rank=16, ccl_buffer_size=20)
+    assert main(["lint", str(sc)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "workload.ccl_buffer_size" in err
+    assert "tokenNeedSizeDispatch 15360" in err
+
+
 def test_the_950_allows_bs_512_and_a3_bs_256(tmp_path, capsys):
     ok950 = _scenario(tmp_path, "ok950", "ascend950", comm_alg="fullmesh_v2", bs=300, h=1024)
     ok_a3 = _scenario(tmp_path, "oka3", "atlas_a3", comm_alg="fullmesh_v2", bs=256, h=1024)
