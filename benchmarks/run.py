@@ -130,6 +130,13 @@ def _cpu_s() -> float:
 
 def simpy_baseline(n_events: int = 1_000_000) -> float:
     """Events per second of a bare simpy loop (one process, n timeouts) on this machine."""
+    return simpy_rates(n_events)[0]
+
+
+def simpy_rates(n_events: int = 1_000_000) -> tuple[float, float]:
+    """The bare simpy loop's events per second by wall clock and by CPU clock. On a shared
+    machine the wall rate falls with the load; the CPU rate much less, so a long run's CPU
+    time in loops of the CPU rate is the steadier measure."""
     import simpy
 
     env = simpy.Environment()
@@ -139,9 +146,9 @@ def simpy_baseline(n_events: int = 1_000_000) -> float:
             yield env.timeout(1)
 
     env.process(ticker(env))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     env.run()
-    return n_events / (time.perf_counter() - t0)
+    return n_events / (time.perf_counter() - t0), n_events / (time.process_time() - c0)
 
 
 def main() -> int:
@@ -193,7 +200,7 @@ def main() -> int:
             return _usage_error(f"--check {args.check}: not a baseline written by --json "
                                 f"({type(exc).__name__}); allowed: a JSON file from "
                                 "benchmarks/run.py --json")
-    base = simpy_baseline()
+    base, cpu_base = simpy_rates()
     rows = []
     print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()})")
     print(f"workers per run: {args.workers}")
@@ -208,6 +215,7 @@ def main() -> int:
         row["vs_plain_simpy"] = row["events_per_s"] / base
         if name in SCALE:
             row["plain_simpy_events_per_s"] = base
+            row["plain_simpy_cpu_events_per_s"] = cpu_base
         rows.append(row)
         peak = row["peak_rss_mib"] + row["peak_rss_forked_mib"]
         print(f"{name:<28}{row['wall_s']:>8.2f}{row['cpu_s']:>7.2f}{row['events']:>10}"
@@ -215,11 +223,15 @@ def main() -> int:
         if name in SCALE:  # issue 19's measure: wall time in 1 M-event plain simpy loops
             w = CASES[name]
             row["x_1m_loop"] = row["wall_s"] * base / 1e6
+            row["x_1m_loop_cpu"] = row["cpu_s"] * cpu_base / 1e6
+            row["loop_events_per_event"] = row["cpu_s"] * cpu_base / max(row["events"], 1)
             row["events_per_unit"] = row["events"] / (w["bs"] * w["k"] * w["ep_world_size"])
             goal = SCALE_TARGETS.get(name)
             print(f"  = {row['x_1m_loop']:.0f}x a 1 M-event simpy loop"
                   + (f" (target {goal}x: {'met' if row['x_1m_loop'] <= goal else 'NOT met'})"
                      if goal else "")
+                  + f"; by CPU clock {row['x_1m_loop_cpu']:.0f}x, "
+                  f"{row['loop_events_per_event']:.0f} loop events per event"
                   + f", {row['events_per_unit']:.1f} events per BS*K*W")
     if args.json:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,

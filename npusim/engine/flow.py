@@ -299,11 +299,13 @@ class FlowNetwork:
 
     def _compact(self) -> None:
         """Drop superseded wake-ups (each re-arm leaves one behind; at W = 64 they were nine
-        in ten). Keys (time, seq) are unique, so the heap pops in the same order after."""
+        in ten), once they are as many as the live ones: a stale entry costs a pop of the
+        whole heap, the compaction a fraction of that. Keys (time, seq) are unique, so the
+        heap pops in the same order after."""
         live = [w for w in self._wakes if w[3] == w[2].version]
         heapq.heapify(live)
         self._wakes = live
-        self._compact_at = max(_COMPACT_MIN, 4 * len(live))
+        self._compact_at = max(_COMPACT_MIN, 2 * len(live))
 
     def _arm_timer(self, t: float) -> None:
         self._timer_at = t
