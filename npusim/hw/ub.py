@@ -135,12 +135,12 @@ class UnifiedBuffer:
         first, last = start >> 3, (end - 1) >> 3
         head = (0xFF << (start & 7)) & 0xFF
         tail = 0xFF >> (7 - ((end - 1) & 7))
-        w = self.written
+        w = self.written  # (item and a Python int: a numpy scalar's |= costs more)
         if first == last:
-            w[first] |= head & tail
+            w[first] = w.item(first) | (head & tail)
             return
-        w[first] |= head
-        w[last] |= tail
+        w[first] = w.item(first) | head
+        w[last] = w.item(last) | tail
         if last > first + 1:
             w[first + 1:last] = 0xFF
 
