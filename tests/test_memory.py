@@ -140,3 +140,23 @@ def test_every_core_has_its_own_zeroed_ub_and_write_marks():
         assert ub.data[0] == ub.data[cap - 1] == i + 1
         assert np.count_nonzero(ub.data) == 2
         assert ub.unwritten(0, cap - 8) == 0 and ub.unwritten(cap - 8, 8) == -1
+
+
+def test_strided_blocks_are_views_of_the_blocks_a_loop_slices():
+    """strided_blocks gives the blocks `pitch` apart as a view (writes land in the span),
+    on a contiguous span and on one that is not (every other byte of a buffer)."""
+    from npusim.hw.ub import strided_blocks
+
+    rng = np.random.default_rng(5)
+    base = rng.integers(0, 256, size=600, dtype=np.uint8)
+    for span in (base[7:7 + 3 * 40 + 12], base[::2][:3 * 40 + 12]):
+        want = np.stack([span[i * 40:i * 40 + 12].copy() for i in range(4)])
+        got = strided_blocks(span, 4, 12, 40)
+        assert got.shape == (4, 12)
+        assert (got == want).all()
+        got[2, 3] = want[2, 3] ^ 0xFF
+        assert span[2 * 40 + 3] == want[2, 3] ^ 0xFF
+    rep = strided_blocks(base[:5], 3, 5, 0)  # pitch 0 repeats the first block
+    assert (rep == base[:5]).all()
+    with pytest.raises(ValueError):
+        strided_blocks(base[:100], 3, 12, 45)  # needs 2 * 45 + 12 = 102 bytes

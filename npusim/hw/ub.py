@@ -24,10 +24,11 @@ def strided_blocks(span: np.ndarray, count: int, length: int, pitch: int) -> np.
     if span.size < (count - 1) * pitch + length:
         raise ValueError(f"a span of {span.size} B has no {count} blocks of {length} B "
                          f"every {pitch} B")
-    item = span.itemsize
     if span.flags.c_contiguous:  # a view on the span's own buffer (as_strided's cost, 1/8)
+        item = span.itemsize
         return np.ndarray((count, length), span.dtype, buffer=span, strides=(pitch * item, item))
-    return np.lib.stride_tricks.as_strided(span, (count, length), (pitch * item, item))
+    step = span.strides[0]
+    return np.lib.stride_tricks.as_strided(span, (count, length), (pitch * step, step))
 
 
 class UBBuffer:
