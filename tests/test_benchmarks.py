@@ -44,3 +44,28 @@ def test_zero_workers_is_a_one_line_usage_error(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "--workers 0" in lines[0] and "1 or more" in lines[0]
     assert out.stdout == ""
+
+
+def test_every_scale_case_is_a_scenario_the_window_holds():
+    """The scale group's cases build (W 768 at BS 80), and W 768 at BS 128 is refused by
+    the window: per token a data state holds the combine area (K+S) * Align512(2H) =
+    8 * 14336 B and the dispatch grid 768 experts * 8192 B slots, 6,406,144 B, and
+    510 MiB / 6,406,144 B = 83.5 tokens."""
+    from npusim.errors import InputError
+    from npusim.scenario import scenario_from_doc
+
+    run = _script()
+
+    def scenario(workload: dict):
+        workload = dict(workload)
+        doc = {"name": "scale", "hardware": workload.pop("hardware"), "workload": workload}
+        return scenario_from_doc(doc, "scale", SCRIPT.parents[1])
+
+    for name in run.SCALE:
+        assert scenario(run.CASES[name]).workload.ep_world_size in (64, 256, 768)
+    assert set(run.SCALE_TARGETS) <= set(run.SCALE)
+    with pytest.raises(InputError, match=r"bs <= 83\b"):
+        scenario(run._a3_ep(768, 128))
+    scenario(run._a3_ep(768, 83))
+    with pytest.raises(InputError, match="window too small"):
+        scenario(run._a3_ep(768, 84))
