@@ -233,6 +233,10 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     run = _op_run(machine, kernel, res, outputs)
     run.family_fields = kernel.report_fields(t, outputs)
     run.family_fields.update(kernel.timing_fields(t, run, res.contexts))
+    frames = [[{f: (a - res.start_ns, b - res.start_ns) for f, (a, b) in ctx.frames.items()}
+               for ctx in row] for row in res.contexts]
+    if any(f for row in frames for f in row):
+        run.family_fields.update(kernel.profile_fields(t, frames))
     if keep_inputs:  # shared rows made dense: the tensor as the kernel read it
         run.inputs = [{spec.name: _dense(arrays[spec.name], spec.np_dtype(t), spec.shape(t, r))
                        for spec in kernel.inputs} for r, arrays in enumerate(op_inputs)]

@@ -29,6 +29,8 @@ CONFIG_DIR = configs_dir()  # package data (npusim._data.configs), whatever the 
 class ChipConfig:
     clock_ghz: float = field(metadata={"unit": "GHz", "min": 0.1, "max": 10.0})
     aiv_cores: int = field(metadata={"unit": "cores", "min": 1, "max": 256})
+    # GetSystemCycle()'s counter, which kernels' profiling frames read (ticks per us)
+    system_counter_mhz: float = field(metadata={"unit": "MHz", "min": 1.0, "max": 1e4})
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,16 @@ class UBConfig:
 class ScalarConfig:
     cycles_per_op: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e4})
     loop_cycles: float = field(metadata={"unit": "cycles", "min": 0.0, "max": 1e4})
+
+
+@dataclass(frozen=True)
+class DCacheConfig:
+    """The scalar unit's data cache in front of GM (scalar loads and stores, dcci)."""
+
+    line_bytes: int = field(metadata={"unit": "B", "min": 4, "max": 4096})
+    miss_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e6})  # line fill
+    dcci_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e6})  # one line
+    dcci_entire_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,7 @@ class HardwareConfig:
     chip: ChipConfig
     ub: UBConfig
     scalar: ScalarConfig
+    dcache: DCacheConfig
     vector: VectorConfig
     mte: MTEConfig
     hbm: HBMConfig

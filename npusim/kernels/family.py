@@ -137,6 +137,14 @@ class Kernel:
         launch; {} by default."""
         return {}
 
+    def profile_fields(self, tiling: Any, frames: Sequence[Sequence[Mapping[str, Any]]]
+                       ) -> dict[str, Any]:
+        """More family_fields from the profiling frames the cores recorded
+        (ctx.prof_start / prof_end, SHMEMI_PROF_START / END): frames[rank][core] is
+        {frame: (start_ns, end_ns)} from the op's start. Called only when some core
+        recorded a frame; {} by default."""
+        return {}
+
 
 class Family:
     """A kernel family: subclass, fill in the declarations, implement the hooks."""

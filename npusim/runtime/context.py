@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -35,7 +35,11 @@ from npusim.hw.vf import VF, VFTiming, membase_vfs
 from npusim.runtime.conditions import AtLeast, Condition
 from npusim.runtime.crosscore import CrossCoreOps
 from npusim.runtime.cube import CubeOps
+from npusim.runtime.dcache import DataCache
 from npusim.runtime.membase import Api
+
+if TYPE_CHECKING:
+    from npusim.runtime.shmem import Shmem
 
 Wait = Generator[Any, Any, None]
 COUNTERS = (*VF_COUNTERS, "SCALAR")
@@ -108,7 +112,10 @@ class Strided:
 @dataclass
 class Poll:
     """One GM area a poll loop reads: contiguous `nbytes` or a strided read, a condition on
-    the bytes read, the UB buffer they land in and the vector/scalar check cost (ns)."""
+    the bytes read, the UB buffer they land in and the vector/scalar check cost (ns).
+
+    `into` None: a scalar read that lands in no UB buffer (a spin); `read_ns`, if given,
+    replaces the MTE2 read's cost (SHMEM's signal_wait_until: a dcci and a line fill)."""
 
     region: Region
     offset: int
@@ -118,6 +125,7 @@ class Poll:
     into_offset: int = 0
     strided: Strided | None = None
     check_ns: float = 0.0
+    read_ns: float | None = None
 
     @property
     def span(self) -> int:
@@ -181,7 +189,9 @@ class KernelContext(CubeOps, CrossCoreOps):
         self._sent_at: dict[Op, float] = {}
         self._poll: Poll | None = None
         self._poll_name = ""
-        self._dcache: set[tuple[int, int]] = set()
+        self.dcache = DataCache(self)
+        self.frames: dict[str, list[float]] = {}  # profiling frames: name -> [start, end]
+        self._shmem: Shmem | None = None
         mte = self.cfg.mte  # UB -> local GM or own window: the rank's HBM
         self._local = Route((rank.hbm,), mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
         # instructions executed, as the sample profiles count them (RVECEX/LD/ST: VF
@@ -421,19 +431,33 @@ class KernelContext(CubeOps, CrossCoreOps):
 
     def gm_read_scalar(self, region: Region, offset: int, dtype: str | np.dtype | type) -> Any:
         """A scalar load from GM (GetValue) through the core's data cache: a miss costs a
-        GM read latency, a hit one scalar slot. Lines are 64 B."""
-        item = np.dtype(dtype).itemsize
-        self._check_gm(region, offset, item, "gm_read_scalar")
-        line = (id(region), offset >> 6)
-        if line in self._dcache:
-            self.scalar(1)
-        else:
-            self._dcache.add(line)
-            start = self.t
-            self.t += self.issue_ns + self.cfg.mte.gm_to_ub_latency_ns
-            self.trace.activity(self.rank_id, self.core_id, "scalar", "gm_read_scalar", start,
-                                self.t)
-        return region.read(offset, item).view(dtype)[0]
+        line fill (`dcache.miss_ns`), a hit one scalar slot (npusim.runtime.dcache)."""
+        return self.dcache.load(region, offset, dtype)
+
+    def gm_write_scalar(self, region: Region, offset: int, value: Any,
+                        dtype: str | np.dtype | type) -> None:
+        """A scalar store into this rank's GM (SetValue): one slot (npusim.runtime.dcache)."""
+        self.dcache.store(region, offset, value, dtype)
+
+    # -- profiling frames and SHMEM ----------------------------------------------------
+    def prof_start(self, frame: str) -> None:
+        """Open a profiling frame at the core's clock (SHMEMI_PROF_START: GetSystemCycle)."""
+        self.frames[frame] = [self.t, self.t]
+
+    def prof_end(self, frame: str) -> None:
+        """Close a profiling frame (SHMEMI_PROF_END); the report reads the frames through
+        Kernel.profile_fields."""
+        if frame not in self.frames:
+            raise self.error(f"profiling frame {frame!r} ended but never started")
+        self.frames[frame][1] = self.t
+
+    @property
+    def shmem(self) -> Shmem:
+        """The SHMEM device API of this core (npusim.runtime.shmem)."""
+        if self._shmem is None:
+            from npusim.runtime.shmem import Shmem
+            self._shmem = Shmem(self)
+        return self._shmem
 
     # -- data movement -----------------------------------------------------------------
     def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
@@ -613,16 +637,23 @@ class KernelContext(CubeOps, CrossCoreOps):
         if pe == self.rank_id:
             return self._send(dst, offset, src, src_offset, nbytes, name, self._local, strided,
                               claim=True)
-        links, link_latency = self.machine.fabric.route(self.rank_id, pe)
-        mte = self.cfg.mte
-        route = Route((*links, self.machine.ranks[pe].hbm), mte.put_gbps,
-                      mte.put_latency_ns + link_latency)
+        route = self.route(pe)
         moved = strided.nbytes if strided else nbytes
         self.bytes_put += moved
         self.rank.bytes_out += moved
         self.machine.ranks[pe].bytes_in += moved
         return self._send(dst, offset, src, src_offset, nbytes, name, route, strided,
                           remote=True, claim=True)
+
+    def route(self, pe: int) -> Route:
+        """The path of a write from this core into rank `pe`'s memory: its own rank's HBM
+        at the UB->GM figures, another's links and HBM at the put figures."""
+        if pe == self.rank_id:
+            return self._local
+        links, link_latency = self.machine.fabric.route(self.rank_id, pe)
+        mte = self.cfg.mte
+        return Route((*links, self.machine.ranks[pe].hbm), mte.put_gbps,
+                     mte.put_latency_ns + link_latency)
 
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
               name: str, route: Route, strided: Strided | None = None, remote: bool = False,
@@ -888,7 +919,8 @@ class KernelContext(CubeOps, CrossCoreOps):
         acc = 0.0
         for i in order:
             p = polls[i]
-            read = mte.gm_to_ub_latency_ns + self._charged(p) / mte.gm_to_ub_gbps
+            read = (p.read_ns if p.read_ns is not None
+                    else mte.gm_to_ub_latency_ns + self._charged(p) / mte.gm_to_ub_gbps)
             landing[i] = acc + self.issue_ns + read
             acc += self.issue_ns + read + p.check_ns + tail
         cycle = acc
