@@ -30,7 +30,8 @@ BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
                            "cann_gelu": "npusim.kernels.cann_gelu",
                            "rms_norm_quant": "npusim.kernels.rms_norm_quant",
                            "mega_moe": "npusim.kernels.mega_moe",
-                           "mega_moe_unfused": "npusim.kernels.mega_moe.unfused"}
+                           "mega_moe_unfused": "npusim.kernels.mega_moe.unfused",
+                           "shmem_classic": "npusim.kernels.shmem_classic"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}

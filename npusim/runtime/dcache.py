@@ -81,6 +81,43 @@ class DataCache:
         self.lines.add(self._line(region, offset))
         region.write(offset, raw)
 
+    def load_run(self, region: Region, offset: int, count: int, dtype: Any) -> np.ndarray:
+        """`count` scalar loads of consecutive elements (an element loop's loads, costed as
+        one by one): a slot each, plus a fill for every line not yet cached."""
+        ctx = self.ctx
+        dt = np.dtype(dtype)
+        nbytes = count * dt.itemsize
+        ctx._check_gm(region, offset, nbytes, "scalar GM load")
+        if count <= 0:
+            return np.zeros(0, dt)
+        rid = id(region)
+        lines = self.lines
+        fills = 0
+        for ln in range(offset >> self.shift, ((offset + nbytes - 1) >> self.shift) + 1):
+            if (rid, ln) not in lines:
+                lines.add((rid, ln))
+                fills += 1
+        ctx.scalar(count - fills)
+        start = ctx.t
+        ctx.t += fills * (ctx.issue_ns + self.cfg.miss_ns)
+        if fills:
+            ctx.trace.activity(ctx.rank_id, ctx.core_id, "scalar", "gm_read_scalar", start,
+                               ctx.t)
+        return region.read(offset, nbytes).view(dt)
+
+    def store_run(self, region: Region, offset: int, values: np.ndarray) -> None:
+        """Scalar stores of consecutive elements (an element loop's stores): a slot each."""
+        ctx = self.ctx
+        raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+        ctx._check_gm(region, offset, raw.size, "scalar GM store")
+        if region.rank != ctx.rank_id:
+            raise ctx.error(f"scalar store into rank {region.rank}'s {region.name!r}: another "
+                            "rank's memory is written through signal_op (a store and a "
+                            "dcci of its line)", address=offset, size=raw.size)
+        self._zone(region, offset, raw.size, "scalar GM store")
+        ctx.scalar(np.asarray(values).size)
+        region.write(offset, raw)
+
     def store_line(self, pe: int, region: Region, offset: int, value: Any, dtype: Any,
                    name: str = "signal") -> Op:
         """A scalar store into rank `pe`'s `region` followed by a dcci of its line: one slot,

@@ -1,0 +1,215 @@
+"""Family ``shmem_classic``: hicann/shmem's dispatch_classic and combine_classic examples.
+
+Tensor names are the examples' file names (data_gen.py, main.cpp). The report gets the
+examples' --perf metrics (full_op, comm_only, DataSize, bandwidth) as family_fields, and
+`npusim run --harness-csv FILE` writes their CSV rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.shape import MoeShape
+from npusim.kernels.shmem_classic import reference as ref
+from npusim.kernels.shmem_classic.combine import combine_program
+from npusim.kernels.shmem_classic.data_gen import example_inputs
+from npusim.kernels.shmem_classic.dispatch import dispatch_program
+from npusim.kernels.shmem_classic.harness import perf_fields
+from npusim.kernels.shmem_classic.layout import (
+    DTYPE_NAMES,
+    MAX_LOCAL_EXPERTS,
+    UB_TMP_OFFSET,
+    WORKLOAD_DTYPE,
+    ClassicTiling,
+)
+from npusim.runtime.shmem import LOG_MAX_AIV_PER_NPU
+from npusim.workload.routing import make_routing
+
+COMBINE_DTYPES = ("int32_t", "float16_t")  # COMBINE_FUNC_DEF; run.sh refuses bfloat16_t
+
+
+def _tok(t: ClassicTiling) -> np.dtype:
+    return t.np_dtype
+
+
+X = TensorSpec("x", _tok, lambda t, r: (t.shape.BS, t.shape.H), "[BS, H] tokens")
+IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.shape.BS, t.shape.K),
+                 "[BS, K] expert of each (token, k)")
+SCALES = TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.shape.BS, t.shape.K),
+                    "[BS, K] routing weights (1.0 for int32_t)")
+EXPAND_X = TensorSpec("expand_x", _tok, lambda t, r: (t.max_recv, t.shape.H),
+                      "[W*BS*K, H] received rows by (local expert, source)")
+ASSIST = TensorSpec("assist_info", const(np.int32), lambda t, r: (t.max_recv, 3),
+                    "[W*BS*K, 3] (source rank, token, k) of each row")
+RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.shape.L,),
+                  "[W*L] running row count after segment (le, src)")
+
+
+class DispatchClassic(Kernel):
+    name = "dispatch"
+    phases = (
+        Phase("send", "every core c (dst_rank c): five scans of expert_ids, a row "
+              "mte_put_nbi + quiet per routed (token, k), assist signal_ops, ready and count "
+              "puts (frame comm_only), then barrier_core_soft"),
+        Phase("counts", "core 0: signal_wait_until on the W*L count entries, ep_recv_count "
+              "and expert_token_nums; barrier"),
+        Phase("compact", "core 0: per row the 8 ready ints, the row and triplet copied by "
+              "scalar GM loads/stores, the flags re-armed; barrier"),
+    )
+    inputs = (X, IDS)
+    outputs = (EXPAND_X, ASSIST, RECV,
+               TensorSpec("expert_token_nums", const(np.int32), lambda t, r: (t.shape.L,),
+                          "[L] rows per local expert"))
+
+    def program(self, tiling: ClassicTiling) -> Any:
+        return dispatch_program(tiling)
+
+    def profile_fields(self, tiling: ClassicTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
+                       ) -> dict[str, Any]:
+        return _perf(tiling, frames)
+
+
+class CombineClassic(Kernel):
+    name = "combine"
+    phases = (
+        Phase("send", "every core c (src_rank c): per row of segments (le, c) a row "
+              "mte_put_nbi + quiet and a 32 B status put + quiet (frame comm_only)"),
+        Phase("reduce", "tokens strided over the cores: K*8 status ints, the scalar "
+              "reduction, the status cleared; barrier"),
+    )
+    inputs = (EXPAND_X, ASSIST, RECV, IDS, SCALES)
+    outputs = (TensorSpec("x_out", _tok, lambda t, r: (t.shape.BS, t.shape.H),
+                          "[BS, H] combined tokens"),)
+
+    def program(self, tiling: ClassicTiling) -> Any:
+        return combine_program(tiling)
+
+    def profile_fields(self, tiling: ClassicTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
+                       ) -> dict[str, Any]:
+        return _perf(tiling, frames)
+
+
+def _perf(t: ClassicTiling, frames: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    return perf_fields(t.shape, t.dtype_name, t.elem, t.cores, t.counter_mhz, frames)
+
+
+DISPATCH, COMBINE = DispatchClassic(), CombineClassic()
+
+
+def dtype_name(shape: MoeShape, options: Mapping[str, Any]) -> str:
+    """The examples' dtype: workload.data_type, or workload.dtype's name when auto."""
+    name = options.get("data_type", "auto")
+    return WORKLOAD_DTYPE[shape.dtype] if name == "auto" else name
+
+
+class ShmemClassic(Family):
+    name = "shmem_classic"
+    help = ("hicann/shmem's dispatch_classic / combine_classic examples: one core per peer, "
+            "a put and a quiet per token, scalar element-by-element compaction and reduction")
+    ops = (DISPATCH, COMBINE)
+    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
+            "dispatch_combine": ("dispatch", "combine")}
+    options = (
+        Option("data_type", "choice", "auto", "the examples' --dtype: int32_t, float16_t or "
+               "bfloat16_t (dispatch only); auto: workload.dtype (float16 -> float16_t, "
+               "bfloat16 -> bfloat16_t)", choices=("auto", *DTYPE_NAMES)),
+    )
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> ClassicTiling:
+        return ClassicTiling(shape, dtype_name(shape, options), hardware.chip.system_counter_mhz,
+                             timing_only)
+
+    def window(self, tiling: ClassicTiling) -> Any:
+        return tiling.window
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        name = dtype_name(shape, options)
+        key = "workload.dtype" if options.get("data_type", "auto") == "auto" \
+            else "workload.data_type"
+        if op != "dispatch" and name not in COMBINE_DTYPES:
+            return Misfit(key, f"{name}: combine_classic is built for int32_t and float16_t "
+                          "only (COMBINE_FUNC_DEF; its run.sh refuses bfloat16_t); allowed "
+                          "with op combine or dispatch_combine: int32_t, float16_t")
+        if shape.S:
+            return Misfit("workload.shared_experts", f"{shape.S}: the classic examples have "
+                          "no shared experts; allowed: 0")
+        if shape.W > hardware.chip.aiv_cores:
+            return Misfit("hardware.chip.aiv_cores", f"{hardware.chip.aiv_cores} AIV cores for "
+                          f"block_dim = ep_world_size = {shape.W} (core c serves rank c); "
+                          f"allowed: ep_world_size <= the AIV cores")
+        if shape.W > 1 << LOG_MAX_AIV_PER_NPU:
+            return Misfit("workload.ep_world_size", f"{shape.W}: barrier_core_soft keeps "
+                          f"{LOG_MAX_AIV_PER_NPU} sync slots per core; allowed: at most "
+                          f"{1 << LOG_MAX_AIV_PER_NPU} ranks (cores)")
+        if shape.L > MAX_LOCAL_EXPERTS:
+            return Misfit("workload.experts_per_rank", f"{shape.L}: allowed at most "
+                          f"{MAX_LOCAL_EXPERTS} (DISPATCH_MAX_LOCAL_EXPERT_NUM)")
+        t = self.tiling(shape, options, hardware)
+        if UB_TMP_OFFSET + t.ub_size > hardware.ub.bytes:
+            return Misfit("hardware.ub.bytes", f"{hardware.ub.bytes} B: tmp_buff holds "
+                          f"UB_DMA_MAX_SIZE = {t.ub_size} B at UB offset {UB_TMP_OFFSET}; "
+                          f"allowed: at least {UB_TMP_OFFSET + t.ub_size} B")
+        if t.window.end > hardware.window.bytes:
+            return Misfit("hardware.window.bytes", f"the dispatch and combine windows need "
+                          f"{t.window.end} B; the preset's window is {hardware.window.bytes} B")
+        return None
+
+    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+        dt = DTYPE_NAMES[dtype_name(shape, options)]
+        seed = routing.get("seed", 0)
+        ex = example_inputs(shape.W, shape.BS, shape.H, shape.K, shape.L, dt, seed)
+        ids = list(ex.expert_ids)
+        kind = routing.get("routing", "balanced")
+        if routing.get("expert_ids") is not None:
+            ids = [np.asarray(a, np.int32) for a in routing["expert_ids"]]
+        elif kind != "uniform":  # uniform is data_gen.py's draw (with repeats)
+            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
+            ids = make_routing(kind, shape.W, shape.BS, shape.K, shape.E,
+                               rng=np.random.default_rng(seed),
+                               zipf_s=routing.get("zipf_s", 1.2), **extra)
+        out = []
+        for r in range(shape.W):
+            x = ex.x[r] if payload else np.zeros_like(ex.x[r])
+            out.append({"x": x, "expert_ids": np.ascontiguousarray(ids[r], np.int32),
+                        "expert_scales": ex.expert_scales[r]})
+        return out
+
+    def _dispatched(self, t: ClassicTiling, inputs: list[Arrays]) -> list[Arrays]:
+        return ref.reference_dispatch(np.stack([a["x"] for a in inputs]),
+                                      np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
+
+    def op_inputs(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == DISPATCH.name:
+            return inputs
+        prev = previous if previous is not None else self._dispatched(tiling, inputs)
+        return [{**a, "expand_x": p["expand_x"], "assist_info": p["assist_info"],
+                 "ep_recv_count": p["ep_recv_count"]} for a, p in zip(inputs, prev, strict=True)]
+
+    def reference_outputs(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        if kernel != DISPATCH.name:
+            return None
+        return self._dispatched(tiling, inputs)
+
+    def next_reads(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        h = hashlib.sha256()
+        for o in outputs:
+            ep = np.ascontiguousarray(o["ep_recv_count"], np.int32)
+            n = int(ep[-1])
+            h.update(ep.tobytes())
+            h.update(np.ascontiguousarray(o["assist_info"][:n]).tobytes())
+            h.update(np.ascontiguousarray(o["expand_x"][:n]).tobytes())
+        return h.digest()
+
+
+FAMILY = ShmemClassic()
