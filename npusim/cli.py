@@ -46,6 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario_set(resolve(args.scenario), args.set, case_dir_override=args.case_dir)
     out_dir = _out_dir(args.out, scenario.name)
     tensors = _tensors_dir(args.tensors)
+    harness_csv = _harness_csv(args.harness_csv, scenario)
     try:
         from npusim.sim import default_workers, simulate
     except ModuleNotFoundError as exc:
@@ -83,7 +84,37 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         files = write_tensors(tensors, result)
         print(f"tensors: {tensors} ({len(files)} .npy files: <op>/rank_<r>/in|out/<name>.npy)")
+    if harness_csv is not None:
+        from npusim.report.harness_csv import write_harness_csv
+
+        for p in write_harness_csv(harness_csv, report):
+            print(f"harness csv: {p}")
     return EXIT_OK
+
+
+def _harness_csv(arg: str | None, scenario: object) -> Path | None:
+    """--harness-csv FILE: a file path whose folder exists, for a family that profiles
+    its kernels' frames (Kernel.profile_fields), checked before the run."""
+    if arg is None:
+        return None
+    from npusim.kernels.family import Kernel
+
+    if not arg or "\x00" in arg:
+        raise InputError("command line", "--harness-csv", "must be a file path")
+    p = Path(arg)
+    if p.is_dir():
+        raise InputError("command line", "--harness-csv", f"{p} is a directory; allowed: a "
+                         "file path")
+    if not p.parent.is_dir():
+        raise InputError("command line", "--harness-csv", f"folder {p.parent} does not exist")
+    w = scenario.workload  # type: ignore[attr-defined]
+    fam = w.family
+    if fam is None or not any(type(k).profile_fields is not Kernel.profile_fields
+                              for k in fam.kernels_of(w.op)):
+        raise InputError("command line", "--harness-csv", f"kernel family {w.kernel!r} "
+                         "records no harness frames; allowed with shmem_classic (the SHMEM "
+                         "examples' --perf CSV)")
+    return p
 
 
 def _tensors_dir(arg: str | None) -> Path | None:
@@ -441,6 +472,9 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     run.add_argument("--tensors", metavar="DIR",
                      help="write every op's GM inputs and outputs as DIR/<op>/rank_<r>/"
                      "in|out/<name>.npy")
+    run.add_argument("--harness-csv", metavar="FILE",
+                     help="write the SHMEM examples' --perf CSV rows (moe_perf_host.h columns) "
+                     "of each op: FILE, or FILE_<op> when the run has several ops")
     run.add_argument("--workers", default=None,
                      help="processes for this run: with 2, a dispatch_combine run simulates "
                      "combine alongside dispatch (same result; default 2 when 2 CPUs are free)")

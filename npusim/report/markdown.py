@@ -75,11 +75,20 @@ def _op_section(op: Mapping[str, Any], shared_ranks: int = 0) -> list[str]:
 
 def _family_fields(fields: Mapping[str, Any], ranks: int) -> list[str]:
     """The family's own figures: a list with one list of numbers per rank as a table
-    (row = rank, column = index), anything else as `name: value`."""
+    (row = rank, column = index), a mapping of `columns` and `rows` as that table (rows
+    longer than the header repeat its last column's name), anything else as `name: value`."""
     if not fields:
         return []
     out = ["", "### Family fields (`family_fields`)", ""]
     for name, value in fields.items():
+        if isinstance(value, Mapping) and set(value) == {"columns", "rows"}:
+            cols = [str(c) for c in value["columns"]]
+            width = max([len(cols), *(len(r) for r in value["rows"])])
+            cols += [cols[-1]] * (width - len(cols))
+            out += ["", f"{name}:", ""]
+            out += _table(cols, [[str(x) for x in r] + ["-"] * (width - len(r))
+                                 for r in value["rows"]])
+            continue
         per_rank = (isinstance(value, list) and len(value) == ranks > 0
                     and all(isinstance(v, list) for v in value))
         if not per_rank:
