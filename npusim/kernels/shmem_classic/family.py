@@ -141,9 +141,9 @@ class ShmemClassic(Family):
             return Misfit("workload.shared_experts", f"{shape.S}: the classic examples have "
                           "no shared experts; allowed: 0")
         if shape.W > hardware.chip.aiv_cores:
-            return Misfit("hardware.chip.aiv_cores", f"{hardware.chip.aiv_cores} AIV cores for "
-                          f"block_dim = ep_world_size = {shape.W} (core c serves rank c); "
-                          f"allowed: ep_world_size <= the AIV cores")
+            return Misfit("hardware.chip.aiv_cores", f"chip.aiv_cores {hardware.chip.aiv_cores}"
+                          f" for block_dim = ep_world_size = {shape.W} cores (core c serves "
+                          f"rank c); allowed: ep_world_size <= {hardware.chip.aiv_cores}")
         if shape.W > 1 << LOG_MAX_AIV_PER_NPU:
             return Misfit("workload.ep_world_size", f"{shape.W}: barrier_core_soft keeps "
                           f"{LOG_MAX_AIV_PER_NPU} sync slots per core; allowed: at most "
