@@ -69,17 +69,8 @@ class DataCache:
     def store(self, region: Region, offset: int, value: Any, dtype: Any) -> None:
         """A scalar GM store into this rank's memory (SetValue / a __gm__ pointer write):
         one slot, the line allocated without a fill."""
-        ctx = self.ctx
-        raw = np.asarray(value, dtype=dtype).reshape(1).view(np.uint8)
-        ctx._check_gm(region, offset, raw.size, "scalar GM store")
-        if region.rank != ctx.rank_id:
-            raise ctx.error(f"scalar store into rank {region.rank}'s {region.name!r}: another "
-                            "rank's memory is written through signal_op (a store and a "
-                            "dcci of its line)", address=offset, size=raw.size)
-        self._zone(region, offset, raw.size, "scalar GM store")
-        ctx.scalar(1)
+        self.store_run(region, offset, np.asarray(value, dtype=dtype).reshape(1))
         self.lines.add(self._line(region, offset))
-        region.write(offset, raw)
 
     def load_run(self, region: Region, offset: int, count: int, dtype: Any) -> np.ndarray:
         """`count` scalar loads of consecutive elements (an element loop's loads, costed as
