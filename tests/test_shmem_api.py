@@ -182,3 +182,32 @@ def test_a_late_core_holds_the_barrier():
 
     launch(m, program, cores=4)
     assert min(ends.values()) > 1000 + MISS
+
+
+@pytest.mark.parametrize("nbytes", [14336, 400 * 1024])  # H 7168 fp16: 1 chunk; 3 chunks
+def test_mte_put_nbi_on_the_a3_preset_is_its_figures(nbytes):
+    """Rank 0 -> rank 1 (the same package: the SIO link) on atlas_a3, from its figures."""
+    from npusim.hw.config import load_hardware
+
+    hw = load_hardware("atlas_a3")
+    m = Machine(hw, world=2)
+    m.ranks[0].tensor("x", np.ones(nbytes, np.uint8))
+    seen = {}
+
+    def body(ctx):
+        buf = ctx.alloc("tmp", 190 * 1024)
+        last = yield from ctx.shmem.mte_put_nbi(1, 0, ctx.tensor("x"), 0, nbytes, buf,
+                                                190 * 1024, 2)
+        yield from ctx.wait(last)
+        seen["t"] = ctx.t
+
+    launch(m, _only({0}, {0}, body), launch_ns=0.0)
+    issue = hw.scalar.cycles_per_op / hw.chip.clock_ghz
+    pkg = hw.fabric.levels[0]
+    mte = hw.mte
+    want = 0.0
+    for _, n in chunks(nbytes, 190 * 1024, 2):
+        want += issue + mte.gm_to_ub_latency_ns + n / mte.gm_to_ub_gbps  # MTE2 into UB
+        want += issue + mte.put_latency_ns + pkg.latency_ns + n / min(mte.put_gbps,
+                                                                     pkg.link_gbps)
+    assert seen["t"] == pytest.approx(want)
