@@ -1,10 +1,14 @@
 """Quantisation maths of the MoE dispatch/combine kernels, as plain numpy.
 
-Three schemes, each vectorised over rows (pass one token as shape (1, H) or many as (N, H)):
+Schemes, each vectorised over rows (pass one token as shape (1, H) or many as (N, H)):
 
-* MXFP8 E5M2 with E8M0 block scales (dispatch quant_mode 4, the CANN sample). Bit-exact with the
-  sample's golden script (``gen_data.py: mx_quantize_e5m2``) and, for fp16 input, with the
-  kernel (``moe_distribute_dispatch_quant.h``): both reduce to the same integer recipe below.
+* MXFP8 (E5M2 or E4M3) with E8M0 block scales (dispatch quant_mode 4, the CANN sample and
+  ops-transformer's ``ComputeScale``). Bit-exact with the sample's golden script
+  (``gen_data.py: mx_quantize_e5m2``) and, for fp16 input, with the kernel
+  (``moe_distribute_dispatch_quant.h``): both reduce to the same integer recipe below.
+  ``clip=True``: ops-transformer's MX-clip scale (quant_mode 5, ``ComputeScaleClip``).
+* Per-group FP8 (ops-transformer quant_mode 3, ``ComputePerTileDynamic``): 128 elements per
+  fp32 scale.
 * Per-token dynamic INT8 (ops-transformer quant_mode 2).
 * The combine's INT8 block round trip (8 fp32 elements per 32-byte block).
 
@@ -29,12 +33,25 @@ E8M0_PAD = 0x00
 """E8M0 byte for 2^-127: the value the sample pads the scale row with to an even count."""
 
 _E5M2_EMAX = 15  # exponent of the largest normal e5m2 value (57344 = 1.75 * 2^15)
+PERGROUP_BLOCK = 128
+"""Elements sharing one fp32 scale in quant_mode 3 (PERGROUP_BLOCK_SIZE of the tiling)."""
+MX_CLIP_FLOOR = np.float32(1e-4)
+"""ComputeScaleClip's lower clamp of a block's max |x| (EPS_1E_4_FP32)."""
+FP8_FORMATS: dict[str, tuple[np.dtype, float, int]] = {
+    "e5m2": (np.dtype(ml_dtypes.float8_e5m2), 57344.0, 15),
+    "e4m3": (np.dtype(ml_dtypes.float8_e4m3fn), 448.0, 8),
+}
+"""FP8 element format -> (ml_dtypes dtype, largest finite value, its unbiased exponent)."""
+_FP8_NAN = {"e5m2": 0x7E, "e4m3": 0x7F}
+"""The positive quiet NaN byte of each format (what ml_dtypes casts a +NaN to)."""
 _F32_ONE_OVER_127 = np.float32(1.0) / np.float32(127.0)
 _POW2_F32 = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
 """2^k for k in [-149, 127] (every power of two fp32 holds), at index k + 149: multiplying by
 one is a single correctly rounded operation, the same result as ldexp and much faster."""
-_E5M2_F32 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e5m2).astype(np.float32)
-"""fp32 value of every e5m2 byte: a table lookup instead of a per-element conversion."""
+_FP8_F32 = {k: np.arange(256, dtype=np.uint8).view(v[0]).astype(np.float32)
+            for k, v in FP8_FORMATS.items()}
+"""fp32 value of every byte of each FP8 format: a table lookup instead of a conversion."""
+_E5M2_F32 = _FP8_F32["e5m2"]
 
 TOKEN_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 
@@ -129,58 +146,114 @@ def _block_absmax(blocks: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- MXFP8 E5M2
 
 
-def mxfp8_quantize(x: np.ndarray, saturate: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Quantise fp16/bf16 rows to fp8 e5m2 bytes plus E8M0 scale bytes, one per 32 elements.
+def fp8_format(name: str) -> tuple[np.dtype, float, int]:
+    """(ml_dtypes dtype, largest finite value, its exponent) of "e5m2" or "e4m3"."""
+    try:
+        return FP8_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"fp8 format {name!r}; allowed: {', '.join(FP8_FORMATS)}") from None
+
+
+def _fp8_f32(fp8: str) -> np.ndarray:
+    fp8_format(fp8)  # a clear error for an unknown name
+    return _FP8_F32[fp8]
+
+
+def e8m0_bytes(s: np.ndarray) -> np.ndarray:
+    """E8M0 bytes of biased exponents s in [0, 255] (255: NaN), by the ml_dtypes cast of
+    2^(s - 127) (every such power of two is an fp32 value, so the cast is exact)."""
+    s = np.asarray(s, dtype=np.int64)
+    pow2 = _POW2_F32[np.minimum(s, 254) - 127 + 149]
+    pow2 = np.where(s == E8M0_NAN, np.float32(np.nan), pow2).astype(np.float32)
+    return pow2.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)
+
+
+def e8m0_values(b: np.ndarray) -> np.ndarray:
+    """fp32 value of E8M0 bytes (0xFF: NaN), by the ml_dtypes cast."""
+    return np.ascontiguousarray(b, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(
+        np.float32)
+
+
+def _clip_scale_exponent(amax: np.ndarray, fmax: float) -> np.ndarray:
+    """ComputeScaleClip's biased scale exponent per block: v = fp32(max(amax, 1e-4) *
+    fp32(1 / fmax)); v's exponent field, plus one where v is a normal number with a nonzero
+    mantissa or a subnormal above 2^-127 (the smallest power of two >= v); 0 for amax = 0."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = (np.maximum(amax, MX_CLIP_FLOOR) * np.float32(1.0 / fmax)).astype(np.float32)
+    bits = v.view(np.uint32)
+    e = (bits >> np.uint32(23)).astype(np.int32) & 0xFF
+    man = bits & np.uint32(0x7FFFFF)
+    up = ((e > 0) & (e < 254) & (man > 0)) | ((e == 0) & (man > 0x400000))
+    return np.where(amax == 0, 0, e + up.astype(np.int32))
+
+
+def mxfp8_quantize(x: np.ndarray, saturate: bool = False, fp8: str = "e5m2",
+                   clip: bool = False, zero_subnormal_blocks: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Quantise fp16/bf16 rows to fp8 bytes plus E8M0 scale bytes, one per 32 elements.
 
     Per block: amax = max |x|; E = its biased (fp32/bf16) exponent field; scale byte
-    s = 0xFF if amax is inf/NaN, else max(E - 15, 0) (the golden's floor(log2 amax) - 15
-    clamped at 2^-127; the kernel gets E from the bf16-truncated exponent bits, the same number).
-    Elements: e5m2(x * 2^(127 - s)) round-to-nearest-even. The product is exact in fp32, so
-    this is a single rounding, identical to the golden's log2/rint construction.
-    ``saturate=False`` (the sample) lets magnitudes >= 61440 become inf; ``True`` (newer
-    ops-transformer) clamps them to +-57344.
+    s = 0xFF if amax is inf/NaN, else max(E - emax, 0), emax = 15 (e5m2) or 8 (e4m3) (the
+    golden's floor(log2 amax) - emax clamped at 2^-127; the kernel gets E from the
+    bf16-truncated exponent bits, the same number). ``clip=True``: s from
+    :func:`_clip_scale_exponent` (quant_mode 5). Elements: fp8(x * 2^(127 - s))
+    round-to-nearest-even. The product is exact in fp32, so this is a single rounding,
+    identical to the golden's log2/rint construction.
+    ``saturate=False`` (the sample) lets magnitudes beyond the format's range become inf
+    (e5m2) or NaN (e4m3); ``True`` (ops-transformer, FLOAT_OVERFLOW_MODE 0 and SAT casts)
+    clamps them to +-max. ``zero_subnormal_blocks``: a block whose E is 0 gets zero
+    elements (ops-transformer's ComputeScale selects a zero multiplier for it).
 
     Returns ``(data uint8 (rows, H), scales uint8 (rows, Align2(ceil(H/32))))``; the pad
     scale byte is 0 (= 2^-127, as the golden pads).
 
     Non-finite blocks (scale 0xFF) become NaN bytes as the golden produces them on x86:
-    0x7E, or 0xFE where the input element is itself a negative NaN. The hardware's NaN
-    encoding is not documented in the sample; neither case occurs with finite inputs.
-    Known kernel difference (bf16 only): a block whose amax is a bf16 subnormal (< 2^-126)
-    is zeroed by the kernel (scale multiplier 0) but quantised by the golden (x * 2^127);
-    we follow the golden.
+    0x7E, or 0xFE where the input element is itself a negative NaN (e5m2). The hardware's
+    NaN encoding is not documented in the sample; neither case occurs with finite inputs.
+    Known kernel difference (bf16 only, CANN sample): a block whose amax is a bf16 subnormal
+    (< 2^-126) is zeroed by the kernel (scale multiplier 0) but quantised by the golden
+    (x * 2^127); the default follows the golden.
     """
     x = _as_2d(x)
     rows, h = x.shape
+    dt8, fmax, emax = fp8_format(fp8)
     nb = ceil_div(h, MXFP8_BLOCK)
     blocks = _blocks_f32(x, MXFP8_BLOCK, nb)
     amax = _block_absmax(blocks)  # NaN propagates
     exp_field = (amax.view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF)
     nonfinite = exp_field == 0xFF
-    s = np.where(nonfinite, E8M0_NAN, np.maximum(exp_field.astype(np.int32) - _E5M2_EMAX, 0))
-    s = s.astype(np.int32)
+    if clip:
+        s = _clip_scale_exponent(amax, fmax)
+    else:
+        s = np.maximum(exp_field.astype(np.int32) - emax, 0)
+    s = np.where(nonfinite, E8M0_NAN, s).astype(np.int32)
 
     shift = np.where(nonfinite, 0, 127 - s)
-    scaled = blocks * _POW2_F32[shift + 149][:, :, None]  # exact: x * 2^(127 - s)
+    mult = _POW2_F32[shift + 149]
+    if zero_subnormal_blocks:
+        mult = np.where(exp_field == 0, np.float32(0), mult)
+    scaled = blocks * mult[:, :, None]  # exact: x * 2^(127 - s)
     if nonfinite.any():
         # golden: x / 2**nan -> NaN carrying the sign of a NaN input, else positive NaN
         nan_in = np.isnan(blocks) & np.signbit(blocks)
         fill = np.where(nan_in, np.float32(-np.nan), np.float32(np.nan))
         scaled = np.where(nonfinite[:, :, None], fill, scaled)
     if saturate:
-        scaled = np.clip(scaled, -FP8_E5M2_MAX, FP8_E5M2_MAX)
-    data = scaled.astype(ml_dtypes.float8_e5m2).view(np.uint8).reshape(rows, nb * MXFP8_BLOCK)
+        scaled = np.clip(scaled, -fmax, fmax)
+    with np.errstate(over="ignore", invalid="ignore"):
+        data = scaled.astype(dt8).view(np.uint8).reshape(rows, nb * MXFP8_BLOCK)
     data = np.ascontiguousarray(data[:, :h])
 
     scales = np.full((rows, mxfp8_scale_count(h)), E8M0_PAD, dtype=np.uint8)
-    scales[:, :nb] = s.astype(np.uint8)
+    scales[:, :nb] = e8m0_bytes(s)
     return data, scales
 
 
 def mxfp8_dequantize(
-    data: np.ndarray, scales: np.ndarray, out_dtype: np.dtype | str = np.float32
+    data: np.ndarray, scales: np.ndarray, out_dtype: np.dtype | str = np.float32,
+    fp8: str = "e5m2",
 ) -> np.ndarray:
-    """Inverse of :func:`mxfp8_quantize`: fp32(e5m2) * 2^(s - 127), cast RNE to ``out_dtype``.
+    """Inverse of :func:`mxfp8_quantize`: fp32(fp8) * 2^(s - 127), cast RNE to ``out_dtype``.
 
     Scale byte 0xFF gives NaN. The fp32 product is exact; only the final cast rounds.
     """
@@ -191,40 +264,84 @@ def mxfp8_dequantize(
     if scales.shape[0] != rows or scales.shape[1] < nb:
         raise ValueError(f"scales shape {scales.shape} does not cover data shape {data.shape}")
     out_dt = _out_dtype(out_dtype)
+    table_f32 = _fp8_f32(fp8)
     if out_dt.itemsize == 2 and h == nb * MXFP8_BLOCK:  # one table lookup per element
         idx = data.reshape(rows, nb, MXFP8_BLOCK).astype(np.uint16)
         idx |= (scales[:, :nb].astype(np.uint16) << 8)[:, :, None]
-        return _mxfp8_table(out_dt)[idx].reshape(rows, h)
+        return _mxfp8_table(out_dt, fp8)[idx].reshape(rows, h)
     if h == nb * MXFP8_BLOCK:
-        vals = _E5M2_F32[data].reshape(rows, nb, MXFP8_BLOCK)
+        vals = table_f32[data].reshape(rows, nb, MXFP8_BLOCK)
     else:
         vals = np.zeros((rows, nb * MXFP8_BLOCK), dtype=np.float32)
-        vals[:, :h] = _E5M2_F32[data]
+        vals[:, :h] = table_f32[data]
         vals = vals.reshape(rows, nb, MXFP8_BLOCK)
-    s = scales[:, :nb]
-    nan_block = s == E8M0_NAN
-    factor = _POW2_F32[np.minimum(s, E8M0_NAN - 1).astype(np.intp) + (149 - 127)]
-    prod = vals * factor[:, :, None]  # exact: e5m2 * 2^(s - 127)
-    if nan_block.any():
-        prod[nan_block] = np.float32(np.nan)
+    factor = e8m0_values(scales[:, :nb])  # 0xFF: NaN
+    with np.errstate(invalid="ignore", over="ignore"):
+        prod = vals * factor[:, :, None]  # exact: fp8 * 2^(s - 127)
     return prod.reshape(rows, nb * MXFP8_BLOCK)[:, :h].astype(out_dt)
 
 
-_MXFP8_TABLES: dict[np.dtype, np.ndarray] = {}
+_MXFP8_TABLES: dict[tuple[np.dtype, str], np.ndarray] = {}
 
 
-def _mxfp8_table(dt: np.dtype) -> np.ndarray:
+def _mxfp8_table(dt: np.dtype, fp8: str = "e5m2") -> np.ndarray:
     """Every (scale byte, element byte) pair dequantised to `dt`, indexed by scale << 8 |
     element: the general path's own arithmetic, evaluated once."""
-    table = _MXFP8_TABLES.get(dt)
+    table = _MXFP8_TABLES.get((dt, fp8))
     if table is None:
         codes = np.arange(256, dtype=np.uint8)
         data = np.tile(codes, 256).reshape(256, 256)  # row = scale byte, column = element
         scales = np.repeat(codes, 256).reshape(256, 256)[:, ::MXFP8_BLOCK]
         with np.errstate(over="ignore", invalid="ignore"):  # large scales give inf
-            table = mxfp8_dequantize(data, scales, np.float32).astype(dt).reshape(-1)
-        _MXFP8_TABLES[dt] = table
+            table = mxfp8_dequantize(data, scales, np.float32, fp8).astype(dt).reshape(-1)
+        _MXFP8_TABLES[(dt, fp8)] = table
     return table
+
+
+# --------------------------------------------------------------------------- per-group FP8
+
+
+def pergroup_scale_count(h: int) -> int:
+    """fp32 scales per token in quant_mode 3: ceil(H / 128)."""
+    return ceil_div(h, PERGROUP_BLOCK)
+
+
+def pergroup_quantize(x: np.ndarray, fp8: str = "e5m2", smooth: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """quant_mode 3 (``ComputePerTileDynamic``): per group of 128 elements of xf = fp32(x)
+    (* smooth, per channel fp32), d = fp32(fmax) / max |xf| (fp32 division), q =
+    fp8(xf * d) round-to-nearest-even, scale = fp32(1 / d). Elements past H count as zeros.
+
+    A zero group gives d = inf, xf * d = NaN and scale 0 on the device; here its bytes are
+    the format's positive NaN (0x7E e5m2, 0x7F e4m3; the hardware's NaN sign is not
+    documented) and its scale 0.0. Returns ``(q uint8 (rows, H), scales fp32 (rows,
+    ceil(H/128)))``."""
+    x = _as_2d(x)
+    rows, h = x.shape
+    dt8, fmax, _ = fp8_format(fp8)
+    ng = pergroup_scale_count(h)
+    g = _blocks_f32(x, PERGROUP_BLOCK, ng)
+    if smooth is not None:
+        sm = np.zeros(ng * PERGROUP_BLOCK, np.float32)
+        sm[:h] = np.asarray(smooth, np.float32).reshape(-1)
+        g = g * sm.reshape(ng, PERGROUP_BLOCK)
+    amax = _block_absmax(g)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = np.float32(fmax) / amax
+        q = (g * d[:, :, None]).astype(dt8).view(np.uint8)
+        scale = (np.float32(1.0) / d).astype(np.float32)
+    q = np.where((amax == 0)[:, :, None], np.uint8(_FP8_NAN[fp8]), q)
+    return np.ascontiguousarray(q.reshape(rows, ng * PERGROUP_BLOCK)[:, :h]), scale
+
+
+def pergroup_dequantize(q: np.ndarray, scales: np.ndarray, out_dtype: np.dtype | str,
+                        fp8: str = "e5m2") -> np.ndarray:
+    """fp32(fp8) * the group's fp32 scale, cast RNE to ``out_dtype``."""
+    q = _as_2d(np.asarray(q, dtype=np.uint8))
+    rows, h = q.shape
+    s = np.repeat(_as_2d(np.asarray(scales, np.float32)), PERGROUP_BLOCK, axis=1)[:, :h]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (_fp8_f32(fp8)[q] * s).astype(_out_dtype(out_dtype))
 
 
 def _out_dtype(dt: np.dtype | str) -> np.dtype:
