@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
 from npusim.kernels.mc2.window import align32
@@ -93,7 +94,7 @@ class SendQueues:
         if t.dispatch_quant == "none":
             self.ins = [None] * n
         else:
-            self.ins = [ctx.alloc(f"x_in{p}", align32(2 * t.H)) for p in range(n)]
+            self.ins = [ctx.alloc(f"x_in{p}", t.x_in_bytes) for p in range(n)]
         self.outs = [ctx.alloc(f"x_out{p}", row) for p in range(n)]
         self.puts: list[Any] = [None] * n
         self.i = 0
@@ -115,6 +116,9 @@ def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict, t
         yield from ctx.wait(ctx.copy_in(out, x, token * 2 * h, 2 * h, name="load_token"))
     else:
         src = q.ins[p]
+        if qm.fp8_mode(t.dispatch_quant):  # Duplicate(QUANT_PADDING_VALUE): zero the tail
+            ctx.vf("zero_fill", qm.zero_fill_vf(h), writes=[src],
+                   fn=None if t.timing_only else lambda: src.bytes_at(0, src.nbytes).fill(0))
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         yield from ctx.wait(ctx.copy_in(src, x, token * 2 * h, 2 * h, name="load_token"))
         _quantise(ctx, t, src, out, memo, token, scale_row)
@@ -129,7 +133,8 @@ def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict, t
 
 def _quantise(ctx: KernelContext, t: Mc2Tiling, src, out, memo: dict, token: int,
               scale_row: int) -> None:
-    """QuantStatic / QuantDynamicPerToken on V; the record is remembered per (token, row)."""
+    """QuantStatic / QuantDynamicPerToken on V (the 950's FP8 modes: their VFs,
+    npusim.kernels.mc2.quant_modes); the record is remembered per (token, row)."""
     h = t.H
     slot = t.window.dispatch
     dt = token_dtype(t.shape.dtype)
@@ -142,7 +147,12 @@ def _quantise(ctx: KernelContext, t: Mc2Tiling, src, out, memo: dict, token: int
             row = src.bytes_at(0, 2 * h).view(dt)
             rec = np.zeros(slot.triplet_offset, np.uint8)
             scales = ctx.tensor("scales") if t.smooth_scales else None
-            if t.dispatch_quant == "static_int8":
+            if qm.fp8_mode(t.dispatch_quant):
+                smooth = None
+                if scales is not None:
+                    smooth = scales.as_array(F32).reshape(-1, h)[scale_row]
+                qm.quantise_record(row, t.dispatch_quant, t.quant_dtype, rec, smooth)
+            elif t.dispatch_quant == "static_int8":
                 sc = scales.as_array(F32)
                 sc = sc if sc.size in (1, h) else sc.reshape(-1, h)[scale_row]
                 rec[:h] = ref.static_int8_quantize(row, sc).view(np.uint8)
@@ -157,6 +167,10 @@ def _quantise(ctx: KernelContext, t: Mc2Tiling, src, out, memo: dict, token: int
         out.bytes_at(0, slot.triplet_offset)[:] = rec
 
     fn = None if t.timing_only else effect
+    if qm.fp8_mode(t.dispatch_quant):
+        ctx.vf("quant", qm.quant_vfs(h, t.dispatch_quant, dt == np.float16, t.smooth_scales),
+               reads=[src], writes=[out], fn=fn)
+        return
     seq = [("cast_f32", h, F32)]
     if t.smooth_scales:
         seq.append(("mul_scales", h, F32))
@@ -469,7 +483,7 @@ def local_window_copy(ctx: KernelContext, t: Mc2Tiling, state: int, counts) -> W
     bufs = [ctx.alloc(f"triple{p}", size) for p in range(2)]
     busy: list[list[Any]] = [[], []]
     out_x, out_a = ctx.tensor("expand_x"), ctx.tensor("assist_info_for_combine")
-    out_s = ctx.tensor("dynamic_scales") if t.dispatch_quant == "int8" else None
+    out_s = ctx.tensor("dynamic_scales") if slot.scale_offset is not None else None
     out_es = ctx.tensor("expand_scales") if slot.expert_scale_offset is not None else None
     ob = slot.out_bytes
     row = slot.ub_row
@@ -495,8 +509,9 @@ def local_window_copy(ctx: KernelContext, t: Mc2Tiling, state: int, counts) -> W
             ops = [ctx.copy_out(out_x, r0 * ob, buf, 0,
                                 strided=Strided(m, ob, src_gap=row - ob), name="write_expand_x")]
             if out_s is not None:
-                ops.append(ctx.copy_out(out_s, r0 * 4, buf, 0, src_offset=slot.scale_offset,
-                                        strided=Strided(m, 4, src_gap=row - 4),
+                sb = slot.scale_bytes
+                ops.append(ctx.copy_out(out_s, r0 * sb, buf, 0, src_offset=slot.scale_offset,
+                                        strided=Strided(m, sb, src_gap=row - sb),
                                         name="write_scales"))
             ops.append(ctx.copy_out(out_a, r0 * 12, buf, 0, src_offset=slot.triplet_offset,
                                     strided=Strided(m, 12, src_gap=row - 12),

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2.combine import combine_program
 from npusim.kernels.mc2.dispatch import dispatch_program
@@ -50,6 +51,23 @@ def _scales_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
     if t.dispatch_quant == "static_int8" and t.static_scales != "per_expert":
         return (1,) if t.static_scales == "scalar" else (t.H,)
     return (t.shape.scale_rows(), t.H)
+
+
+def _expand_x_dtype(t: Mc2Tiling) -> np.dtype:
+    if t.dispatch_quant == "none":
+        return _tok(t)
+    return np.dtype(np.uint8) if qm.fp8_mode(t.dispatch_quant) else np.dtype(np.int8)
+
+
+def _scales_dtype(t: Mc2Tiling) -> np.dtype:
+    return qm.scale_dtype(t.dispatch_quant) if qm.fp8_mode(t.dispatch_quant) else np.dtype(
+        np.float32)
+
+
+def _dyn_scales_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
+    if qm.fp8_mode(t.dispatch_quant):
+        return (_a(t, r), qm.scale_count(t.H, t.dispatch_quant))
+    return (_a(t, r) if t.dispatch_quant == "int8" else 0,)
 
 
 def _n_const(t: Mc2Tiling) -> int:
@@ -107,11 +125,12 @@ class Dispatch(Kernel):
                          "static_int8 scales (1,), (H,) or (E', H); int8 smooth scales"))
     variant = "dispatch_quant"
     outputs = (
-        TensorSpec("expand_x", lambda t: _tok(t) if t.dispatch_quant == "none" else np.int8,
-                   lambda t, r: (_a(t, r), t.H), "[A, H] rows by local expert, source"),
-        TensorSpec("dynamic_scales", const(np.float32),
-                   lambda t, r: (_a(t, r) if t.dispatch_quant == "int8" else 0,),
-                   "[A] per-token INT8 scales (int8 only)"),
+        TensorSpec("expand_x", _expand_x_dtype,
+                   lambda t, r: (_a(t, r), t.H), "[A, H] rows by local expert, source "
+                   "(FP8 modes: the fp8 bytes)"),
+        TensorSpec("dynamic_scales", _scales_dtype, _dyn_scales_shape,
+                   "[A] per-token INT8 scales (int8); [A, ceil(H/128)] fp32 (pergroup); "
+                   "[A, Align2(ceil(H/32))] E8M0 bytes (mxfp8, mxfp8_clip)"),
         ASSIST,
         TensorSpec("expert_token_nums", const(np.int64), lambda t, r: (t.L,),
                    "[L] rows per local expert (type 1) or their cumsum (type 0)"),
@@ -195,6 +214,27 @@ def _shape(shape: MoeShape, options: Mapping[str, Any]) -> ref.Mc2Shape:
                         const_experts=options["const_experts"], dtype=shape.dtype)
 
 
+def _quant_misfit(options: Mapping[str, Any], arch: str, hardware: Any) -> Misfit | None:
+    """Where the operators refuse a quant mode: A3's tiling takes quant_mode 0 or 2
+    (npusim also runs static_int8 there); FP4 is not modelled; MX takes no scales."""
+    quant = options["dispatch_quant"]
+    mode = qm.QUANT_MODE[quant]
+    if arch == "arch22" and (qm.fp8_mode(quant) or quant in qm.FP4_MODES):
+        return Misfit("workload.dispatch_quant", f"{quant} (quant_mode {mode}) is the 950's "
+                      "(arch35); the A3 operator (arch22) allows quant_mode 0 or 2: none, "
+                      "int8 (npusim also runs static_int8)")
+    if quant in qm.FP4_MODES:
+        return Misfit("workload.dispatch_quant", f"{quant}: {qm.NOT_MODELLED}; allowed: "
+                      "none, static_int8, int8, pergroup, mxfp8, mxfp8_clip")
+    if quant in qm.MX_MODES and options["smooth_scales"]:
+        return Misfit("workload.smooth_scales", "scales must be nullptr when quantMode is "
+                      f"MX_QUANT ({quant}); allowed: false")
+    if qm.fp8_mode(quant) and hardware.vector.model != "regbase":
+        return Misfit("hardware.vector.model", f"{quant} runs the 950's vector functions; "
+                      f"the preset has {hardware.vector.model!r}, allowed: regbase")
+    return None
+
+
 class Mc2(Family):
     name = "mc2"
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
@@ -206,12 +246,17 @@ class Mc2(Family):
                "(the default, MoeDistributeDispatchV2) or fullmesh_v2 "
                "(MoeDistributeDispatchV2FullMesh: A3 expert split / BS mode, the 950's token "
                "split; the combine is the same)", choices=("fullmesh_v1", "fullmesh_v2")),
-        Option("dispatch_quant", "choice", "none", "quant_mode: none (0), static_int8 (1) or "
-               "int8 (2, per token)", choices=("none", "static_int8", "int8")),
+        Option("dispatch_quant", "choice", "none", "quant_mode: none (0), static_int8 (1), "
+               "int8 (2, per token); the 950 only: pergroup (3, FP8 per 128), mxfp8 (4), "
+               "mxfp8_clip (5); mxfp4_e2m1 / mxfp4_e1m2 (4, FP4) are refused as not modelled",
+               choices=("none", "static_int8", "int8", *qm.FP8_MODES, *qm.FP4_MODES)),
+        Option("quant_dtype", "choice", "e5m2", "FP8 element format of pergroup, mxfp8 and "
+               "mxfp8_clip (the expand_x dtype): e5m2 or e4m3 (e4m3fn)",
+               choices=("e5m2", "e4m3")),
         Option("static_scales", "choice", "per_channel", "static_int8 scale shape: scalar "
                "(1,), per_channel (H,) or per_expert (E', H)",
                choices=("scalar", "per_channel", "per_expert")),
-        Option("smooth_scales", "bool", False, "int8: pass smooth scales (E', H)"),
+        Option("smooth_scales", "bool", False, "int8, pergroup: pass smooth scales (E', H)"),
         Option("combine_quant", "choice", "none", "comm_quant_mode: none or int8 (2)",
                choices=("none", "int8")),
         Option("expert_token_nums_type", "int", 1, "0: cumulative sum, 1: counts", lo=0, hi=1),
@@ -250,12 +295,13 @@ class Mc2(Family):
         win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
                          hardware.chip.aiv_cores, expert_scales=options["expand_scales"],
                          combine_quant=options["combine_quant"], comm_alg=alg)
-        smooth = quant == "static_int8" or (quant == "int8" and options["smooth_scales"])
+        smooth = quant == "static_int8" or (quant in ("int8", "pergroup")
+                                            and options["smooth_scales"])
         t = Mc2Tiling(s, quant, options["combine_quant"], options["expert_token_nums_type"],
                       arch, hardware.chip.aiv_cores, hardware.ub.bytes, win, smooth,
                       timing_only, options["x_active_mask"], True, options["shared_expert_x"],
                       options["static_scales"], options["active_fraction"],
-                      options["performance_info"], alg)
+                      options["performance_info"], alg, options["quant_dtype"])
         return t
 
     def window(self, tiling: Mc2Tiling) -> Any:
@@ -267,6 +313,9 @@ class Mc2(Family):
         if arch is None:
             return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
                           "ascend950; allowed: arch22 (A3) or arch35 (950)")
+        refused = _quant_misfit(options, arch, hardware)
+        if refused is not None:
+            return refused
         bs = options["bs_per_rank"]
         if bs and (len(bs) != shape.W or max(bs) != shape.BS):
             return Misfit("workload.bs_per_rank", f"{len(bs)} entries with largest "
@@ -345,7 +394,7 @@ class Mc2(Family):
             shape = {"scalar": (1,), "per_channel": (s.H,),
                      "per_expert": (s.scale_rows(), s.H)}[options["static_scales"]]
             return rng.uniform(4.0, 12.0, shape).astype(np.float32)
-        if q == "int8" and options["smooth_scales"]:
+        if q in ("int8", "pergroup") and options["smooth_scales"]:
             return rng.uniform(0.5, 2.0, (s.scale_rows(), s.H)).astype(np.float32)
         return np.zeros(0, np.float32)
 
@@ -367,7 +416,8 @@ class Mc2(Family):
             ep = o["ep_recv_count"]
             n = int(ep[t.status_count(r) - 1])
             res.append(ref.DispatchOutputs(o["expand_x"], o["dynamic_scales"] if
-                                           t.dispatch_quant == "int8" else None,
+                                           t.window.dispatch.scale_offset is not None
+                                           else None,
                                            o["assist_info_for_combine"],
                                            o["expert_token_nums"], ep, None, n))
         return res
@@ -379,7 +429,8 @@ class Mc2(Family):
         d = self._as_outputs(tiling, previous)
         res = []
         for a, o in zip(inputs, d, strict=True):
-            rows = ref.dequantized_rows(o, tiling.dispatch_quant, tiling.shape.dtype)
+            rows = ref.dequantized_rows(o, tiling.dispatch_quant, tiling.shape.dtype,
+                                        tiling.quant_dtype)
             res.append({**a, "expand_x": rows,
                         "assist_info_for_combine": o.assist_info_for_combine,
                         "ep_recv_count": o.ep_recv_count})
@@ -390,7 +441,8 @@ class Mc2(Family):
         if kernel != DISPATCH.name:
             return None
         outs = ref.reference_dispatch(tiling.shape, self._dispatch_inputs(tiling, inputs),
-                                      tiling.dispatch_quant, tiling.expert_token_nums_type)
+                                      tiling.dispatch_quant, tiling.expert_token_nums_type,
+                                      tiling.quant_dtype)
         res = []
         for o in outs:
             res.append({"expand_x": o.expand_x,
@@ -415,7 +467,7 @@ class Mc2(Family):
             h.update(ep.tobytes())
             h.update(np.ascontiguousarray(o["assist_info_for_combine"][:n]).tobytes())
             h.update(np.ascontiguousarray(o["expand_x"][:n]).tobytes())
-            if tiling.dispatch_quant == "int8":
+            if tiling.window.dispatch.scale_offset is not None:
                 h.update(np.ascontiguousarray(o["dynamic_scales"][:n]).tobytes())
         return h.digest()
 

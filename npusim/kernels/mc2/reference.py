@@ -25,7 +25,12 @@ Dispatch, per source rank r with BS_r tokens:
   (quant_mode 1: q = int8 of rint(fp32(x) * scale), scale of shape (1,), (H,) or (E', H) with
   E' = S + E rows when S_r > 0, row S + e for MoE expert e and j for shared expert j; no
   scale output); ``int8`` (quant_mode 2, per token: optional smooth scales of shape (E', H)
-  indexed the same way, d = 127 / max|x|, ``dynamic_scales`` = 1/d fp32).
+  indexed the same way, d = 127 / max|x|, ``dynamic_scales`` = 1/d fp32); the 950's FP8
+  modes (``quant_dtype`` e5m2 or e4m3; :func:`pergroup_row`, :func:`mx_row`): ``pergroup``
+  (quant_mode 3: per 128 elements d = fp8max / max|x|, fp8(x * d), scales 1/d fp32, [A,
+  ceil(H/128)]), ``mxfp8`` (4: per 32 elements the power of two 2^(floor(log2 max|x|) -
+  emax), at least 2^-127, E8M0 scales [A, Align2(ceil(H/32))], elements saturated) and
+  ``mxfp8_clip`` (5: the smallest power of two >= max(max|x|, 1e-4) / fp8max).
 * ``expand_scales`` (optional): the pair's expert_scales value per MoE row.
 
 Combine, per rank r and active token t: fp32 sum in this order of
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from npusim.kernels.quant import (
@@ -51,7 +57,8 @@ from npusim.kernels.quant import (
     token_dtype,
 )
 
-DISPATCH_QUANTS = ("none", "static_int8", "int8")
+DISPATCH_QUANTS = ("none", "static_int8", "int8", "pergroup", "mxfp8", "mxfp8_clip")
+FP8_QUANTS = ("pergroup", "mxfp8", "mxfp8_clip")
 COMBINE_QUANTS = ("none", "int8")
 
 
@@ -231,6 +238,72 @@ def static_int8_quantize(x: np.ndarray, scale_row: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(f), -128, 127).astype(np.int8)
 
 
+_FP8 = {"e5m2": (ml_dtypes.float8_e5m2, 57344.0, 15),
+        "e4m3": (ml_dtypes.float8_e4m3fn, 448.0, 8)}
+"""format -> (ml_dtypes type, largest finite value, its exponent emax)."""
+_NAN_BYTE = {"e5m2": 0x7E, "e4m3": 0x7F}  # the positive NaN of each format
+
+
+def pergroup_row(x: np.ndarray, fp8: str, smooth: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """quant_mode 3 for one token: per group of 128 (the last one shorter) xf = fp32(x)
+    [* smooth]; d = fp32(fp8max) / max|xf|; bytes of fp8(xf * d) (round to nearest even);
+    scale fp32(1 / d). An all-zero group: NaN bytes and scale 0 (d is inf)."""
+    ty, fmax, _ = _FP8[fp8]
+    xf = np.asarray(x).astype(np.float32).reshape(-1)
+    if smooth is not None:
+        xf = xf * np.asarray(smooth, np.float32).reshape(-1)
+    h = xf.size
+    groups = -(-h // 128)
+    q = np.zeros(h, np.uint8)
+    scales = np.zeros(groups, np.float32)
+    for g in range(groups):
+        seg = xf[128 * g:128 * (g + 1)]
+        amax = np.float32(np.abs(seg).max())
+        if amax == 0:
+            q[128 * g:128 * g + seg.size] = _NAN_BYTE[fp8]
+            continue
+        d = np.float32(fmax) / amax
+        q[128 * g:128 * g + seg.size] = (seg * d).astype(ty).view(np.uint8)
+        scales[g] = np.float32(1.0) / d
+    return q, scales
+
+
+def mx_row(x: np.ndarray, fp8: str, clip: bool) -> tuple[np.ndarray, np.ndarray]:
+    """quant_mode 4 (``clip`` False) or 5 for one finite token: per block of 32 a power of
+    two P (mode 4: 2^(floor(log2 amax) - emax), at least 2^-127, and a block with amax <
+    2^-126 is all zeros; mode 5: the smallest power of two >= fp32(max(amax, 1e-4) *
+    fp32(1 / fp8max)), 2^-127 for amax = 0); elements fp8(clip(x / P, +-fp8max)); the
+    scale byte is E8M0(P). Returns (bytes (H,), scale bytes (Align2(ceil(H/32)),))."""
+    ty, fmax, emax = _FP8[fp8]
+    xf = np.asarray(x).astype(np.float32).reshape(-1)
+    if not np.isfinite(xf).all():
+        raise ValueError("mx_row models finite tokens only")
+    h = xf.size
+    blocks = -(-h // 32)
+    q = np.zeros(h, np.uint8)
+    scales = np.zeros(blocks + blocks % 2, np.uint8)  # the pad scale byte: 0 (2^-127)
+    tiny = np.float32(2.0 ** -126)
+    for b in range(blocks):
+        seg = xf[32 * b:32 * (b + 1)]
+        amax = np.float32(np.abs(seg).max())
+        zero = amax == 0 if clip else amax < tiny
+        if zero:
+            p = -127
+        elif clip:
+            v = np.float32(max(amax, np.float32(1e-4)) * np.float32(1.0 / fmax))
+            m, e = np.frexp(v)
+            p = int(e) - 1 if m == 0.5 else int(e)
+        else:
+            p = max(int(np.frexp(amax)[1]) - 1 - emax, -127)
+        big = np.float32(np.ldexp(np.float64(1.0), p))
+        if not zero:
+            y = np.clip(seg / big, -fmax, fmax)
+            q[32 * b:32 * b + seg.size] = y.astype(ty).view(np.uint8)
+        scales[b] = np.array([big], np.float32).astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)[0]
+    return q, scales
+
+
 def scale_row(shape: Mc2Shape, scales: np.ndarray, expert_index: int) -> np.ndarray:
     """The static / smooth scale used for one row: the whole (1,) / (H,) tensor, or row
     ``expert_index`` (S + e for MoE expert e with shared ranks, e without; j for shared j)."""
@@ -256,7 +329,8 @@ def expert_index(shape: Mc2Shape, k: int, e: int) -> int:
 
 
 def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str = "none",
-                       expert_token_nums_type: int = 1) -> list[DispatchOutputs]:
+                       expert_token_nums_type: int = 1, quant_dtype: str = "e5m2"
+                       ) -> list[DispatchOutputs]:
     """Every rank's dispatch outputs for one call."""
     if quant not in DISPATCH_QUANTS:
         raise ValueError(f"dispatch_quant {quant!r}; allowed: {', '.join(DISPATCH_QUANTS)}")
@@ -277,8 +351,13 @@ def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str
         if n > A:
             raise ValueError(f"rank {dst} receives {n} rows, more than A = {A}")
         out_dt = dt if quant == "none" else np.dtype(np.int8)
-        expand_x = np.zeros((A, H), dtype=out_dt)
         dyn = np.zeros(A, dtype=np.float32) if quant == "int8" else None
+        if quant == "pergroup":
+            out_dt, dyn = np.dtype(np.uint8), np.zeros((A, -(-H // 128)), np.float32)
+        elif quant in ("mxfp8", "mxfp8_clip"):
+            nb = -(-H // 32)
+            out_dt, dyn = np.dtype(np.uint8), np.zeros((A, nb + nb % 2), np.uint8)
+        expand_x = np.zeros((A, H), dtype=out_dt)
         es_out = np.zeros(A, dtype=np.float32) if has_es else None
         for i, (src, t, k, _) in enumerate(rows.tolist()):
             src_in = inputs[src]
@@ -286,6 +365,13 @@ def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str
             e = int(ids[src][t, k]) if k < shape.K else -1
             if quant == "none":
                 expand_x[i] = x[0]
+            elif quant in ("mxfp8", "mxfp8_clip"):
+                expand_x[i], dyn[i] = mx_row(x[0], quant_dtype, quant == "mxfp8_clip")
+            elif quant == "pergroup":
+                smooth = None
+                if src_in.scales is not None:
+                    smooth = scale_row(shape, src_in.scales, expert_index(shape, k, e))
+                expand_x[i], dyn[i] = pergroup_row(x[0], quant_dtype, smooth)
             elif quant == "static_int8":
                 expand_x[i] = static_int8_quantize(
                     x[0], scale_row(shape, src_in.scales, expert_index(shape, k, e)))
@@ -311,15 +397,28 @@ def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str
     return outs
 
 
-def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str) -> np.ndarray:
+def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str, quant_dtype: str = "e5m2"
+                     ) -> np.ndarray:
     """expand_x back in the token dtype (int8: fp32(q) * dynamic_scale; static: fp32(q),
-    the scale being the caller's), for identity-expert round trips. Only the first n rows
-    are converted: the rest stay untouched zeros (no memory until written)."""
+    the scale being the caller's; FP8 modes: fp32(fp8) * the group's scale), for
+    identity-expert round trips. Only the first n rows are converted: the rest stay
+    untouched zeros (no memory until written)."""
     dt = token_dtype(dtype)
     if quant == "none":
         return out.expand_x
     n = out.n
     rows = np.zeros(out.expand_x.shape, dtype=dt)
+    if quant in FP8_QUANTS:
+        ty = _FP8[quant_dtype][0]
+        v = np.ascontiguousarray(out.expand_x[:n]).view(ty).astype(np.float32)
+        sc = np.asarray(out.dynamic_scales[:n])
+        if quant == "pergroup":
+            f = np.repeat(sc, 128, axis=1)
+        else:
+            f = np.repeat(sc.view(ml_dtypes.float8_e8m0fnu).astype(np.float32), 32, axis=1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            rows[:n] = (v * f[:, :v.shape[1]]).astype(dt)
+        return rows
     q = out.expand_x[:n].astype(np.float32)
     if quant == "int8":
         q = q * out.dynamic_scales[:n, None]

@@ -13,6 +13,7 @@ import numpy as np
 from npusim.engine.trace import Trace
 from npusim.hw.config import HardwareConfig
 from npusim.hw.machine import Machine
+from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.combine import combine_program
 from npusim.kernels.mc2.dispatch import dispatch_program
 from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
@@ -38,7 +39,8 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
                 smooth_scales: bool = False, timing_only: bool = False,
                 x_active_mask: str = "none", expert_scales: bool = True,
                 shared_expert_x: bool = False, performance_info: bool = False,
-                comm_alg: str = "fullmesh_v1", static_scales: str = "per_channel") -> Mc2Tiling:
+                comm_alg: str = "fullmesh_v1", static_scales: str = "per_channel",
+                quant_dtype: str = "e5m2") -> Mc2Tiling:
     from npusim.kernels.mc2.window import low_latency_ccl_buffer_mb
 
     arch = arch_of(cfg)
@@ -51,7 +53,8 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
     return Mc2Tiling(shape, dispatch_quant, combine_quant, expert_token_nums_type, arch,
                      cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only,
                      x_active_mask, expert_scales, shared_expert_x, static_scales,
-                     performance_info=performance_info, comm_alg=comm_alg)
+                     performance_info=performance_info, comm_alg=comm_alg,
+                     quant_dtype=quant_dtype)
 
 
 def machine_for(cfg: HardwareConfig, t: Mc2Tiling, trace: Trace | None = None) -> Machine:
@@ -81,7 +84,7 @@ def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
         if inp.x_active_mask is not None:
             rank.tensor("x_active_mask", np.ascontiguousarray(inp.x_active_mask, np.uint8))
         rank.tensor("expand_x", a * slot.out_bytes)
-        rank.tensor("dynamic_scales", 4 * a)
+        rank.tensor("dynamic_scales", a * max(slot.scale_bytes, 4))
         rank.tensor("assist_info_for_combine", 12 * a)
         rank.tensor("expert_token_nums", 8 * shape.L)
         rank.tensor("ep_recv_count", 4 * shape.W * shape.L)
@@ -101,12 +104,18 @@ def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
         tens = rank.tensors
         a = shape.rows_capacity(r)
         xd = dt if t.dispatch_quant == "none" else np.int8
+        scales = None
+        if t.dispatch_quant == "int8":
+            scales = tens["dynamic_scales"].as_array(np.float32)
+        elif qm.fp8_mode(t.dispatch_quant):
+            xd = np.uint8
+            sd = qm.scale_dtype(t.dispatch_quant)
+            scales = tens["dynamic_scales"].as_array(sd, (a, slot.scale_bytes // sd.itemsize))
         ep = tens["ep_recv_count"].as_array(np.int32)
         n = int(ep[t.status_count(r) - 1])
         outs.append(DispatchOutputs(
             expand_x=tens["expand_x"].as_array(xd, (a, shape.H)),
-            dynamic_scales=(tens["dynamic_scales"].as_array(np.float32)
-                            if t.dispatch_quant == "int8" else None),
+            dynamic_scales=scales,
             assist_info_for_combine=tens["assist_info_for_combine"].as_array(
                 np.int32, (a, 3)),
             expert_token_nums=tens["expert_token_nums"].as_array(np.int64),

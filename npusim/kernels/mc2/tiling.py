@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusim.kernels.cann_sample.tiling import split_to_core  # SplitToCore, shared
+from npusim.kernels.mc2.quant_modes import fp8_mode, input_bytes
 from npusim.kernels.mc2.reference import Mc2Shape
 from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window, align32
 from npusim.kernels.quant import align_up, ceil_div
@@ -22,7 +23,7 @@ __all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "split_to_core", "workspace_ints"]
 @dataclass(frozen=True)
 class Mc2Tiling:
     shape: Mc2Shape
-    dispatch_quant: str  # none | static_int8 | int8
+    dispatch_quant: str  # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip
     combine_quant: str  # none | int8
     expert_token_nums_type: int  # 0 cumsum, 1 counts
     arch: str  # arch22 (A3) | arch35 (950)
@@ -38,6 +39,7 @@ class Mc2Tiling:
     active_fraction: float = 1.0  # share of tokens / pairs a generated mask keeps
     performance_info: bool = False  # dispatch records each source's wait (us)
     comm_alg: str = "fullmesh_v1"  # fullmesh_v1 | fullmesh_v2 (MoeDistributeDispatchV2FullMesh)
+    quant_dtype: str = "e5m2"  # the FP8 modes' element format: e5m2 | e4m3
 
     # ---- shape shorthands
     @property
@@ -103,18 +105,26 @@ class Mc2Tiling:
         status = ceil_div(ceil_div(s.S_r + s.E, self.cores), 8) * 8 * 32
         ids = align32(4 * n)
         mask_bytes = bs * align32(K) * 2
-        max_size = max(4 * self.H, ids, mask_bytes, align_up(2 * n, 256))
+        h_fp32 = 4 * self.H
+        if self.dispatch_quant == "pergroup" and self.smooth_scales:
+            h_fp32 = 4 * align_up(self.H, 128)  # hFp32Size of Init
+        max_size = max(h_fp32, ids, mask_bytes, align_up(2 * n, 256))
         used = status + ids + max_size
         if s.special_experts:
             used += align32(4 * bs) + ids
         return used + 2 * max_size  # receiveDataCastFloatBuf + smoothScalesBuf / dst + sub
+
+    @property
+    def x_in_bytes(self) -> int:
+        """hAlignSize_: Align32(2H), Align128(H) * 2 for the 950's FP8 modes."""
+        return input_bytes(self.H) if fp8_mode(self.dispatch_quant) else align32(2 * self.H)
 
     def send_buffers(self, rank: int) -> int:
         """bufferNum_: 2, or 1 when the send queues would take the UB past MAX_UB_SIZE."""
         ub_row = self.window.dispatch.ub_row
         queues = 2 * ub_row
         if self.dispatch_quant != "none":
-            queues += 2 * align32(2 * self.H)
+            queues += 2 * self.x_in_bytes
         return 1 if self.send_ub_used(rank) + queues > MAX_UB_SIZE else 2
 
     def wait_ub_used(self, rank: int) -> int:

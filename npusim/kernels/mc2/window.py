@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from npusim.kernels.mc2.quant_modes import fp8_mode, record_layout
 from npusim.kernels.quant import align_up, ceil_div
 
 KiB = 1024
@@ -67,23 +68,30 @@ class DispatchSlot:
     ``slot`` = Align512(moved) apart; a UB row is ``ub_row`` = Align32(moved)."""
 
     out_bytes: int  # H * sizeof(expand_x element)
-    scale_offset: int | None  # fp32 per-token scale (quant int8), else None
+    scale_offset: int | None  # the scales (int8: one fp32; the 950's FP8 modes), else None
     triplet_offset: int
     expert_scale_offset: int | None
     moved: int  # hScaleIdxSize_
     slot: int  # hAlignWinSize_
     ub_row: int  # hOutAlignUbSize_
     blocks: int = 0  # fullmesh_v2: 512 B blocks per slot (blockCntPerToken_); 0: unpacked
+    scale_bytes: int = 0  # scaleOutBytes_: 4 (int8), 4 ceil(H/128) (pergroup), Align2(H/32)
 
 
 def dispatch_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSlot:
-    """The slot of ``moe_distribute_dispatch_v2.h:413-423`` for bf16/fp16 tokens."""
+    """The slot of ``moe_distribute_dispatch_v2.h:413-423`` for bf16/fp16 tokens (the
+    950's FP8 modes: QuantInit's layouts, npusim.kernels.mc2.quant_modes)."""
     out_bytes = h * (2 if quant == "none" else 1)
     h_out_align = align32(out_bytes)
     scale_offset = None
+    scale_bytes = 0
     if quant == "int8":
         scale_offset = h_out_align
+        scale_bytes = 4
         h_out_align += 4
+    elif fp8_mode(quant):
+        _, scale_offset, scale_bytes = record_layout(h, quant)
+        h_out_align = scale_offset + scale_bytes
     triplet = align32(h_out_align)
     moved = triplet + TRIPLET_BYTES
     es = None
@@ -91,7 +99,7 @@ def dispatch_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSl
         es = moved
         moved += 4
     return DispatchSlot(out_bytes, scale_offset, triplet, es, moved, align512(moved),
-                        align32(moved))
+                        align32(moved), scale_bytes)
 
 
 def full_mesh_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSlot:

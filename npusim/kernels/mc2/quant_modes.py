@@ -1,0 +1,231 @@
+"""The 950's dispatch quantisation modes of family ``mc2`` (quant_mode 3, 4, 5), per mode:
+its record layout in the window, its numbers and its vector instructions.
+
+Step functions any comm_alg's send calls for one token (``moe_distribute_dispatch_v2_quant.h``
+``QuantInit`` / ``QuantProcess``, ``quantize_functions.h``; docs/kernels.md, "Quantisation
+modes"):
+
+* ``pergroup`` (3, ``QuantDynamicPerGroup``): FP8 per 128 elements, one fp32 scale each;
+  record [Align128(H) fp8][ceil(H/128) fp32 scales].
+* ``mxfp8`` (4, ``QuantDynamicMx``): E8M0 scale per 32 elements (``ComputeScale``), FP8
+  elements with saturation; record [Align256(H) fp8][Align2(ceil(H/32)) E8M0].
+* ``mxfp8_clip`` (5, ``QuantDynamicMxClip``): the same record, the cuBLAS-style scale of
+  ``ComputeScaleClip`` (max |x| clamped at 1e-4, exponent rounded up).
+
+The element format (``quant_dtype``) is e5m2 or e4m3 (the expand_x dtype of the operator).
+FP4 (``mxfp4_e2m1``, ``mxfp4_e1m2``) is refused as not modelled (:data:`NOT_MODELLED`).
+The VFs are the kernel's ``__VEC_SCOPE__`` loops as register instructions, timed by the
+RegBase model (hw/vf.py, docs/model.md "The 950's vector functions").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from npusim.hw.vf import VF, VLoop, vi
+from npusim.kernels.quant import (
+    MXFP8_BLOCK,
+    PERGROUP_BLOCK,
+    align_up,
+    ceil_div,
+    mxfp8_quantize,
+    mxfp8_scale_count,
+    pergroup_quantize,
+    pergroup_scale_count,
+)
+
+FP8_MODES = ("pergroup", "mxfp8", "mxfp8_clip")
+"""The modes this module models (arch35 only)."""
+MX_MODES = ("mxfp8", "mxfp8_clip")
+FP4_MODES = ("mxfp4_e2m1", "mxfp4_e1m2")
+QUANT_MODE = {"none": 0, "static_int8": 1, "int8": 2, "pergroup": 3, "mxfp8": 4,
+              "mxfp8_clip": 5, "mxfp4_e2m1": 4, "mxfp4_e1m2": 4}
+"""The operator's quant_mode of each ``dispatch_quant`` name."""
+A3_MODES = ("none", "int8")
+"""What the A3 tiling accepts (moe_distribute_dispatch_v2_tiling_arch22.cpp: NON_QUANT or
+PERTOKEN_DYNAMIC_QUANT); npusim also runs static_int8 on A3, as before."""
+NOT_MODELLED = ("MX FP4 is not modelled: ml_dtypes has no e1m2 type, and for e2m1 the "
+                "source leaves the cast's overflow (SatMode::UNKNOWN, scaled values in "
+                "[6, 8)) and the fp4x2 nibble order unstated")
+
+
+def fp8_mode(quant: str) -> bool:
+    return quant in FP8_MODES
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def record_layout(h: int, quant: str) -> tuple[int, int, int]:
+    """(data bytes in the record, scale offset, scale bytes) of QuantInit: hOutSizeAlign_
+    before its Align32 is scale offset + scale bytes."""
+    if quant == "pergroup":
+        data = align_up(h, PERGROUP_BLOCK)
+        return data, data, 4 * pergroup_scale_count(h)
+    if quant in MX_MODES:
+        data = align_up(h, 256)
+        return data, data, mxfp8_scale_count(h)
+    raise ValueError(f"dispatch_quant {quant!r} is not an FP8 mode; allowed: "
+                     f"{', '.join(FP8_MODES)}")
+
+
+def input_bytes(h: int) -> int:
+    """hAlignSize_ of the FP8 modes: Align128(H) elements of 2 B (the scale VFs read 128 or
+    256 elements at a time, over the zero fill)."""
+    return 2 * align_up(h, PERGROUP_BLOCK)
+
+
+def scale_dtype(quant: str) -> np.dtype:
+    """dynamic_scales' element: fp32 (per group) or E8M0 bytes (MX)."""
+    return np.dtype(np.float32) if quant == "pergroup" else np.dtype(np.uint8)
+
+
+def scale_count(h: int, quant: str) -> int:
+    """dynamic_scales' columns (scaleOutBytes_ / element size)."""
+    return pergroup_scale_count(h) if quant == "pergroup" else mxfp8_scale_count(h)
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def quantise_record(row: np.ndarray, quant: str, fp8: str, record: np.ndarray,
+                    smooth: np.ndarray | None = None) -> None:
+    """Write one token's quantised bytes and scales into ``record`` (the UB row, uint8),
+    at the offsets of :func:`record_layout`; the pad between is left as it is."""
+    h = row.shape[-1]
+    _, off, nbytes = record_layout(h, quant)
+    if quant == "pergroup":
+        q, s = pergroup_quantize(row[None, :], fp8, smooth)
+        scale_bytes = s.view(np.uint8).reshape(-1)
+    else:
+        q, scales = mxfp8_quantize(row[None, :], saturate=True, fp8=fp8,
+                                   clip=quant == "mxfp8_clip", zero_subnormal_blocks=True)
+        scale_bytes = scales.reshape(-1)
+    record[:h] = q[0]
+    record[off:off + nbytes] = scale_bytes
+
+
+# --------------------------------------------------------------------------- instructions
+
+
+def zero_fill_vf(h: int) -> VF:
+    """ProcessToken's Duplicate(QUANT_PADDING_VALUE) over the Align128(H) input bytes (one
+    MemBase call: one register broadcast, a store per 256 B)."""
+    return VF("Duplicate", (VLoop((vi("dup", "z"),)),
+                            VLoop((vi("store", None, "z"),), ceil_div(input_bytes(h), 256))))
+
+
+def per_tile_vf(h: int, smooth: bool) -> VF:
+    """ComputePerTileDynamic: per 128 elements one iteration (load, two casts to fp32,
+    [smooth], interleave, |.|, max, ReduceMax, broadcast, d = max / amax, two Muls, two
+    casts to fp8, two packed stores, 1 / d, a first-element store)."""
+    body = [vi("load", "x"), vi("cast", "f0", "x"), vi("cast", "f1", "x")]
+    if smooth:
+        body += [vi("load", "sm"), vi("mul", "f0", "f0", "sm"), vi("mul", "f1", "f1", "sm")]
+    body += [vi("select", "v0", "f0", "f1"),  # Interleave (a lane permute, paired like Select)
+             vi("abs", "a0", "v0"), vi("abs", "a1", "v0"), vi("max", "m", "a0", "a1"),
+             vi("reduce_max", "m", "m"), vi("dup", "m", "m"), vi("div", "d", "fmax", "m"),
+             vi("mul", "y0", "v0", "d"), vi("mul", "y1", "v0", "d"),
+             vi("cast", "q0", "y0"), vi("cast", "q1", "y1"),
+             vi("store_pack", None, "q0"), vi("store_pack", None, "q1"),
+             vi("div", "r", "one", "d"), vi("store_first", None, "r")]
+    return VF("ComputePerTileDynamic", (VLoop((vi("dup", "fmax"), vi("dup", "one"))),
+                                        VLoop(tuple(body), ceil_div(h, PERGROUP_BLOCK))))
+
+
+def max_exp_vf(h: int, fp16: bool, clip: bool) -> VF:
+    """ComputeMaxExp (bf16: exponent bits; fp16: invalid check, cast to bf16 first) or
+    ComputeMaxExpClip (|x| bits): per 256 elements a deinterleaving load, the bits, a Max,
+    ReduceMaxWithDataBlock (one value per 32 elements) and an unaligned store."""
+    if clip:
+        pre = (vi("dup", "mask"),)
+        body = (vi("load", "x"), vi("and", "a0", "x", "mask"), vi("and", "a1", "x", "mask"),
+                vi("max", "m", "a0", "a1"), vi("reduce_max", "m", "m"), vi("store", None, "m"))
+    elif fp16:
+        pre = (vi("dup", "mask"), vi("dup", "inv"))
+        body = (vi("load", "x"), vi("and", "s0", "x", "inv"), vi("and", "s1", "x", "inv"),
+                vi("cmps", "k0", "s0", "inv"), vi("cmps", "k1", "s1", "inv"),
+                vi("cast", "b0", "x"), vi("cast", "b1", "x"),
+                vi("and", "e0", "b0", "mask"), vi("and", "e1", "b1", "mask"),
+                vi("select", "e0", "e0", "k0"), vi("select", "e1", "e1", "k1"),
+                vi("max", "m", "e0", "e1"), vi("reduce_max", "m", "m"), vi("store", None, "m"))
+    else:
+        pre = (vi("dup", "mask"),)
+        body = (vi("load", "x"), vi("and", "e0", "x", "mask"), vi("and", "e1", "x", "mask"),
+                vi("max", "m", "e0", "e1"), vi("reduce_max", "m", "m"), vi("store", None, "m"))
+    name = "ComputeMaxExpClip" if clip else "ComputeMaxExp"
+    return VF(name, (VLoop(pre), VLoop(body, ceil_div(h, 256)), VLoop((vi("store", None),))))
+
+
+def scale_vf(h: int, clip: bool) -> VF:
+    """ComputeScale (128 exponents per iteration: three compares, clamp, subtract, shift,
+    two selects, packed E8M0 store; the 1/scale in bf16: compare, subtract, three selects,
+    store) or ComputeScaleClip (64 per iteration, in fp32: unpacking load, cast, compares,
+    floor clamp, * 1/max, exponent and mantissa, the round-up masks, selects, two packs)."""
+    n = mxfp8_scale_count(h)
+    if clip:
+        pre = tuple(vi("dup", f"c{i}") for i in range(9))
+        body = (vi("load_unpack", "m16"), vi("cast", "m", "m16"),
+                vi("cmps", "fin", "m", "c0"), vi("cmps", "nz", "m", "c1"),
+                vi("max", "m", "m", "c2"), vi("mul", "m", "m", "c3"),
+                vi("and", "e", "m"), vi("and", "man", "m", "c4"),
+                vi("cmps", "p0", "e"), vi("cmps", "p1", "e"), vi("cmps", "p2", "man"),
+                vi("and", "p0", "p0", "p1"), vi("and", "p0", "p0", "p2"),
+                vi("cmps", "p1", "e"), vi("cmps", "p2", "man"), vi("and", "p1", "p1", "p2"),
+                vi("or", "p0", "p0", "p1"), vi("adds", "e1", "e"),
+                vi("select", "x", "e1", "p0"), vi("select", "x", "x", "fin"),
+                vi("select", "x", "x", "nz"), vi("select", "o", "x"),
+                vi("store_pack", None, "o"), vi("and", "x2", "x"),
+                vi("sub", "hs", "c5", "x2"), vi("select", "hs", "hs", "fin"),
+                vi("select", "hs", "hs", "nz"), vi("select", "ho", "hs"),
+                vi("store", None, "ho"))
+        return VF("ComputeScaleClip", (VLoop(pre), VLoop(body, ceil_div(n, 64))))
+    pre = tuple(vi("dup", f"c{i}") for i in range(7))
+    body = (vi("load", "m"), vi("cmps", "fin", "m", "c0"), vi("cmps", "nz", "m", "c1"),
+            vi("cmps", "le", "m", "c2"), vi("select", "m", "c2", "le"),
+            vi("sub", "sh", "m", "c2"), vi("and", "s", "sh"),
+            vi("select", "s", "s", "fin"), vi("select", "s", "s", "nz"),
+            vi("store_pack", None, "s"), vi("cmps", "sp", "sh", "c3"),
+            vi("sub", "hs", "c3", "sh"), vi("select", "hs", "hs", "fin"),
+            vi("select", "hs", "hs", "nz"), vi("select", "hs", "c4", "sp"),
+            vi("store", None, "hs"))
+    return VF("ComputeScale", (VLoop(pre), VLoop(body, ceil_div(n, 128))))
+
+
+def fp8_data_vf(h: int, fp16: bool) -> VF:
+    """ComputeFp8Data: per 256 elements a deinterleaving load and a broadcast load of the
+    1/scale values; bf16: two bf16 Muls, interleaves, casts to fp32 and to fp8; fp16: casts
+    to fp32 first (and of the scale), four fp32 Muls; four packed stores."""
+    ld = (vi("load", "x"), vi("load_brc", "hs"))
+    st = tuple(vi("store_pack", None, f"q{i}") for i in range(4))
+    if fp16:
+        mid = (vi("cast", "a0", "x"), vi("cast", "a1", "x"), vi("cast", "f", "hs"),
+               vi("mul", "a0", "a0", "f"), vi("mul", "a1", "a1", "f"),
+               vi("select", "a0", "a0", "a1"), vi("cast", "b0", "x"), vi("cast", "b1", "x"),
+               vi("mul", "b0", "b0", "f"), vi("mul", "b1", "b1", "f"),
+               vi("select", "b0", "b0", "b1"), vi("select", "a0", "a0", "b0"),
+               vi("select", "a1", "a1", "b1"),
+               *(vi("cast", f"q{i}", "a0" if i < 2 else "a1") for i in range(4)))
+    else:
+        mid = (vi("mul", "x0", "x", "hs"), vi("mul", "x1", "x", "hs"),
+               vi("select", "x0", "x0", "x1"), vi("cast", "a0", "x0"), vi("cast", "a1", "x0"),
+               vi("select", "a0", "a0", "a1"), vi("cast", "q0", "a0"), vi("cast", "q1", "a1"),
+               vi("cast", "b0", "x1"), vi("cast", "b1", "x1"), vi("select", "b0", "b0", "b1"),
+               vi("cast", "q2", "b0"), vi("cast", "q3", "b1"))
+    return VF("ComputeFp8Data", (VLoop(ld + mid + st, ceil_div(h, 256)),))
+
+
+def quant_vfs(h: int, quant: str, fp16: bool, smooth: bool) -> Sequence[VF]:
+    """QuantProcess's VFs for one token, in issue order (after the load; the zero fill
+    before it is :func:`zero_fill_vf`)."""
+    if quant == "pergroup":
+        return (per_tile_vf(h, smooth),)
+    clip = quant == "mxfp8_clip"
+    return (max_exp_vf(h, fp16, clip), scale_vf(h, clip), fp8_data_vf(h, fp16))
+
+
+__all__ = ["A3_MODES", "FP4_MODES", "FP8_MODES", "MXFP8_BLOCK", "MX_MODES", "NOT_MODELLED",
+           "QUANT_MODE", "fp8_mode", "input_bytes", "quant_vfs",
+           "quantise_record", "record_layout", "scale_count", "scale_dtype", "zero_fill_vf"]
