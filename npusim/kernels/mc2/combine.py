@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.reference import const_expert_row
 from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
 from npusim.kernels.mc2.window import (
@@ -74,15 +75,18 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     cslot = t.window.combine_step
     blocks = cslot // WIN_ADDR_ALIGN
     int8 = t.combine_quant == "int8"
+    mx = qm.COMBINE_MX.get(t.combine_quant)  # the 950's MXFP8 (fp8 format), else None
     idx = ctx.alloc("expand_idx", align32(12 * n))
     yield from ctx.wait(ctx.copy_in(idx, ctx.tensor("assist_info_for_combine"), 12 * r0,
                                     12 * n, name="copy_assist_info"))
     trip = ctx.ub_read(idx, np.int32, 3 * n, ops=0).reshape(n, 3)
     row_in = blocks * FULL_MESH_DATA_ALIGN if arch35 and not int8 else align32(2 * h)
+    if mx:
+        row_in = qm.input_bytes(h)  # hExpandXAlignSize_: Align128(H) elements
     ins = [ctx.alloc(f"row{p}", row_in) for p in range(2)]
-    quants = ins  # what the 950 packs: the row, or its INT8 bytes
+    quants = ins  # what the 950 packs: the row, or its INT8 / MXFP8 bytes
     if arch35:
-        if int8:
+        if int8 or mx:
             quants = [ctx.alloc(f"quant{p}", blocks * FULL_MESH_DATA_ALIGN) for p in range(2)]
         for b in quants:  # the packing Copy reads blocks * 480 B: keep the tail defined
             ctx.vector("dup_zero", b.nbytes, np.uint8, writes=[b], fn=lambda b=b: b.view(
@@ -104,6 +108,9 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         if puts[p] is not None:
             yield from ctx.wait(puts[p])
         buf, out = ins[p], outs[p]
+        if mx:  # Duplicate(QUANT_PADDING_VALUE) over Align128(H) elements
+            ctx.vf("zero_fill", qm.zero_fill_vf(h), writes=[buf],
+                   fn=None if t.timing_only else lambda: buf.bytes_at(0, buf.nbytes).fill(0))
         if arch35:
             yield from ctx.pipe_barrier("vector")
         yield from ctx.wait(ctx.copy_in(buf, x, (r0 + i) * 2 * h, 2 * h, name="load_row"))
@@ -111,6 +118,9 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         if arch35:
             if int8:  # QuantProcess, PipeBarrier<PIPE_V>, then the packing
                 _quant_int8(ctx, t, buf, quants[p], a5_int8_combine_bytes(h))
+                yield from ctx.pipe_barrier("vector")
+            elif mx:
+                _quant_mx(ctx, t, buf, quants[p], mx)
                 yield from ctx.pipe_barrier("vector")
             _pack(ctx, quants[p], out, blocks)
             yield from ctx.pipe_barrier("vector")
@@ -185,6 +195,18 @@ def _quant_int8(ctx: KernelContext, t: Mc2Tiling, src, out, nbytes: int) -> None
         ("muls", nb, F32), ("cast_scale", nb, F32), ("brcb", h, F32), ("div", h, F32),
         ("cast_f16", h, F32), ("cast_i8", h, np.float16)],
         reads=[src], writes=[out], fn=None if t.timing_only else effect)
+
+
+def _quant_mx(ctx: KernelContext, t: Mc2Tiling, src, out, fp8: str) -> None:
+    """QuantMxFp8 (the 950): ComputeMaxExp, ComputeScale, ComputeFp8Data into `out`."""
+    h = t.H
+    dt = token_dtype(t.shape.dtype)
+
+    def effect() -> None:
+        qm.combine_quantise(src.bytes_at(0, 2 * h).view(dt), fp8, out.bytes_at(0, out.nbytes))
+
+    ctx.vf("mxfp8_quant", qm.combine_quant_vfs(h, dt == np.float16), reads=[src], writes=[out],
+           fn=None if t.timing_only else effect)
 
 
 # --------------------------------------------------------------------------- receive
@@ -463,7 +485,14 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
         loads[p] = ld
         yield from ctx.wait(ld)
 
-        def add(buf=buf, w=w) -> None:
+        mx = qm.COMBINE_MX.get(t.combine_quant)
+
+        def add(buf=buf, w=w, mx=mx) -> None:
+            if mx:
+                r = qm.combine_dequantise(buf.bytes_at(0, buf.nbytes), h, mx)
+                a = acc.view(F32, h)
+                a[:] = a + (r if w is None else r * w)
+                return
             if t.combine_quant == "int8":  # the 950's bytes start as A3's (more scales)
                 raw = buf.bytes_at(0, int8_send_bytes(h))
                 q = raw[:align32(h)].view(np.int8)
@@ -475,6 +504,11 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
             a = acc.view(F32, h)
             a[:] = a + (r if w is None else r * w)
 
+        if mx:  # DeQuantMxFp8: dequantisation, weight and sum in one VF
+            ctx.vf("sum_row", qm.combine_dequant_vf(h, w is not None), reads=[buf],
+                   writes=[acc], fn=None if t.timing_only else add)
+            p ^= 1
+            continue
         seq = []
         if t.combine_quant == "int8" and arch35:
             # Int8DequantProcessA5: Cast + Brcb of the scales, then one fused loop per

@@ -219,6 +219,14 @@ def _quant_misfit(options: Mapping[str, Any], arch: str, hardware: Any) -> Misfi
     (npusim also runs static_int8 there); FP4 is not modelled; MX takes no scales."""
     quant = options["dispatch_quant"]
     mode = qm.QUANT_MODE[quant]
+    cq = options["combine_quant"]
+    if arch == "arch22" and cq in qm.COMBINE_MX:
+        return Misfit("workload.combine_quant", f"{cq} (comm_quant_mode "
+                      f"{qm.COMBINE_MODE[cq]}) is the 950's (arch35); allowed on A3 (arch22): "
+                      "none, int8")
+    if cq in qm.COMBINE_MX and hardware.vector.model != "regbase":
+        return Misfit("hardware.vector.model", f"combine_quant {cq} runs the 950's vector "
+                      f"functions; the preset has {hardware.vector.model!r}, allowed: regbase")
     if arch == "arch22" and (qm.fp8_mode(quant) or quant in qm.FP4_MODES):
         return Misfit("workload.dispatch_quant", f"{quant} (quant_mode {mode}) is the 950's "
                       "(arch35); the A3 operator (arch22) allows quant_mode 0 or 2: none, "
@@ -257,8 +265,9 @@ class Mc2(Family):
                "(1,), per_channel (H,) or per_expert (E', H)",
                choices=("scalar", "per_channel", "per_expert")),
         Option("smooth_scales", "bool", False, "int8, pergroup: pass smooth scales (E', H)"),
-        Option("combine_quant", "choice", "none", "comm_quant_mode: none or int8 (2)",
-               choices=("none", "int8")),
+        Option("combine_quant", "choice", "none", "comm_quant_mode: none or int8 (2); the "
+               "950 only: mxfp8_e5m2 (3), mxfp8_e4m3 (4)",
+               choices=("none", "int8", *qm.COMBINE_MX)),
         Option("expert_token_nums_type", "int", 1, "0: cumulative sum, 1: counts", lo=0, hi=1),
         Option("ccl_buffer_size", "int", 0, "HCCL_BUFFSIZE in MB (HCCL opens twice this); "
                "0: what get_low_latency_ccl_buffer_size returns", lo=0, hi=65536),

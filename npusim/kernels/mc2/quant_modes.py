@@ -30,6 +30,8 @@ from npusim.kernels.quant import (
     PERGROUP_BLOCK,
     align_up,
     ceil_div,
+    e8m0_values,
+    fp8_format,
     mxfp8_quantize,
     mxfp8_scale_count,
     pergroup_quantize,
@@ -226,6 +228,67 @@ def quant_vfs(h: int, quant: str, fp16: bool, smooth: bool) -> Sequence[VF]:
     return (max_exp_vf(h, fp16, clip), scale_vf(h, clip), fp8_data_vf(h, fp16))
 
 
-__all__ = ["A3_MODES", "FP4_MODES", "FP8_MODES", "MXFP8_BLOCK", "MX_MODES", "NOT_MODELLED",
+# --------------------------------------------------------------------------- combine MXFP8
+
+COMBINE_MX = {"mxfp8_e5m2": "e5m2", "mxfp8_e4m3": "e4m3"}
+"""The 950's combine comm_quant_mode 3 and 4 (MXFP8_E5M2 / _E4M3_COMM_QUANT) -> format."""
+COMBINE_MODE = {"none": 0, "int8": 2, "mxfp8_e5m2": 3, "mxfp8_e4m3": 4}
+
+
+def combine_mx_bytes(h: int) -> int:
+    """commDataBytes_ of the MXFP8 combine: tokenScaleCnt_ (Align256(H) / 2 + Align2(ceil(H /
+    32))) token-dtype elements, i.e. Align256(H) fp8 bytes and twice the E8M0 count (the
+    second half is the quantisation buffer's unwritten tail)."""
+    return align_up(h, 256) + 2 * mxfp8_scale_count(h)
+
+
+def combine_quantise(row: np.ndarray, fp8: str, out: np.ndarray) -> None:
+    """QuantMxFp8 of one expert row into ``out`` (uint8): [fp8 bytes][pad to Align256(H)]
+    [E8M0 scales]; ComputeScale and ComputeFp8Data as the dispatch's mode 4."""
+    h = row.shape[-1]
+    q, scales = mxfp8_quantize(row[None, :], saturate=True, fp8=fp8, zero_subnormal_blocks=True)
+    out[:h] = q[0]
+    off = align_up(h, 256)
+    out[off:off + scales.shape[1]] = scales[0]
+
+
+def combine_dequantise(raw: np.ndarray, h: int, fp8: str) -> np.ndarray:
+    """DeQuantMxFp8's fp32 row: fp32(fp8) * the block's scale, the scale being the E8M0 byte
+    shifted into an fp32 exponent field (ShiftLefts by 23: byte 0 is +0.0, 0xFF +inf; the
+    rest 2^(b - 127), what the ml_dtypes cast gives)."""
+    off = align_up(h, 256)
+    b = raw[off:off + ceil_div(h, MXFP8_BLOCK)]
+    scale = np.where(b == 0, np.float32(0), np.where(b == 0xFF, np.float32(np.inf),
+                                                      e8m0_values(np.minimum(b, 254))))
+    vals = raw[:h].view(fp8_format(fp8)[0]).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return vals * np.repeat(scale.astype(np.float32), MXFP8_BLOCK)[:h]
+
+
+def combine_quant_vfs(h: int, fp16: bool) -> Sequence[VF]:
+    """QuantMxFp8's VFs: ComputeMaxExp, ComputeScale, ComputeFp8Data (the dispatch's)."""
+    return (max_exp_vf(h, fp16, False), scale_vf(h, False), fp8_data_vf(h, fp16))
+
+
+def combine_dequant_vf(h: int, weighted: bool) -> VF:
+    """DeQuantMxFp8: per 64 scales an unpacking load, the shift, an interleaving store; then
+    per 128 elements a broadcast load of the scales, an unpacking load of the fp8, a
+    deinterleaving load of the fp32 sum, two casts, two Muls, [two Muls by the expert
+    scale], two Adds and an interleaving store."""
+    first = VLoop((vi("load_unpack", "e"), vi("and", "f", "e"), vi("store", None, "f")),
+                  ceil_div(mxfp8_scale_count(h), 64))
+    body = [vi("load_brc", "s"), vi("load_unpack", "q"), vi("load", "acc"),
+            vi("cast", "a", "q"), vi("cast", "b", "q"), vi("mul", "a", "s", "a"),
+            vi("mul", "b", "s", "b")]
+    if weighted:
+        body += [vi("muls", "a", "a"), vi("muls", "b", "b")]
+    body += [vi("add", "acc", "acc", "a"), vi("add", "acc", "acc", "b"),
+             vi("store", None, "acc")]
+    return VF("DeQuantMxFp8", (first, VLoop(tuple(body), ceil_div(h, 128))))
+
+
+__all__ = ["COMBINE_MODE", "COMBINE_MX", "combine_dequant_vf", "combine_dequantise",
+           "combine_mx_bytes", "combine_quant_vfs", "combine_quantise",
+           "A3_MODES", "FP4_MODES", "FP8_MODES", "MXFP8_BLOCK", "MX_MODES", "NOT_MODELLED",
            "QUANT_MODE", "fp8_mode", "input_bytes", "quant_vfs",
            "quantise_record", "record_layout", "scale_count", "scale_dtype", "zero_fill_vf"]

@@ -35,7 +35,8 @@ Dispatch, per source rank r with BS_r tokens:
 
 Combine, per rank r and active token t: fp32 sum in this order of
 * each active MoE pair k (id < E): fp32(row) * expert_scales[t, k] (row INT8 block round
-  tripped first with ``combine_quant: int8``);
+  tripped first with ``combine_quant: int8``; with ``mxfp8_e5m2`` / ``mxfp8_e4m3`` the
+  950's MX round trip of :func:`mx_combine_row`);
 * zero experts: nothing; copy experts: fp32(ori_x[t]) * scale; const expert c:
   (a1 * x + a2 * v[c]) * scale with x = fp32(ori_x[t]), (a1, a2) = softmax(<alpha1[c], x>,
   <alpha2[c], x>) (dot products summed in fp32 by :func:`fp32_dot`);
@@ -59,7 +60,7 @@ from npusim.kernels.quant import (
 
 DISPATCH_QUANTS = ("none", "static_int8", "int8", "pergroup", "mxfp8", "mxfp8_clip")
 FP8_QUANTS = ("pergroup", "mxfp8", "mxfp8_clip")
-COMBINE_QUANTS = ("none", "int8")
+COMBINE_QUANTS = ("none", "int8", "mxfp8_e5m2", "mxfp8_e4m3")
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,16 @@ def mx_row(x: np.ndarray, fp8: str, clip: bool) -> tuple[np.ndarray, np.ndarray]
     return q, scales
 
 
+def mx_combine_row(x: np.ndarray, fp8: str) -> np.ndarray:
+    """The 950's MXFP8 combine round trip of one row, in fp32: :func:`mx_row` (mode 4), then
+    fp32(fp8) * 2^(b - 127) for scale byte b, except b = 0, which the receiver reads as 0
+    (it shifts the byte into an fp32 exponent field)."""
+    q, sc = mx_row(x, fp8, clip=False)
+    b = sc[:-(-q.size // 32)].astype(np.int64)
+    scale = np.where(b == 0, 0.0, np.ldexp(1.0, b - 127)).astype(np.float32)
+    return q.view(_FP8[fp8][0]).astype(np.float32) * np.repeat(scale, 32)[:q.size]
+
+
 def scale_row(shape: Mc2Shape, scales: np.ndarray, expert_index: int) -> np.ndarray:
     """The static / smooth scale used for one row: the whole (1,) / (H,) tensor, or row
     ``expert_index`` (S + e for MoE expert e with shared ranks, e without; j for shared j)."""
@@ -461,6 +472,8 @@ def reference_combine(shape: Mc2Shape, dispatch_out: list[DispatchOutputs],
         rows = np.asarray(inputs[q].expand_x[:d.n])
         if quant == "int8" and d.n:
             rows = int8_block_round_trip(rows, recip=True)
+        elif quant.startswith("mxfp8") and d.n:
+            rows = np.stack([mx_combine_row(row, quant[-4:]) for row in rows])
         for i in range(d.n):
             src, t, k = (int(v) for v in d.assist_info_for_combine[i])
             slots[src][(t, k)] = rows[i]

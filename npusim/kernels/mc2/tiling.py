@@ -24,7 +24,7 @@ __all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "split_to_core", "workspace_ints"]
 class Mc2Tiling:
     shape: Mc2Shape
     dispatch_quant: str  # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip
-    combine_quant: str  # none | int8
+    combine_quant: str  # none | int8 | mxfp8_e5m2 | mxfp8_e4m3 (the 950)
     expert_token_nums_type: int  # 0 cumsum, 1 counts
     arch: str  # arch22 (A3) | arch35 (950)
     cores: int  # aivNum

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from npusim.kernels.mc2.quant_modes import fp8_mode, record_layout
+from npusim.kernels.mc2.quant_modes import COMBINE_MX, combine_mx_bytes, fp8_mode, record_layout
 from npusim.kernels.quant import align_up, ceil_div
 
 KiB = 1024
@@ -302,9 +302,11 @@ def a5_int8_combine_bytes(h: int) -> int:
 
 def combine_stride_bytes(h: int, arch: str, combine_quant: str) -> int:
     """hAlignWinSize_ of the combine kernel when it is not the area's slot, else 0: on the
-    950 with INT8, ceil(commDataBytes_ / 480) * 512 (a5_mte.h:509-520)."""
+    950 with INT8 or MXFP8, ceil(commDataBytes_ / 480) * 512 (a5_mte.h:509-520)."""
     if arch == "arch35" and combine_quant == "int8":
         return ceil_div(a5_int8_combine_bytes(h), FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+    if arch == "arch35" and combine_quant in COMBINE_MX:  # commDataBytes_ of QuantMxFp8
+        return ceil_div(combine_mx_bytes(h), FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
     return 0
 
 
