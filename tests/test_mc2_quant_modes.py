@@ -261,3 +261,35 @@ def test_tensors_dump_agrees_with_the_reference_and_the_round_trip(tmp_path, qua
         amax = np.abs(x).max(axis=1, keepdims=True)
         bound = ws * (np.abs(x) * rel + amax * 2.0 ** -9) + np.abs(exact) / 128
         assert (np.abs(y - exact) <= bound).all()
+
+
+# --------------------------------------------------------------------------- combine MXFP8
+
+
+def test_combine_mx_round_trip_by_hand():
+    # a block of max 3 (e4m3): scale byte 120 (2^-7), 3 -> 384 -> back 3; 0.7 -> 88 -> 0.6875;
+    # a block whose max is below 2^-126 gets byte 0 and reads back as zeros
+    x = np.zeros(64, np.float32)
+    x[0], x[1] = 3.0, 0.7
+    x[32] = 2.0 ** -130
+    y = ref.mx_combine_row(x.astype(BF16), "e4m3")
+    assert y[0] == 3.0 and y[1] == 0.6875 and (y[32:] == 0).all()
+
+
+@pytest.mark.parametrize("cquant,dquant,S", [("mxfp8_e5m2", "none", 0),
+                                              ("mxfp8_e4m3", "mxfp8", 0),
+                                              ("mxfp8_e5m2", "pergroup", 1)])
+def test_combine_mxfp8_equals_the_reference(cquant, dquant, S):
+    from test_mc2_kernels import _round_trip
+    W = 6 if S else 4
+    shape = ref.Mc2Shape(W=W, bs=(4,) * W, H=1056, K=3, E=8, S=S, S_r=2 * S)
+    t, _, res2 = _round_trip("ascend950", shape, dquant, cquant, seed=7)
+    assert t.window.combine_stride == 1536  # ceil((1280 + 2 * 34) / 480) * 512
+    assert res2.end_ns > res2.start_ns
+
+
+def test_a3_refuses_the_mxfp8_combine(tmp_path, capsys):
+    sc = _scenario(tmp_path, "atlas_a3", combine_quant="mxfp8_e4m3")
+    assert main(["run", str(sc), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "workload.combine_quant" in err and "comm_quant_mode 4" in err
