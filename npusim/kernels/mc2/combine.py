@@ -109,8 +109,7 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
             yield from ctx.wait(puts[p])
         buf, out = ins[p], outs[p]
         if mx:  # Duplicate(QUANT_PADDING_VALUE) over Align128(H) elements
-            ctx.vf("zero_fill", qm.zero_fill_vf(h), writes=[buf],
-                   fn=None if t.timing_only else lambda: buf.bytes_at(0, buf.nbytes).fill(0))
+            qm.zero_fill(ctx, buf, h, t.timing_only)
         if arch35:
             yield from ctx.pipe_barrier("vector")
         yield from ctx.wait(ctx.copy_in(buf, x, (r0 + i) * 2 * h, 2 * h, name="load_row"))

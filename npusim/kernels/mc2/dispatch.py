@@ -117,8 +117,7 @@ def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict, t
     else:
         src = q.ins[p]
         if qm.fp8_mode(t.dispatch_quant):  # Duplicate(QUANT_PADDING_VALUE): zero the tail
-            ctx.vf("zero_fill", qm.zero_fill_vf(h), writes=[src],
-                   fn=None if t.timing_only else lambda: src.bytes_at(0, src.nbytes).fill(0))
+            qm.zero_fill(ctx, src, h, t.timing_only)
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         yield from ctx.wait(ctx.copy_in(src, x, token * 2 * h, 2 * h, name="load_token"))
         _quantise(ctx, t, src, out, memo, token, scale_row)

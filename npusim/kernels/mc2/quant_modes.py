@@ -21,6 +21,7 @@ RegBase model (hw/vf.py, docs/model.md "The 950's vector functions").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,14 @@ def zero_fill_vf(h: int) -> VF:
     MemBase call: one register broadcast, a store per 256 B)."""
     return VF("Duplicate", (VLoop((vi("dup", "z"),)),
                             VLoop((vi("store", None, "z"),), ceil_div(input_bytes(h), 256))))
+
+
+def zero_fill(ctx: Any, src: Any, h: int, timing_only: bool) -> None:
+    """Duplicate(QUANT_PADDING_VALUE) of the input buffer before the token's load, as
+    ProcessToken (dispatch) and the MXFP8 combine send issue it: the scale VFs read
+    Align128(H) elements, so the tail past H must be zeros. Any comm_alg calls it."""
+    ctx.vf("zero_fill", zero_fill_vf(h), writes=[src],
+           fn=None if timing_only else lambda: src.bytes_at(0, src.nbytes).fill(0))
 
 
 def per_tile_vf(h: int, smooth: bool) -> VF:
@@ -291,4 +300,5 @@ __all__ = ["COMBINE_MODE", "COMBINE_MX", "combine_dequant_vf", "combine_dequanti
            "combine_mx_bytes", "combine_quant_vfs", "combine_quantise",
            "A3_MODES", "FP4_MODES", "FP8_MODES", "MXFP8_BLOCK", "MX_MODES", "NOT_MODELLED",
            "QUANT_MODE", "fp8_mode", "input_bytes", "quant_vfs",
-           "quantise_record", "record_layout", "scale_count", "scale_dtype", "zero_fill_vf"]
+           "quantise_record", "record_layout", "scale_count", "scale_dtype", "zero_fill",
+           "zero_fill_vf"]
