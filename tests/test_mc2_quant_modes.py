@@ -167,10 +167,11 @@ def test_record_layouts_as_quantinit():
     ("pergroup", "e4m3", "bfloat16"), ("pergroup", "e5m2", "float16"),
     ("mxfp8", "e5m2", "bfloat16"), ("mxfp8", "e4m3", "float16"),
     ("mxfp8_clip", "e4m3", "bfloat16"), ("mxfp8_clip", "e5m2", "float16")])
-def test_kernel_outputs_equal_the_reference(quant, fp8, dtype):
+@pytest.mark.parametrize("alg", ["fullmesh_v1", "fullmesh_v2"])
+def test_kernel_outputs_equal_the_reference(quant, fp8, dtype, alg):
     cfg = load_hardware("ascend950")
     shape = ref.Mc2Shape(W=4, bs=(5, 5, 5, 5), H=1056, K=3, E=8, dtype=dtype)
-    t = make_tiling(shape, cfg, quant, quant_dtype=fp8)
+    t = make_tiling(shape, cfg, quant, quant_dtype=fp8, comm_alg=alg)
     ins = _inputs(shape, 2)
     if dtype == "float16":
         ins = [ref.DispatchInputs(i.x.astype(np.float16), i.expert_ids, i.expert_scales,

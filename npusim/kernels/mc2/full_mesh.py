@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.cann_sample.dispatch import _flag_check_cost, valid_expert_info
+from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import tiling as tl
 from npusim.kernels.mc2.dispatch import (
     _cal_token_send_expert_cnt,
@@ -123,7 +124,7 @@ class SendSlots:
         slot = t.window.dispatch
         # TokenToExpert's FillTriple writes the triplet at tokenQuantAlign_, past
         # hAlignSize_ (into the next buffer on the device): npusim gives each the 32 B
-        self.ins = [ctx.alloc(f"x_in{p}", max(align32(2 * t.H), slot.triplet_offset + 32))
+        self.ins = [ctx.alloc(f"x_in{p}", max(t.x_in_bytes, slot.triplet_offset + 32))
                     for p in range(2)]
         self.temp = (ctx.alloc("quant_record", align32(slot.triplet_offset + 32))
                      if t.dispatch_quant != "none" else None)
@@ -184,7 +185,10 @@ def token_to_expert(ctx: KernelContext, t: Mc2Tiling, s: SendSlots, memo: dict, 
     x = ctx.tensor("x")
     h = t.H
     if t.dispatch_quant != "none":
-        if a3:
+        fp8 = qm.fp8_mode(t.dispatch_quant)
+        if fp8:  # Duplicate(QUANT_PADDING_VALUE): zero the tail
+            qm.zero_fill(ctx, xin, h, t.timing_only)
+        if a3 or fp8:
             yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         yield from ctx.wait(ctx.copy_in(xin, x, token * 2 * h, 2 * h, name="load_token"))
         _quantise(ctx, t, xin, s.temp, memo, token, scale_row)
@@ -344,6 +348,8 @@ def send_to_moe_expert_by_bs(ctx: KernelContext, t: Mc2Tiling, state: int, memo:
     xin = s.ins[0]
     slot = t.window.dispatch
     for token in range(t0, t1):
+        if qm.fp8_mode(t.dispatch_quant):  # Duplicate(QUANT_PADDING_VALUE): zero the tail
+            qm.zero_fill(ctx, xin, h, t.timing_only)
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         yield from ctx.wait(ctx.copy_in(xin, x, token * 2 * h, 2 * h, name="load_token"))
         if t.dispatch_quant != "none":  # QuantProcess with expert index 0 (no per-expert scales)
@@ -693,7 +699,8 @@ class _Outputs:
         self.t = t
         self.x = ctx.tensor("expand_x")
         self.assist = ctx.tensor("assist_info_for_combine")
-        self.scales = ctx.tensor("dynamic_scales") if t.dispatch_quant == "int8" else None
+        scaled = t.window.dispatch.scale_offset is not None  # int8 and the FP8 modes
+        self.scales = ctx.tensor("dynamic_scales") if scaled else None
         es = t.window.dispatch.expert_scale_offset
         self.es = ctx.tensor("expand_scales") if es is not None else None
 
@@ -709,8 +716,9 @@ class _Outputs:
                                                         src_gap=32)))
         ops = []
         if self.scales is not None:
-            ops.append(ctx.copy_out(self.scales, row * 4, tbuf, 0, src_offset=slot.scale_offset,
-                                    strided=Strided(n, 4, src_gap=stride - 4),
+            sb = slot.scale_bytes
+            ops.append(ctx.copy_out(self.scales, row * sb, tbuf, 0, src_offset=slot.scale_offset,
+                                    strided=Strided(n, sb, src_gap=stride - sb),
                                     name="write_scales"))
         ob = slot.out_bytes
         ops.append(ctx.copy_out(self.x, row * ob, tbuf, 0,

@@ -99,7 +99,7 @@ def dispatch_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSl
         es = moved
         moved += 4
     return DispatchSlot(out_bytes, scale_offset, triplet, es, moved, align512(moved),
-                        align32(moved), scale_bytes)
+                        align32(moved), scale_bytes=scale_bytes)
 
 
 def full_mesh_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSlot:
