@@ -120,5 +120,8 @@ def test_sweep_shows_points_done_of_total_unless_quiet(
     assert main([*args, "--out", str(tmp_path / "b")]) == 0
     err = capsys.readouterr().err
     assert "3 point(s), 0 already done" in err and "[3/3] s-0002" in err
-    status = re.findall(r"npusim: sweep s: (\d)/3 points done", err)
-    assert status and all(1 <= int(k) <= 3 for k in status)
+    # a status line comes after each finished point, and also (0/3) whenever the first
+    # point takes longer than sweep.WAIT_S of real time, as on a loaded machine
+    done = [int(k) for k in re.findall(r"npusim: sweep s: (\d)/3 points done", err)]
+    assert done and max(done) >= 1 and all(0 <= k <= 3 for k in done)
+    assert done == sorted(done)
