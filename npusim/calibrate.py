@@ -81,6 +81,8 @@ class Measurement:
         if self.label:
             return self.label
         w = self.workload
+        if "bs" not in w:
+            return f"{w['op']}_{self.quant}"
         return f"{w['op']}_bs{w['bs']}_{self.quant}"
 
 
@@ -112,6 +114,8 @@ def read_table(path: str | Path) -> list[Measurement]:
         w: dict[str, Any] = {}
         for c in WORKLOAD_FIELDS:
             v = (rec.get(c) or "").strip()
+            if c in INT_FIELDS and not v:  # left to the family (checked below)
+                continue
             if c in INT_FIELDS:
                 try:
                     w[c] = int(v)
@@ -128,6 +132,9 @@ def read_table(path: str | Path) -> list[Measurement]:
             fam = _family(w)
         except registry.FamilyError as exc:
             raise InputError(str(p), f"{where}.kernel", str(exc)) from None
+        blank = [c for c in INT_FIELDS if c not in w]
+        if blank and fam.uses_moe_shape:
+            raise InputError(str(p), f"{where}.{blank[0]}", "must be an integer, got ''")
         single = [op for op, kernels in fam.runs.items() if len(kernels) == 1]
         if w["op"] not in single:
             raise InputError(str(p), f"{where}.op", f"{w['op']!r}; allowed: {', '.join(single)}")
@@ -203,7 +210,7 @@ def simulate_table(rows: list[Measurement], hardware: str, overrides: dict[str, 
 
 def _cost(m: Measurement) -> float:
     w = m.workload
-    return w["bs"] * w["k"] * w["ep_world_size"] * w["h"]
+    return w.get("bs", 1) * w.get("k", 1) * w.get("ep_world_size", 1) * w.get("h", 1)
 
 
 @dataclass
@@ -233,11 +240,20 @@ def compare(rows: list[Measurement], simulated: list[float]) -> Comparison:
         if j is None:
             continue
         cmp.speedups.append({
-            "op": m.op, "bs": m.workload["bs"], "quant": m.quant,
+            "op": m.op, "bs": m.workload.get("bs"), "quant": m.quant,
+            "label": _speedup_label(m, rows[j]),
             "measured": rows[j].measured_us / m.measured_us,
             "simulated": simulated[j] / simulated[i],
         })
     return cmp
+
+
+def _speedup_label(m: Measurement, base: Measurement) -> str:
+    """How a speed-up is named: "dispatch BS 8 mxfp8" for a MoE row against its
+    unquantised twin; the two rows' names for a family without the MoE shape."""
+    if _family(m.workload).uses_moe_shape:
+        return f"{m.op} BS {m.workload['bs']} {m.quant}"
+    return f"{m.name} vs {base.name}"
 
 
 def _key(m: Measurement, quant: str) -> tuple:

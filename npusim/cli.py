@@ -223,7 +223,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for sp in cmp.speedups:
             d = sp["simulated"] - sp["measured"]
             flag = "" if abs(d) <= sp_tol else "  <- outside"
-            print(f"  speed-up {sp['op']} BS {sp['bs']} {sp['quant']}: measured "
+            print(f"  speed-up {sp['label']}: measured "
                   f"{sp['measured']:.2f}, simulated {sp['simulated']:.2f} ({d:+.2f}){flag}")
     return EXIT_FAIL if bad_rows or bad_sp else EXIT_OK
 

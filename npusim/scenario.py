@@ -48,6 +48,10 @@ ZIPF_DEFAULT_S = 1.2
 SIGMA_MAX = 10.0  # the hottest of 1024 experts outweighs the median by e^32: one expert
 
 WORKLOAD_REQUIRED = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank")
+# The shape a family that does not read the MoE keys runs with when they are left out
+# (Family.uses_moe_shape False): the smallest valid one.
+NEUTRAL_SHAPE: dict[str, int] = {"bs": 1, "h": 1024, "k": 1, "ep_world_size": 2,
+                                 "experts_per_rank": 1}
 # Generic keys every family reads; a family's own options come from its declaration.
 WORKLOAD_DEFAULTS: dict[str, Any] = {
     "kernel": registry.DEFAULT,
@@ -439,7 +443,10 @@ def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Wo
     _other_family_option(src, raw, fam, allowed)
     if fam is None and isinstance(raw, dict):  # a user family's options: unknown here
         allowed += tuple(k for k in raw if isinstance(k, str))
-    doc = _section(src, key, raw, allowed, WORKLOAD_REQUIRED)
+    neutral = fam is not None and not fam.uses_moe_shape
+    doc = _section(src, key, raw, allowed, ("op",) if neutral else WORKLOAD_REQUIRED)
+    if neutral:
+        doc = {**NEUTRAL_SHAPE, **doc}
 
     def get(name: str) -> Any:
         return doc[name] if name in doc else WORKLOAD_DEFAULTS[name]

@@ -15,11 +15,10 @@ from npusim.report.build import build_report
 from npusim.scenario import scenario_from_doc
 from npusim.sim import simulate
 
-MOE = {"bs": 1, "h": 1024, "k": 1, "ep_world_size": 2, "experts_per_rank": 1}
-
 
 def run(tmp: Path, **workload: Any) -> tuple[Any, dict[str, Any]]:
-    doc = {"name": "t", "hardware": "ascend950", "workload": {**MOE, **workload}}
+    """The vector families' scenarios need no MoE keys (bs, h, k, ...)."""
+    doc = {"name": "t", "hardware": "ascend950", "workload": workload}
     result = simulate(scenario_from_doc(doc, "test", tmp))
     return result, build_report(result)
 
@@ -66,3 +65,16 @@ def test_family_options_are_checked(tmp_path: Path) -> None:
         run(tmp_path, kernel="rms_norm_quant", op="rms_norm_quant", step=7)
     with pytest.raises(InputError, match="workload.tile_bytes"):
         run(tmp_path, kernel="cann_gelu", op="gelu", tile_bytes=100)
+
+
+def test_vector_scenarios_need_no_moe_keys_and_keep_them_optional(tmp_path: Path) -> None:
+    """Without the MoE keys a vector family runs on the neutral shape; given (any valid
+    values) they change nothing. A MoE family still requires them."""
+    base = {"kernel": "cann_gelu", "op": "gelu", "vf": True, "elements": 4096}
+    bare, _ = run(tmp_path, **base)
+    moe = {"bs": 8, "h": 7168, "k": 8, "ep_world_size": 8, "experts_per_rank": 4}
+    full, _ = run(tmp_path, **base, **moe)
+    assert full.ops[0].end_ns - full.ops[0].start_ns == bare.ops[0].end_ns - bare.ops[0].start_ns
+    with pytest.raises(InputError, match="workload.bs"):
+        scenario_from_doc({"name": "t", "hardware": "ascend950",
+                           "workload": {"op": "dispatch"}}, "test", tmp_path)

@@ -155,6 +155,9 @@ class Family:
     runs: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     options: ClassVar[tuple[Option, ...]] = ()
     case_format: ClassVar[str] = ""  # a case-directory format it reads ("" if none)
+    # False: the family's kernels do not read the MoE shape (bs, h, k, ep_world_size,
+    # experts_per_rank); its scenarios may leave those keys out (scenario.NEUTRAL_SHAPE)
+    uses_moe_shape: ClassVar[bool] = True
 
     # ---- lookups
     def kernel(self, name: str) -> Kernel:

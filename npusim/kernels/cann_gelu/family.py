@@ -36,6 +36,7 @@ GELU = Gelu()
 
 class CannGelu(Family):
     name = "cann_gelu"
+    uses_moe_shape = False  # one core's GeLU: no tokens, ranks or experts
     help = ("the GeLU sample of cann-samples hardware_features/vector_function: MemBase "
             "calls between PipeBarriers, or one vector function (vf: true)")
     ops = (GELU,)

@@ -44,7 +44,8 @@ class RmsNormQuantKernel(TaskKernel):
         TensorSpec("offset", const(np.int8), lambda t, r: (1,), "quantisation offset"),
     )
     outputs = (TensorSpec("y", const(np.int8), _xy, "[a, r] quantised"),)
-    variant = "step"
+    # no variant: the steps are seven programs, each row its own evidence (a ratio to a
+    # default step would repeat two rows, not add one)
 
     def program(self, tiling: Tiling) -> Any:
         return rnq_program(tiling.rnq)
@@ -58,6 +59,7 @@ RNQ = RmsNormQuantKernel()
 
 class RmsNormQuant(Family):
     name = "rms_norm_quant"
+    uses_moe_shape = False  # a vector kernel on its own x: no tokens, ranks or experts
     help = ("RmsNormQuant of cann-samples rms_norm_quant_story, steps 0-6 of its src/ "
             "(MemBase, gamma once, 64 cores, VF, double buffer, UB rows, binary sum)")
     ops = (RNQ,)
