@@ -92,7 +92,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
 
     def leg(kernel: Kernel, previous: list[Arrays] | None) -> Leg:
         m = Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace),
-                    (core_kind(kernel.core_kind),))
+                    (core_kind(kernel.core_kind), *map(core_kind, kernel.engines)))
         op_in = fam.op_inputs(kernel.name, t, inputs, previous)
         return Leg.of(m, run_op(m, fam, kernel, t, op_in, limit_ns, keep_inputs))
 

@@ -39,6 +39,11 @@ def numeric_keys(cls: type = HardwareConfig, prefix: str = "", name: str = "asce
             out += fabric_keys(name)
         elif f.type in ("int", "float"):
             out.append(prefix + f.name)
+        elif f.type.endswith(" | None"):  # an optional section: the keys of presets with it
+            doc = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+            if f.name in doc:
+                out += numeric_keys(globals_of(f.type.removesuffix(" | None")),
+                                    f"{prefix}{f.name}.", name)
         elif f.type != "str":
             out += numeric_keys(globals_of(f.type.removesuffix(" | None")),
                                 f"{prefix}{f.name}.", name)

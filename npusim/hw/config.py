@@ -153,6 +153,17 @@ class KernelConfig:
 
 
 @dataclass(frozen=True)
+class SDMAConfig:
+    """The die's system DMA engines (STARS SDMA, npusim.hw.sdma): GM -> GM copies that
+    AIV cores post as SQEs. Optional: the ascend950 preset has none (SHMEM's SDMA put/get
+    is not supported there)."""
+
+    engines: int = field(metadata={"unit": "engines", "min": 1, "max": 64})
+    bandwidth_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+
+
+@dataclass(frozen=True)
 class WindowConfig:
     bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 40})
 
@@ -214,6 +225,7 @@ class HardwareConfig:
     kernel: KernelConfig
     window: WindowConfig
     aic: AICConfig | None = None  # no AIC cores when absent
+    sdma: SDMAConfig | None = None  # no SDMA engines when absent
 
     @property
     def cycle_ns(self) -> float:
@@ -224,6 +236,8 @@ class HardwareConfig:
         out["fabric"] = self.fabric.to_dict()
         if self.aic is None:
             del out["aic"]
+        if self.sdma is None:  # an optional section a preset leaves out is not reported
+            del out["sdma"]
         return out
 
 

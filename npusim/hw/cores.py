@@ -132,7 +132,16 @@ def mix(name: str, parts: tuple[tuple[CoreKind, int], ...]) -> CoreKind:
 
 MIX_AIC_1_2 = mix("mix_aic_1_2", ((AIC, 1), (AIV, 2)))
 
-KINDS: dict[str, CoreKind] = {k.name: k for k in (AIV, AIC, MIX_AIC_1_2)}
+# The die's system DMA engines (STARS SDMA; npusim.hw.sdma): no program runs on them, AIV
+# cores post GM -> GM copies to their one in-order queue (aclshmemx_sdma_put_nbi)
+SDMA = CoreKind(
+    "sdma", "sdma.engines",
+    pipes=(PipeKind("sdma", "transfer", "SDMA (GM->GM)",
+                    {False: "sdma.bandwidth_gbps", True: "sdma.bandwidth_gbps"}),),
+    buffers=(),
+)
+
+KINDS: dict[str, CoreKind] = {k.name: k for k in (AIV, AIC, MIX_AIC_1_2, SDMA)}
 
 
 def register(kind: CoreKind) -> CoreKind:

@@ -105,6 +105,9 @@ class Kernel:
     outputs: ClassVar[tuple[TensorSpec, ...]] = ()
     scratch: ClassVar[tuple[TensorSpec, ...]] = ()  # GM work areas, neither in nor out
     core_kind: ClassVar[str] = "aiv"
+    # kinds the machine also builds that run no program of the kernel: engines its cores
+    # drive (the SDMA engines, npusim.hw.sdma)
+    engines: ClassVar[tuple[str, ...]] = ()
     # the option whose values calibration tables compare (cann_sample: the wire format)
     variant: ClassVar[str | None] = None
 

@@ -1,0 +1,82 @@
+"""The die's SDMA engines: in-order queues of GM -> GM copies that AIV cores post.
+
+An engine is a core kind (npusim.hw.cores.SDMA: `sdma.engines` per die, one transfer
+pipe "sdma"), so the machine builds it like any core. It runs no program: SHMEM's
+`aclshmemx_sdma_put_nbi` writes an SQE (a STARS descriptor) into the core's queue in GM
+and rings the doorbell, and from then on the engine works alone. So an SQE reaches its
+engine at the doorbell (`sqe(..., at=)`) and streams its bytes once the SQEs ahead of it
+on that engine have streamed theirs (their landing latencies overlap, as on an MTE
+pipe), at up to `sdma.bandwidth_gbps`, through the source HBM, the links of the level
+it crosses and the destination HBM: the resources MTE puts use, so the two planes share
+the links. Its bytes land `sdma.latency_ns` plus that level's latency after its last
+byte. A fenced SQE (the flag SQE of `aclshmemx_sdma_quiet`) starts only when every
+earlier SQE of its engine has landed, which is what makes the flag a completion signal.
+
+The copied bytes are read from the source when they land (like an MTE2 read): the
+kernels post SDMA copies only of GM that nothing writes during the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from npusim.hw.machine import Machine
+from npusim.hw.memory import Region
+from npusim.hw.pipe import Op, TransferPipe
+
+KIND = "sdma"  # the core kind's and the pipe's name
+
+
+def engine_pipe(machine: Machine, rank: int, engine: int) -> TransferPipe:
+    """The queue of engine `engine` of rank `rank` (cores_of['sdma'])."""
+    engines = machine.ranks[rank].cores_of.get(KIND)
+    if not engines:
+        raise KeyError(f"rank {rank} has no SDMA engine (the machine was built without the "
+                       f"{KIND!r} kind)")
+    return engines[engine % len(engines)].pipes[KIND]  # type: ignore[return-value]
+
+
+def route(machine: Machine, rank: int, dst_rank: int) -> tuple[tuple, float]:
+    """The resources and landing latency (ns) of an SQE of `rank`'s engine writing into
+    `dst_rank`'s memory: its own HBM, and for another rank the links of the level
+    crossed and that rank's HBM."""
+    lat = machine.cfg.sdma.latency_ns
+    own = machine.ranks[rank].hbm
+    if dst_rank == rank:
+        return (own,), lat
+    links, level_latency = machine.fabric.route(rank, dst_rank)
+    return (own, *links, machine.ranks[dst_rank].hbm), lat + level_latency
+
+
+def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
+        dst_offset: int, nbytes: int, at: float, name: str = "sdma", engine: int = 0,
+        fenced: bool = False, landed: Callable[[float], None] | None = None) -> Op:
+    """One SQE of rank `rank`'s engine, at its engine from time `at` (the doorbell):
+    copy `nbytes` from `src` to `dst` (either may be on any rank). The returned op
+    completes when the bytes have landed; `landed(t)` runs then."""
+    pipe = engine_pipe(machine, rank, engine)
+    path, latency = route(machine, rank, dst.rank)
+    cap = machine.cfg.sdma.bandwidth_gbps
+    if dst.rank != rank:
+        machine.ranks[rank].bytes_out += nbytes
+        machine.ranks[dst.rank].bytes_in += nbytes
+    op = Op(machine.env, name, KIND)
+    pipe.issue(op)
+    if fenced:
+        pipe.fence()
+
+    def done(t: float) -> None:
+        dst.write(dst_offset, src.read(src_offset, nbytes))
+        pipe.busy_ns += t - op.start_at
+        pipe.spans.append((op.start_at, t))
+        op.complete(t)
+        pipe.delivered(op)
+        if landed is not None:
+            landed(t)
+
+    def begin() -> None:
+        op.start_at = machine.env.now
+        machine.net.start(nbytes, cap, path, latency, done, pipe.sent, op.event())
+
+    pipe.submit(at, begin)
+    return op
