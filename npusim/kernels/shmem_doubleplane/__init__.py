@@ -1,0 +1,1 @@
+"""hicann/shmem's doubleplane MoE examples (MTE + SDMA planes) as a family."""
