@@ -43,13 +43,14 @@ def combine_program(t: ClassicTiling):
     return program
 
 
-def combine_classic(ctx: KernelContext, t: ClassicTiling) -> Wait:
+def combine_classic(ctx: KernelContext, t: ClassicTiling, send: Any = None) -> Wait:
+    """The kernel; `send` replaces stage 1 (the doubleplane's two planes)."""
     ctx.prof_start("full_op")
-    yield from combine_classic_once(ctx, t)
+    yield from combine_classic_once(ctx, t, send)
     ctx.prof_end("full_op")
 
 
-def combine_classic_once(ctx: KernelContext, t: ClassicTiling) -> Wait:
+def combine_classic_once(ctx: KernelContext, t: ClassicTiling, send: Any = None) -> Wait:
     sh = ctx.shmem
     status_ub = ctx.alloc("status_ub", 32)
     ctx.alloc("pad", UB_TMP_OFFSET - 32)
@@ -60,7 +61,7 @@ def combine_classic_once(ctx: KernelContext, t: ClassicTiling) -> Wait:
     with ctx.phase("send"):
         ctx.prof_start("comm_only")
         if ctx.core_id < t.W:  # active_core
-            yield from send_back(ctx, t, ctx.core_id, status_ub, tmp_buff)
+            yield from (send or send_back)(ctx, t, ctx.core_id, status_ub, tmp_buff)
         yield from sh.quiet()
         ctx.prof_end("comm_only")
     with ctx.phase("reduce"):
@@ -73,31 +74,49 @@ def combine_classic_once(ctx: KernelContext, t: ClassicTiling) -> Wait:
 def send_back(ctx: KernelContext, t: ClassicTiling, target_src_rank: int, status_ub: Any,
               tmp_buff: Any) -> Wait:
     """Stage 1: every row of segments (le, target_src_rank) back to its token's slot."""
-    sh = ctx.shmem
-    win = t.window
-    W, K = t.W, t.shape.K
-    ep_recv_count = ctx.tensor("ep_recv_count")
-    assist = ctx.tensor("assist_info")
-    expand_x = ctx.tensor("expand_x")
     for le in range(t.shape.L):
         ctx.loop(1)
-        segment = le * W + target_src_rank
-        ctx.scalar(1)
-        begin = 0 if segment == 0 else int(ctx.gm_read_scalar(ep_recv_count,
-                                                              4 * (segment - 1), I32))
-        end = int(ctx.gm_read_scalar(ep_recv_count, 4 * segment, I32))
-        for i in range(begin, end):
-            ctx.loop(1)
-            src_rank, token_id, topk_id = (
-                int(ctx.gm_read_scalar(assist, 4 * (i * ASSIST_FIELDS + f), I32))
-                for f in range(ASSIST_FIELDS))
-            ctx.scalar(2)  # slot = token_id * k + topk_id
-            slot = token_id * K + topk_id
-            yield from sh.mte_put_nbi(src_rank, win.data_at(slot), expand_x, i * t.row_bytes,
-                                      t.row_bytes, tmp_buff, t.ub_size, t.elem)
-            yield from sh.quiet()
-            sh.put_ub(src_rank, win.status_at(slot), status_ub, 32)
-            yield from sh.quiet()
+        begin, end = segment_rows(ctx, t, le, target_src_rank)
+        yield from send_rows(ctx, t, target_src_rank, begin, end, status_ub, tmp_buff)
+
+
+def segment_rows(ctx: KernelContext, t: ClassicTiling, le: int, src: int) -> tuple[int, int]:
+    """CombineSegmentBegin / End of segment le * W + src from ep_recv_count."""
+    ep_recv_count = ctx.tensor("ep_recv_count")
+    segment = le * t.W + src
+    ctx.scalar(1)
+    begin = 0 if segment == 0 else int(ctx.gm_read_scalar(ep_recv_count, 4 * (segment - 1), I32))
+    return begin, int(ctx.gm_read_scalar(ep_recv_count, 4 * segment, I32))
+
+
+def row_slot(ctx: KernelContext, t: ClassicTiling, i: int, src_field: bool = True
+             ) -> tuple[int, int]:
+    """Row i's (src_rank, slot = token_id * k + topk_id) from its assist triplet; the
+    doubleplane kernel loads only token_id and topk_id (src_rank -1: the core's peer)."""
+    assist = ctx.tensor("assist_info")
+    src_rank = int(ctx.gm_read_scalar(assist, 4 * i * ASSIST_FIELDS, I32)) if src_field else -1
+    token_id, topk_id = (int(ctx.gm_read_scalar(assist, 4 * (i * ASSIST_FIELDS + f), I32))
+                         for f in (1, 2))
+    ctx.scalar(2)  # slot = token_id * k + topk_id
+    return src_rank, token_id * t.shape.K + topk_id
+
+
+def send_rows(ctx: KernelContext, t: ClassicTiling, peer: int, begin: int, end: int,
+              status_ub: Any, tmp_buff: Any, src_field: bool = True) -> Wait:
+    """Rows [begin, end): per row an mte_put_nbi into its slot and a quiet, then a 32 B
+    status put and a quiet."""
+    sh = ctx.shmem
+    win = t.window
+    expand_x = ctx.tensor("expand_x")
+    for i in range(begin, end):
+        ctx.loop(1)
+        src_rank, slot = row_slot(ctx, t, i, src_field)
+        pe = src_rank if src_field else peer
+        yield from sh.mte_put_nbi(pe, win.data_at(slot), expand_x, i * t.row_bytes,
+                                  t.row_bytes, tmp_buff, t.ub_size, t.elem)
+        yield from sh.quiet()
+        sh.put_ub(pe, win.status_at(slot), status_ub, 32)
+        yield from sh.quiet()
 
 
 def reduce_token(ctx: KernelContext, t: ClassicTiling, token_id: int) -> Wait:

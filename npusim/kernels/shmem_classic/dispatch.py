@@ -19,7 +19,7 @@ iteration `scalar.loop_cycles`), GM loads and stores through the data cache
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,8 @@ def dispatch_program(t: ClassicTiling):
     return program
 
 
-def dispatch_classic(ctx: KernelContext, t: ClassicTiling) -> Wait:
+def dispatch_classic(ctx: KernelContext, t: ClassicTiling, send: Any = None) -> Wait:
+    """The kernel; `send` replaces stage 1 (the doubleplane's two planes)."""
     sh = ctx.shmem
     status_ub = ctx.alloc("status_ub", 32)
     ctx.alloc("pad", UB_TMP_OFFSET - 32)
@@ -57,7 +58,7 @@ def dispatch_classic(ctx: KernelContext, t: ClassicTiling) -> Wait:
         ctx.prof_start("full_op")
         ctx.prof_start("comm_only")
         if ctx.core_id < t.W:  # active_core
-            yield from stage1(ctx, t, ctx.core_id, status_ub, tmp_buff)
+            yield from (send or stage1)(ctx, t, ctx.core_id, status_ub, tmp_buff)
         yield from sh.quiet()
         ctx.prof_end("comm_only")
         yield from sh.barrier_core_soft()
@@ -85,24 +86,50 @@ def _routed(ctx: KernelContext, t: ClassicTiling, dst_rank: int) -> Any:
             yield flat, expert_id
 
 
+Keep = Callable[[int], bool] | None  # which local experts' segments a piece serves
+
+
 def stage1(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: Any,
            tmp_buff: Any) -> Wait:
-    sh = ctx.shmem
-    win = t.window
-    s = t.shape
-    L, K, me = s.L, s.K, ctx.rank_id
-    x = ctx.tensor("x")
+    segment_counts = count_segments(ctx, t, dst_rank)
+    yield from put_payloads(ctx, t, dst_rank, tmp_buff)
+    yield from send_control(ctx, t, dst_rank, status_ub, segment_counts)
+
+
+def count_segments(ctx: KernelContext, t: ClassicTiling, dst_rank: int) -> list[int]:
+    """The first scan: segment_counts[le] of the pairs routed to dst_rank."""
+    L = t.shape.L
     segment_counts = [0] * L
     ctx.loop(L)
     ctx.scalar(2 * L)  # segment_counts[le] = slot_offsets[le] = 0
     for _flat, expert_id in _routed(ctx, t, dst_rank):
         segment_counts[expert_id % L] += 1
         ctx.scalar(2)  # dst_local_expert = expert_id % L; ++segment_counts
+    return segment_counts
 
-    # payload: one mte_put_nbi of the row and a quiet per routed (token, k)
+
+def _kept(ctx: KernelContext, t: ClassicTiling, dst_rank: int, keep: Keep) -> Any:
+    """_routed, and with `keep` (the doubleplane's sdma_flags test, a slot per pair) only
+    the pairs of the segments kept."""
+    L = t.shape.L
+    for flat, expert_id in _routed(ctx, t, dst_rank):
+        if keep is not None:
+            ctx.scalar(1)  # if (sdma_flags[dst_local_expert] ...) continue
+            if not keep(expert_id % L):
+                continue
+        yield flat, expert_id
+
+
+def put_payloads(ctx: KernelContext, t: ClassicTiling, dst_rank: int, tmp_buff: Any,
+                 keep: Keep = None) -> Wait:
+    """Payload: one mte_put_nbi of the row and a quiet per routed (token, k)."""
+    sh = ctx.shmem
+    win = t.window
+    L, K, me = t.shape.L, t.shape.K, ctx.rank_id
+    x = ctx.tensor("x")
     slot_offsets = [0] * L
     ctx.loop(L)
-    for flat, expert_id in _routed(ctx, t, dst_rank):
+    for flat, expert_id in _kept(ctx, t, dst_rank, keep):
         token_id, le = flat // K, expert_id % L
         slot = slot_offsets[le]
         slot_offsets[le] += 1
@@ -112,12 +139,32 @@ def stage1(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: Any,
                                   t.row_bytes, tmp_buff, t.ub_size, t.elem)
         yield from sh.quiet()
 
-    # assist: SignalDispatchAssist, three signal_op SETs [my_rank, token_id, topk_id]
+
+def send_control(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: Any,
+                 segment_counts: list[int], keep: Keep = None) -> Wait:
+    """Assist signals, ready puts and count entries of the segments kept (all: classic).
+    With `keep` the ready puts come only if some assist was written, as the doubleplane
+    source nests them."""
+    wrote = signal_assist(ctx, t, dst_rank, keep)
+    if wrote:
+        yield from ctx.shmem.quiet()
+    if wrote or keep is None:
+        yield from put_ready(ctx, t, dst_rank, status_ub, keep)
+    yield from put_counts(ctx, t, dst_rank, status_ub, segment_counts, keep)
+
+
+def signal_assist(ctx: KernelContext, t: ClassicTiling, dst_rank: int, keep: Keep = None
+                  ) -> bool:
+    """SignalDispatchAssist: three signal_op SETs [my_rank, token_id, topk_id] per pair;
+    returns whether any was written."""
+    sh = ctx.shmem
+    win = t.window
+    L, K, me = t.shape.L, t.shape.K, ctx.rank_id
     slot_offsets = [0] * L
     ctx.loop(L)
     ctx.scalar(L)
     wrote = False
-    for flat, expert_id in _routed(ctx, t, dst_rank):
+    for flat, expert_id in _kept(ctx, t, dst_rank, keep):
         token_id, topk_id, le = flat // K, flat % K, expert_id % L
         slot = slot_offsets[le]
         slot_offsets[le] += 1
@@ -127,17 +174,22 @@ def stage1(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: Any,
             ctx.scalar(1)  # the signal address
             sh.signal_op(dst_rank, at + 4 * j, value)
         wrote = True
-    if wrote:
-        yield from sh.quiet()
+    return wrote
 
-    # ready: DispatchFillReadyStatus, then a 32 B put per slot
+
+def put_ready(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: Any,
+              keep: Keep = None) -> Wait:
+    """DispatchFillReadyStatus, then a 32 B put per slot and a quiet."""
+    sh = ctx.shmem
+    win = t.window
+    L, me = t.shape.L, ctx.rank_id
     slot_offsets = [0] * L
     ctx.loop(L)
     ctx.scalar(L)
     ctx.loop(SLOT_INT32)
     ctx.ub_write(status_ub, 0, np.full(SLOT_INT32, READY_VALUE, I32), ops=SLOT_INT32)
     wrote = False
-    for _flat, expert_id in _routed(ctx, t, dst_rank):
+    for _flat, expert_id in _kept(ctx, t, dst_rank, keep):
         le = expert_id % L
         slot = slot_offsets[le]
         slot_offsets[le] += 1
@@ -147,15 +199,24 @@ def stage1(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: Any,
     if wrote:
         yield from sh.quiet()
 
-    # counts: per local expert, DispatchFillCountStatus [1, count, 0 ...], a put, a quiet
-    for le in range(L):
+
+def put_counts(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: Any,
+               segment_counts: list[int], keep: Keep = None) -> Wait:
+    """Per local expert kept, DispatchFillCountStatus [1, count, 0 ...], a put, a quiet."""
+    sh = ctx.shmem
+    me = ctx.rank_id
+    for le in range(t.shape.L):
         ctx.loop(1)
+        if keep is not None:
+            ctx.scalar(1)  # if (sdma_flags[dst_local_expert] ...) continue
+            if not keep(le):
+                continue
         ctx.scalar(1)  # status_segment = le * pe_size + my_rank
         entry = np.zeros(SLOT_INT32, I32)
         entry[0], entry[1] = COUNT_READY, segment_counts[le]
         ctx.loop(SLOT_INT32 - 2)
         ctx.ub_write(status_ub, 0, entry, ops=SLOT_INT32)
-        sh.put_ub(dst_rank, win.count_at(le, me), status_ub, 32)
+        sh.put_ub(dst_rank, t.window.count_at(le, me), status_ub, 32)
         yield from sh.quiet()
 
 
