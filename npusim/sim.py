@@ -233,6 +233,7 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     run = _op_run(machine, kernel, res, outputs)
     run.family_fields = kernel.report_fields(t, outputs)
     run.family_fields.update(kernel.timing_fields(t, run, res.contexts))
+    run.family_fields.update(kernel.transfer_fields(t, run.core_transfers))
     frames = [[{f: (a - res.start_ns, b - res.start_ns) for f, (a, b) in ctx.frames.items()}
                for ctx in row] for row in res.contexts]
     if any(f for row in frames for f in row):

@@ -140,6 +140,12 @@ class Kernel:
         launch; {} by default."""
         return {}
 
+    def transfer_fields(self, tiling: Any, transfers: Sequence[Sequence[Sequence[Any]]]
+                        ) -> dict[str, Any]:
+        """More family_fields from what the cores moved: transfers[rank][core] lists the
+        core's TransferStat (phase, pipe, name, remote, count, bytes); {} by default."""
+        return {}
+
     def profile_fields(self, tiling: Any, frames: Sequence[Sequence[Mapping[str, Any]]]
                        ) -> dict[str, Any]:
         """More family_fields from the profiling frames the cores recorded

@@ -108,7 +108,7 @@ def count_segments(ctx: KernelContext, t: ClassicTiling, dst_rank: int) -> list[
     return segment_counts
 
 
-def _kept(ctx: KernelContext, t: ClassicTiling, dst_rank: int, keep: Keep) -> Any:
+def kept(ctx: KernelContext, t: ClassicTiling, dst_rank: int, keep: Keep) -> Any:
     """_routed, and with `keep` (the doubleplane's sdma_flags test, a slot per pair) only
     the pairs of the segments kept."""
     L = t.shape.L
@@ -129,7 +129,7 @@ def put_payloads(ctx: KernelContext, t: ClassicTiling, dst_rank: int, tmp_buff: 
     x = ctx.tensor("x")
     slot_offsets = [0] * L
     ctx.loop(L)
-    for flat, expert_id in _kept(ctx, t, dst_rank, keep):
+    for flat, expert_id in kept(ctx, t, dst_rank, keep):
         token_id, le = flat // K, expert_id % L
         slot = slot_offsets[le]
         slot_offsets[le] += 1
@@ -164,7 +164,7 @@ def signal_assist(ctx: KernelContext, t: ClassicTiling, dst_rank: int, keep: Kee
     ctx.loop(L)
     ctx.scalar(L)
     wrote = False
-    for flat, expert_id in _kept(ctx, t, dst_rank, keep):
+    for flat, expert_id in kept(ctx, t, dst_rank, keep):
         token_id, topk_id, le = flat // K, flat % K, expert_id % L
         slot = slot_offsets[le]
         slot_offsets[le] += 1
@@ -189,7 +189,7 @@ def put_ready(ctx: KernelContext, t: ClassicTiling, dst_rank: int, status_ub: An
     ctx.loop(SLOT_INT32)
     ctx.ub_write(status_ub, 0, np.full(SLOT_INT32, READY_VALUE, I32), ops=SLOT_INT32)
     wrote = False
-    for _flat, expert_id in _kept(ctx, t, dst_rank, keep):
+    for _flat, expert_id in kept(ctx, t, dst_rank, keep):
         le = expert_id % L
         slot = slot_offsets[le]
         slot_offsets[le] += 1
