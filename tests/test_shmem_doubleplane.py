@@ -16,6 +16,7 @@ So dispatch moves 220 rows by SDMA and combine 305, one SQE each (a row is < 1 M
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,6 @@ import yaml
 
 from npusim.cli import main
 from npusim.kernels.shmem_classic.reference import reference_combine, reference_dispatch
-from npusim.report.build import build_report
-from npusim.scenario import load_scenario
-from npusim.sim import simulate
 
 W, BS, K, H, L = 3, 128, 2, 8192, 1
 ROW = H * 4
@@ -55,9 +53,15 @@ def _scenario(tmp: Path, **workload) -> Path:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """One `npusim run --tensors` of the routing: (tensors by op/rank/side/name, report)."""
     tmp = tmp_path_factory.mktemp("dp")
-    result = simulate(load_scenario(_scenario(tmp)), keep_inputs=True)
-    return result, build_report(result)
+    out, tdir = tmp / "out", tmp / "tensors"
+    assert main(["run", str(_scenario(tmp)), "--out", str(out), "--tensors", str(tdir),
+                 "--quiet"]) == 0
+    tensors = {op: [{side: {p.stem: np.load(p) for p in (tdir / op / f"rank_{r}" / side)
+                            .glob("*.npy")} for side in ("in", "out")} for r in range(W)]
+               for op in ("dispatch", "combine")}
+    return tensors, json.loads((out / "report.json").read_text())
 
 
 def test_the_routing_is_the_one_the_docstring_works_out():
@@ -66,35 +70,34 @@ def test_the_routing_is_the_one_the_docstring_works_out():
 
 
 def test_dispatch_outputs_are_classics_reference(run):
-    result, _ = run
-    dispatch = result.ops[0]
-    x = np.stack([dispatch.inputs[r]["x"] for r in range(W)])
-    want = reference_dispatch(x, IDS, L)
+    t, _ = run
+    d = t["dispatch"]
+    assert all(np.array_equal(d[r]["in"]["expert_ids"], IDS[r]) for r in range(W))
+    want = reference_dispatch(np.stack([d[r]["in"]["x"] for r in range(W)]), IDS, L)
     for r in range(W):
         for name, arr in want[r].items():
-            assert np.array_equal(dispatch.outputs[r][name], arr), (r, name)
+            assert np.array_equal(d[r]["out"][name], arr), (r, name)
 
 
 def test_combine_outputs_are_classics_reference_and_the_identity_round_trip(run):
-    result, _ = run
-    dispatch, combine = result.ops
-    ins = combine.inputs
+    t, _ = run
+    ins = [t["combine"][r]["in"] for r in range(W)]
     scales = np.stack([ins[r]["expert_scales"] for r in range(W)])
     want = reference_combine([ins[r]["expand_x"] for r in range(W)],
                              [ins[r]["assist_info"] for r in range(W)],
                              [ins[r]["ep_recv_count"] for r in range(W)], IDS, scales, W * L)
     for r in range(W):
-        x_out = combine.outputs[r]["x_out"]
+        x_out = t["combine"][r]["out"]["x_out"]
         assert np.array_equal(x_out, want[r])
         # identity experts: x_out = x * sum_k w_k (int32_t: every weight 1, so 2 x)
-        x = dispatch.inputs[r]["x"]
+        x = t["dispatch"][r]["in"]["x"]
         assert np.array_equal(x_out, (x * scales[r].sum(axis=1)[:, None]).astype(np.int32))
 
 
 def test_expert_token_nums_add_up_to_the_pairs_routed_to_each_rank(run):
-    result, _ = run
+    t, _ = run
     for r in range(W):
-        nums = result.ops[0].outputs[r]["expert_token_nums"]
+        nums = t["dispatch"][r]["out"]["expert_token_nums"]
         assert nums.tolist() == [int((IDS == r * L + le).sum()) for le in range(L)]
 
 
