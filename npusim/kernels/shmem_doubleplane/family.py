@@ -45,7 +45,19 @@ def plane_fields(transfers: Sequence[Sequence[Sequence[Any]]]) -> dict[str, Any]
 
 
 class _Planes:
+    """What both doubleplane kernels add to classic's: the SDMA engines, stage 1 on two
+    planes (`send`, run by classic's kernel `run`) and the plane accounting."""
+
     engines = ("sdma",)
+    run: Any
+    send: Any
+
+    def program(self, tiling: ClassicTiling) -> Any:
+        run, send = self.run, self.send
+
+        def program(ctx: Any) -> Any:
+            yield from run(ctx, tiling, send=send)
+        return program
 
     def transfer_fields(self, tiling: ClassicTiling,
                         transfers: Sequence[Sequence[Sequence[Any]]]) -> dict[str, Any]:
@@ -53,6 +65,7 @@ class _Planes:
 
 
 class DispatchDoubleplane(_Planes, DispatchClassic):
+    run, send = staticmethod(dispatch_classic), staticmethod(dispatch_send)
     phases = (
         Phase("send", "every core c (dst_rank c): the segment counts and rule, SDMA "
               "payloads (sdma_quiet every 256 and at the end), MTE payloads + quiet, then "
@@ -61,24 +74,15 @@ class DispatchDoubleplane(_Planes, DispatchClassic):
         *DispatchClassic.phases[1:],
     )
 
-    def program(self, tiling: ClassicTiling) -> Any:
-        def program(ctx: Any) -> Any:
-            yield from dispatch_classic(ctx, tiling, send=dispatch_send)
-        return program
-
 
 class CombineDoubleplane(_Planes, CombineClassic):
+    run, send = staticmethod(combine_classic), staticmethod(combine_send)
     phases = (
         Phase("send", "every core c (src_rank c): the threshold from ep_recv_count, SDMA "
               "payloads of the large segments, MTE rows (payload + status, quiet each) of "
               "the others, sdma_quiet, then the SDMA rows' status puts (frame comm_only)"),
         *CombineClassic.phases[1:],
     )
-
-    def program(self, tiling: ClassicTiling) -> Any:
-        def program(ctx: Any) -> Any:
-            yield from combine_classic(ctx, tiling, send=combine_send)
-        return program
 
 
 DISPATCH, COMBINE = DispatchDoubleplane(), CombineDoubleplane()
