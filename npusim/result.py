@@ -59,6 +59,7 @@ class OpRun:
     # a MIX launch: each core's kind and index among its kind ("aic 0", "aiv 1"), by core
     # (the same on every rank); empty for a plain kind
     core_labels: list[str] = field(default_factory=list)
+    engines: tuple[str, ...] = ()  # kinds built beside it that run no program (sdma)
     inputs: list[dict[str, Any]] = field(default_factory=list)  # per rank, if kept
     # [rank][core] pipe -> busy ns (transfer pipes: time with a transfer in flight)
     core_busy_ns: list[list[dict[str, float]]] = field(default_factory=list)

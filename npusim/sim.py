@@ -187,6 +187,7 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
     """The op's figures: its machine ran this op alone, so every counter is the op's."""
     return OpRun(
         op=kernel.name, phase_order=kernel.phase_order(), core_kind=kernel.core_kind,
+        engines=tuple(kernel.engines),
         start_ns=res.start_ns, end_ns=res.end_ns, ranks=machine.world,
         cores_per_rank=len(machine.ranks[0].cores_of[kernel.core_kind]),
         spans=machine.trace.spans, outputs=outputs,

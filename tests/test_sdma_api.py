@@ -115,3 +115,19 @@ def test_the_950_has_no_sdma_engine():
 
     with pytest.raises(KernelError, match="no SDMA engine"):
         launch(m, program, cores=1)
+
+
+def test_the_detailed_trace_shows_the_sqe_on_the_posting_cores_sdma_lane():
+    def body(ctx, sdma):
+        yield from sdma.put_nbi(2, 0, ctx.tensor("x"), 0, MIB)
+
+    hw = load_hardware("atlas_a3", ROUND)
+    m = Machine(hw, 4, Trace(detailed=True), (AIV, SDMA))
+    m.ranks[0].tensor("x", np.zeros(MIB, np.uint8))
+    launch(m, _on_core0_of_rank0(body), launch_ns=0.0, cores=1)
+    m.env.run()
+    (span,) = [s for s in m.trace.spans if s.lane == "sdma"]
+    assert (span.rank, span.core, span.name, span.bytes) == (0, 0, "sdma_put_nbi", MIB)
+    assert span.start_ns == pytest.approx(BELL)
+    assert span.end_ns == pytest.approx(BELL + MIB / 100.0)  # the last byte has left
+    assert span.delivered_ns == pytest.approx(BELL + MIB / 100.0 + 1500.0)

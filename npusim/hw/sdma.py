@@ -50,10 +50,12 @@ def route(machine: Machine, rank: int, dst_rank: int) -> tuple[tuple, float]:
 
 def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
         dst_offset: int, nbytes: int, at: float, name: str = "sdma", engine: int = 0,
-        fenced: bool = False, landed: Callable[[float], None] | None = None) -> Op:
+        fenced: bool = False, landed: Callable[[float], None] | None = None,
+        core: int = 0) -> Op:
     """One SQE of rank `rank`'s engine, at its engine from time `at` (the doorbell):
     copy `nbytes` from `src` to `dst` (either may be on any rank). The returned op
-    completes when the bytes have landed; `landed(t)` runs then."""
+    completes when the bytes have landed; `landed(t)` runs then. The detailed trace
+    shows it on lane "sdma" of `core`, the core that posted it."""
     pipe = engine_pipe(machine, rank, engine)
     path, latency = route(machine, rank, dst.rank)
     cap = machine.cfg.sdma.bandwidth_gbps
@@ -64,8 +66,16 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
     pipe.issue(op)
     if fenced:
         pipe.fence()
+    trace = machine.trace
+    sent_at = [0.0]
+
+    def sent() -> None:
+        sent_at[0] = machine.env.now
+        pipe.sent()
 
     def done(t: float) -> None:
+        if trace.detailed:
+            trace.activity(rank, core, KIND, name, op.start_at, sent_at[0], nbytes, t)
         dst.write(dst_offset, src.read(src_offset, nbytes))
         pipe.busy_ns += t - op.start_at
         pipe.spans.append((op.start_at, t))
@@ -76,7 +86,7 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
 
     def begin() -> None:
         op.start_at = machine.env.now
-        machine.net.start(nbytes, cap, path, latency, done, pipe.sent, op.event())
+        machine.net.start(nbytes, cap, path, latency, done, sent, op.event())
 
     pipe.submit(at, begin)
     return op

@@ -98,7 +98,8 @@ def build_trace(result: RunResult) -> dict[str, Any]:
     """The Chrome trace document of a run (detailed spans if the run recorded them)."""
     ranks = max((op.ranks for op in result.ops), default=0)
     spans = [s for op in result.ops for s in op.spans]
-    lanes = lanes_of(core_kind(k) for k in dict.fromkeys(op.core_kind for op in result.ops))
+    lanes = lanes_of(core_kind(k) for k in dict.fromkeys(
+        k for op in result.ops for k in (op.core_kind, *op.engines)))
     stride = max(_STRIDE, len(lanes))
     slices = _slices(spans, lanes)
     for op in result.ops:

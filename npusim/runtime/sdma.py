@@ -160,7 +160,7 @@ class Sdma:
         def post(at: float) -> None:
             for off, n in blocks:
                 engine.sqe(ctx.machine, ctx.rank_id, src, src_offset + off, dst,
-                           dst_offset + off, n, at, name, self.engine)
+                           dst_offset + off, n, at, name, self.engine, core=ctx.core_id)
                 ctx._count(pipe, name, n, pe != ctx.rank_id)
 
         yield from self._ring(post)
@@ -177,7 +177,7 @@ class Sdma:
         remote = _line(_REMOTE, c)
         yield from self._ring(lambda at: engine.sqe(
             ctx.machine, ctx.rank_id, self.ws, _line(_SEND), self.ws, remote, FLAG_BYTES, at,
-            f"{name} flag", self.engine, fenced=True))
+            f"{name} flag", self.engine, fenced=True, core=c))
         yield from self._poll(remote, name)
         yield from self._set_value(remote, 0, "sdma flag clear")
         yield from self._set_value(_line(_RECV, c), 0, "sdma flag clear")
