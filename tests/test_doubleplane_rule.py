@@ -60,3 +60,31 @@ def test_combine_plan_reads_the_segments_from_ep_recv_count():
     # remote rows 300 + 10 + 5 = 315 over den 4: average 78.75 rows; src 0 le 0 (300
     # rows, 4.3 MB) only; (le 1, src 2) is the rank's own
     assert plan.tolist() == [[True, False], [False, False], [False, False]]
+
+
+def test_the_quota_quiets_after_every_256_sdma_puts():
+    from npusim.kernels.shmem_doubleplane.planes import Quota
+
+    class Stub:
+        def __init__(self):
+            self.log = []
+
+        def put_nbi(self, *args):
+            self.log.append("put")
+            yield from ()
+
+        def quiet(self):
+            self.log.append("quiet")
+            yield from ()
+
+    class Ctx:
+        def scalar(self, n):
+            pass
+
+    stub = Stub()
+    quota = Quota(stub)
+    for _ in range(600):
+        list(quota.put(Ctx()))
+    assert stub.log.count("put") == 600 and quota.quiets == 2
+    assert [i for i, e in enumerate(stub.log) if e == "quiet"] == [256, 513]
+    assert quota.outstanding == 600 - 512  # the kernel's final sdma_quiet takes these
