@@ -59,6 +59,7 @@ def test_a_put_costs_the_core_its_sqe_post_and_the_bytes_land_after_the_engine()
     assert m.env.now == pytest.approx(BELL + MIB / 100.0 + 1500.0)
     assert np.array_equal(m.ranks[2].window.read(4096, MIB), m.ranks[0].tensors["x"].read(0, MIB))
     assert res.contexts[0][0].transfers[("start", "sdma", "sdma_put_nbi", True)] == [1, MIB]
+    assert res.contexts[0][0].bytes_put == MIB  # a remote put of the core's, on SDMA
 
 
 def test_quiet_waits_for_the_flag_sqe_behind_the_data_and_polls_for_it():

@@ -162,6 +162,8 @@ class Sdma:
                 engine.sqe(ctx.machine, ctx.rank_id, src, src_offset + off, dst,
                            dst_offset + off, n, at, name, self.engine, core=ctx.core_id)
                 ctx._count(pipe, name, n, pe != ctx.rank_id)
+                if pe != ctx.rank_id:  # the core's remote puts, on either plane
+                    ctx.bytes_put += n
 
         yield from self._ring(post)
         self.issued += len(blocks)
