@@ -132,3 +132,14 @@ def test_the_detailed_trace_shows_the_sqe_on_the_posting_cores_sdma_lane():
     assert span.start_ns == pytest.approx(BELL)
     assert span.end_ns == pytest.approx(BELL + MIB / 100.0)  # the last byte has left
     assert span.delivered_ns == pytest.approx(BELL + MIB / 100.0 + 1500.0)
+
+
+def test_a_kernel_without_the_engine_declared_is_told_so():
+    m = Machine(load_hardware("atlas_a3", ROUND), 2, Trace(), (AIV,))
+
+    def program(ctx):
+        Sdma(ctx, ctx.alloc("sdma_tmp", 64))
+        yield from ()
+
+    with pytest.raises(KernelError, match="Kernel.engines"):
+        launch(m, program, cores=1)

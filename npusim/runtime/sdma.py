@@ -75,6 +75,9 @@ class Sdma:
     def __init__(self, ctx: KernelContext, buf: UBBuffer) -> None:
         if ctx.cfg.sdma is None:
             raise ctx.error(f"the {ctx.cfg.name} preset has no SDMA engine (hardware.sdma)")
+        if engine.KIND not in ctx.rank.cores_of:
+            raise ctx.error("the kernel posts SDMA copies but its machine has no SDMA engine: "
+                            "declare Kernel.engines = ('sdma',)")
         if ctx.core_id >= MAX_AIV:
             raise ctx.error(f"SHMEM's SDMA workspace serves {MAX_AIV} cores per rank")
         if buf.nbytes < LINE:
