@@ -49,7 +49,7 @@ def test_misspelt_family_is_one_line_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "workload.kernel" in err
     assert "did you mean 'cann_sample'" in err
     assert ("allowed: cann_gelu, cann_sample, mc2, mega_moe, mega_moe_unfused, rms_norm_quant, "
-            "shmem_classic") in err
+            "shmem_classic, shmem_doubleplane") in err
     assert not (tmp_path / "out").exists()
 
 
