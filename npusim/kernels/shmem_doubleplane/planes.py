@@ -124,12 +124,12 @@ def combine_send(ctx: KernelContext, t: ClassicTiling, src_rank: int, status_ub:
     ctx.scalar(2)
     expand_x = ctx.tensor("expand_x")
     segments = []
-    for le in range(L):
+    for le in range(L):  # the SDMA loop: each segment's rule, then its rows if SDMA
         ctx.loop(1)
         begin, end = classic_combine.segment_rows(ctx, t, le, src_rank)
         ctx.scalar(RULE_OPS)
-        segments.append((begin, end, use_sdma(src_rank, me, end - begin, t.row_bytes, num, den)))
-    for begin, end, sdma in segments:
+        sdma = use_sdma(src_rank, me, end - begin, t.row_bytes, num, den)
+        segments.append(sdma)
         if not sdma:
             continue
         for i in range(begin, end):
@@ -141,16 +141,16 @@ def combine_send(ctx: KernelContext, t: ClassicTiling, src_rank: int, status_ub:
         ctx.loop(1)
         begin, end = classic_combine.segment_rows(ctx, t, le, src_rank)
         ctx.scalar(RULE_OPS)
-        if not segments[le][2]:
+        if not segments[le]:
             yield from classic_combine.send_rows(ctx, t, src_rank, begin, end, status_ub,
                                                  tmp_buff, src_field=False)
-    if any(seg[2] for seg in segments) and quota.outstanding > 0:
+    if any(segments) and quota.outstanding > 0:
         yield from quota.quiet()
     for le in range(L):
         ctx.loop(1)
         begin, end = classic_combine.segment_rows(ctx, t, le, src_rank)
         ctx.scalar(RULE_OPS)
-        if not segments[le][2]:
+        if not segments[le]:
             continue
         for i in range(begin, end):
             ctx.loop(1)
