@@ -93,7 +93,7 @@ def test_report_shows_cube_work_overlap_and_tensors(tmp_path):
     # the text summary: the one-number family fields on one line, the rest in report.md
     family = [line for line in p.stdout.splitlines() if line.startswith("  family: ")]
     assert family == [f"  family: communication_hidden_fraction "
-                      f"{ff['communication_hidden_fraction']}, critical_stage "
+                      f"{ff['communication_hidden_fraction']:.6g}, critical_stage "
                       f"{ff['critical_stage']}"]
     trace = json.loads((out / "trace.json").read_text())
     lanes = {e["args"]["name"] for e in trace["traceEvents"]

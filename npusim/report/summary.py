@@ -76,7 +76,7 @@ def _op_lines(op: Mapping[str, Any]) -> list[str]:
     scalars = {k: v for k, v in (op.get("family_fields") or {}).items()
                if isinstance(v, (str, int, float)) and not isinstance(v, bool)}
     if scalars:  # a family's one-number figures (lists and tables: report.md)
-        lines.append("  family: " + ", ".join(f"{k} {v}" for k, v in scalars.items()))
+        lines.append("  family: " + ", ".join(f"{k} {_figure(v)}" for k, v in scalars.items()))
     names = list(op.get("phase_order") or op.get("phases", {}))
     width = max([len("phase")] + [len(n) for n in names])
     if names:
@@ -152,3 +152,9 @@ def format_summary(report: Mapping[str, Any]) -> str:
         lines.append("")
         lines.append(f"sim: {sim.get('events', 0)} events, {sim.get('wall_s', 0.0):.2f} s wall")
     return "\n".join(lines) + "\n"
+
+
+def _figure(v: str | int | float) -> str:
+    """A family figure for the one-line summary: floats to 6 significant digits (the
+    report's JSON keeps them whole)."""
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
