@@ -4,10 +4,12 @@
 A table is a CSV with one row per measured kernel call: the workload fields of a
 scenario (op runs one kernel of its family: dispatch or combine for cann_sample),
 `measured_us`, and optional `source` / `label` / `kernel` (the family, default
-cann_sample) and the family's options. A kernel's `variant` option (cann_sample: its
-quantisation) pairs rows into speed-ups: a row against its twin at the option's default.
-Rows are simulated in timing-only mode (no payload numerics; the timing is identical,
-see tests/test_timing_only.py) in parallel processes.
+cann_sample) / `tolerance_pct` (the row's own target, e.g. 10 for the issue-17 vector
+rows; `npusim validate --tolerance` for the others) and the family's options. A kernel's
+`variant` option (cann_sample: its quantisation) pairs rows into speed-ups: a row
+against its twin at the option's default. Rows are simulated in timing-only mode (no
+payload numerics; the timing is identical, see tests/test_timing_only.py) in parallel
+processes.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from npusim.shipped import targets_dir
 
 WORKLOAD_FIELDS = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype")
 INT_FIELDS = ("bs", "h", "k", "ep_world_size", "experts_per_rank")
-OPTIONAL = ("source", "label", "routing", "kernel")
+OPTIONAL = ("source", "label", "routing", "kernel", "tolerance_pct")
 
 
 def _family(w: dict[str, Any]) -> Family:
@@ -59,6 +61,7 @@ class Measurement:
     measured_us: float
     source: str = ""
     label: str = ""
+    tolerance: float | None = None  # the row's allowed error (a fraction), None: the default
 
     @property
     def op(self) -> str:
@@ -148,10 +151,26 @@ def read_table(path: str | Path) -> list[Measurement]:
         if not measured > 0:
             raise InputError(str(p), f"{where}.measured_us", "must be > 0")
         rows.append(Measurement(w, measured, (rec.get("source") or "").strip(),
-                                (rec.get("label") or "").strip()))
+                                (rec.get("label") or "").strip(),
+                                _row_tolerance(rec.get("tolerance_pct"), str(p), where)))
     if not rows:
         raise InputError(str(p), None, "no measurement rows")
     return rows
+
+
+def _row_tolerance(cell: str | None, src: str, where: str) -> float | None:
+    """A `tolerance_pct` cell: a percentage in (0, 100], blank for the default."""
+    v = (cell or "").strip()
+    if not v:
+        return None
+    try:
+        pct = float(v)
+    except ValueError:
+        pct = math.nan
+    if not 0 < pct <= 100:
+        raise InputError(src, f"{where}.tolerance_pct", f"{v!r}; allowed: a percentage in "
+                         "(0, 100], or blank for validate's --tolerance")
+    return pct / 100
 
 
 def _option_value(v: str, o: Option | None, src: str, key: str) -> Any:

@@ -150,6 +150,37 @@ def test_validate_exit_codes_follow_the_tolerance(tmp_path):
     assert main(["validate", "--table", str(p), "--tolerance", "lots"]) == 2
 
 
+def test_a_rows_own_tolerance_replaces_the_default(tmp_path, capsys):
+    # one row measured 10 us; whatever it simulates to, its error e is fixed: a row
+    # tolerance just above |e| passes it under a default of 0%, one just below fails it
+    p = write(tmp_path, SMALL.format(us=10.0))
+    main(["validate", "--table", str(p), "--workers", "1", "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    pct = 100 * abs(row["error"])
+    hdr = HEADER + ",tolerance_pct"
+    above = write(tmp_path, SMALL.format(us=10.0) + f",{pct * 1.01 + 1e-3:.4f}", header=hdr)
+    assert main(["validate", "--table", str(above), "--tolerance", "0%", "--workers", "1"]) == 0
+    assert "where the table says so" in capsys.readouterr().out
+    below = write(tmp_path, SMALL.format(us=10.0) + f",{pct * 0.99:.4f}", header=hdr)
+    assert main(["validate", "--table", str(below), "--tolerance", "100%", "--workers", "1"]) == 1
+    assert "<- outside" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cell", ["0", "-5", "101", "ten"])
+def test_a_bad_row_tolerance_names_its_cell(tmp_path, cell):
+    p = write(tmp_path, SMALL.format(us=10.0) + f",{cell}", header=HEADER + ",tolerance_pct")
+    with pytest.raises(InputError) as info:
+        read_table(p)
+    assert info.value.key == "row 2.tolerance_pct" and "(0, 100]" in str(info.value)
+
+
+def test_the_vector_rows_of_the_published_table_carry_issue_17s_ten_percent():
+    rows = read_table(CONFIG_DIR / "targets" / "ascend950.csv")
+    vector = {m.name: m.tolerance for m in rows if "bs" not in m.workload}
+    assert len(vector) == 9 and set(vector.values()) == {0.10}
+    assert all(m.tolerance is None for m in rows if "bs" in m.workload)
+
+
 def test_validate_json_is_machine_readable(tmp_path, capsys):
     p = write(tmp_path, SMALL.format(us=10.0))
     main(["validate", "--table", str(p), "--tolerance", "0%", "--workers", "1", "--json"])
