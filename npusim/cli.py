@@ -231,6 +231,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_FAIL if bad_rows or bad_sp else EXIT_OK
 
 
+def _hold_out(rows: list, patterns: list[str]) -> tuple[list, list]:
+    """Split the table: rows whose name matches a --hold-out pattern (fnmatch) are left
+    out of the fit and predicted with its values; each pattern must match a row."""
+    from fnmatch import fnmatchcase
+
+    names = [m.name for m in rows]
+    for pat in patterns:
+        if not any(fnmatchcase(n, pat) for n in names):
+            raise InputError("command line", "--hold-out",
+                             f"{pat!r} matches no row; rows: {', '.join(names)}")
+    held = [m for m in rows if any(fnmatchcase(m.name, p) for p in patterns)]
+    kept = [m for m in rows if m not in held]
+    if not kept:
+        raise InputError("command line", "--hold-out", "leaves no row to fit")
+    return kept, held
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from datetime import date
 
@@ -240,8 +257,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         fit,
         fit_provenance,
         leave_one_out,
+        leave_one_out_linear,
         parse_param,
         rewrite_preset,
+        simulate_table,
     )
     from npusim.hw.config import load_hardware, read_yaml_mapping, resolve_preset
     from npusim.report.io import write_json_atomic, write_text_atomic
@@ -251,6 +270,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     params = [parse_param(p) for p in args.param]
     workers = _workers(args.workers)
     hardware, table, rows = _table_args(args)
+    rows, held = _hold_out(rows, args.hold_out or [])
     hw_path = resolve_preset(hardware)
     start = current_values(read_yaml_mapping(hw_path), params)
     out = Path(args.out)
@@ -263,19 +283,25 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             if best else ""
         print(f"  evaluation {n}: MAPE {100 * cmp.mape():.2f}%{mark}", flush=True)
 
-    print(f"fitting {len(params)} parameter(s) to {len(rows)} row(s) of {table}")
+    print(f"fitting {len(params)} parameter(s) to {len(rows)} row(s) of {table}"
+          + (f" ({len(held)} held out)" if held else ""))
     result = fit(rows, hardware, params, start, str(table), max_evals=args.max_evals,
                  workers=workers, progress=None if args.quiet else progress)
     if args.loo:
-        print(f"leave-one-out: {len(rows)} refits, each without one row")
+        how = ("refits, each without one row" if args.loo == "refit" else
+               "first refit steps (linear, from the fit's Jacobian), each without one row")
+        print(f"leave-one-out: {len(rows)} {how}")
 
         def held_out(e: dict) -> None:
             print(f"  {e['row']}: predicted {e['predicted_us']:.2f} us, measured "
                   f"{e['measured_us']:.2f} us ({100 * e['error']:+.1f}%), "
                   f"{e['evaluations']} evaluations", flush=True)
 
-        result.loo = leave_one_out(rows, hardware, params, result, str(table),
-                                   workers=workers, progress=None if args.quiet else held_out)
+        loo = leave_one_out if args.loo == "refit" else leave_one_out_linear
+        result.loo = loo(rows, hardware, params, result, str(table), workers=workers,
+                         progress=None if args.quiet else held_out)
+    held_sim = simulate_table(held, hardware, result.overrides(), str(table), workers) \
+        if held else []
     report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
     provenance = fit_provenance(params, str(table), str(report_path), date.today().isoformat())
     text = rewrite_preset(hw_path.read_text(), result.overrides(), provenance)
@@ -291,6 +317,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "mape": cmp.mape(),
         "speedups": cmp.speedups,
         "leave_one_out": result.loo,
+        "held_out": [{"row": m.name, "measured_us": m.measured_us, "predicted_us": t,
+                      "error": (t - m.measured_us) / m.measured_us}
+                     for m, t in zip(held, held_sim, strict=True)],
         "pinned_by": result.pinned_by,
     }
     write_json_atomic(report_path, report)  # first: the fit survives a preset problem
@@ -305,6 +334,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for r in result.loo:
         print(f"  leave-one-out {r['row']:<24} predicted {r['predicted_us']:.2f} "
               f"({100 * r['error']:+.1f}%)")
+    for r in report["held_out"]:
+        print(f"  held out (--hold-out) {r['row']:<24} predicted {r['predicted_us']:.2f}, "
+              f"measured {r['measured_us']:.1f} ({100 * r['error']:+.1f}%)")
     print("which rows pin each parameter (share of its effect on the residuals):")
     for e in result.pinned_by:
         if e["total_elasticity"] < 0.01:
@@ -516,8 +548,17 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      help="a parameter to fit within bounds; keys joined by ',' share a value")
     cal.add_argument("--out", required=True, metavar="PRESET.yaml", help="the fitted preset")
     cal.add_argument("--report", metavar="FIT.json", help="fit report (default beside --out)")
-    cal.add_argument("--max-evals", type=int, default=200, help="simulations of the table")
-    cal.add_argument("--loo", action="store_true", help="also leave-one-out errors")
+    cal.add_argument("--max-evals", type=int, default=200,
+                     help="trial points of the fit (scipy's max_nfev); each accepted point "
+                          "also simulates the table once per parameter for its Jacobian")
+    cal.add_argument("--hold-out", action="append", metavar="ROW",
+                     help="leave rows out of the fit (name or fnmatch pattern, e.g. "
+                          "'rms_norm_quant_step[2-6]'; repeatable) and report their "
+                          "predictions at the fitted values")
+    cal.add_argument("--loo", nargs="?", const="refit", choices=("refit", "linear"),
+                     help="also leave-one-out errors: each row predicted by a refit to the "
+                          "others (refit, the default), or by that refit's first step from "
+                          "the fit's own Jacobian (linear: one simulation per row)")
     cal.add_argument("--workers", default=None, help="parallel processes")
     cal.add_argument("--quiet", action="store_true",
                      help="no line per evaluation or leave-one-out refit while fitting")

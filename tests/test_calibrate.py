@@ -229,17 +229,25 @@ def test_calibrate_command_writes_a_loadable_preset_and_report(tmp_path):
         {k: v for k, v in after.items() if k != "kernel.launch_ns"}
 
 
+def two_rows_2us_apart(labels: tuple[str, str] = ("", "")
+                       ) -> tuple[Measurement, Measurement, float, float]:
+    """Two small dispatch rows and their 'measured' times, simulated on hardware whose
+    kernel start differs by 2 us (3000 ns for the first, 5000 ns for the second)."""
+    w = dict(op="dispatch", h=1024, k=4, ep_world_size=2, experts_per_rank=4,
+             dtype="float16", dispatch_quant="none", combine_quant="none")
+    a = Measurement({**w, "bs": 8}, 1.0, label=labels[0])
+    b = Measurement({**w, "bs": 16}, 1.0, label=labels[1])
+    ta = simulate_table([a], "ascend950", {"kernel.launch_ns": 3000.0}, "t", workers=1)[0]
+    tb = simulate_table([b], "ascend950", {"kernel.launch_ns": 5000.0}, "t", workers=1)[0]
+    return a, b, ta, tb
+
+
 def test_leave_one_out_predicts_each_row_from_a_fit_to_the_others(tmp_path, capsys):
     """Two 'measured' rows made on hardware with a kernel start 2 us apart. The start is a
     pure offset, so a fit to one row recovers that row's start, and the other row is
     predicted 2 us off, by hand: error = -2 / measured for the later one, +2 / measured
     for the earlier one."""
-    w = dict(op="dispatch", h=1024, k=4, ep_world_size=2, experts_per_rank=4,
-             dtype="float16", dispatch_quant="none", combine_quant="none")
-    a = Measurement({**w, "bs": 8}, 1.0)
-    b = Measurement({**w, "bs": 16}, 1.0)
-    ta = simulate_table([a], "ascend950", {"kernel.launch_ns": 3000.0}, "t", workers=1)[0]
-    tb = simulate_table([b], "ascend950", {"kernel.launch_ns": 5000.0}, "t", workers=1)[0]
+    a, b, ta, tb = two_rows_2us_apart()
     p = write(tmp_path, *(",".join(str(m.workload[c]) for c in HEADER.split(",")[:-1])
                           + f",{us}" for m, us in ((a, ta), (b, tb))))
     out = tmp_path / "fit.yaml"
@@ -252,6 +260,54 @@ def test_leave_one_out_predicts_each_row_from_a_fit_to_the_others(tmp_path, caps
     assert loo[0]["fitted"]["kernel.launch_ns"] == pytest.approx(5000, rel=0.05)
     printed = capsys.readouterr().out
     assert "leave-one-out: 2 refits" in printed and printed.count("evaluations") >= 2
+
+
+def test_linear_leave_one_out_takes_the_refits_first_step(tmp_path, capsys):
+    """The same two rows, 2 us of kernel start apart. Held out, each row is predicted
+    from one Gauss-Newton step towards the other row's start (hand arithmetic: the refit
+    lands on it, 2 us away), at one simulation per row: the step is within a few percent
+    of the refit and costs no new simulation of the table."""
+    a, b, ta, tb = two_rows_2us_apart()
+    p = write(tmp_path, *(",".join(str(m.workload[c]) for c in HEADER.split(",")[:-1])
+                          + f",{us}" for m, us in ((a, ta), (b, tb))))
+    out = tmp_path / "fit.yaml"
+    assert main(["calibrate", "--table", str(p), "--param", "kernel.launch_ns=100:20000",
+                 "--max-evals", "20", "--workers", "1", "--loo", "linear",
+                 "--out", str(out)]) == 0
+    loo = json.loads(out.with_suffix(".fit.json").read_text())["leave_one_out"]
+    assert [e["evaluations"] for e in loo] == [1, 1]
+    assert [e["method"] for e in loo] == ["linear", "linear"]
+    assert loo[0]["error"] == pytest.approx(2.0 / ta, rel=0.15)
+    assert loo[1]["error"] == pytest.approx(-2.0 / tb, rel=0.15)
+    assert loo[0]["fitted"]["kernel.launch_ns"] == pytest.approx(5000, rel=0.05)
+    assert loo[1]["fitted"]["kernel.launch_ns"] == pytest.approx(3000, rel=0.05)
+    assert "first refit steps (linear" in capsys.readouterr().out
+
+
+def test_held_out_rows_are_predicted_not_fitted(tmp_path, capsys):
+    """Row b (kernel start 2 us later) held out: the fit recovers a's start, and b is
+    predicted 2 us short (hand arithmetic: error -2 / measured); a pattern matching no
+    row is a one-line input error naming the rows."""
+    a, b, ta, tb = two_rows_2us_apart(("row_a", "row_b"))
+    header = HEADER.split(",")[:-1]
+    table = tmp_path / "t.csv"
+    table.write_text(",".join(header) + ",measured_us,label\n" + "".join(
+        ",".join(str(m.workload[c]) for c in header) + f",{us},{m.label}\n"
+        for m, us in ((a, ta), (b, tb))))
+    out = tmp_path / "fit.yaml"
+    args = ["calibrate", "--table", str(table), "--param", "kernel.launch_ns=100:20000",
+            "--max-evals", "20", "--workers", "1", "--out", str(out)]
+    assert main([*args, "--hold-out", "row_[b]"]) == 0
+    report = json.loads(out.with_suffix(".fit.json").read_text())
+    assert [r["row"] for r in report["rows"]] == ["row_a"]
+    assert report["parameters"][0]["fitted"] == pytest.approx(3000, rel=0.02)
+    (held,) = report["held_out"]
+    assert held["row"] == "row_b" and held["measured_us"] == pytest.approx(tb)
+    assert held["error"] == pytest.approx(-2.0 / tb, abs=0.004)
+    assert "1 held out" in capsys.readouterr().out
+    assert main([*args, "--hold-out", "row_c"]) == 2
+    err = capsys.readouterr().err
+    assert "--hold-out" in err and "row_a, row_b" in err and err.count("\n") == 1
 
 
 def test_fit_report_says_which_rows_pin_each_parameter(tmp_path, capsys):
