@@ -9,6 +9,7 @@ inputs, references and case directories take the shape instead of loose integers
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,3 +86,19 @@ class MoeShape:
     def local_experts(self, rank: int) -> int:
         """Experts a rank holds: 1 on a shared rank, L on a MoE rank."""
         return 1 if self.is_shared_rank(rank) else self.L
+
+
+class OnShape:
+    """A family tiling that holds a `shape` with W ranks (a MoeShape, or a family's own
+    such as mc2's): the world size under both names the kernels use (W in the sources'
+    formulas, world for the launcher)."""
+
+    shape: Any
+
+    @property
+    def W(self) -> int:
+        return self.shape.W
+
+    @property
+    def world(self) -> int:
+        return self.shape.W

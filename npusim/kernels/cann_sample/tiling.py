@@ -16,11 +16,11 @@ from npusim.kernels.cann_sample.layout import (
     dispatch_record_layout,
     shared_send_core_count,
 )
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.shape import MoeShape, OnShape
 
 
 @dataclass(frozen=True)
-class MoeTiling:
+class MoeTiling(OnShape):
     """The shape, the family's options and the cores the kernels are launched on."""
 
     shape: MoeShape
@@ -39,10 +39,6 @@ class MoeTiling:
                              "cum-sum cores")
 
     # ---- the shape under the kernels' names
-    @property
-    def world(self) -> int:
-        return self.shape.W
-
     @property
     def bs(self) -> int:
         return self.shape.BS

@@ -14,6 +14,7 @@ from npusim.kernels.mc2.quant_modes import fp8_mode, input_bytes
 from npusim.kernels.mc2.reference import Mc2Shape
 from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window, align32
 from npusim.kernels.quant import align_up, ceil_div
+from npusim.kernels.shape import OnShape
 
 ARCH_OF_PRESET = {"atlas_a3": "arch22", "ascend950": "arch35"}
 
@@ -21,7 +22,7 @@ __all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "split_to_core", "workspace_ints"]
 
 
 @dataclass(frozen=True)
-class Mc2Tiling:
+class Mc2Tiling(OnShape):
     shape: Mc2Shape
     dispatch_quant: str  # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip
     combine_quant: str  # none | int8 | mxfp8_e5m2 | mxfp8_e4m3 (the 950)
@@ -42,14 +43,6 @@ class Mc2Tiling:
     quant_dtype: str = "e5m2"  # the FP8 modes' element format: e5m2 | e4m3
 
     # ---- shape shorthands
-    @property
-    def W(self) -> int:
-        return self.shape.W
-
-    @property
-    def world(self) -> int:
-        return self.shape.W
-
     @property
     def K(self) -> int:
         return self.shape.K

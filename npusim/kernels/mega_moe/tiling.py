@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusim.kernels.quant import align_up, ceil_div
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.shape import MoeShape, OnShape
 
 KiB = 1024
 CONTROL_BYTES = 60 * KiB
@@ -40,7 +40,7 @@ def a512(x: int) -> int:
 
 
 @dataclass(frozen=True)
-class MegaTiling:
+class MegaTiling(OnShape):
     shape: MoeShape
     F: int  # ffn_dim (gate + up)
     mode: str  # e4m3 | e5m2
@@ -51,20 +51,12 @@ class MegaTiling:
 
     # ---- sizes
     @property
-    def world(self) -> int:
-        return self.shape.W
-
-    @property
     def cores(self) -> int:
         return self.aic
 
     @property
     def aiv(self) -> int:
         return 2 * self.aic
-
-    @property
-    def W(self) -> int:
-        return self.shape.W
 
     @property
     def BS(self) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.shape import MoeShape, OnShape
 
 ALIGN = 32  # DISPATCH_ALIGN_BYTES / COMBINE_ALIGN_BYTES
 SLOT_INT32 = ALIGN // 4  # DISPATCH_SLOT_INT32: one 32 B signal slot
@@ -42,7 +42,7 @@ def align(n: int, a: int = ALIGN) -> int:
 
 
 @dataclass(frozen=True)
-class ClassicTiling:
+class ClassicTiling(OnShape):
     """The host side of a call: shape, the examples' dtype, block_dim = W cores."""
 
     shape: MoeShape
@@ -50,14 +50,6 @@ class ClassicTiling:
     counter_mhz: float  # chip.system_counter_mhz, for the profiling frames
     timing_only: bool = False
     ub_size: int = UB_DMA_MAX_SIZE
-
-    @property
-    def W(self) -> int:
-        return self.shape.W
-
-    @property
-    def world(self) -> int:
-        return self.shape.W
 
     @property
     def cores(self) -> int:
