@@ -88,6 +88,14 @@ class HBMConfig:
     bandwidth_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e7})
 
 
+@dataclass(frozen=True)
+class L2Config:
+    """The die's write-back L2 in front of the HBM (npusim.hw.l2): writes that fit in it
+    cross no HBM during the kernel. Optional: without it every write crosses the HBM."""
+
+    bytes: int = field(metadata={"unit": "B", "min": 0, "max": 1 << 40})
+
+
 SHARINGS = ("pair", "die")  # or the name of an inner level whose die ports a level uses
 
 
@@ -226,6 +234,7 @@ class HardwareConfig:
     window: WindowConfig
     aic: AICConfig | None = None  # no AIC cores when absent
     sdma: SDMAConfig | None = None  # no SDMA engines when absent
+    l2: L2Config | None = None  # no L2 modelled when absent
 
     @property
     def cycle_ns(self) -> float:
@@ -236,8 +245,9 @@ class HardwareConfig:
         out["fabric"] = self.fabric.to_dict()
         if self.aic is None:
             del out["aic"]
-        if self.sdma is None:  # an optional section a preset leaves out is not reported
-            del out["sdma"]
+        for optional in ("sdma", "l2"):  # a section a preset leaves out is not reported
+            if getattr(self, optional) is None:
+                del out[optional]
         return out
 
 

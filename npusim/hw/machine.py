@@ -14,6 +14,7 @@ from npusim.engine.trace import Trace
 from npusim.hw.config import HardwareConfig
 from npusim.hw.cores import AIV, CoreKind, config_value
 from npusim.hw.fabric import Fabric
+from npusim.hw.l2 import L2
 from npusim.hw.memory import (
     DenseRegion,
     Region,
@@ -77,6 +78,8 @@ class Rank:
         self.index = index
         self.cfg = cfg
         self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
+        self._hbm_path = (self.hbm,)
+        self.l2 = L2(cfg.l2.bytes if cfg.l2 else 0)
         self.window = SparseRegion("window", index, cfg.window.bytes)
         self.tensors: dict[str, Region] = {}
         # cores by kind; `cores` are those of the first kind (the kernel's). A MIX kind's
@@ -95,6 +98,16 @@ class Rank:
         self.barriers: dict[str, Barrier] = {}
         self.bytes_out = 0  # bytes this rank put into other ranks' windows
         self.bytes_in = 0  # bytes other ranks put into this rank's window
+
+    def read_path(self, nbytes: int) -> tuple[Resource, ...]:
+        """The resources a GM read of `nbytes` from this die crosses: its HBM."""
+        self.l2.read(nbytes)
+        return self._hbm_path
+
+    def write_path(self, nbytes: int) -> tuple[Resource, ...]:
+        """The resources a GM write of `nbytes` into this die crosses: none while its L2
+        has room for the lines (npusim.hw.l2), its HBM after."""
+        return () if self.l2.write(nbytes) else self._hbm_path
 
     def _blocks(self, kind: CoreKind) -> list[Core]:
         """The cores of a MIX kind's blocks, block by block; as many blocks as every part

@@ -36,16 +36,17 @@ def engine_pipe(machine: Machine, rank: int, engine: int) -> TransferPipe:
     return engines[engine % len(engines)].pipes[KIND]  # type: ignore[return-value]
 
 
-def route(machine: Machine, rank: int, dst_rank: int) -> tuple[tuple, float]:
-    """The resources and landing latency (ns) of an SQE of `rank`'s engine writing into
-    `dst_rank`'s memory: its own HBM, and for another rank the links of the level
-    crossed and that rank's HBM."""
+def route(machine: Machine, rank: int, dst_rank: int, nbytes: int) -> tuple[tuple, float]:
+    """The resources and landing latency (ns) of an SQE of `rank`'s engine copying
+    `nbytes` into `dst_rank`'s memory: its own HBM (the read), for another rank the links
+    of the level crossed, and the landing die's L2 or HBM (Rank.write_path)."""
     lat = machine.cfg.sdma.latency_ns
-    own = machine.ranks[rank].hbm
-    if dst_rank == rank:
-        return (own,), lat
+    read = machine.ranks[rank].read_path(nbytes)
+    landing = machine.ranks[dst_rank].write_path(nbytes)
+    if dst_rank == rank:  # one HBM crossing for a copy within the die, as a flow
+        return read, lat
     links, level_latency = machine.fabric.route(rank, dst_rank)
-    return (own, *links, machine.ranks[dst_rank].hbm), lat + level_latency
+    return (*read, *links, *landing), lat + level_latency
 
 
 def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
@@ -57,7 +58,7 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
     completes when the bytes have landed; `landed(t)` runs then. The detailed trace
     shows it on lane "sdma" of `core`, the core that posted it."""
     pipe = engine_pipe(machine, rank, engine)
-    path, latency = route(machine, rank, dst.rank)
+    path, latency = route(machine, rank, dst.rank, nbytes)
     cap = machine.cfg.sdma.bandwidth_gbps
     if dst.rank != rank:
         machine.ranks[rank].bytes_out += nbytes

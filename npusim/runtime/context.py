@@ -56,8 +56,9 @@ def _itemsize(dtype: Any) -> int:
 
 
 class Route(NamedTuple):
-    """Where an MTE3 transfer goes: its resources, the issuing port's cap (GB/s) and the
-    latency after its last byte (ns)."""
+    """Where an MTE3 transfer goes: the links it crosses (the landing die's L2 or HBM is
+    added per transfer: Rank.write_path), the issuing port's cap (GB/s) and the latency
+    after its last byte (ns)."""
 
     path: tuple
     cap_gbps: float
@@ -193,7 +194,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         self.frames: dict[str, list[float]] = {}  # profiling frames: name -> [start, end]
         self._shmem: Shmem | None = None
         mte = self.cfg.mte  # UB -> local GM or own window: the rank's HBM
-        self._local = Route((rank.hbm,), mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
+        self._local = Route((), mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
         # instructions executed, as the sample profiles count them (RVECEX/LD/ST: VF
         # instructions of MemBase calls and VF programs; SCALAR: scalar slots issued)
         self.counters: dict[str, float] = dict.fromkeys(COUNTERS, 0)
@@ -541,10 +542,11 @@ class KernelContext(CubeOps, CrossCoreOps):
         self._check_ub(dst, dst_offset, dst_span, name)
         self._check_gm(src, src_offset, src_span, name)
         cap, latency = self._mte2_cap, self._mte2_latency
-        path: tuple = (self.rank.hbm,)
         remote = src.rank != self.rank_id
         if remote:
             cap, latency, path = self._pull_route(src, src_offset, moved, name)
+        else:
+            path = self.rank.read_path(moved)
         self._claim_landing(dst, dst_span, name)
         op = Op(self.env, name, "mte2")
         pipe = self.core.mte2
@@ -616,7 +618,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         owner = self.machine.ranks[src.rank]
         owner.bytes_out += nbytes
         self.rank.bytes_in += nbytes
-        return cap, self._mte2_latency + 2 * level_latency, (owner.hbm, *links)
+        return cap, self._mte2_latency + 2 * level_latency, (*owner.read_path(nbytes), *links)
 
     def set_atomic_add(self, dtype: str | np.dtype | type) -> None:
         """SetAtomicAdd<T>: later MTE3 writes (copy_out, put) add their `dtype` elements to
@@ -646,13 +648,14 @@ class KernelContext(CubeOps, CrossCoreOps):
                           remote=True, claim=True)
 
     def route(self, pe: int) -> Route:
-        """The path of a write from this core into rank `pe`'s memory: its own rank's HBM
-        at the UB->GM figures, another's links and HBM at the put figures."""
+        """The path of a write from this core into rank `pe`'s memory, up to its landing:
+        nothing more for its own rank (UB->GM figures), the links crossed for another
+        (put figures)."""
         if pe == self.rank_id:
             return self._local
         links, link_latency = self.machine.fabric.route(self.rank_id, pe)
         mte = self.cfg.mte
-        return Route((*links, self.machine.ranks[pe].hbm), mte.put_gbps,
+        return Route(tuple(links), mte.put_gbps,
                      mte.put_latency_ns + link_latency)
 
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
@@ -708,6 +711,9 @@ class KernelContext(CubeOps, CrossCoreOps):
             self._finish(pipe, op, t, nbytes)
 
         path, cap, latency = route
+        landing = self.machine.ranks[dst.rank].write_path(nbytes)
+        if landing:
+            path = (*path, *landing)
 
         def begin() -> None:
             op.start_at = self.env.now

@@ -198,7 +198,7 @@ class CubeOps:
             if dst.rank != self.rank_id:
                 raise self.error(f"{name}: FixPipe writes this rank's GM only")
             self._check_gm(dst, dst_offset, nbytes, name)
-            cap, path = self._mte_cap("fixpipe"), (self.rank.hbm,)
+            cap, path = self._mte_cap("fixpipe"), self.rank.write_path(nbytes)
         self.t += self.issue_ns
         self.counters["SCALAR"] += 1
         src.read_busy = INF

@@ -125,6 +125,7 @@ class DataCache:
         self.lines.discard(self._line(region, offset))
         line = int(self.cfg.line_bytes)
         path, cap, latency = ctx.route(pe)
+        path = (*path, *ctx.machine.ranks[pe].write_path(line))
         if pe != ctx.rank_id:
             ctx.bytes_put += line
             ctx.rank.bytes_out += line
