@@ -17,8 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from npusim.errors import InputError, KernelError
-from npusim.hw.sparse_pages import LIMIT as SPARSE_LIMIT
-from npusim.hw.sparse_pages import SparsePages
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
@@ -133,14 +131,10 @@ class DenseRegion(Region):
     def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
         # which 4 KiB pages of a mapped buffer were ever written (None: not mapped)
         self._written: np.ndarray | None = None
-        # pages of a mapped buffer holding a few non-zero bytes, kept off the map
-        self._sparse: SparsePages | None = None
         if isinstance(data, (int, np.integer)):
             buf = paged_zeros(int(data), f"GM tensor {name!r} of rank {rank}")
             if buf.size >= SMALL_PAGES_FROM:
-                what = f"GM tensor {name!r} of rank {rank}"
-                self._written = page_marks(buf.size, what)
-                self._sparse = SparsePages(page_marks(buf.size, what), buf.size)
+                self._written = page_marks(buf.size, f"GM tensor {name!r} of rank {rank}")
         else:
             # owned from here on: the driver hands over fresh arrays, so no copy
             buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -148,47 +142,29 @@ class DenseRegion(Region):
         self.buf = buf
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
-        out = self.buf[offset:offset + nbytes].copy()
-        if self._sparse:
-            self._sparse.overlay(offset, out)
-        return out
+        return self.buf[offset:offset + nbytes].copy()
 
     def read_into(self, offset: int, out: np.ndarray) -> None:
         out[:] = self.buf[offset:offset + out.size]
-        if self._sparse:
-            self._sparse.overlay(offset, out)
 
     def peek(self, offset: int, nbytes: int) -> np.ndarray:
-        if self._sparse and self._sparse.touched(offset >> ZERO_PAGE_SHIFT,
-                                                 (offset + nbytes - 1) >> ZERO_PAGE_SHIFT):
-            return self.read(offset, nbytes)
         return self.buf[offset:offset + nbytes]
 
     def write(self, offset: int, data: np.ndarray) -> None:
         written = self._written
         if written is not None:
             first, last = offset >> ZERO_PAGE_SHIFT, (offset + data.size - 1) >> ZERO_PAGE_SHIFT
-            sparse = self._sparse
-            assert sparse is not None  # mapped buffers have both
-            nonzero = int(np.count_nonzero(data))
-            if not written[first:last + 1].any():
-                # pages never backed: zeros onto zeros change nothing, and a few non-zero
-                # bytes are kept off the map (a timing-only run's payload is zeros)
-                if (not nonzero and not sparse.touched(first, last)
-                        or nonzero <= 8 * SPARSE_LIMIT * (last - first + 1)
-                        and sparse.merge(offset, data, first, last)):
-                    self._notify(offset, data.size)
-                    return
-            if sparse:
-                written[sparse.move_into(self.buf, first, last)] = True
-            if nonzero:
+            if np.count_nonzero(data):
                 written[first:last + 1] = True
+            elif not written[first:last + 1].any():
+                # zeros onto pages never written (so zero): nothing changes, and the pages
+                # stay unbacked (a timing-only run's payload is zeros)
+                self._notify(offset, data.size)
+                return
         self.buf[offset:offset + data.size] = data
         self._notify(offset, data.size)
 
     def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        if self._sparse and self._written is not None:
-            self._written[self._sparse.move_into(self.buf, 0, self._written.size - 1)] = True
         arr = self.buf.view(dtype)
         return arr.reshape(shape) if shape is not None else arr
 
@@ -281,7 +257,6 @@ class SparseRegion(DenseRegion):
                              "smaller window (the presets use 1 GiB)") from None
         super().__init__(name, rank, buf)
         self._written = page_marks(nbytes, f"rank {rank}'s window")
-        self._sparse = SparsePages(page_marks(nbytes, f"rank {rank}'s window"), nbytes)
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
         # sorted [start, end, writer] of this call's puts
