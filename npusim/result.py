@@ -50,6 +50,7 @@ class OpRun:
     outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     bytes_sent: list[int] = field(default_factory=list)  # per source rank, puts to other ranks
     bytes_received: list[int] = field(default_factory=list)  # per destination rank
+    l2_held: list[int] = field(default_factory=list)  # per rank, GM write bytes its L2 held
     links: list[LinkStats] = field(default_factory=list)
     core_bytes_put: list[list[int]] = field(default_factory=list)  # [rank][core], remote puts
     core_transfers: list[list[list[TransferStat]]] = field(default_factory=list)  # [rank][core]

@@ -193,6 +193,7 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
         spans=machine.trace.spans, outputs=outputs,
         bytes_sent=[r.bytes_out for r in machine.ranks],
         bytes_received=[r.bytes_in for r in machine.ranks],
+        l2_held=[r.l2.absorbed for r in machine.ranks],
         links=[LinkStats(link.name, link.kind, link.rank, link.bandwidth, link.bytes)
                for link in machine.resources()],
         core_bytes_put=[[ctx.bytes_put for ctx in row] for row in res.contexts],

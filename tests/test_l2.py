@@ -3,6 +3,8 @@ the kernel; once the kernel's lines exceed it, writes cross the HBM (hand arithm
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from npusim.hw.l2 import L2
 from npusim.hw.machine import Machine
 from npusim.runtime.launch import launch
 
+ROOT = Path(__file__).resolve().parents[1]
 ROW = 8192  # bytes each core writes
 # four cores, free issue, a 100 GB/s MTE3 port (8192 B in 81.92 ns) and a 10 GB/s HBM
 FLAT = {"chip.aiv_cores": 4, "scalar.cycles_per_op": 0.0, "scalar.loop_cycles": 0.0,
@@ -61,3 +64,23 @@ def test_writes_past_the_room_cross_the_hbm():
     done, absorbed = _write_rows(2 * ROW)
     assert done == pytest.approx([ROW / 100.0] * 2 + [ROW / 5.0] * 2)
     assert absorbed == 2 * ROW
+
+
+def test_the_report_says_how_many_write_bytes_the_l2_held(tmp_path):
+    """GeLU on one core writes 409600 fp32 results; with the 950's 128 MiB L2 every one is
+    held, with no L2 none is, and the summary line goes."""
+    import json
+
+    from npusim.cli import main
+
+    scenario = str(ROOT / "scenarios" / "examples" / "gelu_vf.yaml")
+    for l2_bytes, held in ((None, 409600 * 4), (0, 0)):
+        out = tmp_path / f"l2_{l2_bytes}"
+        args = ["run", scenario, "--out", str(out), "--quiet"]
+        if l2_bytes is not None:
+            args += ["--set", f"hardware_overrides.l2.bytes={l2_bytes}"]
+        assert main(args) == 0
+        op = json.loads((out / "report.json").read_text())["ops"][0]
+        assert op["l2_held_bytes_total"] == held
+        assert [r["l2_held_bytes"] for r in op["ranks"]][0] == held
+        assert ("held by the L2" in (out / "report.md").read_text()) == bool(held)

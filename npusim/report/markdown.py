@@ -34,6 +34,9 @@ def _op_section(op: Mapping[str, Any], shared_ranks: int = 0) -> list[str]:
         out.append(f"- diagnosis: {diag['text']}")
     out.append(f"- bytes put to other ranks: {fmt_bytes(op.get('bytes_sent_total', 0))} "
                "in total")
+    if op.get("l2_held_bytes_total"):
+        out.append(f"- GM writes held by the L2 (no HBM traffic during the op): "
+                   f"{fmt_bytes(op['l2_held_bytes_total'])} in total")
     out += [f"- {line.strip()}" for line in vector_lines(op)]
     names = list(op.get("phase_order") or op.get("phases", {}))
     if names:
