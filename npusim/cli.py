@@ -440,6 +440,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
         print(
             f"{name:<14} {hw.chip.aiv_cores} AIV cores, {hw.chip.clock_ghz:g} GHz, "
             f"UB {hw.ub.bytes // 1024} KiB, HBM {hw.hbm.bandwidth_gbps:g} GB/s, "
+            f"{f'L2 {hw.l2.bytes >> 20} MiB, ' if hw.l2 and hw.l2.bytes else ''}"
             f"{topology_text(hw.fabric)}"
         )
     return EXIT_OK
