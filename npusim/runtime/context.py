@@ -193,7 +193,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         self.dcache = DataCache(self)
         self.frames: dict[str, list[float]] = {}  # profiling frames: name -> [start, end]
         self._shmem: Shmem | None = None
-        mte = self.cfg.mte  # UB -> local GM or own window: the rank's HBM
+        mte = self.cfg.mte  # UB -> local GM or own window: the rank's L2 or HBM (_send)
         self._local = Route((), mte.ub_to_gm_gbps, mte.ub_to_gm_latency_ns)
         # instructions executed, as the sample profiles count them (RVECEX/LD/ST: VF
         # instructions of MemBase calls and VF programs; SCALAR: scalar slots issued)
