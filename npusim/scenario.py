@@ -140,7 +140,12 @@ class Workload:
         return self.bs * self.ep_world_size * min(self.k, self.experts_per_rank)
 
     def to_dict(self) -> dict[str, Any]:
-        """Generic keys, then the family's options in declaration order."""
+        """Generic keys, then the family's options in declaration order. A family without
+        the MoE shape (Family.uses_moe_shape False) gets none of its keys: the neutral
+        values its scenario was filled with describe nothing it runs."""
+        if self.family is not None and not self.family.uses_moe_shape:
+            return {"kernel": self.kernel, "op": self.op, "dtype": self.dtype,
+                    **self.options, "timing_only": self.timing_only}
         return {
             "kernel": self.kernel,
             "op": self.op,

@@ -202,3 +202,21 @@ def test_family_fields_pass_through_and_render_per_rank() -> None:
     md = format_markdown(rep)
     assert "| rank | 0 | 1 |" in md and "| 0 | 0 | 3 |" in md and "| 1 | 7 | 1 |" in md
     assert "- mode: fast" in md
+
+
+def test_a_family_without_the_moe_shape_reports_none_of_it():
+    """rms_norm_quant reads no tokens, ranks or experts: its scenario is filled with a
+    neutral shape, which the report must not present as the run's W, BS or H."""
+    from npusim.report.markdown import format_markdown
+    from npusim.scenario import scenario_from_doc
+
+    sc = scenario_from_doc({"name": "rnq", "hardware": "ascend950",
+                            "workload": {"kernel": "rms_norm_quant", "op": "rms_norm_quant",
+                                         "step": 2}}, "test", Path.cwd())
+    wl = sc.workload.to_dict()
+    assert not {"bs", "h", "k", "ep_world_size", "experts_per_rank", "routing"} & set(wl)
+    report = {"scenario": {"name": "rnq", "workload": wl}, "ops": []}
+    head = format_summary(report).splitlines()[0]
+    assert "W=" not in head and "BS=" not in head and "step 2" in head
+    line = next(x for x in format_markdown(report).splitlines() if x.startswith("- workload"))
+    assert "W=" not in line and "routing" not in line and "step 2" in line

@@ -135,11 +135,12 @@ def format_markdown(report: Mapping[str, Any]) -> str:
     if wl:
         out.append(
             f"- workload: {wl.get('kernel', 'cann_sample')} {wl.get('op')}, "
-            f"W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
-            f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
-            f"{wl.get('dtype')}, "
-            + (f"{family_options(wl)}, " if family_options(wl) else "")
-            + f"routing {_routing(wl.get('routing'))}"
+            + (f"W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
+               f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
+               if "bs" in wl else "")  # a family without the MoE shape has none of it
+            + f"{wl.get('dtype')}"
+            + (f", {family_options(wl)}" if family_options(wl) else "")
+            + (f", routing {_routing(wl['routing'])}" if "routing" in wl else "")
             + _shared_text(wl))
     out.append(f"- schema: {report.get('schema')}; every field: docs/report.md")
     for op in report.get("ops", []):

@@ -136,9 +136,10 @@ def format_summary(report: Mapping[str, Any]) -> str:
     if wl:
         lines[0] += (
             f"  ({wl.get('kernel', 'cann_sample')} {wl.get('op')}, "
-            f"W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
-            f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
-            f"{wl.get('dtype')}"
+            + (f"W={wl.get('ep_world_size')}, BS={wl.get('bs')}, "
+               f"H={wl.get('h')}, K={wl.get('k')}, L={wl.get('experts_per_rank')}, "
+               if "bs" in wl else "")
+            + f"{wl.get('dtype')}"
             + (f", {family_options(wl)}" if family_options(wl) else "")
             + (f", S={wl['shared_experts']} shared experts on {wl.get('shared_expert_ranks')} "
                "ranks" if wl.get("shared_experts") else "")
