@@ -27,6 +27,7 @@ ROUND = {
     "sync.syncall_ns": 70.0,
     "sync.poll_cycles": 0.0,
     "kernel.launch_ns": 0.0,
+    "kernel.block_stagger_ns": 0.0,
 }
 
 

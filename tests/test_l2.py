@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ROW = 8192  # bytes each core writes
 # four cores, free issue, a 100 GB/s MTE3 port (8192 B in 81.92 ns) and a 10 GB/s HBM
 FLAT = {"chip.aiv_cores": 4, "scalar.cycles_per_op": 0.0, "scalar.loop_cycles": 0.0,
-        "kernel.launch_ns": 0.0, "mte.ub_to_gm_gbps": 100.0, "mte.ub_to_gm_latency_ns": 0.0,
+        "kernel.launch_ns": 0.0, "kernel.block_stagger_ns": 0.0,
+        "mte.ub_to_gm_gbps": 100.0, "mte.ub_to_gm_latency_ns": 0.0,
         "hbm.bandwidth_gbps": 10.0}
 
 

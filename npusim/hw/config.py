@@ -158,6 +158,10 @@ class KernelConfig:
     launch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
     # a plain task's launch (no SHMEM set-up), for kernels that are not SHMEM kernels
     task_launch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
+    # block b of a launch starts block_stagger_ns * b after block 0: the block scheduler
+    # hands the blocks out in order, so identical cores do not start (and stay) in lockstep
+    block_stagger_ns: float = field(default=0.0,
+                                    metadata={"unit": "ns", "min": 0.0, "max": 1000.0})
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     env = machine.env
     t0 = env.now if start_ns is None else start_ns
     first = t0 + (machine.cfg.kernel.launch_ns if launch_ns is None else launch_ns)
+    stagger = machine.cfg.kernel.block_stagger_ns
     kind = kind or machine.kinds[0].name
     mix = core_kind(kind).parts
     per_block = sum(count for _, count in mix) if mix else 1
@@ -50,11 +51,11 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     procs = []
     for rank in machine.ranks:
         rank.window.new_call()
-        row = _mix_row(machine, rank, mix, n, first) if mix else []
+        row = _mix_row(machine, rank, mix, n, first, stagger) if mix else []
         for c in range(n if not mix else 0):
             for buf in rank.cores_of[kind][c].buffers.values():
                 buf.reset(new_call=True)
-            ctx = KernelContext(machine, rank, c, first, kind)
+            ctx = KernelContext(machine, rank, c, first + c * stagger, kind)
             ctx.num_cores = n
             row.append(ctx)
         kinds: dict[str, list[int]] = {}
@@ -99,10 +100,11 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     return LaunchResult(t0, end, ends, contexts)
 
 
-def _mix_row(machine: Machine, rank: Any, parts: tuple, blocks: int, first: float
-             ) -> list[KernelContext]:
+def _mix_row(machine: Machine, rank: Any, parts: tuple, blocks: int, first: float,
+             stagger: float) -> list[KernelContext]:
     """A MIX launch's contexts on one rank, block by block (aic b, aiv 2b, aiv 2b+1):
-    every core knows its block, its sub-block and the block's other cores."""
+    every core knows its block, its sub-block and the block's other cores. The cores of
+    one block start together, block b `stagger` ns after block b - 1."""
     row: list[KernelContext] = []
     for b in range(blocks):
         block = []
@@ -115,7 +117,7 @@ def _mix_row(machine: Machine, rank: Any, parts: tuple, blocks: int, first: floa
                                       f"{len(rank.cores_of[part.name])}")
                 for buf in rank.cores_of[part.name][index].buffers.values():
                     buf.reset(new_call=True)
-                ctx = KernelContext(machine, rank, index, first, part.name)
+                ctx = KernelContext(machine, rank, index, first + b * stagger, part.name)
                 ctx.core_id = len(row)
                 ctx.core_label = f"{ctx.core_id} ({part.name} {index})"
                 ctx.block_idx, ctx.sub_block_idx, ctx.kind_index = b, j, index
