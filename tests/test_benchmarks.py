@@ -69,3 +69,29 @@ def test_every_scale_case_is_a_scenario_the_window_holds():
     scenario(run._a3_ep(768, 83))
     with pytest.raises(InputError, match="window too small"):
         scenario(run._a3_ep(768, 84))
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="Linux pagemap")
+def test_memory_breakdown_counts_the_pages_written_and_not_those_only_read():
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_memory", SCRIPT.parent / "memory.py")
+    memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(memory)
+    from npusim.hw.config import load_hardware
+    from npusim.hw.machine import Machine
+
+    m = Machine(load_hardware("ascend950", {"chip.aiv_cores": 2}), world=2)
+    zero = memory._zero_pfn()
+    before = memory.breakdown(m, zero)
+    r0 = m.ranks[0]
+    r0.window.buf[5 * 4096 + 7] = 1  # one page of rank 0's window
+    r0.cores[1].buffers["ub"].data[100:8292] = 3  # two or three pages of a UB
+    assert not r0.window.buf[64 * 4096:80 * 4096].any()  # a read maps the zero page only
+    after = memory.breakdown(m, zero)
+    mib = 4096 / 2**20
+    assert after["windows"] - before["windows"] == pytest.approx(mib)
+    ub = after["local buffers (UB, L1, ...)"] - before["local buffers (UB, L1, ...)"]
+    assert ub == pytest.approx(3 * mib)  # bytes 100..8291 of a page-aligned UB: pages 0-2
+    assert np.isfinite(memory._vmrss_mib())

@@ -1,0 +1,137 @@
+"""Where a large-EP run's memory is, by owner: the resident pages of the windows, the cores'
+local buffers (UB) and their write marks, and the GM tensors, read from /proc/self/pagemap
+at the end of one op (Linux only; pages mapped to the kernel's zero page, which reads of
+never-written memory map and RSS does not count, left out).
+
+    python benchmarks/memory.py --ep 256              # the A3 case of benchmarks/run.py, BS 128
+    python benchmarks/memory.py --ep 768 --bs 80 --op dispatch
+
+The op runs in this process (one worker); the breakdown is taken when its launch returns,
+before the machine is freed, which for dispatch is the run's peak (every record is then
+resident in the receivers' windows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import resource
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = mmap.PAGESIZE
+
+
+def _zero_pfn() -> int:
+    """The page frame a read of never-written anonymous memory maps (the zero page)."""
+    probe = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    probe.read(1)
+    buf = np.frombuffer(probe, np.uint8)
+    pfn = _pfns(buf.ctypes.data, PAGE)[0]
+    del buf
+    probe.close()
+    return pfn
+
+
+def _pfns(addr: int, nbytes: int) -> list[int]:
+    """The page frame numbers of the pages of [addr, addr + nbytes); -1 where not present."""
+    first, last = addr // PAGE, (addr + max(nbytes, 1) - 1) // PAGE
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(first * 8)
+        raw = f.read((last - first + 1) * 8)
+    out = []
+    for (entry,) in struct.iter_unpack("<Q", raw):
+        out.append(entry & ((1 << 55) - 1) if entry >> 63 & 1 else -1)
+    return out
+
+
+def resident(arr: np.ndarray, zero: int) -> int:
+    """Bytes of `arr`'s pages that are backed by memory of their own."""
+    if arr.size == 0:
+        return 0
+    pfns = _pfns(arr.ctypes.data, arr.nbytes)
+    return sum(PAGE for p in pfns if p not in (-1, zero))
+
+
+def breakdown(machine: Any, zero: int) -> dict[str, float]:
+    """MiB per owner over every rank of `machine`."""
+    out = {"windows": 0, "local buffers (UB, L1, ...)": 0, "their write marks": 0,
+           "window page marks": 0, "GM tensors": 0}
+    for rank in machine.ranks:
+        out["windows"] += resident(rank.window.buf, zero)
+        out["window page marks"] += resident(rank.window._written.view(np.uint8), zero)
+        maps: dict[int, np.ndarray] = {}
+        marks: dict[int, np.ndarray] = {}
+        for cores in rank.cores_of.values():
+            for core in cores:
+                for ub in core.buffers.values():
+                    for arr, into in ((ub.data, maps), (ub.written, marks)):
+                        base = arr.base if isinstance(arr.base, np.ndarray) else arr
+                        into[id(base)] = base
+        out["local buffers (UB, L1, ...)"] += sum(resident(a, zero) for a in maps.values())
+        out["their write marks"] += sum(resident(a, zero) for a in marks.values())
+        for t in rank.tensors.values():
+            buf = getattr(t, "buf", None)
+            if isinstance(buf, np.ndarray):
+                out["GM tensors"] += resident(buf, zero)
+    return {k: v / 2**20 for k, v in out.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ep", type=int, default=64, help="ranks (W)")
+    ap.add_argument("--bs", type=int, default=128)
+    ap.add_argument("--op", default="dispatch", choices=("dispatch", "combine"))
+    args = ap.parse_args()
+    if not Path("/proc/self/pagemap").exists():
+        print("memory.py: needs Linux's /proc/self/pagemap", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run import _a3_ep
+
+    import npusim.runtime.launch as launch_mod
+    import npusim.sim as sim_mod
+    from npusim.scenario import scenario_from_doc
+
+    workload = _a3_ep(args.ep, args.bs)
+    workload["op"] = args.op
+    doc = {"name": f"a3_w{args.ep}_bs{args.bs}", "hardware": workload.pop("hardware"),
+           "workload": workload}
+    sc = scenario_from_doc(doc, "memory", ROOT)
+    zero = _zero_pfn()
+    inner = launch_mod.launch
+    seen: list[dict[str, float]] = []
+    cores: list[int] = []
+
+    def measured(machine: Any, *a: Any, **kw: Any) -> Any:
+        res = inner(machine, *a, **kw)
+        seen.append(breakdown(machine, zero))
+        seen[-1]["VmRSS"] = _vmrss_mib()
+        cores.append(sum(len(c) for r in machine.ranks for c in r.cores_of.values()))
+        return res
+
+    sim_mod.launch = measured
+    r = sim_mod.simulate(sc, workers=1)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"W {args.ep} BS {args.bs} {args.op}: {r.events} events, peak RSS {peak:.0f} MiB")
+    for k, v in seen[-1].items():
+        print(f"  {k:28s} {v:9.1f} MiB")
+    ub = seen[-1]["local buffers (UB, L1, ...)"]
+    print(f"  local buffers per core     {ub * 1024 / cores[-1]:9.1f} KiB ({cores[-1]} cores)")
+    return 0
+
+
+def _vmrss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
