@@ -82,7 +82,9 @@ def test_memory_breakdown_counts_the_pages_written_and_not_those_only_read():
     from npusim.hw.config import load_hardware
     from npusim.hw.machine import Machine
 
-    m = Machine(load_hardware("ascend950", {"chip.aiv_cores": 2}), world=2)
+    # 8 cores x 256 KiB: a rank's UB map is a fresh anonymous map (from 1 MiB on), not heap
+    # memory that may already be backed
+    m = Machine(load_hardware("ascend950", {"chip.aiv_cores": 8}), world=2)
     zero = memory._zero_pfn()
     before = memory.breakdown(m, zero)
     r0 = m.ranks[0]
