@@ -209,7 +209,7 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
 
 def _busy(ctx: Any) -> dict[str, float]:
     """Per pipe of the core: busy time (a transfer pipe: time with a transfer in flight)."""
-    return {name: pipe.busy_union_ns() if isinstance(pipe, TransferPipe) else pipe.busy_ns
+    return {name: pipe.busy_union_ns if isinstance(pipe, TransferPipe) else pipe.busy_ns
             for name, pipe in ctx.core.pipes.items()}
 
 

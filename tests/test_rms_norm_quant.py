@@ -67,6 +67,6 @@ def test_double_buffering_overlaps_copies_with_vector_work() -> None:
     _, r4, _ = run_rnq(hw, 4, x, gamma, scale, offset)
     c3, c4 = r3.contexts[0][0], r4.contexts[0][0]
     assert c3.counters == c4.counters  # the README: same instructions
-    busy = c3.core.vector.busy_ns + c3.core.mte2.busy_union_ns()
+    busy = c3.core.vector.busy_ns + c3.core.mte2.busy_union_ns
     assert r3.end_ns == pytest.approx(busy, rel=0.1)  # one slot: they alternate
     assert r4.end_ns < 0.8 * r3.end_ns  # two slots: they overlap

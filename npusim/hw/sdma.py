@@ -78,15 +78,14 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
         if trace.detailed:
             trace.activity(rank, core, KIND, name, op.start_at, sent_at[0], nbytes, t)
         dst.write(dst_offset, src.read(src_offset, nbytes))
-        pipe.busy_ns += t - op.start_at
-        pipe.spans.append((op.start_at, t))
+        pipe.landed(op, t)
         op.complete(t)
         pipe.delivered(op)
         if landed is not None:
             landed(t)
 
     def begin() -> None:
-        op.start_at = machine.env.now
+        pipe.began(op)
         machine.net.start(nbytes, cap, path, latency, done, sent, op.event())
 
     pipe.submit(at, begin)

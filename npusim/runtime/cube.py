@@ -221,7 +221,7 @@ class CubeOps:
             self._finish(pipe, op, t, nbytes)
 
         def begin() -> None:
-            op.start_at = self.env.now
+            pipe.began(op)
             self.machine.net.start(nbytes, cap, path, aic.fixpipe_latency_ns, done,
                                    self._on_sent(pipe, op), op.event())
 
