@@ -9,7 +9,7 @@ from npusim.engine.env import SimEnv
 from npusim.errors import KernelError
 from npusim.hw.config import load_hardware
 from npusim.hw.machine import Machine
-from npusim.hw.pipe import TransferPipe
+from npusim.hw.pipe import Op, TransferPipe
 from npusim.runtime.launch import launch
 
 
@@ -19,8 +19,11 @@ def test_transfers_stream_in_order_and_a_fence_waits_for_every_delivery():
     log: list[tuple[str, str, float]] = []
 
     def transfer(name: str, stream_ns: float, flight_ns: float):
+        op = Op(env, name, "mte3")
+
         def delivered(_e):
             log.append((name, "delivered", env.now))
+            pipe.landed(op, env.now)
             pipe.delivered()
 
         def sent(_e):
@@ -30,6 +33,7 @@ def test_transfers_stream_in_order_and_a_fence_waits_for_every_delivery():
 
         def begin():
             log.append((name, "start", env.now))
+            pipe.began(op)
             env.timeout(stream_ns).callbacks.append(sent)
         return begin
 
@@ -45,6 +49,12 @@ def test_transfers_stream_in_order_and_a_fence_waits_for_every_delivery():
         ("c", "sent", 17.0), ("d", "start", 17.0), ("d", "sent", 18.0),
         ("c", "delivered", 18.0), ("d", "delivered", 19.0),
     ]
+    # spans a [2, 15], b [5, 16], c [16, 18], d [17, 19]: 13 + 11 + 2 + 2 in flight, and a
+    # transfer in flight from 2 to 19 (b lands at 16 as c starts)
+    assert (pipe.busy_ns, pipe.busy_union_ns) == (28.0, 17.0)
+    pipe.submit(25.0, transfer("e", 1.0, 1.0))  # after an idle gap: [25, 27] adds 2
+    env.run()
+    assert (pipe.busy_ns, pipe.busy_union_ns) == (30.0, 19.0)
 
 
 # Atlas A3 with round numbers: 32 B puts stream in 3.2 ns at the 10 GB/s port (no link is
@@ -99,3 +109,35 @@ def test_a_ub_reset_while_a_put_still_reads_its_buffer_is_a_race():
     with pytest.raises(KernelError, match="'status'.*missing barrier") as info:
         launch(m, program)
     assert (info.value.rank, info.value.core, info.value.step) == (4, 0, "send_status")
+
+
+def _puts_from_three_cores(second_offset: int) -> None:
+    """Rank 0's cores 0, 1, 2 put into rank 1's window: core 0 64 B at 0x100 (in phase
+    send_a), core 1 64 B at 0x140 (adjacent), core 2 32 B at `second_offset`."""
+    m = Machine(load_hardware("ascend950", {"chip.aiv_cores": 3}), world=2)
+    spans = {0: (0x100, 64, "send_a"), 1: (0x140, 64, "send_b"), 2: (second_offset, 32, "send_c")}
+
+    def program(ctx):
+        if ctx.rank_id != 0:
+            return
+        offset, nbytes, phase = spans[ctx.core_id]
+        buf = ctx.alloc("row", nbytes)
+        ctx.ub_write(buf, 0, np.ones(nbytes, np.uint8), ops=0)
+        with ctx.phase(phase):
+            ctx.put(1, offset, buf, nbytes, name="put_row")
+            yield from ctx.pipe_barrier("mte3")
+
+    launch(m, program)
+
+
+def test_puts_to_disjoint_window_bytes_are_not_a_race():
+    _puts_from_three_cores(0x180)  # just past core 1's [0x140, 0x180)
+
+
+def test_a_put_onto_bytes_another_core_put_names_the_earlier_writer():
+    # [0x120, 0x140) lies inside core 0's [0x100, 0x140); the blocks start one after
+    # another, so core 0's put is the earlier one
+    with pytest.raises(KernelError, match=r"rank 0, core 2, step .send_c., address 0x120.*"
+                       r"overlaps the bytes an earlier put of this call wrote "
+                       r"\(rank 0 core 0 send_a \[0x100, 0x140\)\): a race"):
+        _puts_from_three_cores(0x120)

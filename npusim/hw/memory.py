@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -259,17 +260,28 @@ class SparseRegion(DenseRegion):
         self._written = page_marks(nbytes, f"rank {rank}'s window")
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names
         self._zone_starts: list[int] = []
-        # sorted [start, end, writer] of this call's puts
-        self._puts: list[tuple[int, int, tuple[int, int, str]]] = []
-        self._put_starts: list[int] = []
+        # this call's puts, sorted by start: [start, end) and the writer (rank, core, and
+        # the step as an index into _steps), in arrays rather than tuples (a W 768
+        # dispatch makes a million puts, each from a writer of its own, alive until the
+        # call ends)
+        self._put_starts = array("q")
+        self._put_ends = array("q")
+        self._put_rank = array("i")
+        self._put_core = array("i")
+        self._put_step = array("i")
+        self._steps: list[str] = []
+        self._step_index: dict[str, int] = {}
 
     def set_zones(self, zones: dict[str, tuple[int, int]]) -> None:
         self.zones = sorted((a, b, n) for n, (a, b) in zones.items() if b > a)
         self._zone_starts = [z[0] for z in self.zones]
 
     def new_call(self) -> None:
-        self._puts.clear()
-        self._put_starts.clear()
+        for a in (self._put_starts, self._put_ends, self._put_rank, self._put_core,
+                  self._put_step):
+            del a[:]
+        self._steps.clear()
+        self._step_index.clear()
 
     def zone_problem(self, offset: int, nbytes: int) -> str | None:
         """None if [offset, offset + nbytes) lies inside one zone (or no zones are set)."""
@@ -287,12 +299,24 @@ class SparseRegion(DenseRegion):
     def claim(self, offset: int, nbytes: int, who: tuple[int, int, str]) -> str | None:
         """Record a put's destination bytes and its writer (rank, core, step); the earlier
         writer if they overlap one."""
-        i = bisect.bisect_right(self._put_starts, offset)
+        starts, ends = self._put_starts, self._put_ends
+        end = offset + nbytes
+        i = bisect.bisect_right(starts, offset)
         for j in (i - 1, i):
-            if 0 <= j < len(self._puts):
-                a, b, (rank, core, step) = self._puts[j]
-                if a < offset + nbytes and offset < b:
+            if 0 <= j < len(starts):
+                a, b = starts[j], ends[j]
+                if a < end and offset < b:
+                    rank, core = self._put_rank[j], self._put_core[j]
+                    step = self._steps[self._put_step[j]]
                     return f"rank {rank} core {core} {step} [0x{a:x}, 0x{b:x})"
-        self._puts.insert(i, (offset, offset + nbytes, who))
-        self._put_starts.insert(i, offset)
+        rank, core, step = who
+        k = self._step_index.get(step)
+        if k is None:
+            k = self._step_index[step] = len(self._steps)
+            self._steps.append(step)
+        starts.insert(i, offset)
+        ends.insert(i, end)
+        self._put_rank.insert(i, rank)
+        self._put_core.insert(i, core)
+        self._put_step.insert(i, k)
         return None
