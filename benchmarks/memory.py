@@ -5,6 +5,12 @@ never-written memory map and RSS does not count, left out).
 
     python benchmarks/memory.py --ep 256              # the A3 case of benchmarks/run.py, BS 128
     python benchmarks/memory.py --ep 768 --bs 80 --op dispatch
+    python benchmarks/memory.py --ep 256 --bs 26 --objects   # and the live Python objects
+
+With --objects it also counts the live Python objects by type (their own sizes, from the
+collector's list, which holds every container while the run keeps the collector paused)
+and the bytes the small-object allocator has handed out; that list costs memory of its
+own, so the census is taken after the breakdown and VmRSS.
 
 The op runs in this process (one worker); the breakdown is taken when its launch returns,
 before the machine is freed, which for dispatch is the run's peak (every record is then
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import mmap
+import re
 import resource
 import struct
 import sys
@@ -82,11 +89,67 @@ def breakdown(machine: Any, zero: int) -> dict[str, float]:
     return {k: v / 2**20 for k, v in out.items()}
 
 
+def _mallinfo_mib() -> tuple[float, float]:
+    """glibc's heap: MiB allocated by malloc outside mmapped chunks, and in mmapped chunks
+    (NaN where glibc's mallinfo2 is missing)."""
+    import ctypes
+
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                                                     "hblkhd", "usmblks", "fsmblks",
+                                                     "uordblks", "fordblks", "keepcost")]
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return float("nan"), float("nan")
+    fn.restype = Info
+    info = fn()
+    return info.uordblks / 2**20, info.hblkhd / 2**20
+
+
+def census(top: int = 14) -> tuple[dict[str, float], list[tuple[str, int, float]]]:
+    """The allocators' figures (MiB), and the `top` container types by their own size:
+    (name, count, MiB)."""
+    import gc
+    import os
+    import tempfile
+
+    by: dict[str, list[int]] = {}
+    for o in gc.get_objects():
+        e = by.setdefault(type(o).__name__, [0, 0])
+        e[0] += 1
+        e[1] += sys.getsizeof(o)
+    rows = sorted(((k, n, b / 2**20) for k, (n, b) in by.items()), key=lambda r: -r[2])
+    with tempfile.TemporaryFile("w+") as f:  # _debugmallocstats writes to the C stderr
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read()
+    def field(label: str) -> float:
+        m = re.search(rf"^{re.escape(label)}\s*=\s*([\d,]+)", text, re.M)
+        return float(m.group(1).replace(",", "")) if m else float("nan")
+
+    heap, mapped = _mallinfo_mib()
+    arena = field("Total") / max(field("# arenas allocated current"), 1.0)  # bytes each
+    return {"pymalloc blocks in use": field("# bytes in allocated blocks") / 2**20,
+            "pymalloc arenas": field("Total") / 2**20,
+            "pymalloc arenas at most": field("# arenas highwater mark") * arena / 2**20,
+            "malloc heap in use": heap, "malloc mmapped chunks": mapped}, rows[:top]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ep", type=int, default=64, help="ranks (W)")
     ap.add_argument("--bs", type=int, default=128)
     ap.add_argument("--op", default="dispatch", choices=("dispatch", "combine"))
+    ap.add_argument("--objects", action="store_true",
+                    help="also count the live Python objects by type (slower, more memory)")
     args = ap.parse_args()
     if not Path("/proc/self/pagemap").exists():
         print("memory.py: needs Linux's /proc/self/pagemap", file=sys.stderr)
@@ -107,12 +170,15 @@ def main() -> int:
     inner = launch_mod.launch
     seen: list[dict[str, float]] = []
     cores: list[int] = []
+    objects: list[tuple[dict[str, float], list[tuple[str, int, float]]]] = []
 
     def measured(machine: Any, *a: Any, **kw: Any) -> Any:
         res = inner(machine, *a, **kw)
         seen.append(breakdown(machine, zero))
         seen[-1]["VmRSS"] = _vmrss_mib()
         cores.append(sum(len(c) for r in machine.ranks for c in r.cores_of.values()))
+        if args.objects:
+            objects.append(census())
         return res
 
     sim_mod.launch = measured
@@ -123,6 +189,12 @@ def main() -> int:
         print(f"  {k:28s} {v:9.1f} MiB")
     ub = seen[-1]["local buffers (UB, L1, ...)"]
     print(f"  local buffers per core     {ub * 1024 / cores[-1]:9.1f} KiB ({cores[-1]} cores)")
+    if objects:
+        alloc, rows = objects[-1]
+        for k, v in alloc.items():
+            print(f"  {k:28s} {v:9.1f} MiB")
+        for name, n, mib in rows:
+            print(f"    {name:24s} {n:11d} {mib:9.1f} MiB")
     return 0
 
 

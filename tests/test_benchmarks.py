@@ -97,3 +97,25 @@ def test_memory_breakdown_counts_the_pages_written_and_not_those_only_read():
     ub = after["local buffers (UB, L1, ...)"] - before["local buffers (UB, L1, ...)"]
     assert ub == pytest.approx(3 * mib)  # bytes 100..8291 of a page-aligned UB: pages 0-2
     assert np.isfinite(memory._vmrss_mib())
+
+
+def test_object_census_counts_live_objects_by_type():
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_memory", SCRIPT.parent / "memory.py")
+    memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(memory)
+
+    class CensusProbe:  # a type nothing else makes: exactly the 5000 below are alive
+        __slots__ = ("a",)
+
+    probes = [CensusProbe() for _ in range(5000)]
+    alloc, rows = memory.census(top=10**6)
+    found = {name: (n, mib) for name, n, mib in rows}
+    assert found["CensusProbe"][0] == 5000
+    assert found["CensusProbe"][1] == pytest.approx(5000 * sys.getsizeof(probes[0]) / 2**20)
+    if sys.implementation.name == "cpython":
+        # the probes alone are small objects handed out by pymalloc
+        assert alloc["pymalloc blocks in use"] >= 5000 * sys.getsizeof(probes[0]) / 2**20
+        assert alloc["pymalloc arenas at most"] >= alloc["pymalloc arenas"] > 0
