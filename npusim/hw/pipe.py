@@ -89,8 +89,8 @@ class TransferPipe:
         self.last: Op | None = None
         self.busy_ns = 0.0  # sum of transfer spans (their flight latencies overlap)
         # time with at least one transfer in flight (what a profiler's pipe ratio
-        # measures), kept as the run goes: a list of every transfer's span was the largest
-        # per-transfer allocation at W 768
+        # measures), kept as the run goes, so a pipe's memory does not grow with the
+        # transfers it carries (it kept every transfer's span, sorted at the end)
         self.busy_union_ns = 0.0
         self._flying = 0
         self._busy_since = 0.0
