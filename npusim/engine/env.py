@@ -10,9 +10,24 @@ from contextlib import contextmanager
 
 import simpy
 from simpy.core import SimTime
-from simpy.events import NORMAL
+from simpy.events import NORMAL, PENDING
 
 INF = math.inf
+
+
+class Pending(simpy.Event):
+    """simpy's Event, with every attribute it gets when it fires set at creation.
+
+    simpy sets `_ok` and `_value` only when an Event is triggered, and adding attributes
+    an instance did not have gives it a dictionary of its own: 240 B more per event (168
+    B in all instead of 392) and a dictionary built on the hot path. A transfer's delivery
+    is such an event, and a W 768 dispatch has hundreds of thousands in flight at once."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.callbacks = []
+        self._value = PENDING
+        self._ok = False  # read only once the event has fired
 
 
 class SimEnv(simpy.Environment):
@@ -34,6 +49,9 @@ class SimEnv(simpy.Environment):
         self._alarm_at = INF
         self._alarm_eid = 0
         self._alarm_fn: Callable[[], None] | None = None
+
+    def event(self) -> Pending:
+        return Pending(self)
 
     def alarm(self, delay: float, fn: Callable[[], None]) -> None:
         """Run fn() `delay` ns from now, in the order a Timeout(delay) made now would run;
