@@ -111,6 +111,39 @@ def test_paged_zeros_is_a_writable_zero_buffer_of_the_size_asked(nbytes):
     assert int(buf.sum()) == 9 * (nbytes - nbytes // 2)
 
 
+def _present_pages(arr: np.ndarray) -> int | None:
+    """Pages of arr the OS has backed (or mapped to its zero page), from /proc/self/pagemap;
+    None where that is not readable."""
+    import struct
+    page = mmap.PAGESIZE
+    first, last = arr.ctypes.data // page, (arr.ctypes.data + arr.nbytes - 1) // page
+    try:
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(first * 8)
+            raw = f.read((last - first + 1) * 8)
+    except OSError:
+        return None
+    return sum(entry >> 63 & 1 for (entry,) in struct.iter_unpack("<Q", raw))
+
+
+def test_zeros_change_a_written_block_and_skip_one_never_written():
+    """Written marks are per 64 KiB block: zeros written where non-zero bytes were (in
+    either of two blocks a write spans) replace them; zeros onto a block never written
+    are not stored, and its pages stay unbacked."""
+    win = SparseRegion("window", 0, 1 << 24)
+    block = 1 << 16
+    win.write(block - 4, np.full(8, 7, np.uint8))  # the end of block 0, the start of block 1
+    win.write(block + 2, np.zeros(2, np.uint8))  # within block 1 only
+    assert np.array_equal(win.read(block - 4, 8), [7, 7, 7, 7, 7, 7, 0, 0])
+    win.write(block - 8, np.zeros(16, np.uint8))
+    assert not win.read(block - 16, 32).any()
+    win.write(5 * block + 100, np.zeros(3 * 4096, np.uint8))  # block 5: never written
+    present = _present_pages(win.buf[5 * block:6 * block])
+    if present is not None:
+        assert present == 0
+    assert not win.read(5 * block, block).any()
+
+
 def test_a_large_gm_tensor_reads_zeros_until_written():
     region = DenseRegion("expand_x", 0, 3 << 20)  # above the small-page threshold
     assert not region.read(0, 3 << 20).any()

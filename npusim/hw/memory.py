@@ -21,7 +21,12 @@ from npusim.errors import InputError, KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
-ZERO_PAGE_SHIFT = 12  # 4 KiB: a mapped buffer's pages never written are known to be zero
+# a mapped buffer marks which 64 KiB blocks were ever written with non-zero bytes: the
+# bytes of a block never written are known to be zero. Coarser than a page can only cost
+# the pages a zero write backs in a block written before, never a byte (a W 64 BS 128
+# dispatch and combine back the same window and GM pages either way); a mark per 4 KiB
+# page cost a W 768 dispatch 96 MiB of marks, its windows' layout being sparse
+WRITTEN_BLOCK_SHIFT = 16
 
 
 def paged_zeros(nbytes: int, what: str) -> np.ndarray:
@@ -46,9 +51,9 @@ def paged_zeros(nbytes: int, what: str) -> np.ndarray:
 
 
 def page_marks(nbytes: int, what: str) -> np.ndarray:
-    """One bool per 4 KiB page of an nbytes mapped buffer: was it ever written (mapped
-    too, so a 1 GiB window's marks cost memory only where pages were written)."""
-    n = -(-nbytes >> ZERO_PAGE_SHIFT)
+    """One bool per 64 KiB block of an nbytes mapped buffer: was it ever written (mapped
+    too, so a 1 GiB window's marks cost memory only where blocks were written)."""
+    n = -(-nbytes >> WRITTEN_BLOCK_SHIFT)
     return paged_zeros(max(n, SMALL_PAGES_FROM), f"the page marks of {what}")[:n].view(bool)
 
 
@@ -130,7 +135,7 @@ class DenseRegion(Region):
     """A GM tensor backed by one numpy byte array."""
 
     def __init__(self, name: str, rank: int, data: np.ndarray | int) -> None:
-        # which 4 KiB pages of a mapped buffer were ever written (None: not mapped)
+        # which 64 KiB blocks of a mapped buffer were ever written (None: not mapped)
         self._written: np.ndarray | None = None
         if isinstance(data, (int, np.integer)):
             buf = paged_zeros(int(data), f"GM tensor {name!r} of rank {rank}")
@@ -154,11 +159,12 @@ class DenseRegion(Region):
     def write(self, offset: int, data: np.ndarray) -> None:
         written = self._written
         if written is not None:
-            first, last = offset >> ZERO_PAGE_SHIFT, (offset + data.size - 1) >> ZERO_PAGE_SHIFT
+            first = offset >> WRITTEN_BLOCK_SHIFT
+            last = (offset + data.size - 1) >> WRITTEN_BLOCK_SHIFT
             if np.count_nonzero(data):
                 written[first:last + 1] = True
             elif not written[first:last + 1].any():
-                # zeros onto pages never written (so zero): nothing changes, and the pages
+                # zeros onto blocks never written (so zero): nothing changes, and the pages
                 # stay unbacked (a timing-only run's payload is zeros)
                 self._notify(offset, data.size)
                 return
