@@ -79,6 +79,8 @@ class FlagBoard:
 class CrossCoreOps:
     """Mixed into KernelContext: cross_core_set_flag and cross_core_wait_flag."""
 
+    __slots__ = ()
+
     def _flag_modes(self: Any) -> tuple[int, ...]:
         aic = self.cfg.aic
         if aic is None:

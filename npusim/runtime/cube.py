@@ -61,6 +61,8 @@ def e8m0(scales: np.ndarray) -> np.ndarray:
 class CubeOps:
     """Mixed into KernelContext: the AIC's MTE1, cube and FixPipe instructions."""
 
+    __slots__ = ()
+
     def _aic(self: Any) -> Any:
         aic = self.cfg.aic
         if aic is None:
