@@ -11,6 +11,7 @@ import math
 import random
 
 import pytest
+import simpy
 
 from npusim.engine.env import SimEnv
 from npusim.engine.flow import FlowNetwork, Resource
@@ -168,3 +169,53 @@ def test_a_delivery_event_does_not_grow_when_it_fires():
     finally:
         tracemalloc.stop()
     assert grown < 16 * len(events)
+
+
+def _alarms_and_timeouts(env: SimEnv, log: list[tuple[str, float]]) -> simpy.Event:
+    """Timeouts and alarms at equal times, the alarm set before and after the timeouts."""
+    def core(name: str, delays: list[float]):
+        for d in delays:
+            yield env.timeout(d)
+            log.append((name, env.now))
+            if name == "a" and env.now == 1.0:
+                env.alarm(1.0, lambda: log.append(("alarm", env.now)))
+
+    procs = [env.process(core("a", [1.0, 1.0, 0.5])), env.process(core("b", [2.0, 0.5]))]
+    return env.all_of(procs)
+
+
+def test_advance_runs_events_in_the_order_step_does():
+    """SimEnv.advance inlines peek and step: the same order as stepping one by one (simpy's
+    own step with the alarm), and the same count; "limit" and "idle" where it stops."""
+    want: list[tuple[str, float]] = []
+    env = SimEnv()
+    done = _alarms_and_timeouts(env, want)
+    steps = 0
+    while not done.triggered:
+        env.step()
+        steps += 1
+    got: list[tuple[str, float]] = []
+    env = SimEnv()
+    done = _alarms_and_timeouts(env, got)
+    seen: list[int] = []
+    assert env.advance(done, 10.0, 1, lambda _t, n: seen.append(n)) == "done"
+    assert got == want and env.events_processed == steps
+    assert seen == list(range(2, steps + 1, 2))
+    env = SimEnv()
+    done = _alarms_and_timeouts(env, [])
+    assert env.advance(done, 1.5, 1023, lambda _t, _n: None) == "limit"
+    assert env.now == 1.0
+    env = SimEnv()
+    assert env.advance(env.event(), 10.0, 1023, lambda _t, _n: None) == "idle"
+
+
+def test_advance_raises_what_a_failed_process_raised():
+    env = SimEnv()
+
+    def broken():
+        yield env.timeout(1.0)
+        raise ValueError("UB overflow")
+
+    env.process(broken())
+    with pytest.raises(ValueError, match="UB overflow"):
+        env.advance(env.event(), 10.0, 1023, lambda _t, _n: None)

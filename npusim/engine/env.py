@@ -7,6 +7,7 @@ import gc
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from heapq import heappop
 
 import simpy
 from simpy.core import SimTime
@@ -73,6 +74,55 @@ class SimEnv(simpy.Environment):
     def peek(self) -> SimTime:
         t = super().peek()
         return self._alarm_at if self._alarm_at < t else t
+
+    def advance(self, done: simpy.Event, limit_at: float, every: int,
+                report: Callable[[float, int], None]) -> str:
+        """Process events until `done` has fired ("done"), none is left ("idle") or the
+        next lies past `limit_at` ("limit"); report(now, events) after every `every` + 1
+        events (`every` a mask: 2^k - 1), and add the events to `events_processed`.
+
+        The loop a launch runs: peek, then step, with this environment's alarm and
+        simpy's Environment.step inlined (the same order and the same failure of an
+        event nobody defused, without three calls per event)."""
+        queue = self._queue
+        pop = heappop
+        steps = 0
+        try:
+            while done._value is PENDING:
+                at = self._alarm_at
+                if queue:  # peek() and _alarm_first(), inlined
+                    t, prio, eid, event = queue[0]
+                    nxt = at if at < t else t
+                    alarm = at != INF and (at < t or (at == t and (prio > NORMAL or (
+                        prio == NORMAL and self._alarm_eid < eid))))
+                else:
+                    nxt = at
+                    alarm = True
+                if nxt == INF:
+                    return "idle"
+                if nxt > limit_at:
+                    return "limit"
+                if alarm:
+                    self._now = at
+                    fn = self._alarm_fn
+                    self._alarm_at = INF
+                    self._alarm_fn = None
+                    fn()
+                else:
+                    self._now, _, _, event = pop(queue)
+                    callbacks, event.callbacks = event.callbacks, None
+                    for callback in callbacks:
+                        callback(event)
+                    if not event._ok and not hasattr(event, "_defused"):
+                        exc = type(event._value)(*event._value.args)
+                        exc.__cause__ = event._value
+                        raise exc
+                steps += 1
+                if not steps & every:
+                    report(self._now, self.events_processed + steps)
+            return "done"
+        finally:
+            self.events_processed += steps
 
     def step(self) -> None:
         if self._alarm_first():

@@ -8,7 +8,6 @@ hang. A simulated-time limit stops runaway loops.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -72,28 +71,17 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
         contexts.append(row)
     done = env.all_of(procs)
     limit_at = t0 + time_limit_ns
-    step = env.step
-    peek = env.peek
-    steps = 0
     report, every = progress.tick, progress.TICK_MASK  # a look at the clock now and then
-    try:
-        with collector_paused():
-            while not done.triggered:
-                nxt = peek()
-                if nxt == math.inf:
-                    raise _stopped(DeadlockError, contexts, procs,
-                                   f"deadlock at {env.now / 1000:.3f} us: no core can make "
-                                   "progress", "blocked")
-                if nxt > limit_at:
-                    raise _stopped(SimTimeLimitError, contexts, procs,
-                                   f"simulated-time limit of {time_limit_ns / 1000:.1f} us "
-                                   "reached", "still running")
-                step()
-                steps += 1
-                if not steps & every:
-                    report(env.now, env.events_processed + steps)
-    finally:
-        env.events_processed += steps
+    with collector_paused():
+        stopped = env.advance(done, limit_at, every, report)
+    if stopped == "idle":
+        raise _stopped(DeadlockError, contexts, procs,
+                       f"deadlock at {env.now / 1000:.3f} us: no core can make progress",
+                       "blocked")
+    if stopped == "limit":
+        raise _stopped(SimTimeLimitError, contexts, procs,
+                       f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached",
+                       "still running")
     if not done.ok:
         raise done.value
     end = max(max(r) for r in ends)
