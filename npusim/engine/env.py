@@ -35,9 +35,8 @@ class SimEnv(simpy.Environment):
     """simpy.Environment in nanoseconds that counts processed events (for speed reports),
     with one alarm that can be moved.
 
-    `step()` is simpy's own except for the alarm; an event loop that wants the count adds
-    its steps to `events_processed` (launch does), which keeps a Python frame off every
-    event.
+    `step()` is simpy's own except for the alarm, and does not count; `advance()`, the loop
+    a launch runs, counts its events into `events_processed`.
 
     The alarm is the flow network's timer. It fires exactly where a Timeout scheduled at
     the same moment would (same time, priority and place in simpy's order), but setting it
