@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import tracemalloc
 
 import pytest
 import simpy
@@ -156,7 +157,6 @@ def test_a_delivery_event_does_not_grow_when_it_fires():
     """SimEnv's events carry every attribute firing sets from the start (simpy's own gain a
     dictionary then, 240 B each on CPython 3.11): hundreds of thousands are in flight at
     W 768."""
-    tracemalloc = pytest.importorskip("tracemalloc")
     env = SimEnv()
     events = [env.event() for _ in range(2000)]
     tracemalloc.start()
