@@ -7,8 +7,10 @@ dispatch_combine runs over BS (W=8) and over W (BS=8), against BS * K * W.
 
 --ep runs benchmarks/run.py's Atlas A3 large-EP case (one expert per rank, INT8 dispatch,
 bf16, timing only, K 8) at BS 128 for each W, each in a fresh process, and prints events,
-events per BS*K*W, CPU and wall time, the cost of an event in plain-simpy-loop events (CPU
-time per event x the loop's rate, measured first) and peak RSS.
+events per BS*K*W, the kernels' own transfers (DMA copies and puts, the work a real NPU's
+MTE engines do) per BS*K*W and the simulator's events per transfer, CPU and wall time, the
+cost of an event in plain-simpy-loop events (CPU time per event x the loop's rate, measured
+first) and peak RSS. --bs sets the batch size (128).
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ def ep_point(w: int, bs: int) -> dict:
     sc = scenario_from_doc(doc, "scaling", ROOT)
     t0, c0 = time.perf_counter(), time.process_time()
     r = simulate(sc, workers=1)
-    return {"w": w, "bs": bs, "events": r.events, "wall_s": time.perf_counter() - t0,
+    transfers = sum(s.count for op in r.ops for row in op.core_transfers for core in row
+                    for s in core)
+    return {"w": w, "bs": bs, "events": r.events, "transfers": transfers,
+            "wall_s": time.perf_counter() - t0,
             "cpu_s": time.process_time() - c0,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -90,15 +95,18 @@ def ep_table(ws: list[int], bs: int = 128) -> int:
     env.run()
     base, cpu_base = 1e6 / (time.perf_counter() - t0), 1e6 / (time.process_time() - c0)
     print(f"plain simpy loop: {base:,.0f} events/s wall, {cpu_base:,.0f} events/s CPU")
-    print("| W | BS*K*W | events | events per BS*K*W | CPU s | wall s | loop events per event "
-          "| x 1 M loop (CPU) | x 1 M loop (wall) | peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| W | BS*K*W | events | events per BS*K*W | transfers per BS*K*W | events per "
+          "transfer | CPU s | wall s | loop events per event | x 1 M loop (CPU) | x 1 M loop "
+          "(wall) | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for w in ws:
         out = subprocess.run([sys.executable, __file__, "--ep-point", f"{w},{bs}"],
                              stdout=subprocess.PIPE, text=True, check=True, cwd=ROOT)
         p = json.loads(out.stdout.strip().splitlines()[-1])
         work = bs * 8 * w
-        print(f"| {w} | {work} | {p['events']} | {p['events'] / work:.1f} | {p['cpu_s']:.1f} | "
+        print(f"| {w} | {work} | {p['events']} | {p['events'] / work:.1f} | "
+              f"{p['transfers'] / work:.2f} | {p['events'] / p['transfers']:.2f} | "
+              f"{p['cpu_s']:.1f} | "
               f"{p['wall_s']:.1f} | {p['cpu_s'] / p['events'] * cpu_base:.0f} | "
               f"{p['cpu_s'] * cpu_base / 1e6:.0f} | {p['wall_s'] * base / 1e6:.0f} | "
               f"{p['peak_rss_mib']:.0f} |", flush=True)
@@ -109,6 +117,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", help="also draw the curve into this PNG (needs matplotlib)")
     ap.add_argument("--ep", help="comma-separated W values: the A3 large-EP table instead")
+    ap.add_argument("--bs", type=int, default=128, help="batch size of the --ep table (128)")
     ap.add_argument("--ep-point", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.ep_point:
@@ -118,7 +127,7 @@ def main() -> int:
         print(json.dumps(ep_point(w, bs)))
         return 0
     if args.ep:
-        return ep_table([int(v) for v in args.ep.split(",")])
+        return ep_table([int(v) for v in args.ep.split(",")], args.bs)
     if args.plot:
         try:
             import matplotlib  # noqa: F401

@@ -48,7 +48,7 @@ class AllEqual(_Compared):
     """Every element equals value (per-block 'arrived' flags)."""
 
     def __call__(self, data: np.ndarray) -> bool:
-        return bool(np.all(self.values(data) == self.value))
+        return bool((self.values(data) == self.value).all())
 
     def describe(self, data: np.ndarray) -> str:
         vals = self.values(data)
@@ -81,7 +81,7 @@ class AtLeast(_Compared):
     """Every element is at least value (a generation counter that has caught up)."""
 
     def __call__(self, data: np.ndarray) -> bool:
-        return bool(np.all(self.values(data) >= self.value))
+        return bool((self.values(data) >= self.value).all())
 
     def describe(self, data: np.ndarray) -> str:
         vals = self.values(data)
