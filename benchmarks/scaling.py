@@ -53,21 +53,27 @@ def plot(rows: list[tuple[int, int, int, float]], out: str) -> None:
     print(f"figure: {out}")
 
 
-def ep_point(w: int, bs: int) -> dict:
-    """Child process: one A3 large-EP run (benchmarks/run.py's case), its figures."""
-    import resource
-
+def ep_scenario(w: int, bs: int):
+    """benchmarks/run.py's A3 large-EP case at W and BS (InputError if it is not a valid
+    scenario, e.g. fewer than K = 8 experts)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from run import _a3_ep
 
     from npusim.scenario import scenario_from_doc
-    from npusim.sim import simulate
 
-    workload = _a3_ep(w)
-    workload["bs"] = bs
+    workload = _a3_ep(w, bs)
     doc = {"name": f"a3_w{w}_bs{bs}", "hardware": workload.pop("hardware"),
            "workload": workload}
-    sc = scenario_from_doc(doc, "scaling", ROOT)
+    return scenario_from_doc(doc, f"benchmarks/scaling.py --ep {w} --bs {bs}", ROOT)
+
+
+def ep_point(w: int, bs: int) -> dict:
+    """Child process: one A3 large-EP run (benchmarks/run.py's case), its figures."""
+    import resource
+
+    from npusim.sim import simulate
+
+    sc = ep_scenario(w, bs)
     t0, c0 = time.perf_counter(), time.process_time()
     r = simulate(sc, workers=1)
     transfers = sum(s.count for op in r.ops for row in op.core_transfers for core in row
@@ -113,6 +119,11 @@ def ep_table(ws: list[int], bs: int = 128) -> int:
     return 0
 
 
+def _usage_error(message: str) -> int:
+    print(f"benchmarks/scaling.py: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", help="also draw the curve into this PNG (needs matplotlib)")
@@ -126,8 +137,24 @@ def main() -> int:
         w, bs = (int(v) for v in args.ep_point.split(","))
         print(json.dumps(ep_point(w, bs)))
         return 0
+    if args.bs < 1:
+        return _usage_error(f"--bs {args.bs}: allowed: a batch size of 1 or more")
     if args.ep:
-        return ep_table([int(v) for v in args.ep.split(",")], args.bs)
+        try:
+            ws = [int(v) for v in args.ep.split(",")]
+        except ValueError:
+            ws = []
+        if not ws or min(ws) < 2:
+            return _usage_error(f"--ep {args.ep!r}: allowed: comma-separated world sizes "
+                                "of 2 or more, e.g. 8,16,32")
+        from npusim.errors import InputError
+
+        for w in ws:  # every point is a valid scenario before anything is timed
+            try:
+                ep_scenario(w, args.bs)
+            except InputError as e:
+                return _usage_error(str(e))
+        return ep_table(ws, args.bs)
     if args.plot:
         try:
             import matplotlib  # noqa: F401

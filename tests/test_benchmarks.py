@@ -37,6 +37,19 @@ def test_instructions_without_valgrind_is_a_one_line_usage_error(tmp_path):
     assert out.stdout == ""
 
 
+@pytest.mark.parametrize("args, says", [(["--ep", "8", "--bs", "0"], "--bs 0"),
+                                        (["--ep", "8,x"], "--ep '8,x'"),
+                                        (["--ep", "1"], "--ep '1'"),
+                                        (["--ep", "4"], "workload.k")])
+def test_scaling_table_rejects_bad_sizes_in_one_line(args, says):
+    script = SCRIPT.parent / "scaling.py"
+    out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "allowed" in lines[0]
+    assert out.stdout == ""  # refused before the plain loop is timed or anything runs
+
+
 def test_zero_workers_is_a_one_line_usage_error(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "--workers", "0"],
                          capture_output=True, text=True)
