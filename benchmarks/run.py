@@ -207,7 +207,8 @@ def main() -> int:
                                 "benchmarks/run.py --json")
     base, cpu_base = simpy_rates()
     rows = []
-    print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()})")
+    print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()}, "
+          f"{_interpreter()})")
     print(f"workers per run: {args.workers}")
     print(f"{'case':<28}{'wall s':>8}{'cpu s':>7}{'events':>10}{'events/s':>11}{'ratio':>7}"
           f"{'peak MiB':>10}")
@@ -248,6 +249,7 @@ def main() -> int:
                   + f", {row['events_per_unit']:.1f} events per BS*K*W")
     if args.json:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
+                                               "python": _interpreter(),
                                                "cases": rows}, indent=2) + "\n")
     if ref is not None and slack is not None:
         return check(rows, base, args.check, ref, ref_rows, slack)
@@ -298,11 +300,20 @@ TARGETS_S = {"dc_bs256_fp16": 5.0, "dc_bs256_quant": 5.0, "dc_w64_bs128_quant_ti
 """Issue 8's wall-time targets on a 2-core machine."""
 
 
+def _interpreter() -> str:
+    """The interpreter the loop and the cases ran on: the plain loop's rate is its own
+    (docs/performance.md, session 14), so ratios compare only on the same one."""
+    return f"{platform.python_implementation()} {platform.python_version()}"
+
+
 def check(rows: list[dict], base: float, path: str, ref: dict, ref_rows: dict[str, dict],
           slack: float) -> int:
     """Compare with a baseline run, in plain-simpy-event units (wall x simpy events/s)."""
     worst = 0.0
     print(f"\nagainst {path} (plain simpy {ref['plain_simpy_events_per_s']:,.0f} events/s there)")
+    if ref.get("python", _interpreter()) != _interpreter():
+        print(f"  note: the baseline ran on {ref['python']}, this on {_interpreter()}; the "
+              "plain loop's rate differs between interpreters, so the ratios carry that too")
     for row in rows:
         old = ref_rows.get(row["name"])
         target = TARGETS_S.get(row["name"])

@@ -53,15 +53,17 @@ def plot(rows: list[tuple[int, int, int, float]], out: str) -> None:
     print(f"figure: {out}")
 
 
-def ep_scenario(w: int, bs: int):
-    """benchmarks/run.py's A3 large-EP case at W and BS (InputError if it is not a valid
-    scenario, e.g. fewer than K = 8 experts)."""
+def ep_scenario(w: int, bs: int, op: str = "dispatch_combine"):
+    """benchmarks/run.py's A3 large-EP case at W and BS, of `op` (InputError if it is not a
+    valid scenario, e.g. fewer than K = 8 experts)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from run import _a3_ep
 
     from npusim.scenario import scenario_from_doc
 
-    workload = _a3_ep(w, bs)
+    workload = dict(_a3_ep(w, bs), op=op)
+    if op == "dispatch":
+        del workload["combine_quant"]
     doc = {"name": f"a3_w{w}_bs{bs}", "hardware": workload.pop("hardware"),
            "workload": workload}
     return scenario_from_doc(doc, f"benchmarks/scaling.py --ep {w} --bs {bs}", ROOT)

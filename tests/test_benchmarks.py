@@ -50,6 +50,20 @@ def test_scaling_table_rejects_bad_sizes_in_one_line(args, says):
     assert out.stdout == ""  # refused before the plain loop is timed or anything runs
 
 
+def test_check_says_when_the_baseline_ran_on_another_interpreter(capsys):
+    run = _script()
+    row = {"name": "dc_bs8_fp16", "workers": 1, "wall_s": 2.0}
+    ref = {"plain_simpy_events_per_s": 1e6, "python": "CPython 2.7.18",
+           "cases": [dict(row, wall_s=1.0)]}
+    # 2 s at 0.5 M loop events/s against 1 s at 1 M: the same cost, within any slack
+    assert run.check([row], 5e5, "b.json", ref, {"dc_bs8_fp16": ref["cases"][0]}, 0.0) == 0
+    out = capsys.readouterr().out
+    assert "baseline ran on CPython 2.7.18" in out and "x1.00" in out
+    ref["python"] = run._interpreter()
+    run.check([row], 5e5, "b.json", ref, {"dc_bs8_fp16": ref["cases"][0]}, 0.0)
+    assert "baseline ran on" not in capsys.readouterr().out
+
+
 def test_zero_workers_is_a_one_line_usage_error(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "--workers", "0"],
                          capture_output=True, text=True)
@@ -132,3 +146,18 @@ def test_object_census_counts_live_objects_by_type():
         # the probes alone are small objects handed out by pymalloc
         assert alloc["pymalloc blocks in use"] >= 5000 * sys.getsizeof(probes[0]) / 2**20
         assert alloc["pymalloc arenas at most"] >= alloc["pymalloc arenas"] > 0
+
+
+def test_layers_class_functions_by_their_package():
+    spec = importlib.util.spec_from_file_location("benchmark_layers",
+                                                  SCRIPT.parent / "layers.py")
+    layers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(layers)
+    assert layers.layer_of("/x/npusim/engine/flow.py", "_tick").startswith("flow network")
+    assert layers.layer_of("/x/npusim/engine/env.py", "advance").startswith("event loop")
+    assert layers.layer_of("/x/site-packages/simpy/events.py", "_resume").startswith("simpy")
+    assert layers.layer_of("~", "<built-in method _heapq.heappop>") == "C built-ins: heapq"
+    assert layers.layer_of("~", "<method 'fill' of 'numpy.ndarray' objects>") \
+        == "C built-ins: numpy"
+    assert layers.layer_of("~", "<method 'get' of 'dict' objects>").startswith("C built-ins: d")
+    assert layers.layer_of("/usr/lib/python3.11/contextlib.py", "f") == "other Python"
