@@ -9,7 +9,6 @@ cProfile adds a cost per call, so layers with many small calls read somewhat hig
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import pstats
 import sys
@@ -53,31 +52,27 @@ def split(stats: pstats.Stats) -> tuple[Counter, Counter]:
     return seconds, calls
 
 
-def _usage_error(message: str) -> int:
-    print(f"benchmarks/layers.py: error: {message}", file=sys.stderr)
-    return 2
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run import OneLineParser
+    from scaling import ep_scenario
+
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ep", type=int, default=64, help="world size W (64)")
     ap.add_argument("--bs", type=int, default=32, help="batch size (32)")
     ap.add_argument("--op", default="dispatch",
                     choices=("dispatch", "combine", "dispatch_combine"))
     args = ap.parse_args()
-    sys.path.insert(0, str(Path(__file__).parent))
-    from scaling import ep_scenario
-
     from npusim.errors import InputError
     from npusim.sim import simulate
 
     if args.bs < 1 or args.ep < 2:
-        return _usage_error(f"--ep {args.ep} --bs {args.bs}: allowed: W of 2 or more, BS of "
+        ap.error(f"--ep {args.ep} --bs {args.bs}: allowed: W of 2 or more, BS of "
                             "1 or more")
     try:
         sc = ep_scenario(args.ep, args.bs, args.op)
     except InputError as e:
-        return _usage_error(str(e))
+        ap.error(str(e))
     profile = cProfile.Profile()
     profile.enable()
     result = simulate(sc, workers=1)

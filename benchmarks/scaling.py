@@ -66,7 +66,7 @@ def ep_scenario(w: int, bs: int, op: str = "dispatch_combine"):
         del workload["combine_quant"]
     doc = {"name": f"a3_w{w}_bs{bs}", "hardware": workload.pop("hardware"),
            "workload": workload}
-    return scenario_from_doc(doc, f"benchmarks/scaling.py --ep {w} --bs {bs}", ROOT)
+    return scenario_from_doc(doc, f"--ep {w} --bs {bs}", ROOT)
 
 
 def ep_point(w: int, bs: int) -> dict:
@@ -127,7 +127,10 @@ def _usage_error(message: str) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sys.path.insert(0, str(Path(__file__).parent))
+    from run import OneLineParser
+
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plot", help="also draw the curve into this PNG (needs matplotlib)")
     ap.add_argument("--ep", help="comma-separated W values: the A3 large-EP table instead")
     ap.add_argument("--bs", type=int, default=128, help="batch size of the --ep table (128)")

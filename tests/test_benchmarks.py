@@ -50,6 +50,20 @@ def test_scaling_table_rejects_bad_sizes_in_one_line(args, says):
     assert out.stdout == ""  # refused before the plain loop is timed or anything runs
 
 
+@pytest.mark.parametrize("script, args, says", [
+    ("layers.py", ["--op", "foo"], "invalid choice: 'foo'"),
+    ("layers.py", ["--ep", "4", "--bs", "8"], "workload.k"),
+    ("layers.py", ["--bs", "0"], "--bs 0"),
+    ("scaling.py", ["--bs", "x"], "invalid int value: 'x'")])
+def test_benchmark_options_fail_in_one_line(script, args, says):
+    out = subprocess.run([sys.executable, str(SCRIPT.parent / script), *args],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"benchmarks/{script}: error:")
+    assert says in lines[0] and out.stdout == ""
+
+
 def test_check_says_when_the_baseline_ran_on_another_interpreter(capsys):
     run = _script()
     row = {"name": "dc_bs8_fp16", "workers": 1, "wall_s": 2.0}
