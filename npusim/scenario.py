@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from npusim.errors import InputError
@@ -28,7 +27,7 @@ from npusim.kernels.family import Family, Misfit, Option
 from npusim.kernels.shape import MoeShape
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
-from npusim.workload.routing import LOGNORMAL_SIGMA
+from npusim.workload.routing import LOGNORMAL_SIGMA, ZIPF_DEFAULT_S, Routing
 from npusim.workload.routing import ROUTING_KINDS as DRAWN_KINDS
 from npusim.workload.routing_file import read_routing_file
 
@@ -44,7 +43,6 @@ W_RANGE = (2, 768)
 MAX_EXPERTS = 1024
 SHARED_RANGE = (0, 4)
 SEED_RANGE = (0, 2**32 - 1)
-ZIPF_DEFAULT_S = 1.2
 SIGMA_MAX = 10.0  # the hottest of 1024 experts outweighs the median by e^32: one expert
 
 WORKLOAD_REQUIRED = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank")
@@ -66,30 +64,6 @@ RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0}
 TOP_KEYS = ("name", "description", "hardware", "hardware_overrides", "workload", "data", "run")
 DEFAULT_HARDWARE = "ascend950"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class Routing:
-    """How expert ids are drawn (or read); seed also seeds the generated token data."""
-
-    kind: str = "balanced"
-    seed: int = 0
-    s: float | None = None  # zipf exponent; only for kind == "zipf"
-    sigma: float | None = None  # log-normal sigma; only for kind == "lognormal"
-    path: str | None = None  # kind == "file": the .npy as the scenario names it
-    sha256: str | None = None  # ... and the digest of the bytes its ids came from
-    ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # [W, BS, K]
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "seed": self.seed}
-        for name in ("s", "sigma", "path", "sha256"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        return out
-
-    def file_ids(self) -> list[np.ndarray] | None:
-        """The checked per-rank ids of kind file ([BS, K] each), else None."""
-        return None if self.ids is None else [np.ascontiguousarray(a) for a in self.ids]
 
 
 @dataclass(frozen=True)

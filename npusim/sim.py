@@ -26,7 +26,7 @@ from npusim.hw.pipe import TransferPipe
 from npusim.kernels.family import Arrays, Family, Kernel
 from npusim.result import LinkStats, OpRun, RunResult, TransferStat
 from npusim.runtime.launch import LaunchResult, launch
-from npusim.scenario import Routing, Scenario
+from npusim.scenario import Scenario
 
 
 def tiling_of(scenario: Scenario) -> Any:
@@ -35,26 +35,13 @@ def tiling_of(scenario: Scenario) -> Any:
     return w.family.tiling(w.shape, w.options, scenario.hardware, timing_only=w.timing_only)
 
 
-def routing_kwargs(r: Routing) -> dict[str, Any]:
-    """Every generate_inputs routing keyword of the scenario's routing section."""
-    return {"routing": r.kind, "seed": r.seed, "zipf_s": r.s if r.s is not None else 1.2,
-            **routing_args(r)}
-
-
 def load_inputs(scenario: Scenario) -> list[Arrays]:
     """Per-rank inputs: read from the case directory, or generated from the seed."""
     w = scenario.workload
     if scenario.data.case_dir is not None:
         return w.family.read_case(scenario.data.case_dir, w.shape, w.op)
-    return w.family.make_inputs(w.shape, w.options, w.op, routing_kwargs(w.routing),
+    return w.family.make_inputs(w.shape, w.options, w.op, w.routing,
                                 payload=not w.timing_only)
-
-
-def routing_args(r: Routing) -> dict[str, Any]:
-    """generate_inputs' keywords for the routing kinds past zipf: sigma, or the file's ids."""
-    if r.kind == "lognormal":
-        return {"sigma": r.sigma}
-    return {"expert_ids": r.file_ids()} if r.kind == "file" else {}
 
 
 def default_workers() -> int:

@@ -76,9 +76,7 @@ def case_id(**w: Any) -> str:
 def workload_inputs(sc: Scenario) -> RunInputs:
     """The inputs a seeded scenario describes (generate_inputs from the workload fields)."""
     w = sc.workload
-    return generate_inputs(w.shape, routing=w.routing.kind, seed=w.routing.seed,
-                           zipf_s=w.routing.s if w.routing.s is not None else 1.2,
-                           with_combine="combine" in w.ops, **sim.routing_args(w.routing))
+    return generate_inputs(w.shape, **w.routing, with_combine="combine" in w.ops)
 
 
 def simulate_with(sc: Scenario, inputs: list[dict[str, np.ndarray]]) -> RunResult:

@@ -10,20 +10,17 @@ from npusim.kernels.cann_sample.layout import (
     KiB,
     MiB,
     WindowLayout,
-    align2,
-    align32,
-    align256,
-    align512,
     combine_record_layout,
     cumsum_core_count,
     dispatch_record_layout,
     pack_record_to_slot,
     unpack_slot,
 )
+from npusim.kernels.common.align import align32, align256, align512, align_up
 
 
 def test_align_helpers():
-    assert align2(223) == 224 and align2(224) == 224
+    assert align_up(223, 2) == 224 and align_up(224, 2) == 224
     assert align32(7169) == 7200 and align256(7169) == 7424 and align512(14336) == 14336
     assert align512(14337) == 14848
 

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from npusim.kernels.shape import MoeShape
+from npusim.workload.routing import Routing
 
 Arrays = dict[str, np.ndarray]
 """Named arrays of one rank (a RowTable may stand for an [A, H] array of shared rows)."""
@@ -199,7 +200,7 @@ class Family:
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Any, payload: bool) -> list[Arrays]:
+                    routing: Routing, payload: bool) -> list[Arrays]:
         """Seeded per-rank inputs of the run (`routing`: the scenario's routing)."""
         raise NotImplementedError
 

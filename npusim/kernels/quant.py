@@ -20,6 +20,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from npusim.kernels.common.align import align_up, ceil_div
+
 MXFP8_BLOCK = 32
 """Elements sharing one E8M0 exponent (OCP MX block size)."""
 
@@ -75,14 +77,6 @@ def dtype_name(dt: np.dtype | str) -> str:
     """Inverse of :func:`token_dtype` (for file names, reports)."""
     dt = token_dtype(dt)
     return next(k for k, v in TOKEN_DTYPES.items() if v == dt)
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def align_up(x: int, a: int) -> int:
-    return ceil_div(x, a) * a
 
 
 def mxfp8_scale_count(h: int) -> int:

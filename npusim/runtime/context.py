@@ -908,6 +908,14 @@ class KernelContext(CubeOps, CrossCoreOps):
         yield from self.spin_until(self.window(), base + i * stride,
                                    AtLeast(np.int32, generation), 4, delay_cycles, name)
 
+    def check_ns(self, repeats: int, instrs: int = 1, scalar: float = 2.0) -> float:
+        """What a poll's check costs after its read (a Poll's or wait_until's check_ns):
+        `instrs` vector instructions of `repeats` repeats in all (a ReduceSum, a
+        GatherMask + CompareScalar), then `scalar` scalar ops (the compare, a scan)."""
+        v = self.cfg.vector
+        return ((instrs * v.issue_cycles + repeats * v.cycles_per_repeat) * self.cycle_ns
+                + scalar * self.issue_ns)
+
     def wait_until(self, region: Region, offset: int, nbytes: int, cond: Condition,
                    into: UBBuffer, into_offset: int = 0, name: str = "poll",
                    strided: Strided | None = None, check_ns: float = 0.0) -> Wait:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npusim.kernels.shape import MoeShape
-from npusim.workload.routing import LOGNORMAL_SIGMA, make_routing
+from npusim.workload.routing import LOGNORMAL_SIGMA, ZIPF_DEFAULT_S, make_routing
 
 BOUND = 10.0
 
@@ -93,7 +93,7 @@ def generate_inputs(
     shape: MoeShape,
     routing: str = "balanced",
     seed: int = 0,
-    zipf_s: float = 1.2,
+    zipf_s: float = ZIPF_DEFAULT_S,
     hot_expert: int = 0,
     with_combine: bool = True,
     payload: bool = True,

@@ -8,10 +8,15 @@ sample, never the values. (Routing read from a file is :mod:`npusim.workload.rou
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
 ROUTING_KINDS = ("balanced", "uniform", "zipf", "lognormal")
 LOGNORMAL_SIGMA = 1.0
+ZIPF_DEFAULT_S = 1.2
 
 
 def balanced_routing(W: int, BS: int, K: int, E: int) -> list[np.ndarray]:
@@ -35,7 +40,8 @@ def uniform_routing(W: int, BS: int, K: int, E: int, rng: np.random.Generator) -
 
 
 def zipf_routing(
-    W: int, BS: int, K: int, E: int, rng: np.random.Generator, s: float = 1.2, hot_expert: int = 0
+    W: int, BS: int, K: int, E: int, rng: np.random.Generator, s: float = ZIPF_DEFAULT_S,
+    hot_expert: int = 0
 ) -> list[np.ndarray]:
     """K distinct experts per token drawn without replacement with p(e) ~ 1 / rank(e)^s.
 
@@ -118,7 +124,7 @@ def make_routing(
     K: int,
     E: int,
     rng: np.random.Generator | None = None,
-    zipf_s: float = 1.2,
+    zipf_s: float = ZIPF_DEFAULT_S,
     hot_expert: int = 0,
     sigma: float = LOGNORMAL_SIGMA,
 ) -> list[np.ndarray]:
@@ -148,3 +154,64 @@ def _check(W: int, BS: int, K: int, E: int, distinct: bool = False) -> None:
         raise ValueError(f"need W >= 1, BS >= 0, K >= 1, E >= 1 (got W={W}, BS={BS}, K={K}, E={E})")
     if distinct and K > E:
         raise ValueError(f"cannot pick K={K} distinct experts out of E={E}")
+
+
+@dataclass(frozen=True)
+class Routing(Mapping[str, Any]):
+    """How expert ids are drawn (or read); seed also seeds the generated token data.
+
+    What a family's make_inputs receives. Read as a mapping it is the keywords of
+    :func:`npusim.workload.inputs.generate_inputs` (routing, seed, zipf_s, and sigma or
+    the file's expert_ids), so ``generate_inputs(shape, **routing)`` draws the run's inputs."""
+
+    kind: str = "balanced"
+    seed: int = 0
+    s: float | None = None  # zipf exponent; only for kind == "zipf"
+    sigma: float | None = None  # log-normal sigma; only for kind == "lognormal"
+    path: str | None = None  # kind == "file": the .npy as the scenario names it
+    sha256: str | None = None  # ... and the digest of the bytes its ids came from
+    ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # [W, BS, K]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "seed": self.seed}
+        for name in ("s", "sigma", "path", "sha256"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def file_ids(self) -> list[np.ndarray] | None:
+        """The checked per-rank ids of kind file ([BS, K] each), else None."""
+        return None if self.ids is None else [np.ascontiguousarray(a) for a in self.ids]
+
+    @property
+    def zipf_s(self) -> float:
+        return self.s if self.s is not None else ZIPF_DEFAULT_S
+
+    def draw_args(self) -> dict[str, Any]:
+        """The keywords past kind and zipf_s: sigma (lognormal), or the file's ids."""
+        if self.kind == "lognormal":
+            return {"sigma": self.sigma}
+        return {"expert_ids": self.file_ids()} if self.kind == "file" else {}
+
+    def expert_ids(self, W: int, BS: int, K: int, E: int, rng: np.random.Generator
+                   ) -> list[np.ndarray]:
+        """Per rank [BS, K] int32: the file's ids, else :func:`make_routing`'s draw."""
+        ids = self.file_ids()
+        if ids is not None:
+            return ids
+        extra = {"sigma": self.sigma} if self.kind == "lognormal" else {}
+        return make_routing(self.kind, W, BS, K, E, rng=rng, zipf_s=self.zipf_s, **extra)
+
+    # ---- the generate_inputs keywords, as a read-only mapping
+    def _kwargs(self) -> dict[str, Any]:
+        return {"routing": self.kind, "seed": self.seed, "zipf_s": self.zipf_s,
+                **self.draw_args()}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._kwargs()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kwargs())
+
+    def __len__(self) -> int:
+        return len(self._kwargs())

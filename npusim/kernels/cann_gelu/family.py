@@ -12,6 +12,7 @@ from npusim.kernels.cann_gelu.program import GeluTiling, gelu_program
 from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow, TaskKernel
+from npusim.workload.routing import Routing
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,11 @@ class CannGelu(Family):
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+                    routing: Routing, payload: bool) -> list[Arrays]:
         n = options["elements"]
         if not payload:
             return [{"x": np.zeros(n, np.float32)}]
-        rng = np.random.default_rng(routing.get("seed", 0))
+        rng = np.random.default_rng(routing.seed)
         return [{"x": rng.uniform(-10.0, 10.0, n).astype(np.float32)}]  # the sample's
 
 

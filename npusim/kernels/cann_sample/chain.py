@@ -8,13 +8,12 @@ dtype. A standalone combine (or a case directory's) reads the inputs' expand_x i
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from npusim.hw.memory import RowTable
 from npusim.kernels.cann_sample.reference import dispatch_plan, reference_dispatch
 from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.quant import int8_token_dequantize, mxfp8_dequantize, token_dtype
 
 
@@ -47,19 +46,10 @@ def dispatch_digest(dispatch_out: list[dict[str, np.ndarray]] | None, t: MoeTili
     """A hash of everything combine reads of dispatch's outputs: every rank's counts and
     its first ep_recv_count[-1] rows of assist info (and of expand_x and scales, unless
     the run is timing-only). The combine kernel reads no row beyond the count."""
-    h = hashlib.sha256()
-    for d in dispatch_out or []:
-        recv = np.ascontiguousarray(d["ep_recv_count"], dtype=np.int32)
-        n = int(recv[-1]) if recv.size else 0
-        parts = [recv, d["assist_info_for_combine"][:n]]
-        if not t.timing_only:
-            parts += [d["expand_x"][:n], d["dynamic_scales"][:n]]
-        for a in parts:
-            a = np.ascontiguousarray(a)
-            h.update(f"{a.dtype.str}{a.shape}".encode())
-            if a.size:
-                h.update(a.reshape(-1).view(np.uint8))
-    return h.digest()
+    rows = ["assist_info_for_combine"]
+    if not t.timing_only:
+        rows += ["expand_x", "dynamic_scales"]
+    return next_reads_digest(dispatch_out or [], "ep_recv_count", rows)
 
 
 def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling

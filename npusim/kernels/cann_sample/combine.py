@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels import quant as q
-from npusim.kernels.cann_sample.layout import align32, align256
-from npusim.kernels.cann_sample.tiling import MoeTiling, split_to_core
+from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.align import align32, align256, ceil_div
+from npusim.kernels.common.split import split_to_core
 from npusim.runtime.conditions import SumEquals
 from npusim.runtime.context import KernelContext
 
@@ -185,7 +186,8 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling, memo: dict[bytes, np.n
             flag_off = lay.combine_flag(token, 0)
             yield from ctx.wait_until(win, flag_off, 32 * n_slots,
                                       SumEquals(np.float32, 8.0 * n_slots, tolerance=0.5), flags,
-                                      name="wait_flags", check_ns=_sum_check_ns(ctx, 8 * n_slots))
+                                      name="wait_flags",
+                                      check_ns=ctx.check_ns(max(1, ceil_div(8 * n_slots, 64))))
             ctx.copy_out(win, flag_off, reset, 32 * n_slots, name="reset_flags")
         with ctx.phase("combine"):
             if out_op is not None:
@@ -289,10 +291,3 @@ def _int8_dequantise(ctx: KernelContext, t: MoeTiling, buf, dt: np.dtype,
         ("cast_scales", n_scales, f32), ("cast_i8_f16", h, np.float16),
         ("cast_f16_f32", h, f32), ("brcb", h, f32), ("mul", h, f32), ("cast_back", h, f32),
     ], reads=[buf], writes=[buf], fn=None if t.timing_only else effect)
-
-
-def _sum_check_ns(ctx: KernelContext, n: int) -> float:
-    """ReduceSum over the n polled fp32 flags (n/64 repeats) and a scalar compare."""
-    v = ctx.cfg.vector
-    return ((v.issue_cycles + max(1, -(-n // 64)) * v.cycles_per_repeat) * ctx.cycle_ns
-            + 2 * ctx.issue_ns)

@@ -26,19 +26,16 @@ import numpy as np
 
 from npusim.kernels import quant as q
 from npusim.kernels.cann_sample.layout import (
-    CUMSUM_HANDOFF,
-    CUMSUM_READY,
     SPLIT_BLOCK_BYTES,
     SPLIT_BLOCK_DATA,
-    STATUS_REGION,
     UB_USABLE_FOR_LOCAL_COPY,
-    align32,
-    align128,
-    align256,
 )
-from npusim.kernels.cann_sample.tiling import MoeTiling, split_to_core
-from npusim.runtime.conditions import AllEqual, SumEquals
-from npusim.runtime.context import KernelContext, Poll, Strided
+from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.align import align32, align256, align_up, ceil_div
+from npusim.kernels.common.drain import drain_round_robin, valid_expert_info
+from npusim.kernels.common.split import split_to_core
+from npusim.runtime.conditions import SumEquals
+from npusim.runtime.context import KernelContext, Strided
 
 Wait = Generator[Any, Any, Any]
 
@@ -60,7 +57,7 @@ def dispatch_program(tiling: MoeTiling):
     memo: dict[bytes, np.ndarray] = {}  # quantised record by token bytes (a pure function)
 
     def program(ctx: KernelContext) -> Wait:
-        state = yield from init_win_state(ctx)
+        state = yield from init_win_state(ctx, tiling)
         first_shared = tiling.cores - tiling.n_shared_send_cores
         if ctx.core_id < tiling.n_all_to_all:
             with ctx.phase("send_data"):
@@ -83,10 +80,10 @@ def dispatch_program(tiling: MoeTiling):
 
 
 # --------------------------------------------------------------------------- init
-def init_win_state(ctx: KernelContext) -> Wait:
+def init_win_state(ctx: KernelContext, t: MoeTiling) -> Wait:
     """InitWinState: read this core's 0/1 data-state word, write back its flip."""
     buf = ctx.alloc("data_state", 32)
-    off = STATUS_REGION + 768 * KiB + ctx.core_id * 512
+    off = t.window.data_state_word(ctx.core_id)
     yield from ctx.wait(ctx.copy_in(buf, ctx.window(), off, 32, name="read_state"))
     state = int(ctx.ub_read(buf, np.uint32, 1)[0])  # SyncFunc<MTE2_S>
     ctx.ub_write(buf, 0, np.array([0 if state else 1], np.uint32))
@@ -132,7 +129,7 @@ class SendBuffers:
             self.in_slots = [(ctx.alloc(f"in{p}", align32(2 * h)),
                               ctx.alloc(f"in{p}_triplet", 32)) for p in range(2)]
         else:
-            self.in_slots = [(ctx.alloc(f"in{p}", align128(h) * 2), None) for p in range(2)]
+            self.in_slots = [(ctx.alloc(f"in{p}", align_up(h, 128) * 2), None) for p in range(2)]
         self.outs = [ctx.alloc(f"out{p}", rec.slot_bytes) for p in range(2)]
         self.record = self.triplet = self.tail = None
         self.parity = 0
@@ -168,7 +165,7 @@ def send_token(ctx: KernelContext, t: MoeTiling, b: SendBuffers, memo: dict[byte
         ctx.ub_write(trip_in, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
         src_bufs = [slot_in, trip_in]
     else:
-        ctx.vector("dup_zero", align128(h) * 2, np.uint8, writes=[slot_in],
+        ctx.vector("dup_zero", align_up(h, 128) * 2, np.uint8, writes=[slot_in],
                    fn=lambda s=slot_in: s.view(np.uint8).fill(0))
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
@@ -211,7 +208,7 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
     b.dup_flags(ctx, t)
     yield from ctx.pipe_barrier("vector")
 
-    words = -(-(t.bs * t.k) // 64)
+    words = ceil_div(t.bs * t.k, 64)
     n_owned = len(owned)
     for idx in range(n_owned):
         i = (idx + ctx.rank_id % n_owned) % n_owned if n_owned else 0
@@ -284,11 +281,11 @@ def _quantise(ctx: KernelContext, t: MoeTiling, slot, record,
 
     fn = None if t.timing_only else effect
     if t.dispatch_quant == "mxfp8":
-        iters = -(-h // 256)
+        iters = ceil_div(h, 256)
         # three VFs back to back: the block max exponents, the E8M0 scales, the data
         ctx.vector_function("mxfp8_quant", [
             iters * MAXEXP_INSTRS + MAXEXP_SETUP,
-            -(-rec.scale_bytes // 128) * SCALE_INSTRS + SCALE_SETUP,
+            ceil_div(rec.scale_bytes, 128) * SCALE_INSTRS + SCALE_SETUP,
             iters * DATA_INSTRS,
         ], reads=[slot], writes=[record], fn=fn)
     else:  # per-token dynamic INT8 (ops-transformer QuantDynamicPerToken)
@@ -332,7 +329,7 @@ def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wa
     n_sr = t.shared_expert_ranks
     e0, e1 = split_to_core(n_sr + t.n_experts, t.n_cumsum, m)
     entries = [ctx.alloc(f"status{e}", 32) for e in range(e0, e1)]
-    n_entries = -(-(n_sr + t.n_experts) // 8) * 8  # Align8(S_r + E)
+    n_entries = ceil_div(n_sr + t.n_experts, 8) * 8  # Align8(S_r + E)
 
     def flags() -> None:
         for b in entries:
@@ -384,7 +381,7 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
     column = ctx.alloc("handoff_column", 32 * n_cs)
     all_status = ctx.alloc("all_status", 32 * wl)
     token_nums = ctx.alloc("expert_token_nums", align32(8 * n_local))
-    check_ns = _check_cost(ctx, n_s)
+    check_ns = ctx.check_ns(max(1, ceil_div(n_s, 8)))
 
     counts = np.zeros(0, np.int64)
     if n_s:
@@ -417,21 +414,22 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
 
     ctx.vector("dup_partial", n_cs * 8, np.int32, writes=[handoff], fn=fill_handoff)
     yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, STATUS_REGION + CUMSUM_HANDOFF + m * n_cs * 32, handoff, 32 * n_cs,
-                 name="put_partial")
+    status = t.window.status
+    ctx.copy_out(win, status.cumsum_cal(n_cs, m), handoff, 32 * n_cs, name="put_partial")
     # GetCumSum: poll column m (one entry from each cum-sum core) until every flag is 1.0.
     col = Strided(n_cs, 32, src_gap=(n_cs - 1) * 32)
-    yield from ctx.wait_until(win, STATUS_REGION + CUMSUM_HANDOFF + m * 32, 0,
+    yield from ctx.wait_until(win, status.cumsum_cal(n_cs, 0, m), 0,
                               SumEquals(np.float32, float(n_cs), stride=32, offset=4), column,
-                              strided=col, name="wait_partials", check_ns=_check_cost(ctx, n_cs))
+                              strided=col, name="wait_partials",
+                              check_ns=ctx.check_ns(max(1, ceil_div(n_cs, 8))))
     cells = column.view(np.int32).reshape(n_cs, 8)
     before = int(cells[:m, 0].sum())
     ctx.vector("gather_prefix", repeats=max(m, 1), reads=[column])
     yield from ctx.pipe_barrier("vector")
-    ctx.vector("clear_column", repeats=-(-n_cs // 8), writes=[column],
+    ctx.vector("clear_column", repeats=ceil_div(n_cs, 8), writes=[column],
                fn=lambda: column.view(np.uint8).fill(0))
     yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, STATUS_REGION + CUMSUM_HANDOFF + m * 32, column, 0,
+    ctx.copy_out(win, status.cumsum_cal(n_cs, 0, m), column, 0,
                  strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32), name="clear_partials")
     # The inclusive prefix over index le*W + src for my slice, by the scalar unit.
     prefix = (before + np.cumsum(counts)).astype(np.int32)
@@ -445,7 +443,7 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
     ctx.vector("dup_ready", ctx.num_cores * 8, np.int32, writes=[ones],
                fn=lambda: ones.view(np.int32).fill(1))
     yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, STATUS_REGION + CUMSUM_READY + m * 32, ones, 0,
+    ctx.copy_out(win, status.cumsum_flag(n_cs, 0, m), ones, 0,
                  strided=Strided(ctx.num_cores, 32, dst_gap=(n_cs - 1) * 32),
                  name="set_ready")
     if m == 0:  # SetExpertTokenNums: re-read all statuses (flag + count) of this state
@@ -464,13 +462,6 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
     yield from ctx.drain()
 
 
-def _check_cost(ctx: KernelContext, n: int) -> float:
-    """A poll's check after the read: one vector reduce and a scalar compare (ns)."""
-    v = ctx.cfg.vector
-    return ((v.issue_cycles + max(1, -(-n // 8)) * v.cycles_per_repeat) * ctx.cycle_ns
-            + 2 * ctx.issue_ns)
-
-
 # --------------------------------------------------------------------------- local copy
 def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
     """Wait for the prefix table, then drain my status indices' tokens into the outputs."""
@@ -483,9 +474,9 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
     cum_buf = ctx.alloc("cumsum", align32(4 * wl))
     zero = ctx.alloc("ready_clear", 32 * n_cs)
     # WaitCumSumFlag: every cum-sum core has raised my ready flag (8 x int32 1 each).
-    ready_off = STATUS_REGION + CUMSUM_READY + ctx.core_id * n_cs * 32
+    ready_off = t.window.status.cumsum_flag(n_cs, ctx.core_id)
     yield from ctx.wait_until(win, ready_off, 32 * n_cs, SumEquals(np.int32, 8.0 * n_cs), ready,
-                              name="wait_ready", check_ns=_check_cost(ctx, 8 * n_cs))
+                              name="wait_ready", check_ns=ctx.check_ns(n_cs))
     ctx.vector("dup_zero", 8 * n_cs, np.int32, writes=[zero],
                fn=lambda: zero.view(np.uint8).fill(0))
     yield from ctx.pipe_barrier("vector")
@@ -522,25 +513,15 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
     row_bytes = rec.data_bytes
     scale_bytes = rec.scale_bytes
     stride = rec.blocks * SPLIT_BLOCK_DATA  # a token's bytes in UB once the flags are gone
-    v = 0
-    while valid:
-        candidates = []
-        for _, (idx, _, finish, left) in enumerate(valid):
-            n = min(left, max_tokens)
-            base = _block_base(t, state, idx, ctx.rank_id) + finish * rec.slot_bytes
-            flags = Strided(rec.blocks * n, 4, src_gap=SPLIT_BLOCK_BYTES - 4, dst_gap=28)
-            candidates.append(Poll(win, base + SPLIT_BLOCK_DATA, AllEqual(np.float32, 1.0),
-                                   tbuf, strided=flags,
-                                   check_ns=_flag_check_cost(ctx, rec.blocks * n)))
-        v = yield from ctx.poll_round_robin(candidates, v % len(valid), name="wait_tokens")
-        idx, row0, finish, left = valid[v]
-        n = min(left, max_tokens)
-        base = _block_base(t, state, idx, ctx.rank_id) + finish * rec.slot_bytes
-        # CopyInAndOut: strip the flags on the way in, then three strided copies out.
-        yield from ctx.wait(ctx.copy_in(tbuf, win, base, 0, name="copy_tokens",
+
+    def block_of(idx: int) -> int:
+        return _block_base(t, state, idx, ctx.rank_id)
+
+    def copy_rows(src: int, row: int, n: int) -> Wait:
+        """CopyInAndOut: strip the flags on the way in, then three strided copies out."""
+        yield from ctx.wait(ctx.copy_in(tbuf, win, src, 0, name="copy_tokens",
                                         strided=Strided(rec.blocks * n, SPLIT_BLOCK_DATA,
                                                         src_gap=32)))
-        row = row0 + finish
         if scale_bytes and t.dispatch_quant == "mxfp8":
             ctx.copy_out(out_scales, row * scale_bytes, tbuf, 0, src_offset=rec.scale_offset,
                          strided=Strided(n, scale_bytes, src_gap=stride - scale_bytes),
@@ -553,32 +534,20 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
                      name="write_expand_x")
         ctx.copy_out(out_assist, row * 12, tbuf, 0, src_offset=rec.triplet_offset,
                      strided=Strided(n, 12, src_gap=stride - 12), name="write_assist_info")
-        finish += n
-        left -= n
-        valid[v][2], valid[v][3] = finish, left
-        if left == 0:  # drained: clear every block flag of this index for the next call
+
+    def after(block: int, finish: int, drained: bool) -> Wait:
+        if drained:  # clear every block flag of this index for the next call
             yield from ctx.pipe_barrier("mte3")
             ctx.vector("dup_zero", 8, np.int32, writes=[flag_zero])
             yield from ctx.pipe_barrier("vector")
-            first_flag = _block_base(t, state, idx, ctx.rank_id) + SPLIT_BLOCK_DATA
-            ctx.copy_out(win, first_flag, flag_zero, 0,
+            ctx.copy_out(win, block + SPLIT_BLOCK_DATA, flag_zero, 0,
                          strided=Strided(rec.blocks * finish, 4, src_gap=-4,
                                          dst_gap=SPLIT_BLOCK_BYTES - 4),
                          name="clear_block_flags")
-            valid.pop(v)
         yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
 
-
-def valid_expert_info(cum: np.ndarray, i0: int, i1: int) -> list[list[int]]:
-    """SetValidExpertInfo: [index, first output row, finished, left] for each status index
-    in [i0, i1) with rows, from the inclusive prefix table."""
-    valid = []
-    for idx in range(i0, i1):
-        start = int(cum[idx - 1]) if idx else 0
-        left = int(cum[idx]) - start
-        if left:
-            valid.append([idx, start, 0, left])
-    return valid
+    yield from drain_round_robin(ctx, valid, max_tokens, block_of, rec.slot_bytes, rec.blocks,
+                                 tbuf, copy_rows, after)
 
 
 def _block_base(t: MoeTiling, state: int, idx: int, rank: int) -> int:
@@ -587,13 +556,3 @@ def _block_base(t: MoeTiling, state: int, idx: int, rank: int) -> int:
         return t.window.shared_block(state, idx)
     le, src = divmod(idx, t.world)
     return t.window.dispatch_block(state, src, le)
-
-
-def _flag_check_cost(ctx: KernelContext, nflags: int) -> float:
-    """GatherMask + CompareScalar over the polled flags and a scalar leading-ones scan.
-
-    GatherMask picks element 0 of each 32 B flag block with one repeat per flag (mask 1,
-    repeat nflags); CompareScalar covers Align64(nflags) fp32, nflags/64 repeats."""
-    v = ctx.cfg.vector
-    vec = 2 * v.issue_cycles + (nflags + -(-nflags // 64)) * v.cycles_per_repeat
-    return vec * ctx.cycle_ns + (2 + nflags / 64) * ctx.issue_ns

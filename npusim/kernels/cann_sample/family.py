@@ -22,6 +22,7 @@ from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase,
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import generate_inputs
+from npusim.workload.routing import Routing
 
 
 def _token(t: MoeTiling) -> np.dtype:
@@ -151,7 +152,7 @@ class CannSample(Family):
                 or fit.cores_misfit(shape, hardware))
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+                    routing: Routing, payload: bool) -> list[Arrays]:
         standalone = self.runs[op][0] == COMBINE.name
         return generate_inputs(shape, **routing, with_combine=standalone,
                                payload=payload).per_rank()

@@ -9,16 +9,23 @@ compute addresses from these helpers so a layout change is made in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from npusim.kernels.quant import (
-    MXFP8_BLOCK,
-    align_up,
+from npusim.kernels.common.align import (
+    align32,
+    align256,
+    align512,
     ceil_div,
-    int8_block_scale_count,
-    mxfp8_scale_count,
 )
+from npusim.kernels.common.status import (
+    CUMSUM_MAX_CORE_NUM,
+    SPLIT_BLOCK_DATA_SIZE,
+    SPLIT_BLOCK_SIZE,
+    StatusLayout,
+)
+from npusim.kernels.quant import MXFP8_BLOCK, int8_block_scale_count, mxfp8_scale_count
 from npusim.kernels.shape import MoeShape
 
 KiB = 1024
@@ -27,52 +34,21 @@ GiB = 1024 * MiB
 
 UB_ALIGN = 32
 """UB block / status-entry size in bytes."""
-STATE_ENTRY_BYTES = 32
 TRIPLET_INTS = 3
 """(src_rank, token, k) carried by every dispatch record and output as assist info."""
 
-SPLIT_BLOCK_BYTES = 512
+SPLIT_BLOCK_BYTES = SPLIT_BLOCK_SIZE
 """A dispatch slot is cut into 512-byte blocks ..."""
-SPLIT_BLOCK_DATA = 480
+SPLIT_BLOCK_DATA = SPLIT_BLOCK_DATA_SIZE
 """... of which 480 carry record bytes and the last 32 hold eight fp32 1.0 'arrived' flags."""
-WIN_ADDR_ALIGN = 512
 
 WINDOW_BYTES = 1 * GiB
 STATUS_REGION = 1022 * MiB
-DISPATCH_STATE_STRIDE = 384 * KiB  # WIN_STATE_OFFSET: dispatch status area per data state
-DATA_STATE_WORDS = 768 * KiB  # FLAG_FIELD_OFFSET: per-core 0/1 data-state word, 512 B apart
-CUMSUM_HANDOFF = 868 * KiB  # CUMSUM_CAL_OFFSET: partial sums between cum-sum cores
-CUMSUM_READY = 876 * KiB  # CUMSUM_FLAG_OFFSET: "prefix sums ready" flags for every core
-COMBINE_STATE = 64 * KiB  # COMBINE_STATE_OFFSET: combine per-(token, k) flags
+"""The sample keeps the status MiB (npusim.kernels.common.status) at 1022 MiB."""
 DATA_HALF = 512 * MiB  # symMemSize / BUFFER_NUM: dispatch data area of state 1 starts here
-CUMSUM_MAX_CORES = 16
 UB_USABLE_FOR_LOCAL_COPY = 240 * KiB  # MAX_UB_SIZE of the local-copy batches
 
 QUANT_KINDS = ("none", "int8", "mxfp8")
-
-
-def align2(x: int) -> int:
-    return align_up(x, 2)
-
-
-def align16(x: int) -> int:
-    return align_up(x, 16)
-
-
-def align32(x: int) -> int:
-    return align_up(x, 32)
-
-
-def align128(x: int) -> int:
-    return align_up(x, 128)
-
-
-def align256(x: int) -> int:
-    return align_up(x, 256)
-
-
-def align512(x: int) -> int:
-    return align_up(x, 512)
 
 
 def _itemsize(dtype: str | np.dtype) -> int:
@@ -185,7 +161,7 @@ def combine_record_layout(h: int, quant: str, dtype: str | np.dtype = "float16")
 
 def cumsum_core_count(n_experts: int, cores: int, W: int, L: int) -> int:
     """Cores that send counts and form prefix sums: E/32 clamped to [1, cores/2, 16, W*L]."""
-    return min(max(n_experts // 32, 1), cores // 2, CUMSUM_MAX_CORES, W * L)
+    return min(max(n_experts // 32, 1), cores // 2, CUMSUM_MAX_CORE_NUM, W * L)
 
 
 def shared_send_core_count(cores: int, K: int, S: int) -> int:
@@ -253,33 +229,33 @@ class WindowLayout:
         rest = self.cores - shared_send_core_count(self.cores, self.K, self.shared_experts)
         return cumsum_core_count(self.n_experts, rest, self.W, self.L)
 
+    @cached_property
+    def status(self) -> StatusLayout:
+        """The status MiB at 1022 MiB (combine uses data state 0 only)."""
+        return StatusLayout(STATUS_REGION, self.W, self.slots_per_token)
+
     # ---- dispatch status region
     def dispatch_status_entry(self, state: int, local_expert: int, src_rank: int) -> int:
         """32 B entry: fp32 1.0 flag, int32 count; index local_expert * W + src_rank."""
-        return (
-            STATUS_REGION
-            + state * DISPATCH_STATE_STRIDE
-            + (local_expert * self.W + src_rank) * STATE_ENTRY_BYTES
-        )
+        return self.status.dispatch_status(state, local_expert * self.W + src_rank)
 
     def data_state_word(self, core: int) -> int:
         """uint32 0/1 flipped by each core every dispatch call (combine does not flip it)."""
-        return STATUS_REGION + DATA_STATE_WORDS + core * WIN_ADDR_ALIGN
+        return self.status.dispatch_state_word(core)
 
     def cumsum_handoff_entry(self, writer: int, reader: int) -> int:
         """32 B entry (fp32 partial sum, fp32 1.0 flag) written by cum-sum core ``writer``
         for cum-sum core ``reader`` (both indices among the cum-sum cores)."""
-        return STATUS_REGION + CUMSUM_HANDOFF + (writer * self.n_cumsum + reader) * UB_ALIGN
+        return self.status.cumsum_cal(self.n_cumsum, writer, reader)
 
     def cumsum_ready_flag(self, core: int, cumsum_core: int) -> int:
         """32 B of int32 1 from cum-sum core ``cumsum_core`` telling ``core`` the table is ready."""
-        return STATUS_REGION + CUMSUM_READY + (core * self.n_cumsum + cumsum_core) * UB_ALIGN
+        return self.status.cumsum_flag(self.n_cumsum, core, cumsum_core)
 
     # ---- combine
     def combine_flag(self, token: int, k: int) -> int:
         """32 B of eight fp32 1.0 per received (token, k) row; k in [0, K + S)."""
-        slot = token * self.slots_per_token + k
-        return STATUS_REGION + COMBINE_STATE + slot * STATE_ENTRY_BYTES
+        return self.status.combine_flag(0, token, k)
 
     def combine_slot(self, token: int, k: int) -> int:
         return (token * self.slots_per_token + k) * self.combine_slot_bytes
@@ -311,19 +287,15 @@ class WindowLayout:
     def regions(self) -> dict[str, tuple[int, int]]:
         """[start, end) of every region, for checks and for the window sanitiser."""
         r = {"combine_recv": (0, self.combine_area_bytes)}
+        st = self.status
         for s in (0, 1):
             b = self.dispatch_data_base(s)
             r[f"dispatch_data_{s}"] = (b, b + self.dispatch_area_bytes)
-            st = STATUS_REGION + s * DISPATCH_STATE_STRIDE
-            r[f"dispatch_status_{s}"] = (st, st + self.W * self.L * STATE_ENTRY_BYTES)
-        cf = STATUS_REGION + COMBINE_STATE
-        r["combine_flags"] = (cf, cf + self.BS * self.slots_per_token * STATE_ENTRY_BYTES)
-        ds = STATUS_REGION + DATA_STATE_WORDS
-        r["data_state_words"] = (ds, ds + self.cores * WIN_ADDR_ALIGN)
-        ch = STATUS_REGION + CUMSUM_HANDOFF
-        r["cumsum_handoff"] = (ch, ch + self.n_cumsum * self.n_cumsum * UB_ALIGN)
-        cr = STATUS_REGION + CUMSUM_READY
-        r["cumsum_ready"] = (cr, cr + self.cores * self.n_cumsum * UB_ALIGN)
+            r[f"dispatch_status_{s}"] = st.dispatch_status_zone(s, self.W * self.L)
+        r["combine_flags"] = st.combine_flags_zone(0, self.BS)
+        r["data_state_words"] = st.dispatch_state_words_zone(self.cores)
+        r["cumsum_handoff"] = st.cumsum_cal_zone(self.n_cumsum)
+        r["cumsum_ready"] = st.cumsum_flag_zone(self.n_cumsum, self.cores)
         return r
 
     def validate(self) -> None:
@@ -354,12 +326,6 @@ __all__ = [
     "CombineRecordLayout",
     "DispatchRecordLayout",
     "WindowLayout",
-    "align2",
-    "align16",
-    "align32",
-    "align128",
-    "align256",
-    "align512",
     "combine_record_layout",
     "cumsum_core_count",
     "dispatch_record_layout",

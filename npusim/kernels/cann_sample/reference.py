@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.quant import (
     int8_block_round_trip,
     int8_token_dequantize,
@@ -113,7 +114,7 @@ def max_rows(W: int, BS: int, K: int, L: int, S: int = 0, S_r: int = 0) -> list[
     """Every rank's output rows A: BS * W * min(K, L) on a MoE rank, BS * ceil(W / R) on a
     shared rank (the most it can receive)."""
     R = check_shared(W, S, S_r)
-    return [BS * -(-W // R) if r < S_r else BS * W * min(K, L) for r in range(W)]
+    return [BS * ceil_div(W, R) if r < S_r else BS * W * min(K, L) for r in range(W)]
 
 
 def reference_dispatch(

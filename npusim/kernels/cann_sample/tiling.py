@@ -133,13 +133,3 @@ class MoeTiling(OnShape):
     @property
     def token_bytes(self) -> int:
         return self.shape.token_bytes
-
-
-def split_to_core(n: int, parts: int, index: int) -> tuple[int, int]:
-    """SplitToCore: n items over `parts`; the first n % parts take one more. [start, end)."""
-    q, r = divmod(n, parts)
-    if index < r:
-        start = index * (q + 1)
-        return start, start + q + 1
-    start = index * q + r
-    return start, start + q

@@ -17,15 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.align import align32, ceil_div
+from npusim.kernels.common.split import split_to_core
+from npusim.kernels.common.status import SPLIT_BLOCK_DATA_SIZE, WIN_ADDR_ALIGN
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.reference import const_expert_row
-from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
-from npusim.kernels.mc2.window import (
-    FULL_MESH_DATA_ALIGN,
-    WIN_ADDR_ALIGN,
-    a5_int8_combine_bytes,
-    align32,
-)
+from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.kernels.mc2.window import a5_int8_combine_bytes
 from npusim.kernels.quant import (
     int8_block_dequantize,
     int8_block_quantize,
@@ -80,14 +78,14 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     yield from ctx.wait(ctx.copy_in(idx, ctx.tensor("assist_info_for_combine"), 12 * r0,
                                     12 * n, name="copy_assist_info"))
     trip = ctx.ub_read(idx, np.int32, 3 * n, ops=0).reshape(n, 3)
-    row_in = blocks * FULL_MESH_DATA_ALIGN if arch35 and not int8 else align32(2 * h)
+    row_in = blocks * SPLIT_BLOCK_DATA_SIZE if arch35 and not int8 else align32(2 * h)
     if mx:
         row_in = qm.input_bytes(h)  # hExpandXAlignSize_: Align128(H) elements
     ins = [ctx.alloc(f"row{p}", row_in) for p in range(2)]
     quants = ins  # what the 950 packs: the row, or its INT8 / MXFP8 bytes
     if arch35:
         if int8 or mx:
-            quants = [ctx.alloc(f"quant{p}", blocks * FULL_MESH_DATA_ALIGN) for p in range(2)]
+            quants = [ctx.alloc(f"quant{p}", blocks * SPLIT_BLOCK_DATA_SIZE) for p in range(2)]
         for b in quants:  # the packing Copy reads blocks * 480 B: keep the tail defined
             ctx.vector("dup_zero", b.nbytes, np.uint8, writes=[b], fn=lambda b=b: b.view(
                 np.uint8).fill(0))
@@ -165,7 +163,7 @@ def _pack(ctx: KernelContext, src, out, blocks: int) -> None:
 
     def copy() -> None:
         o = out.view(np.uint8).reshape(blocks, WIN_ADDR_ALIGN)
-        o[:, :FULL_MESH_DATA_ALIGN] = src.view(np.uint8).reshape(blocks, FULL_MESH_DATA_ALIGN)
+        o[:, :SPLIT_BLOCK_DATA_SIZE] = src.view(np.uint8).reshape(blocks, SPLIT_BLOCK_DATA_SIZE)
 
     ctx.vector("dup_flags", out.nbytes // 4, F32, writes=[out], fn=dup)
     ctx.vector_seq("pack_copy", [("copy_a", 64 * blocks, F32), ("copy_b", 56 * blocks, F32)],
@@ -188,7 +186,7 @@ def _quant_int8(ctx: KernelContext, t: Mc2Tiling, src, out, nbytes: int) -> None
         o[align32(h):align32(h) + sb.size] = sb
         o[align32(h) + sb.size:] = 0
 
-    nb = -(-h // 8)
+    nb = ceil_div(h, 8)
     ctx.vector_seq("int8_quant", [
         ("cast_f32", h, F32), ("abs", h, F32), ("block_reduce_max", h, F32),
         ("muls", nb, F32), ("cast_scale", nb, F32), ("brcb", h, F32), ("div", h, F32),
@@ -258,21 +256,18 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     zeros = ctx.alloc("state_reset", align32(blocks * 32 if arch35 else KS * 32))
     ctx.vector("dup_reset", zeros.nbytes // 4, F32, writes=[zeros],
                fn=lambda: zeros.view(np.uint8).fill(0))
-    row_bytes = blocks * FULL_MESH_DATA_ALIGN if arch35 else (
+    row_bytes = blocks * SPLIT_BLOCK_DATA_SIZE if arch35 else (
         align32(int8_send_bytes(h)) if t.combine_quant == "int8" else align32(2 * h))
     rows = [ctx.alloc(f"moe_sum{p}", row_bytes) for p in range(2)]
     acc = ctx.alloc("sum_f32", align32(4 * h))
     out = ctx.alloc("token_out", align32(2 * h))
     dfx = ctx.alloc("op_pos", 32)
     scratch = ctx.alloc("special_row", align32(2 * h)) if t.shape.special_experts else None
-    v = ctx.cfg.vector
-    if arch35:
+    if arch35:  # a GatherMask and a CompareScalar over the block flags, a scalar scan
         nflags = KS * blocks * 8
-        check = ((2 * v.issue_cycles + 2 * -(-nflags // 64) * v.cycles_per_repeat) * ctx.cycle_ns
-                 + (2 + nflags / 64) * ctx.issue_ns)
+        check = ctx.check_ns(2 * ceil_div(nflags, 64), instrs=2, scalar=2 + nflags / 64)
     else:
-        check = (v.issue_cycles + -(-KS * 8 // 64) * v.cycles_per_repeat) * ctx.cycle_ns \
-            + 2 * ctx.issue_ns
+        check = ctx.check_ns(ceil_div(KS * 8, 64))
     pending = [int(v) for v in tokens[b0:b1]]
     # the flags a token waits for: its live MoE pairs (special experts send none) and S
     valid = ((ids < t.shape.E) & live).sum(axis=1)
@@ -477,7 +472,7 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
         off = lay.combine_slot_offset(state, tok, k)
         if arch35:
             ld = ctx.copy_in(buf, win_r, off, 0, name="copy_slot",
-                             strided=Strided(blocks, FULL_MESH_DATA_ALIGN, src_gap=32))
+                             strided=Strided(blocks, SPLIT_BLOCK_DATA_SIZE, src_gap=32))
         else:
             nb = int8_send_bytes(h) if t.combine_quant == "int8" else 2 * h
             ld = ctx.copy_in(buf, win_r, off, nb, name="copy_slot")
@@ -512,12 +507,12 @@ def process_expert(ctx: KernelContext, t: Mc2Tiling, state: int, tok: int, ids: 
         if t.combine_quant == "int8" and arch35:
             # Int8DequantProcessA5: Cast + Brcb of the scales, then one fused loop per
             # element: int8 -> half -> fp32, Mul, Cast RINT to the dtype and back, Muls, Add
-            nb8 = -(-h // 128) * 16
+            nb8 = ceil_div(h, 128) * 16
             seq += [("cast_scale", nb8, np.float16), ("brcb", 8 * nb8, F32),
                     ("cast_i8_f16", h, np.int8), ("cast_f16_f32", h, np.float16),
                     ("mul", h, F32), ("cast_x", h, F32), ("cast_back", h, np.float16)]
         elif t.combine_quant == "int8":
-            nb8 = -(-h // 8)
+            nb8 = ceil_div(h, 8)
             seq += [("cast_scale", nb8, np.float16), ("cast_i8_f16", h, np.int8),
                     ("cast_f16_f32", h, np.float16), ("brcb", h, F32), ("mul", h, F32),
                     ("cast_x", h, F32)]

@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.align import align32, ceil_div
+from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
-from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
-from npusim.kernels.mc2.window import align32
+from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.quant import int8_token_quantize, token_dtype
 from npusim.runtime.conditions import SumEquals
 from npusim.runtime.context import KernelContext, Strided
@@ -369,15 +370,12 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     win = ctx.window()
     base = t.window.dispatch_status(state, s0)
     wait_buf = ctx.alloc("wait_status", max(32 * n, 256))
-    v = ctx.cfg.vector
     compact = t.arch == "arch35"  # the 950 reads only the 4 B flags
     flags = ctx.alloc("flags", align32(4 * n)) if compact else wait_buf
     per_entry = 4 * ctx.issue_ns * n if t.performance_info else 0.0  # PerformanceInfoPerRank
-    if compact:
-        check = (v.issue_cycles + -(-n // 64) * v.cycles_per_repeat) * ctx.cycle_ns
-    else:
-        check = (v.issue_cycles + n * v.cycles_per_repeat) * ctx.cycle_ns
-    check += 2 * ctx.issue_ns + per_entry
+    # the reduce, then the compare and PerformanceInfoPerRank's writes
+    check = ctx.check_ns(ceil_div(n, 64) if compact else n, scalar=0) + (2 * ctx.issue_ns
+                                                                         + per_entry)
     t_start = ctx.t
     perf = np.zeros(t.W, np.int64)
     seen = np.zeros(n, bool)
@@ -440,7 +438,7 @@ def wait_dispatch_clear_status(ctx: KernelContext, win, base: int, wait_buf, n: 
     def clear() -> None:
         wait_buf.view(I32, 8 * n).reshape(n, 8)[:, 0] = 0
 
-    ctx.vector("clear_flags", repeats=-(-n // 8), writes=[wait_buf], fn=clear)
+    ctx.vector("clear_flags", repeats=ceil_div(n, 8), writes=[wait_buf], fn=clear)
     yield from ctx.pipe_barrier("vector")
     yield from ctx.wait(ctx.copy_out(win, base, wait_buf, 32 * n, name="clear_status"))
     return counts

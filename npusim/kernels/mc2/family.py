@@ -8,12 +8,12 @@ snake case). Optional inputs the workload does not use are declared with zero ro
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
@@ -26,7 +26,7 @@ from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, low_latency_ccl_bu
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import uniform_tokens
-from npusim.workload.routing import make_routing
+from npusim.workload.routing import Routing
 
 
 def _tok(t: Mc2Tiling) -> np.dtype:
@@ -358,17 +358,12 @@ class Mc2(Family):
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+                    routing: Routing, payload: bool) -> list[Arrays]:
         s = _shape(shape, options)
         dt = token_dtype(s.dtype)
-        seeds = np.random.SeedSequence(routing.get("seed", 0)).spawn(4)
+        seeds = np.random.SeedSequence(routing.seed).spawn(4)
         rx, rr, rw, rm = (np.random.default_rng(c) for c in seeds)
-        n_ids = s.E + s.special_experts
-        ids = routing.get("expert_ids")
-        if ids is None:
-            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
-            ids = make_routing(routing.get("routing", "balanced"), s.W, shape.BS, s.K, n_ids,
-                               rng=rr, zipf_s=routing.get("zipf_s", 1.2), **extra)
+        ids = routing.expert_ids(s.W, shape.BS, s.K, s.E + s.special_experts, rr)
         frac = options["active_fraction"]
         n_const = s.const_experts
         const = {n: (uniform_tokens(rw, (n_const, s.H), dt) / 16).astype(dt) if payload
@@ -469,16 +464,11 @@ class Mc2(Family):
 
     def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
-        h = hashlib.sha256()
-        for r, o in enumerate(outputs):
-            ep = np.ascontiguousarray(o["ep_recv_count"], np.int32)
-            n = int(ep[tiling.status_count(r) - 1])
-            h.update(ep.tobytes())
-            h.update(np.ascontiguousarray(o["assist_info_for_combine"][:n]).tobytes())
-            h.update(np.ascontiguousarray(o["expand_x"][:n]).tobytes())
-            if tiling.window.dispatch.scale_offset is not None:
-                h.update(np.ascontiguousarray(o["dynamic_scales"][:n]).tobytes())
-        return h.digest()
+        rows = ["assist_info_for_combine", "expand_x"]
+        if tiling.window.dispatch.scale_offset is not None:
+            rows.append("dynamic_scales")
+        return next_reads_digest(outputs, "ep_recv_count", rows,
+                                 lambda r, ep: int(ep[tiling.status_count(r) - 1]))
 
 
 FAMILY = Mc2()

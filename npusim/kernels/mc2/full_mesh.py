@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.cann_sample.dispatch import _flag_check_cost, valid_expert_info
+from npusim.kernels.common.align import align32, align_up, ceil_div
+from npusim.kernels.common.drain import drain_round_robin, valid_expert_info
+from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import tiling as tl
 from npusim.kernels.mc2.dispatch import (
@@ -39,23 +41,15 @@ from npusim.kernels.mc2.dispatch import (
     shared_items,
     wait_dispatch_clear_status,
 )
-from npusim.kernels.mc2.tiling import Mc2Tiling, split_to_core
-from npusim.kernels.mc2.window import (
-    CUMSUM_CAL,
-    CUMSUM_FLAG,
-    FULL_MESH_BLOCK,
-    FULL_MESH_DATA_ALIGN,
-    STATE_ENTRY,
-    align32,
-)
-from npusim.kernels.quant import align_up
-from npusim.runtime.conditions import AllEqual, SumEquals
-from npusim.runtime.context import KernelContext, Poll, Strided
+from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.kernels.mc2.window import SPLIT_BLOCK_DATA_SIZE, SPLIT_BLOCK_SIZE, STATE_OFFSET
+from npusim.runtime.conditions import SumEquals
+from npusim.runtime.context import KernelContext, Strided
 
 Wait = Generator[Any, Any, Any]
 F32, I32 = np.float32, np.int32
 ONE = np.float32(1.0)
-FLAG_DATA = FULL_MESH_DATA_ALIGN  # a block's flag follows its 480 B of data
+FLAG_DATA = SPLIT_BLOCK_DATA_SIZE  # a block's flag follows its 480 B of data
 
 
 def full_mesh_dispatch_program(t: Mc2Tiling):
@@ -143,13 +137,13 @@ def pack(ctx: KernelContext, t: Mc2Tiling, src, out) -> None:
     """Two strided vector Copies (256 B, then 224 B, blockCntPerToken_ repeats): record
     bytes [480 b, 480 b + 480) -> out [512 b, 512 b + 480); the flags stay 1.0."""
     slot = t.window.dispatch
-    n = min(src.nbytes, slot.blocks * FULL_MESH_DATA_ALIGN)
+    n = min(src.nbytes, slot.blocks * SPLIT_BLOCK_DATA_SIZE)
 
     def effect() -> None:
-        rec = np.zeros(slot.blocks * FULL_MESH_DATA_ALIGN, np.uint8)
+        rec = np.zeros(slot.blocks * SPLIT_BLOCK_DATA_SIZE, np.uint8)
         rec[:n] = src.bytes_at(0, n)
-        o = out.view(np.uint8).reshape(slot.blocks, FULL_MESH_BLOCK)
-        o[:, :FULL_MESH_DATA_ALIGN] = rec.reshape(slot.blocks, FULL_MESH_DATA_ALIGN)
+        o = out.view(np.uint8).reshape(slot.blocks, SPLIT_BLOCK_SIZE)
+        o[:, :SPLIT_BLOCK_DATA_SIZE] = rec.reshape(slot.blocks, SPLIT_BLOCK_DATA_SIZE)
 
     ctx.vector("copy_256", reads=[src], writes=[out], repeats=slot.blocks)
     ctx.vector("copy_224", reads=[src], writes=[out], repeats=slot.blocks, fn=effect)
@@ -157,7 +151,7 @@ def pack(ctx: KernelContext, t: Mc2Tiling, src, out) -> None:
 
 def packed_offset(byte: int) -> int:
     """Where record byte `byte` lies in the packed slot."""
-    return byte // FULL_MESH_DATA_ALIGN * FULL_MESH_BLOCK + byte % FULL_MESH_DATA_ALIGN
+    return byte // SPLIT_BLOCK_DATA_SIZE * SPLIT_BLOCK_SIZE + byte % SPLIT_BLOCK_DATA_SIZE
 
 
 def fill_triple(ctx: KernelContext, t: Mc2Tiling, buf, token: int, k: int,
@@ -266,7 +260,7 @@ def send_to_moe_expert(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict,
     owned = tl.split_expert_num_to_core(t.shape.E, moe, ctx.core_id)
     n = flat.size
     mask_bytes = align32(align_up(4 * n, 256) // 4 // 8)
-    mask = ctx.alloc("expert_mask", mask_bytes * max(1, -(-t.shape.E // moe)))
+    mask = ctx.alloc("expert_mask", mask_bytes * max(1, ceil_div(t.shape.E, moe)))
     ctx.alloc("token_num_to_expert", align32(4 * t.shape.E))
     ctx.vector("dup_mask", mask.nbytes // 4, I32, writes=[mask])
     yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
@@ -281,7 +275,7 @@ def send_to_moe_expert(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict,
         pairs.append(np.flatnonzero(flat == e))
     s = SendSlots(ctx, t, 2)
     yield from ctx.pipe_barrier("vector")
-    words = -(-n // 64)
+    words = ceil_div(n, 64)
     m = len(owned)
     for idx in range(m):
         i = (idx + rank % m) % m
@@ -490,12 +484,6 @@ def cal_and_send_cnt_by_rank(ctx: KernelContext, t: Mc2Tiling, state: int, m: in
     yield from ctx.drain()
 
 
-def _reduce_check(ctx: KernelContext, n: int) -> float:
-    """A poll's check: a ReduceSum of n one-element repeats and the scalar compare (ns)."""
-    v = ctx.cfg.vector
-    return (v.issue_cycles + n * v.cycles_per_repeat) * ctx.cycle_ns + 2 * ctx.issue_ns
-
-
 def run_pos_record(ctx: KernelContext, t: Mc2Tiling, pos: int) -> None:
     """RunPosRecord: a 4 B DFX write after the core's state word."""
     buf = ctx.alloc(f"run_pos{pos}", 32)
@@ -516,7 +504,7 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, m: int) -> Wait:
     base = t.window.dispatch_status(state, s0)
     wait_buf = ctx.alloc("wait_status", align_up(32 * n, 256))
     yield from ctx.wait_until(win, base, 32 * n, SumEquals(F32, float(n), stride=32), wait_buf,
-                              name="wait_status", check_ns=_reduce_check(ctx, n))
+                              name="wait_status", check_ns=ctx.check_ns(n))
     run_pos_record(ctx, t, 2)
     counts = yield from wait_dispatch_clear_status(ctx, win, base, wait_buf, n)
     ctx.vector("gather_counts", repeats=n, reads=[wait_buf])
@@ -532,10 +520,10 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, m: int) -> Wait:
         v[:, 0] = total  # the sum's bits (the kernel sums int counts as fp32 denormals)
         v[:, 1] = ONE.view(I32)
 
-    ctx.vector("dup_sum", repeats=-(-n_cs // 8), writes=[sums])
-    ctx.vector("dup_flag", repeats=-(-n_cs // 8), writes=[sums], fn=dup)
+    ctx.vector("dup_sum", repeats=ceil_div(n_cs, 8), writes=[sums])
+    ctx.vector("dup_flag", repeats=ceil_div(n_cs, 8), writes=[sums], fn=dup)
     yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
-    ctx.copy_out(win, CUMSUM_CAL + m * n_cs * STATE_ENTRY, sums, n_cs * STATE_ENTRY,
+    ctx.copy_out(win, t.window.status.cumsum_cal(n_cs, m), sums, n_cs * STATE_OFFSET,
                  name="put_partial")
     return counts, s0
 
@@ -553,10 +541,11 @@ def cal_recv_and_set_flag(ctx: KernelContext, t: Mc2Tiling, m: int, counts: np.n
     win = ctx.window()
     col = ctx.alloc("sum_local", 32 * C)
     gather = ctx.alloc("sum_continue", align32(4 * C))
-    yield from ctx.wait_until(win, CUMSUM_CAL + m * STATE_ENTRY, 0,
+    status = t.window.status
+    yield from ctx.wait_until(win, status.cumsum_cal(n_cs, 0, m), 0,
                               SumEquals(F32, float(n_cs), stride=32, offset=4), col,
                               strided=Strided(n_cs, 32, src_gap=(n_cs - 1) * 32),
-                              name="wait_partials", check_ns=_reduce_check(ctx, n_cs))
+                              name="wait_partials", check_ns=ctx.check_ns(n_cs))
     cells = col.view(I32, 8 * n_cs).reshape(n_cs, 8)
     before = int(cells[:m, 0].sum())
     if m:
@@ -565,10 +554,10 @@ def cal_recv_and_set_flag(ctx: KernelContext, t: Mc2Tiling, m: int, counts: np.n
         ctx.vector("sum_sums", align32(4 * m) // 4, F32, reads=[gather])
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
     ctx.scalar(1)
-    ctx.vector("clear_column", repeats=-(-n_cs // 8), writes=[col],
+    ctx.vector("clear_column", repeats=ceil_div(n_cs, 8), writes=[col],
                fn=lambda: col.view(np.uint8).fill(0))
     yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, CUMSUM_CAL + m * STATE_ENTRY, col, 0,
+    ctx.copy_out(win, status.cumsum_cal(n_cs, 0, m), col, 0,
                  strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32), name="clear_partials")
     n = counts.size
     prefix = ctx.alloc("prefix", max(align32(4 * n), align32(4 * wl)))
@@ -578,11 +567,11 @@ def cal_recv_and_set_flag(ctx: KernelContext, t: Mc2Tiling, m: int, counts: np.n
     for c in range(C):  # "copy aivNum_ times": my slice into every core's prefix table
         ctx.copy_out(ws, 4 * (c * wl + s0), prefix, 4 * n, name="write_workspace")
     ones = ctx.alloc("sync_on_core", 32 * C)
-    ctx.vector("dup_ready", repeats=-(-C // 8), writes=[ones],
+    ctx.vector("dup_ready", repeats=ceil_div(C, 8), writes=[ones],
                fn=lambda: ones.view(I32).fill(1))
     yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
     yield from ctx.pipe_barrier("mte3")  # PipeBarrier<PIPE_MTE3>: the table before the flag
-    ctx.copy_out(win, CUMSUM_FLAG + m * STATE_ENTRY, ones, 0,
+    ctx.copy_out(win, status.cumsum_flag(n_cs, 0, m), ones, 0,
                  strided=Strided(C, 32, dst_gap=(n_cs - 1) * 32), name="set_cumsum_flag")
     yield from ctx.drain()
 
@@ -606,9 +595,9 @@ def local_window_copy(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     cum_buf = ctx.alloc("cumsum", rscv_align)
     zero = ctx.alloc("status_clean", 32 * n_cs)
     i0, i1 = split_to_core(wl, C, core)
-    flag_off = CUMSUM_FLAG + core * n_cs * STATE_ENTRY
+    flag_off = t.window.status.cumsum_flag(n_cs, core)
     yield from ctx.wait_until(win, flag_off, 32 * n_cs, SumEquals(I32, 8.0 * n_cs), ready,
-                              name="wait_cumsum_flag", check_ns=_reduce_check(ctx, n_cs))
+                              name="wait_cumsum_flag", check_ns=ctx.check_ns(n_cs))
     run_pos_record(ctx, t, 3)
     ctx.vector("dup_zero", 8 * n_cs, F32, writes=[zero])
     yield from ctx.pipe_barrier("vector")
@@ -641,31 +630,23 @@ def local_window_copy(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
     ctx.scalar(1)
     outs = _Outputs(ctx, t)
-    v = 0
-    while valid:
-        polls = []
-        for idx, _, finish, left in valid:
-            cnt = min(left, max_tokens)
-            base = _recv_block(t, state, idx, rank) + finish * slot.slot
-            flags = Strided(slot.blocks * cnt, 4, src_gap=FULL_MESH_BLOCK - 4, dst_gap=28)
-            polls.append(Poll(win, base + FLAG_DATA, AllEqual(F32, 1.0), tbuf, strided=flags,
-                              check_ns=_flag_check_cost(ctx, slot.blocks * cnt)))
-        v = yield from ctx.poll_round_robin(polls, v % len(valid), name="wait_tokens")
-        idx, row0, finish, left = valid[v]
-        cnt = min(left, max_tokens)
-        block = _recv_block(t, state, idx, rank)
-        yield from outs.copy_in_and_out(ctx, block + finish * slot.slot, tbuf, row0 + finish,
-                                        cnt)
-        finish += cnt
-        left -= cnt
-        valid[v][2], valid[v][3] = finish, left
+
+    def block_of(idx: int) -> int:
+        return _recv_block(t, state, idx, rank)
+
+    def copy_rows(src: int, row: int, n: int) -> Wait:
+        yield from outs.copy_in_and_out(ctx, src, tbuf, row, n)
+
+    def after(block: int, finish: int, drained: bool) -> Wait:
         yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
-        if left == 0:  # drained: zero every block flag of the index, one copy per row
+        if drained:  # zero every block flag of the index, one copy per row
             for i in range(finish):
                 ctx.copy_out(win, block + i * slot.slot + FLAG_DATA, clean, 0,
-                             strided=Strided(slot.blocks, 32, dst_gap=FULL_MESH_BLOCK - 32),
+                             strided=Strided(slot.blocks, 32, dst_gap=SPLIT_BLOCK_SIZE - 32),
                              name="clean_block_flags")
-            valid.pop(v)
+
+    yield from drain_round_robin(ctx, valid, max_tokens, block_of, slot.slot, slot.blocks,
+                                 tbuf, copy_rows, after)
     run_pos_record(ctx, t, 4)
     yield from ctx.drain()
 
@@ -710,9 +691,9 @@ class _Outputs:
         window directly."""
         slot = self.t.window.dispatch
         win = ctx.window()
-        stride = slot.blocks * FULL_MESH_DATA_ALIGN
+        stride = slot.blocks * SPLIT_BLOCK_DATA_SIZE
         yield from ctx.wait(ctx.copy_in(tbuf, win, src, 0, name="copy_tokens",
-                                        strided=Strided(slot.blocks * n, FULL_MESH_DATA_ALIGN,
+                                        strided=Strided(slot.blocks * n, SPLIT_BLOCK_DATA_SIZE,
                                                         src_gap=32)))
         ops = []
         if self.scales is not None:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.quant import (
     int8_block_round_trip,
     int8_token_quantize,
@@ -126,7 +127,7 @@ class Mc2Shape:
         """A, the rows of expand_x: globalBs * min(L, K) on a MoE rank, maxBs * ceil(W / R)
         on a shared rank (tiling CheckInputInfoTensorShape)."""
         if self.is_shared_rank(rank):
-            return self.max_bs * -(-self.W // self.R)
+            return self.max_bs * ceil_div(self.W, self.R)
         return self.global_bs_eff * min(self.L, self.K)
 
     def scale_rows(self) -> int:
@@ -255,7 +256,7 @@ def pergroup_row(x: np.ndarray, fp8: str, smooth: np.ndarray | None = None
     if smooth is not None:
         xf = xf * np.asarray(smooth, np.float32).reshape(-1)
     h = xf.size
-    groups = -(-h // 128)
+    groups = ceil_div(h, 128)
     q = np.zeros(h, np.uint8)
     scales = np.zeros(groups, np.float32)
     for g in range(groups):
@@ -281,7 +282,7 @@ def mx_row(x: np.ndarray, fp8: str, clip: bool) -> tuple[np.ndarray, np.ndarray]
     if not np.isfinite(xf).all():
         raise ValueError("mx_row models finite tokens only")
     h = xf.size
-    blocks = -(-h // 32)
+    blocks = ceil_div(h, 32)
     q = np.zeros(h, np.uint8)
     scales = np.zeros(blocks + blocks % 2, np.uint8)  # the pad scale byte: 0 (2^-127)
     tiny = np.float32(2.0 ** -126)
@@ -310,7 +311,7 @@ def mx_combine_row(x: np.ndarray, fp8: str) -> np.ndarray:
     fp32(fp8) * 2^(b - 127) for scale byte b, except b = 0, which the receiver reads as 0
     (it shifts the byte into an fp32 exponent field)."""
     q, sc = mx_row(x, fp8, clip=False)
-    b = sc[:-(-q.size // 32)].astype(np.int64)
+    b = sc[:ceil_div(q.size, 32)].astype(np.int64)
     scale = np.where(b == 0, 0.0, np.ldexp(1.0, b - 127)).astype(np.float32)
     return q.view(_FP8[fp8][0]).astype(np.float32) * np.repeat(scale, 32)[:q.size]
 
@@ -364,9 +365,9 @@ def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str
         out_dt = dt if quant == "none" else np.dtype(np.int8)
         dyn = np.zeros(A, dtype=np.float32) if quant == "int8" else None
         if quant == "pergroup":
-            out_dt, dyn = np.dtype(np.uint8), np.zeros((A, -(-H // 128)), np.float32)
+            out_dt, dyn = np.dtype(np.uint8), np.zeros((A, ceil_div(H, 128)), np.float32)
         elif quant in ("mxfp8", "mxfp8_clip"):
-            nb = -(-H // 32)
+            nb = ceil_div(H, 32)
             out_dt, dyn = np.dtype(np.uint8), np.zeros((A, nb + nb % 2), np.uint8)
         expand_x = np.zeros((A, H), dtype=out_dt)
         es_out = np.zeros(A, dtype=np.float32) if has_es else None

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.kernels.cann_sample.tiling import split_to_core  # SplitToCore, shared
+from npusim.kernels.common.align import align32, align_up, ceil_div
+from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2.quant_modes import fp8_mode, input_bytes
 from npusim.kernels.mc2.reference import Mc2Shape
-from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window, align32
-from npusim.kernels.quant import align_up, ceil_div
+from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window
 from npusim.kernels.shape import OnShape
 
 ARCH_OF_PRESET = {"atlas_a3": "arch22", "ascend950": "arch35"}
 
-__all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "split_to_core", "workspace_ints"]
+__all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "workspace_ints"]
 
 
 @dataclass(frozen=True)

@@ -22,41 +22,30 @@ the operator's ``ccl_buffer_size`` attribute the window is cut from.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
+from npusim.kernels.common.align import align32, align512, align_up, ceil_div
+from npusim.kernels.common.status import (
+    CUMSUM_MAX_CORE_NUM,
+    SPLIT_BLOCK_DATA_SIZE,
+    SPLIT_BLOCK_SIZE,
+    STATE_OFFSET,
+    STATE_SIZE,
+    WIN_ADDR_ALIGN,
+    StatusLayout,
+)
 from npusim.kernels.mc2.quant_modes import COMBINE_MX, combine_mx_bytes, fp8_mode, record_layout
-from npusim.kernels.quant import align_up, ceil_div
 
 KiB = 1024
 MiB = 1024 * KiB
 
-STATUS_BYTES = 1 * MiB  # STATE_SIZE: the status region before the data
 EP_RANK_OFFSET_STEP = 1 * KiB  # per-rank reservation subtracted from totalWin
-STATE_ENTRY = 32  # STATE_OFFSET: one status entry / flag
-DISPATCH_STATE_STRIDE = 384 * KiB  # WIN_STATE_OFFSET
-COMBINE_FLAGS = 64 * KiB  # COMBINE_STATE_OFFSET
-DISPATCH_STATE_WORDS = 768 * KiB  # DISPATCH_STATE_WIN_OFFSET
-COMBINE_STATE_WORDS = 818 * KiB  # COMBINE_STATE_WIN_OFFSET
-STATE_WORD_STRIDE = 512  # WIN_ADDR_ALIGN between two cores' state words
-WIN_ADDR_ALIGN = 512
-FULL_MESH_DATA_ALIGN = 480  # data bytes per 512 B block when the data carries its flag
 TRIPLET_BYTES = 12  # (src rank, token, k) int32
 MAX_OUT_DTYPE_SIZE = 2  # the host check sizes every token as 2 bytes per element
 SCALE_EXPAND_IDX_BUFFER = 44  # 32 B scale + 12 B triplet in the host check
 MAX_UB_SIZE = 170 * KiB  # dispatch send queues single-buffered above this UB use
-CUMSUM_MAX_CORES = 16  # CUMSUM_MAX_CORE_NUM on A3 (8 on the 950)
-FULL_MESH_BLOCK = 512  # SPLIT_BLOCK_SIZE: 480 B of data + a 32 B float 1.0 flag
-CUMSUM_CAL = 868 * KiB  # CUMSUM_CAL_OFFSET: fullmesh_v2's count-core partial sums
-CUMSUM_FLAG = 876 * KiB  # CUMSUM_FLAG_OFFSET: fullmesh_v2's "prefix table ready" flags
 
 ARCHES = ("arch22", "arch35")  # A3 (dav-2201) and the 950 (dav-3510)
-
-
-def align32(x: int) -> int:
-    return align_up(x, 32)
-
-
-def align512(x: int) -> int:
-    return align_up(x, WIN_ADDR_ALIGN)
 
 
 @dataclass(frozen=True)
@@ -109,16 +98,16 @@ def full_mesh_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchS
     block whose last 32 B hold float 1.0: the slot is blockCntPerToken_ * 512 B and the
     put moves all of it; in UB, once the flags are stripped, rows are blocks * 480 apart."""
     rec = dispatch_slot(h, quant, expert_scales)
-    blocks = ceil_div(rec.triplet_offset + STATE_ENTRY, FULL_MESH_DATA_ALIGN)
-    return replace(rec, moved=blocks * FULL_MESH_BLOCK, slot=blocks * FULL_MESH_BLOCK,
-                   ub_row=blocks * FULL_MESH_DATA_ALIGN, blocks=blocks)
+    blocks = ceil_div(rec.triplet_offset + STATE_OFFSET, SPLIT_BLOCK_DATA_SIZE)
+    return replace(rec, moved=blocks * SPLIT_BLOCK_SIZE, slot=blocks * SPLIT_BLOCK_SIZE,
+                   ub_row=blocks * SPLIT_BLOCK_DATA_SIZE, blocks=blocks)
 
 
 def combine_slot_bytes(h: int, arch: str) -> int:
     """Combine receive slot: Align512(2H) on A3; ceil(2H / 480) * 512 on the 950, whose
     combine carries its flag in every 512 B block (``moe_distribute_dispatch_v2.h:467-471``)."""
     if arch == "arch35":
-        return ceil_div(2 * h, FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+        return ceil_div(2 * h, SPLIT_BLOCK_DATA_SIZE) * WIN_ADDR_ALIGN
     return align512(2 * h)
 
 
@@ -162,7 +151,7 @@ def buffer_need(max_bs: int, h: int, W: int, L: int, K: int, S: int, arch: str,
     ceil(tokenActualLen / 480) * 512 (``CheckWinSize``, moe_distribute_check_win_size.h)."""
     tok_actual = align32(h * MAX_OUT_DTYPE_SIZE) + SCALE_EXPAND_IDX_BUFFER
     if comm_alg == "fullmesh_v2":
-        tok_dispatch = ceil_div(tok_actual, FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+        tok_dispatch = ceil_div(tok_actual, SPLIT_BLOCK_DATA_SIZE) * WIN_ADDR_ALIGN
     else:
         tok_dispatch = align512(tok_actual)
     return BufferNeed(max_bs, tok_dispatch, align512(h * MAX_OUT_DTYPE_SIZE), W, L, K,
@@ -212,31 +201,35 @@ class Mc2Window:
     @property
     def total_win(self) -> int:
         """totalWinSizeEp: CCL buffer - 1 MiB - W * 1 KiB."""
-        return self.ccl_bytes - STATUS_BYTES - self.W * EP_RANK_OFFSET_STEP
+        return self.ccl_bytes - STATE_SIZE - self.W * EP_RANK_OFFSET_STEP
 
     @property
     def half(self) -> int:
         return self.total_win // 2
 
+    @cached_property
+    def status(self) -> StatusLayout:
+        """The status MiB, at the CCL buffer's base."""
+        return StatusLayout(0, self.W, self.slots_per_token)
+
     # ---- status region
     def dispatch_status(self, state: int, entry: int) -> int:
         """32 B (fp32 flag 1.0, int32 count) for status entry ``entry`` = local * W + src
         (= src on a shared rank)."""
-        return state * DISPATCH_STATE_STRIDE + entry * STATE_ENTRY
+        return self.status.dispatch_status(state, entry)
 
     def combine_flag(self, state: int, token: int, k: int) -> int:
-        return (COMBINE_FLAGS + state * DISPATCH_STATE_STRIDE
-                + (token * self.slots_per_token + k) * STATE_ENTRY)
+        return self.status.combine_flag(state, token, k)
 
     def dispatch_state_word(self, core: int) -> int:
-        return DISPATCH_STATE_WORDS + core * STATE_WORD_STRIDE
+        return self.status.dispatch_state_word(core)
 
     def combine_state_word(self, core: int) -> int:
-        return COMBINE_STATE_WORDS + core * STATE_WORD_STRIDE
+        return self.status.combine_state_word(core)
 
     # ---- data region
     def data_half(self, state: int) -> int:
-        return STATUS_BYTES + state * self.half
+        return STATE_SIZE + state * self.half
 
     def combine_slot_offset(self, state: int, token: int, k: int) -> int:
         return self.data_half(state) + (token * self.slots_per_token + k) * self.combine_step
@@ -268,16 +261,13 @@ class Mc2Window:
 
     def regions(self, state: int = 0) -> dict[str, tuple[int, int]]:
         """[start, end) of each region of one data state (for the window sanitiser)."""
-        st = self.dispatch_status(state, 0)
-        cf = self.combine_flag(state, 0, 0)
+        st = self.status
         d = self.data_half(state)
         return {
-            "dispatch_status": (st, st + self.W * self.L * STATE_ENTRY),
-            "combine_flags": (cf, cf + self.max_bs * self.slots_per_token * STATE_ENTRY),
-            "dispatch_state_words": (DISPATCH_STATE_WORDS,
-                                     DISPATCH_STATE_WORDS + self.cores * STATE_WORD_STRIDE),
-            "combine_state_words": (COMBINE_STATE_WORDS,
-                                    COMBINE_STATE_WORDS + self.cores * STATE_WORD_STRIDE),
+            "dispatch_status": st.dispatch_status_zone(state, self.W * self.L),
+            "combine_flags": st.combine_flags_zone(state, self.max_bs),
+            "dispatch_state_words": st.dispatch_state_words_zone(self.cores),
+            "combine_state_words": st.combine_state_words_zone(self.cores),
             "combine_recv": (d, d + self.combine_area),
             "dispatch_data": (d + self.combine_area,
                               d + self.combine_area + self.dispatch_area),
@@ -288,9 +278,9 @@ class Mc2Window:
         """fullmesh_v2's count-core hand-offs in the own rank's status MiB (no data state):
         partial sums at 868 KiB (n_cs rows of n_cs entries) and the ready flags at 876 KiB
         (a row of n_cs entries per core); sized for the largest n_cs, 16."""
-        n = CUMSUM_MAX_CORES
-        return {"cumsum_partials": (CUMSUM_CAL, CUMSUM_CAL + n * n * STATE_ENTRY),
-                "cumsum_flags": (CUMSUM_FLAG, CUMSUM_FLAG + self.cores * n * STATE_ENTRY)}
+        n = CUMSUM_MAX_CORE_NUM
+        return {"cumsum_partials": self.status.cumsum_cal_zone(n),
+                "cumsum_flags": self.status.cumsum_flag_zone(n, self.cores)}
 
 
 def a5_int8_combine_bytes(h: int) -> int:
@@ -304,9 +294,9 @@ def combine_stride_bytes(h: int, arch: str, combine_quant: str) -> int:
     """hAlignWinSize_ of the combine kernel when it is not the area's slot, else 0: on the
     950 with INT8 or MXFP8, ceil(commDataBytes_ / 480) * 512 (a5_mte.h:509-520)."""
     if arch == "arch35" and combine_quant == "int8":
-        return ceil_div(a5_int8_combine_bytes(h), FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+        return ceil_div(a5_int8_combine_bytes(h), SPLIT_BLOCK_DATA_SIZE) * WIN_ADDR_ALIGN
     if arch == "arch35" and combine_quant in COMBINE_MX:  # commDataBytes_ of QuantMxFp8
-        return ceil_div(combine_mx_bytes(h), FULL_MESH_DATA_ALIGN) * WIN_ADDR_ALIGN
+        return ceil_div(combine_mx_bytes(h), SPLIT_BLOCK_DATA_SIZE) * WIN_ADDR_ALIGN
     return 0
 
 
@@ -324,7 +314,7 @@ def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, 
     ccl_bytes = 2 * ccl_mb * MiB
     need = buffer_need(max_bs, h, W, L, K, S, arch, comm_alg)
     default = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg)
-    if need.actual_bytes > ccl_bytes - STATUS_BYTES:
+    if need.actual_bytes > ccl_bytes - STATE_SIZE:
         raise CclBufferTooSmall(
             f"{ccl_mb} MB (HCCL opens a {2 * ccl_mb} MB CCL buffer) is too SMALL: NEEDED = "
             f"{need.formula()} + 1 MB status = {need.needed_mb} MB of CCL buffer, so "
@@ -336,7 +326,7 @@ def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, 
                     combine_stride_bytes(h, arch, combine_quant), v2)
     used = win.combine_area + win.dispatch_area
     if used > win.half:
-        mb = ceil_div(2 * used + STATUS_BYTES + W * EP_RANK_OFFSET_STEP, 2 * MiB)
+        mb = ceil_div(2 * used + STATE_SIZE + W * EP_RANK_OFFSET_STEP, 2 * MiB)
         raise CclBufferTooSmall(
             f"{ccl_mb} MB passes the operator's check, but the kernel's slots (combine "
             f"{win.combine_slot} B, dispatch {win.dispatch.slot} B) fill {used} B of a data "

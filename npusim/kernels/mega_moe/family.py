@@ -17,7 +17,7 @@ from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields
 from npusim.kernels.mega_moe.tiling import RING_BYTES, MegaTiling, auto_capacity
 from npusim.kernels.shape import MoeShape
-from npusim.workload.routing import make_routing
+from npusim.workload.routing import Routing
 
 U8 = const(np.uint8)
 I32 = const(np.int32)
@@ -157,14 +157,10 @@ class MegaMoe(Family):
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
-        seeds = np.random.SeedSequence(routing.get("seed", 0)).spawn(1 + shape.W)
-        ids = routing.get("expert_ids")
-        if ids is None:
-            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
-            ids = make_routing(routing.get("routing", "balanced"), shape.W, shape.BS, shape.K,
-                               shape.E, rng=np.random.default_rng(seeds[0]),
-                               zipf_s=routing.get("zipf_s", 1.2), **extra)
+                    routing: Routing, payload: bool) -> list[Arrays]:
+        seeds = np.random.SeedSequence(routing.seed).spawn(1 + shape.W)
+        ids = routing.expert_ids(shape.W, shape.BS, shape.K, shape.E,
+                                 np.random.default_rng(seeds[0]))
         return [make_rank_inputs(np.random.default_rng(seeds[1 + r]), shape.BS, shape.H,
                                  shape.K, shape.L, options["ffn_dim"], options["mode"],
                                  options["inputs"] == "harness", ids[r], payload)

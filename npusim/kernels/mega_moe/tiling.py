@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.kernels.quant import align_up, ceil_div
+from npusim.kernels.common.align import align_up, ceil_div
 from npusim.kernels.shape import MoeShape, OnShape
 
 KiB = 1024

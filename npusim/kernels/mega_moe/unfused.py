@@ -37,6 +37,7 @@ from npusim.kernels.mega_moe.reference import BF16
 from npusim.kernels.mega_moe.tiling import WAVE, MegaTiling
 from npusim.kernels.shape import MoeShape
 from npusim.runtime.context import KernelContext
+from npusim.workload.routing import Routing
 
 CANN_OPTIONS = {"dispatch_quant": "mxfp8", "combine_quant": "none", "mxfp8_saturate": True,
                 "combine_recip": True, "expert_token_nums_type": "count"}
@@ -174,7 +175,7 @@ class MegaMoeUnfused(Family):
                                       "dispatch_combine"))
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+                    routing: Routing, payload: bool) -> list[Arrays]:
         ins = cann.FAMILY.make_inputs(self._cann_shape(shape), CANN_OPTIONS,
                                       "dispatch_combine", routing, payload)
         fused = MEGA.make_inputs(shape, options, "mega_moe", routing, payload=False)

@@ -14,6 +14,7 @@ from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow, TaskKernel
+from npusim.workload.routing import Routing
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,13 @@ class RmsNormQuant(Family):
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+                    routing: Routing, payload: bool) -> list[Arrays]:
         """gen_data.py's distributions, seeded by the routing seed."""
         a, r = options["rows"], options["cols"]
         if not payload:
             return [{"x": np.zeros((a, r), np.float16), "gamma": np.zeros(r, np.float16),
                      "scale": np.zeros(1, np.float16), "offset": np.zeros(1, np.int8)}]
-        rng = np.random.default_rng(routing.get("seed", 0))
+        rng = np.random.default_rng(routing.seed)
         return [{"x": rng.uniform(-100, 100, (a, r)).astype(np.float16),
                  "gamma": rng.uniform(-100, 100, r).astype(np.float16),
                  "scale": rng.uniform(-10, 10, 1).astype(np.float16),

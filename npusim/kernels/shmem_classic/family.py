@@ -7,12 +7,12 @@ examples' --perf metrics (full_op, comm_only, DataSize, bandwidth) as family_fie
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.shmem_classic import reference as ref
@@ -28,7 +28,7 @@ from npusim.kernels.shmem_classic.layout import (
     ClassicTiling,
 )
 from npusim.runtime.shmem import LOG_MAX_AIV_PER_NPU
-from npusim.workload.routing import make_routing
+from npusim.workload.routing import Routing
 
 COMBINE_DTYPES = ("int32_t", "float16_t")  # COMBINE_FUNC_DEF; run.sh refuses bfloat16_t
 
@@ -162,19 +162,14 @@ class ShmemClassic(Family):
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+                    routing: Routing, payload: bool) -> list[Arrays]:
         dt = DTYPE_NAMES[dtype_name(shape, options)]
-        seed = routing.get("seed", 0)
+        seed = routing.seed
         ex = example_inputs(shape.W, shape.BS, shape.H, shape.K, shape.L, dt, seed)
         ids = list(ex.expert_ids)
-        kind = routing.get("routing", "balanced")
-        if routing.get("expert_ids") is not None:
-            ids = [np.asarray(a, np.int32) for a in routing["expert_ids"]]
-        elif kind != "uniform":  # uniform is data_gen.py's draw (with repeats)
-            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
-            ids = make_routing(kind, shape.W, shape.BS, shape.K, shape.E,
-                               rng=np.random.default_rng(seed),
-                               zipf_s=routing.get("zipf_s", 1.2), **extra)
+        if routing.kind != "uniform":  # uniform is data_gen.py's draw (with repeats)
+            ids = routing.expert_ids(shape.W, shape.BS, shape.K, shape.E,
+                                     np.random.default_rng(seed))
         out = []
         for r in range(shape.W):
             x = ex.x[r] if payload else np.zeros_like(ex.x[r])
@@ -202,14 +197,7 @@ class ShmemClassic(Family):
 
     def next_reads(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
-        h = hashlib.sha256()
-        for o in outputs:
-            ep = np.ascontiguousarray(o["ep_recv_count"], np.int32)
-            n = int(ep[-1])
-            h.update(ep.tobytes())
-            h.update(np.ascontiguousarray(o["assist_info"][:n]).tobytes())
-            h.update(np.ascontiguousarray(o["expand_x"][:n]).tobytes())
-        return h.digest()
+        return next_reads_digest(outputs, "ep_recv_count", ("assist_info", "expand_x"))
 
 
 FAMILY = ShmemClassic()

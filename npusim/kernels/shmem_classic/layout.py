@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.common.align import align_up
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape, OnShape
 
@@ -38,7 +39,7 @@ WORKLOAD_DTYPE = {"float16": "float16_t", "bfloat16": "bfloat16_t"}
 
 
 def align(n: int, a: int = ALIGN) -> int:
-    return -(-n // a) * a
+    return align_up(n, a)
 
 
 @dataclass(frozen=True)

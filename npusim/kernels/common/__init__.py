@@ -1,0 +1,13 @@
+"""What kernel families share, named as the upstream sources name it.
+
+- :mod:`.align`: Ceil / Align (ceil_div, align_up, align32, align256, align512);
+- :mod:`.split`: SplitToCore, a range of items over the cores;
+- :mod:`.status`: the MC2 status MiB (STATE_OFFSET, WIN_STATE_OFFSET, FLAG_FIELD_OFFSET,
+  CUMSUM_CAL_OFFSET, ...) as one object both window layouts ask;
+- :mod:`.drain`: the flag-drain round robin of LocalWindowCopy;
+- :mod:`.chain`: the dispatch -> combine chain and the digest of what combine reads.
+
+The typed routing draw a family's make_inputs receives is :class:`npusim.workload.routing.Routing`.
+
+Nothing here names a family or an op; families import from here, never from each other.
+"""
