@@ -7,11 +7,12 @@ import pytest
 
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import harness_weights, random_weights
+from npusim.kernels.quant import BF16, golden
 
 
 def test_mx_scale_is_floor_log2_amax_minus_emax():
     # e4m3: emax 8 (448 = 1.75 * 2^8); e5m2: 15 (57344 = 1.75 * 2^15)
-    assert ref.emax("e4m3") == 8 and ref.emax("e5m2") == 15
+    assert golden.emax("e4m3") == 8 and golden.emax("e5m2") == 15
     x = np.ones((2, 32))
     x[1, 0] = 500.0  # floor(log2 500) = 8 -> e = 0, byte 127; 500 saturates to 448
     codes, scales = ref.mx_quantize(x, "e4m3")
@@ -30,7 +31,7 @@ def test_closed_form_by_hand():
 
 
 def _ones_case(W, BS, H, K, L, F, mode):
-    x = [np.ones((BS, H), ref.BF16) for _ in range(W)]
+    x = [np.ones((BS, H), BF16) for _ in range(W)]
     E = W * L
     ids = [((np.arange(BS * K).reshape(BS, K) + r) % E).astype(np.int32) for r in range(W)]
     w = [np.full((BS, K), 1.0 / K, np.float32) for _ in range(W)]
@@ -56,7 +57,7 @@ def test_random_layer_is_close_to_the_unquantised_one():
     rng = np.random.default_rng(1)
     W, BS, H, K, L, F = 2, 6, 128, 2, 2, 128
     mode = "e4m3"
-    x = [rng.uniform(-1, 1, (BS, H)).astype(np.float32).astype(ref.BF16) for _ in range(W)]
+    x = [rng.uniform(-1, 1, (BS, H)).astype(np.float32).astype(BF16) for _ in range(W)]
     ids = [np.stack([rng.choice(W * L, K, replace=False) for _ in range(BS)]).astype(np.int32)
            for _ in range(W)]
     w = [rng.uniform(0, 1, (BS, K)).astype(np.float32) for _ in range(W)]

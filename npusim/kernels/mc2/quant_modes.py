@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.vf import VF, VLoop, vi
+from npusim.kernels.common.align import align_up, ceil_div
 from npusim.kernels.quant import (
     MXFP8_BLOCK,
     PERGROUP_BLOCK,
-    align_up,
-    ceil_div,
     e8m0_values,
     fp8_format,
     mxfp8_quantize,

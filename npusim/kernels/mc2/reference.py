@@ -54,10 +54,12 @@ import numpy as np
 
 from npusim.kernels.common.align import ceil_div
 from npusim.kernels.quant import (
+    FP8_FORMATS,
     int8_block_round_trip,
     int8_token_quantize,
     token_dtype,
 )
+from npusim.kernels.quant.golden import mx_combine_row, mx_row, pergroup_row
 
 DISPATCH_QUANTS = ("none", "static_int8", "int8", "pergroup", "mxfp8", "mxfp8_clip")
 FP8_QUANTS = ("pergroup", "mxfp8", "mxfp8_clip")
@@ -240,82 +242,6 @@ def static_int8_quantize(x: np.ndarray, scale_row: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(f), -128, 127).astype(np.int8)
 
 
-_FP8 = {"e5m2": (ml_dtypes.float8_e5m2, 57344.0, 15),
-        "e4m3": (ml_dtypes.float8_e4m3fn, 448.0, 8)}
-"""format -> (ml_dtypes type, largest finite value, its exponent emax)."""
-_NAN_BYTE = {"e5m2": 0x7E, "e4m3": 0x7F}  # the positive NaN of each format
-
-
-def pergroup_row(x: np.ndarray, fp8: str, smooth: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """quant_mode 3 for one token: per group of 128 (the last one shorter) xf = fp32(x)
-    [* smooth]; d = fp32(fp8max) / max|xf|; bytes of fp8(xf * d) (round to nearest even);
-    scale fp32(1 / d). An all-zero group: NaN bytes and scale 0 (d is inf)."""
-    ty, fmax, _ = _FP8[fp8]
-    xf = np.asarray(x).astype(np.float32).reshape(-1)
-    if smooth is not None:
-        xf = xf * np.asarray(smooth, np.float32).reshape(-1)
-    h = xf.size
-    groups = ceil_div(h, 128)
-    q = np.zeros(h, np.uint8)
-    scales = np.zeros(groups, np.float32)
-    for g in range(groups):
-        seg = xf[128 * g:128 * (g + 1)]
-        amax = np.float32(np.abs(seg).max())
-        if amax == 0:
-            q[128 * g:128 * g + seg.size] = _NAN_BYTE[fp8]
-            continue
-        d = np.float32(fmax) / amax
-        q[128 * g:128 * g + seg.size] = (seg * d).astype(ty).view(np.uint8)
-        scales[g] = np.float32(1.0) / d
-    return q, scales
-
-
-def mx_row(x: np.ndarray, fp8: str, clip: bool) -> tuple[np.ndarray, np.ndarray]:
-    """quant_mode 4 (``clip`` False) or 5 for one finite token: per block of 32 a power of
-    two P (mode 4: 2^(floor(log2 amax) - emax), at least 2^-127, and a block with amax <
-    2^-126 is all zeros; mode 5: the smallest power of two >= fp32(max(amax, 1e-4) *
-    fp32(1 / fp8max)), 2^-127 for amax = 0); elements fp8(clip(x / P, +-fp8max)); the
-    scale byte is E8M0(P). Returns (bytes (H,), scale bytes (Align2(ceil(H/32)),))."""
-    ty, fmax, emax = _FP8[fp8]
-    xf = np.asarray(x).astype(np.float32).reshape(-1)
-    if not np.isfinite(xf).all():
-        raise ValueError("mx_row models finite tokens only")
-    h = xf.size
-    blocks = ceil_div(h, 32)
-    q = np.zeros(h, np.uint8)
-    scales = np.zeros(blocks + blocks % 2, np.uint8)  # the pad scale byte: 0 (2^-127)
-    tiny = np.float32(2.0 ** -126)
-    for b in range(blocks):
-        seg = xf[32 * b:32 * (b + 1)]
-        amax = np.float32(np.abs(seg).max())
-        zero = amax == 0 if clip else amax < tiny
-        if zero:
-            p = -127
-        elif clip:
-            v = np.float32(max(amax, np.float32(1e-4)) * np.float32(1.0 / fmax))
-            m, e = np.frexp(v)
-            p = int(e) - 1 if m == 0.5 else int(e)
-        else:
-            p = max(int(np.frexp(amax)[1]) - 1 - emax, -127)
-        big = np.float32(np.ldexp(np.float64(1.0), p))
-        if not zero:
-            y = np.clip(seg / big, -fmax, fmax)
-            q[32 * b:32 * b + seg.size] = y.astype(ty).view(np.uint8)
-        scales[b] = np.array([big], np.float32).astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)[0]
-    return q, scales
-
-
-def mx_combine_row(x: np.ndarray, fp8: str) -> np.ndarray:
-    """The 950's MXFP8 combine round trip of one row, in fp32: :func:`mx_row` (mode 4), then
-    fp32(fp8) * 2^(b - 127) for scale byte b, except b = 0, which the receiver reads as 0
-    (it shifts the byte into an fp32 exponent field)."""
-    q, sc = mx_row(x, fp8, clip=False)
-    b = sc[:ceil_div(q.size, 32)].astype(np.int64)
-    scale = np.where(b == 0, 0.0, np.ldexp(1.0, b - 127)).astype(np.float32)
-    return q.view(_FP8[fp8][0]).astype(np.float32) * np.repeat(scale, 32)[:q.size]
-
-
 def scale_row(shape: Mc2Shape, scales: np.ndarray, expert_index: int) -> np.ndarray:
     """The static / smooth scale used for one row: the whole (1,) / (H,) tensor, or row
     ``expert_index`` (S + e for MoE expert e with shared ranks, e without; j for shared j)."""
@@ -421,7 +347,7 @@ def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str, quant_dtype: 
     n = out.n
     rows = np.zeros(out.expand_x.shape, dtype=dt)
     if quant in FP8_QUANTS:
-        ty = _FP8[quant_dtype][0]
+        ty = FP8_FORMATS[quant_dtype][0]
         v = np.ascontiguousarray(out.expand_x[:n]).view(ty).astype(np.float32)
         sc = np.asarray(out.dynamic_scales[:n])
         if quant == "pergroup":

@@ -30,6 +30,7 @@ from npusim.kernels.mega_moe.tiling import (
     MegaTiling,
     swizzle,
 )
+from npusim.kernels.quant import fp8_format, mx_quantize_bf16
 from npusim.runtime.context import KernelContext, Strided
 
 Gen = Generator[Any, Any, None]
@@ -47,7 +48,7 @@ class BlockMmad:
     """One AIC's L1 / L0 buffers and its MmadMx over them (Catlass BlockMmadTla)."""
 
     def __init__(self, ctx: KernelContext, rows: int, mode: str) -> None:
-        self.dtype = mx.FP8[mode].name
+        self.dtype = fp8_format(mode)[0].name
         self.a = [[ctx.alloc(f"l1_a{p}{c}", rows * L0_K, "l1") for c in range(CHUNKS)]
                   for p in range(2)]
         self.sa = [[ctx.alloc(f"l1_sa{p}{c}", rows * L0_K // 32, "l1") for c in range(CHUNKS)]
@@ -178,7 +179,7 @@ def first_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: i
         def epilogue(rows: int = rows, cols: int = cols, n: int = n) -> None:
             g = gate.view(mx.BF16, n).reshape(rows, cols)
             u = up.view(mx.BF16, n).reshape(rows, cols)
-            codes, scales = mx.quantize_rows(mx.swiglu(g, u), t.mode)
+            codes, scales = mx_quantize_bf16(mx.swiglu(g, u), t.mode)
             raw = gate.view(np.uint8, n + n // 32)
             raw[:n] = codes.reshape(-1)
             raw[n:] = scales.reshape(-1)

@@ -16,6 +16,7 @@ from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields
 from npusim.kernels.mega_moe.tiling import RING_BYTES, MegaTiling, auto_capacity
+from npusim.kernels.quant import BF16
 from npusim.kernels.shape import MoeShape
 from npusim.workload.routing import Routing
 
@@ -28,7 +29,7 @@ def _spec(name: str, dtype: Any, shape: Any, help_: str) -> TensorSpec:
 
 
 INPUTS = (
-    _spec("x", const(ref.BF16), lambda t, r: (t.BS, t.H), "[BS, H] bf16 tokens"),
+    _spec("x", const(BF16), lambda t, r: (t.BS, t.H), "[BS, H] bf16 tokens"),
     _spec("expert_ids", I32, lambda t, r: (t.BS, t.K), "[BS, K] global expert ids"),
     _spec("routing_weights", const(np.float32), lambda t, r: (t.BS, t.K), "[BS, K] fp32"),
     _spec("weight1", U8, lambda t, r: (t.L, t.H, t.F),
@@ -40,7 +41,7 @@ INPUTS = (
           "along F/2"),
 )
 OUTPUTS = (
-    _spec("y", const(ref.BF16), lambda t, r: (t.BS, t.H), "[BS, H] bf16 combined output"),
+    _spec("y", const(BF16), lambda t, r: (t.BS, t.H), "[BS, H] bf16 combined output"),
     _spec("expert_token_counts", I32, lambda t, r: (t.L,), "[L] rows each local expert ran"),
 )
 SCRATCH = (

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.mega_moe.reference import BF16, BLOCK, FORMATS, Weights, fp8_max
+from npusim.kernels.mega_moe.reference import Weights
+from npusim.kernels.quant import BF16, MXFP8_BLOCK, fp8_format
 from npusim.workload.inputs import uniform_tokens
 
 
 def _codes(rng: np.random.Generator, shape: tuple[int, ...], mode: str) -> np.ndarray:
-    v = np.clip(rng.standard_normal(shape), -fp8_max(mode), fp8_max(mode))
-    return v.astype(FORMATS[mode]).view(np.uint8)
+    v = np.clip(rng.standard_normal(shape), -fp8_format(mode)[1], fp8_format(mode)[1])
+    return v.astype(fp8_format(mode)[0]).view(np.uint8)
 
 
 def _scales(rng: np.random.Generator, shape: tuple[int, ...], k: int) -> np.ndarray:
@@ -32,15 +33,16 @@ def _scales(rng: np.random.Generator, shape: tuple[int, ...], k: int) -> np.ndar
 
 def random_weights(rng: np.random.Generator, L: int, H: int, F: int, mode: str) -> Weights:
     f2 = F // 2
-    return Weights(_codes(rng, (L, H, F), mode), _scales(rng, (L, H // BLOCK, F), H),
-                   _codes(rng, (L, f2, H), mode), _scales(rng, (L, f2 // BLOCK, H), f2))
+    return Weights(_codes(rng, (L, H, F), mode), _scales(rng, (L, H // MXFP8_BLOCK, F), H),
+                   _codes(rng, (L, f2, H), mode), _scales(rng, (L, f2 // MXFP8_BLOCK, H), f2))
 
 
 def harness_weights(L: int, H: int, F: int, mode: str) -> Weights:
-    one = np.ones(1).astype(FORMATS[mode]).view(np.uint8)[0]
+    one = np.ones(1).astype(fp8_format(mode)[0]).view(np.uint8)[0]
     f2 = F // 2
-    return Weights(np.full((L, H, F), one, np.uint8), np.full((L, H // BLOCK, F), 127, np.uint8),
-                   np.full((L, f2, H), one, np.uint8), np.full((L, f2 // BLOCK, H), 127, np.uint8))
+    b = MXFP8_BLOCK
+    return Weights(np.full((L, H, F), one, np.uint8), np.full((L, H // b, F), 127, np.uint8),
+                   np.full((L, f2, H), one, np.uint8), np.full((L, f2 // b, H), 127, np.uint8))
 
 
 def make_rank_inputs(rng: np.random.Generator, BS: int, H: int, K: int, L: int, F: int,

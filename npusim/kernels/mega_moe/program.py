@@ -38,6 +38,7 @@ from npusim.kernels.mega_moe.tiling import (
     MegaTiling,
     split,
 )
+from npusim.kernels.quant import mx_quantize_bf16
 from npusim.runtime.context import KernelContext
 
 Gen = Generator[Any, Any, None]
@@ -243,7 +244,7 @@ def _quantize_local_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
         yield from ctx.wait(ctx.copy_in(ins[p], x, tok * row_in, row_in))
 
         def quantize(src: Any = ins[p], dst: Any = outs[p]) -> None:
-            codes, scales = mx.quantize_rows(src.view(mx.BF16, t.H).reshape(1, t.H), t.mode)
+            codes, scales = mx_quantize_bf16(src.view(mx.BF16, t.H).reshape(1, t.H), t.mode)
             raw = dst.view(np.uint8, t.row_bytes)
             raw[:] = 0
             raw[:t.H] = codes[0]

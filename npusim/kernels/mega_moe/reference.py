@@ -16,63 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-BLOCK = 32
-FORMATS = {"e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2": np.dtype(ml_dtypes.float8_e5m2)}
+from npusim.kernels.quant.golden import bf16, mx_dequantize, mx_dequantize_k, mx_quantize
+
 TOLERANCE = {"e4m3": 0.05, "e5m2": 0.15}  # the harness's relative error threshold
 ATOL = 1.0  # and its absolute one
-
-
-def fp8_max(mode: str) -> float:
-    return float(ml_dtypes.finfo(FORMATS[mode]).max)
-
-
-def emax(mode: str) -> int:
-    """Exponent of the format's largest normal: 8 (448 = 1.75 * 2^8), 15 (57344)."""
-    return int(np.floor(np.log2(fp8_max(mode))))
-
-
-def mx_quantize(x: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of x (any float dtype) along the last axis -> (fp8 codes as uint8, E8M0 bytes).
-
-    A block of 32 with amax > 0 gets shared exponent floor(log2 amax) - emax (clamped to
-    E8M0's [-127, 127]); an all-zero block 2^-127. Elements x / 2^e saturated to +-max
-    and cast round-to-nearest-even by ml_dtypes."""
-    x = np.asarray(x, np.float64)
-    *lead, n = x.shape
-    if n % BLOCK:
-        raise ValueError(f"the quantised axis ({n}) must be a multiple of {BLOCK}")
-    b = x.reshape(*lead, n // BLOCK, BLOCK)
-    amax = np.abs(b).max(axis=-1)
-    with np.errstate(divide="ignore"):
-        e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1.0))) - emax(mode),
-                     -127)
-    e = np.clip(e, -127, 127)
-    scaled = np.clip(b / np.exp2(e)[..., None], -fp8_max(mode), fp8_max(mode))
-    codes = scaled.astype(FORMATS[mode]).view(np.uint8).reshape(*lead, n)
-    return codes, (e + 127).astype(np.uint8)
-
-
-def mx_dequantize(codes: np.ndarray, scales: np.ndarray, mode: str) -> np.ndarray:
-    """(fp8 codes, E8M0 bytes) -> float64 values (exact)."""
-    v = np.asarray(codes, np.uint8).view(FORMATS[mode]).astype(np.float64)
-    *lead, n = v.shape
-    s = np.exp2(np.asarray(scales, np.float64) - 127)
-    return (v.reshape(*lead, n // BLOCK, BLOCK) * s[..., None]).reshape(*lead, n)
-
-
-def bf16(x: np.ndarray) -> np.ndarray:
-    """Round to bf16 (RNE, through fp32 as the hardware's fp32 -> bf16 casts do)."""
-    return np.asarray(x, np.float32).astype(BF16)
-
-
-def mx_dequantize_k(codes: np.ndarray, scales: np.ndarray, mode: str) -> np.ndarray:
-    """A weight [K, N] of fp8 codes with E8M0 scales [K/32, N] (per 32 along K) -> float64."""
-    v = np.asarray(codes, np.uint8).view(FORMATS[mode]).astype(np.float64)
-    return v * np.repeat(np.exp2(np.asarray(scales, np.float64) - 127), BLOCK, axis=0)
 
 
 @dataclass(frozen=True)

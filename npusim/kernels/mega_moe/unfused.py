@@ -33,8 +33,8 @@ from npusim.kernels.mega_moe.family import INPUTS as MEGA_INPUTS
 from npusim.kernels.mega_moe.family import SCRATCH as MEGA_SCRATCH
 from npusim.kernels.mega_moe.inputs import harness_weights
 from npusim.kernels.mega_moe.program import ExpertState
-from npusim.kernels.mega_moe.reference import BF16
 from npusim.kernels.mega_moe.tiling import WAVE, MegaTiling
+from npusim.kernels.quant import BF16
 from npusim.kernels.shape import MoeShape
 from npusim.runtime.context import KernelContext
 from npusim.workload.routing import Routing

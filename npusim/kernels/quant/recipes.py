@@ -17,66 +17,34 @@ These functions define the *numbers*; what the vector unit pays for them is mode
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from npusim.kernels.common.align import align_up, ceil_div
-
-MXFP8_BLOCK = 32
-"""Elements sharing one E8M0 exponent (OCP MX block size)."""
+from npusim.kernels.quant.formats import (
+    BF16,
+    E8M0_NAN,
+    E8M0_PAD,
+    FP8_NAN_BYTE,
+    MXFP8_BLOCK,
+    POW2_F32,
+    TOKEN_DTYPES,
+    e8m0_bytes,
+    e8m0_values,
+    fp8_format,
+    fp8_values,
+)
 
 INT8_BLOCK = 8
 """fp32 elements per combine INT8 block: one 32-byte UB block (BlockReduceMax granule)."""
 
-FP8_E5M2_MAX = 57344.0
 INT8_QMAX = 127.0
-E8M0_NAN = 0xFF
-E8M0_PAD = 0x00
-"""E8M0 byte for 2^-127: the value the sample pads the scale row with to an even count."""
-
-_E5M2_EMAX = 15  # exponent of the largest normal e5m2 value (57344 = 1.75 * 2^15)
 PERGROUP_BLOCK = 128
 """Elements sharing one fp32 scale in quant_mode 3 (PERGROUP_BLOCK_SIZE of the tiling)."""
 MX_CLIP_FLOOR = np.float32(1e-4)
 """ComputeScaleClip's lower clamp of a block's max |x| (EPS_1E_4_FP32)."""
-FP8_FORMATS: dict[str, tuple[np.dtype, float, int]] = {
-    "e5m2": (np.dtype(ml_dtypes.float8_e5m2), 57344.0, 15),
-    "e4m3": (np.dtype(ml_dtypes.float8_e4m3fn), 448.0, 8),
-}
-"""FP8 element format -> (ml_dtypes dtype, largest finite value, its unbiased exponent)."""
-_FP8_NAN = {"e5m2": 0x7E, "e4m3": 0x7F}
-"""The positive quiet NaN byte of each format (what ml_dtypes casts a +NaN to)."""
 _F32_ONE_OVER_127 = np.float32(1.0) / np.float32(127.0)
-_POW2_F32 = np.ldexp(np.float32(1.0), np.arange(-149, 128)).astype(np.float32)
-"""2^k for k in [-149, 127] (every power of two fp32 holds), at index k + 149: multiplying by
-one is a single correctly rounded operation, the same result as ldexp and much faster."""
-_FP8_F32 = {k: np.arange(256, dtype=np.uint8).view(v[0]).astype(np.float32)
-            for k, v in FP8_FORMATS.items()}
-"""fp32 value of every byte of each FP8 format: a table lookup instead of a conversion."""
-_E5M2_F32 = _FP8_F32["e5m2"]
-
-TOKEN_DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
-
-
-def token_dtype(name: str | np.dtype | type) -> np.dtype:
-    """Resolve "float16" / "bfloat16" (or a numpy dtype) to the numpy dtype of a token."""
-    if isinstance(name, str):
-        try:
-            return TOKEN_DTYPES[name]
-        except KeyError:
-            raise ValueError(
-                f"token dtype {name!r} not supported; allowed: {sorted(TOKEN_DTYPES)}"
-            ) from None
-    dt = np.dtype(name)
-    if dt not in TOKEN_DTYPES.values():
-        raise ValueError(f"token dtype {dt} not supported; allowed: {sorted(TOKEN_DTYPES)}")
-    return dt
-
-
-def dtype_name(dt: np.dtype | str) -> str:
-    """Inverse of :func:`token_dtype` (for file names, reports)."""
-    dt = token_dtype(dt)
-    return next(k for k, v in TOKEN_DTYPES.items() if v == dt)
+_E8M0_F32 = POW2_F32[np.arange(-127, 128) + 149]
+"""2^(s - 127) at index s, for the E8M0 bytes s < 255."""
 
 
 def mxfp8_scale_count(h: int) -> int:
@@ -137,35 +105,7 @@ def _block_absmax(blocks: np.ndarray) -> np.ndarray:
     return m
 
 
-# --------------------------------------------------------------------------- MXFP8 E5M2
-
-
-def fp8_format(name: str) -> tuple[np.dtype, float, int]:
-    """(ml_dtypes dtype, largest finite value, its exponent) of "e5m2" or "e4m3"."""
-    try:
-        return FP8_FORMATS[name]
-    except KeyError:
-        raise ValueError(f"fp8 format {name!r}; allowed: {', '.join(FP8_FORMATS)}") from None
-
-
-def _fp8_f32(fp8: str) -> np.ndarray:
-    fp8_format(fp8)  # a clear error for an unknown name
-    return _FP8_F32[fp8]
-
-
-def e8m0_bytes(s: np.ndarray) -> np.ndarray:
-    """E8M0 bytes of biased exponents s in [0, 255] (255: NaN), by the ml_dtypes cast of
-    2^(s - 127) (every such power of two is an fp32 value, so the cast is exact)."""
-    s = np.asarray(s, dtype=np.int64)
-    pow2 = _POW2_F32[np.minimum(s, 254) - 127 + 149]
-    pow2 = np.where(s == E8M0_NAN, np.float32(np.nan), pow2).astype(np.float32)
-    return pow2.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)
-
-
-def e8m0_values(b: np.ndarray) -> np.ndarray:
-    """fp32 value of E8M0 bytes (0xFF: NaN), by the ml_dtypes cast."""
-    return np.ascontiguousarray(b, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu).astype(
-        np.float32)
+# --------------------------------------------------------------------------- MXFP8
 
 
 def _clip_scale_exponent(amax: np.ndarray, fmax: float) -> np.ndarray:
@@ -223,7 +163,7 @@ def mxfp8_quantize(x: np.ndarray, saturate: bool = False, fp8: str = "e5m2",
     s = np.where(nonfinite, E8M0_NAN, s).astype(np.int32)
 
     shift = np.where(nonfinite, 0, 127 - s)
-    mult = _POW2_F32[shift + 149]
+    mult = POW2_F32[shift + 149]
     if zero_subnormal_blocks:
         mult = np.where(exp_field == 0, np.float32(0), mult)
     scaled = blocks * mult[:, :, None]  # exact: x * 2^(127 - s)
@@ -258,7 +198,7 @@ def mxfp8_dequantize(
     if scales.shape[0] != rows or scales.shape[1] < nb:
         raise ValueError(f"scales shape {scales.shape} does not cover data shape {data.shape}")
     out_dt = _out_dtype(out_dtype)
-    table_f32 = _fp8_f32(fp8)
+    table_f32 = fp8_values(fp8)
     if out_dt.itemsize == 2 and h == nb * MXFP8_BLOCK:  # one table lookup per element
         idx = data.reshape(rows, nb, MXFP8_BLOCK).astype(np.uint16)
         idx |= (scales[:, :nb].astype(np.uint16) << 8)[:, :, None]
@@ -324,7 +264,7 @@ def pergroup_quantize(x: np.ndarray, fp8: str = "e5m2", smooth: np.ndarray | Non
         d = np.float32(fmax) / amax
         q = (g * d[:, :, None]).astype(dt8).view(np.uint8)
         scale = (np.float32(1.0) / d).astype(np.float32)
-    q = np.where((amax == 0)[:, :, None], np.uint8(_FP8_NAN[fp8]), q)
+    q = np.where((amax == 0)[:, :, None], np.uint8(FP8_NAN_BYTE[fp8]), q)
     return np.ascontiguousarray(q.reshape(rows, ng * PERGROUP_BLOCK)[:, :h]), scale
 
 
@@ -335,7 +275,7 @@ def pergroup_dequantize(q: np.ndarray, scales: np.ndarray, out_dtype: np.dtype |
     rows, h = q.shape
     s = np.repeat(_as_2d(np.asarray(scales, np.float32)), PERGROUP_BLOCK, axis=1)[:, :h]
     with np.errstate(invalid="ignore", over="ignore"):
-        return (_fp8_f32(fp8)[q] * s).astype(_out_dtype(out_dtype))
+        return (fp8_values(fp8)[q] * s).astype(_out_dtype(out_dtype))
 
 
 def _out_dtype(dt: np.dtype | str) -> np.dtype:
@@ -452,3 +392,31 @@ def int8_block_round_trip(
     sd = x.dtype if scale_dtype is None else scale_dtype
     q, s = int8_block_quantize(x, recip=recip, scale_dtype=sd)
     return int8_block_dequantize(q, s, x.shape[1], out_dtype=x.dtype)
+
+
+# --------------------------------------------------------------------------- MXFP8 of bf16 rows
+
+
+def mx_quantize_bf16(x: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """The MegaMoE kernel's MXFP8 of bf16 rows [n, D] (D % 32 == 0), step by step as its
+    vector unit does it: ComputeMaxExp (per 32 elements the largest bf16 exponent field,
+    bits & 0x7F80); ComputeScale (E8M0 byte s = max(maxexp - emax, 0), the inverse scale
+    2^(127 - s) as bf16 bits (254 - s) << 7); ComputeFp8Data (x * inverse in fp32,
+    saturated, cast to FP8 round-to-nearest-even). -> (codes [n, D] uint8, E8M0 [n, D/32])."""
+    dt8, fmax, emax = fp8_format(mode)
+    n, d = x.shape
+    bits = np.ascontiguousarray(x, BF16).view(np.uint16).reshape(n, d // 32, 32)
+    maxexp = ((bits & np.uint16(0x7F80)) >> np.uint16(7)).max(axis=-1).astype(np.int32)
+    s = np.clip(maxexp - emax, 0, 253)
+    inverse = ((254 - s).astype(np.uint16) << np.uint16(7)).view(BF16).astype(np.float32)
+    scaled = x.astype(np.float32).reshape(n, d // 32, 32) * inverse[..., None]
+    np.clip(scaled, -np.float32(fmax), np.float32(fmax), out=scaled)
+    codes = scaled.astype(dt8).view(np.uint8).reshape(n, d)
+    return codes, s.astype(np.uint8)
+
+
+def mx_values(codes: np.ndarray, scales: np.ndarray, mode: str) -> np.ndarray:
+    """fp32 values of codes [.., D] with E8M0 scales [.., D/32] (exact products)."""
+    v = fp8_values(mode)[codes]
+    *lead, d = v.shape
+    return (v.reshape(*lead, d // 32, 32) * _E8M0_F32[scales][..., None]).reshape(*lead, d)
