@@ -21,6 +21,7 @@ from npusim.kernels.mc2.combine import combine_program
 from npusim.kernels.mc2.dispatch import dispatch_program
 from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
 from npusim.kernels.mc2.limits import full_mesh_misfit, full_mesh_ub_misfit
+from npusim.kernels.mc2.options import Mc2Options
 from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, low_latency_ccl_buffer_mb, mc2_window
 from npusim.kernels.quant import token_dtype
@@ -191,35 +192,35 @@ class Combine(Kernel):
 DISPATCH, COMBINE = Dispatch(), Combine()
 
 
-def _arch(hardware: Any, options: Mapping[str, Any]) -> str | None:
-    if options.get("arch", "auto") != "auto":
-        return options["arch"]
+def _arch(hardware: Any, o: Mc2Options) -> str | None:
+    if o.arch != "auto":
+        return o.arch
     for prefix, arch in ARCH_OF_PRESET.items():
         if hardware.name.startswith(prefix):
             return arch
     return None
 
 
-def _bs_list(shape: MoeShape, options: Mapping[str, Any]) -> tuple[int, ...]:
-    return tuple(options["bs_per_rank"]) or (shape.BS,) * shape.W
+def _bs_list(shape: MoeShape, o: Mc2Options) -> tuple[int, ...]:
+    return tuple(o.bs_per_rank) or (shape.BS,) * shape.W
 
 
-def _shape(shape: MoeShape, options: Mapping[str, Any]) -> ref.Mc2Shape:
-    bs = _bs_list(shape, options)
-    gbs = options["global_bs"] or (shape.W * max(bs) if len(set(bs)) > 1 else 0)
+def _shape(shape: MoeShape, o: Mc2Options) -> ref.Mc2Shape:
+    bs = _bs_list(shape, o)
+    gbs = o.global_bs or (shape.W * max(bs) if len(set(bs)) > 1 else 0)
     return ref.Mc2Shape(W=shape.W, bs=bs, H=shape.H, K=shape.K, E=shape.E,
                         S=shape.S, S_r=shape.S_r, global_bs=gbs,
-                        zero_experts=options["zero_experts"],
-                        copy_experts=options["copy_experts"],
-                        const_experts=options["const_experts"], dtype=shape.dtype)
+                        zero_experts=o.zero_experts,
+                        copy_experts=o.copy_experts,
+                        const_experts=o.const_experts, dtype=shape.dtype)
 
 
-def _quant_misfit(options: Mapping[str, Any], arch: str, hardware: Any) -> Misfit | None:
+def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
     """Where the operators refuse a quant mode: A3's tiling takes quant_mode 0 or 2
     (npusim also runs static_int8 there); FP4 is not modelled; MX takes no scales."""
-    quant = options["dispatch_quant"]
+    quant = o.dispatch_quant
     mode = qm.QUANT_MODE[quant]
-    cq = options["combine_quant"]
+    cq = o.combine_quant
     if arch == "arch22" and cq in qm.COMBINE_MX:
         return Misfit("workload.combine_quant", f"{cq} (comm_quant_mode "
                       f"{qm.COMBINE_MODE[cq]}) is the 950's (arch35); allowed on A3 (arch22): "
@@ -234,7 +235,7 @@ def _quant_misfit(options: Mapping[str, Any], arch: str, hardware: Any) -> Misfi
     if quant in qm.FP4_MODES:
         return Misfit("workload.dispatch_quant", f"{quant}: {qm.NOT_MODELLED}; allowed: "
                       "none, static_int8, int8, pergroup, mxfp8, mxfp8_clip")
-    if quant in qm.MX_MODES and options["smooth_scales"]:
+    if quant in qm.MX_MODES and o.smooth_scales:
         return Misfit("workload.smooth_scales", "scales must be nullptr when quantMode is "
                       f"MX_QUANT ({quant}); allowed: false")
     if qm.fp8_mode(quant) and hardware.vector.model != "regbase":
@@ -295,55 +296,63 @@ class Mc2(Family):
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Mc2Tiling:
-        s = _shape(shape, options)
-        arch = _arch(hardware, options)
-        quant = options["dispatch_quant"]
-        alg = options["comm_alg"]
-        mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
+        o = self.typed(options)
+        s = _shape(shape, o)
+        arch = _arch(hardware, o)
+        quant = o.dispatch_quant
+        alg = o.comm_alg
+        mb = o.ccl_buffer_size or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
                                                                      s.K, s.S, alg)
         win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
-                         hardware.chip.aiv_cores, expert_scales=options["expand_scales"],
-                         combine_quant=options["combine_quant"], comm_alg=alg)
+                         hardware.chip.aiv_cores, expert_scales=o.expand_scales,
+                         combine_quant=o.combine_quant, comm_alg=alg)
         smooth = quant == "static_int8" or (quant in ("int8", "pergroup")
-                                            and options["smooth_scales"])
-        t = Mc2Tiling(s, quant, options["combine_quant"], options["expert_token_nums_type"],
-                      arch, hardware.chip.aiv_cores, hardware.ub.bytes, win, smooth,
-                      timing_only, options["x_active_mask"], True, options["shared_expert_x"],
-                      options["static_scales"], options["active_fraction"],
-                      options["performance_info"], alg, options["quant_dtype"])
-        return t
+                                            and o.smooth_scales)
+        return Mc2Tiling(
+            shape=s, dispatch_quant=quant, combine_quant=o.combine_quant,
+            expert_token_nums_type=o.expert_token_nums_type, arch=arch,
+            cores=hardware.chip.aiv_cores, ub_bytes=hardware.ub.bytes, window=win,
+            smooth_scales=smooth, timing_only=timing_only, x_active_mask=o.x_active_mask,
+            expert_scales=True, shared_expert_x=o.shared_expert_x,
+            static_scales=o.static_scales, active_fraction=o.active_fraction,
+            performance_info=o.performance_info, comm_alg=alg, quant_dtype=o.quant_dtype)
+
+    def typed(self, options: Mapping[str, Any]) -> Mc2Options:
+        """The options as a Mc2Options (keys left out: their declared defaults)."""
+        return Mc2Options.of(options, self.option_defaults())
 
     def window(self, tiling: Mc2Tiling) -> Any:
         return tiling.window
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        arch = _arch(hardware, options)
+        o = self.typed(options)
+        arch = _arch(hardware, o)
         if arch is None:
             return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
                           "ascend950; allowed: arch22 (A3) or arch35 (950)")
-        refused = _quant_misfit(options, arch, hardware)
+        refused = _quant_misfit(o, arch, hardware)
         if refused is not None:
             return refused
-        bs = options["bs_per_rank"]
+        bs = o.bs_per_rank
         if bs and (len(bs) != shape.W or max(bs) != shape.BS):
             return Misfit("workload.bs_per_rank", f"{len(bs)} entries with largest "
                           f"{max(bs)}; allowed: ep_world_size = {shape.W} entries, the largest "
                           f"equal to bs = {shape.BS}")
         try:
-            s = _shape(shape, options)
+            s = _shape(shape, o)
         except ValueError as exc:
             return Misfit("workload.global_bs", str(exc))
-        alg = options["comm_alg"]
+        alg = o.comm_alg
         if alg == "fullmesh_v2":
-            bad = full_mesh_misfit(shape, options, arch)
+            bad = full_mesh_misfit(shape, o, arch)
             if bad:
                 return Misfit(*bad)
-        mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
+        mb = o.ccl_buffer_size or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
                                                                      s.K, s.S, alg)
         try:
-            win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, options["dispatch_quant"], arch,
-                             mb, hardware.chip.aiv_cores, options["expand_scales"],
+            win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, o.dispatch_quant, arch,
+                             mb, hardware.chip.aiv_cores, o.expand_scales,
                              comm_alg=alg)
         except CclBufferTooSmall as exc:
             return Misfit("workload.ccl_buffer_size", str(exc))
@@ -359,12 +368,13 @@ class Mc2(Family):
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
-        s = _shape(shape, options)
+        o = self.typed(options)
+        s = _shape(shape, o)
         dt = token_dtype(s.dtype)
         seeds = np.random.SeedSequence(routing.seed).spawn(4)
         rx, rr, rw, rm = (np.random.default_rng(c) for c in seeds)
         ids = routing.expert_ids(s.W, shape.BS, s.K, s.E + s.special_experts, rr)
-        frac = options["active_fraction"]
+        frac = o.active_fraction
         n_const = s.const_experts
         const = {n: (uniform_tokens(rw, (n_const, s.H), dt) / 16).astype(dt) if payload
                  else np.zeros((n_const, s.H), dt)
@@ -374,16 +384,16 @@ class Mc2(Family):
             bs = s.bs[r]
             x = uniform_tokens(rx, (bs, s.H), dt) if payload else np.zeros((bs, s.H), dt)
             mask = np.zeros(0, np.uint8)
-            if options["x_active_mask"] == "1d":
+            if o.x_active_mask == "1d":
                 mask = (np.arange(bs) < max(1, round(frac * bs))).astype(np.uint8)
-            elif options["x_active_mask"] == "2d":
+            elif o.x_active_mask == "2d":
                 mask = (rm.random((bs, s.K)) < frac).astype(np.uint8)
             arrays = {"x": x, "expert_ids": np.ascontiguousarray(ids[r][:bs]),
                       "expert_scales": rw.uniform(0, 1, (bs, s.K)).astype(np.float32),
                       "x_active_mask": mask,
-                      "scales": self._scales(s, options, rw),
+                      "scales": self._scales(s, o, rw),
                       "shared_expert_x": (uniform_tokens(rx, (bs, s.H), dt)
-                                          if options["shared_expert_x"] else
+                                          if o.shared_expert_x else
                                           np.zeros((0, s.H), dt)),
                       "ori_x": x if s.special_experts else np.zeros((0, s.H), dt)}
             arrays.update(const)
@@ -391,14 +401,14 @@ class Mc2(Family):
         return out
 
     @staticmethod
-    def _scales(s: ref.Mc2Shape, options: Mapping[str, Any], rng: np.random.Generator
+    def _scales(s: ref.Mc2Shape, o: Mc2Options, rng: np.random.Generator
                 ) -> np.ndarray:
-        q = options["dispatch_quant"]
+        q = o.dispatch_quant
         if q == "static_int8":
             shape = {"scalar": (1,), "per_channel": (s.H,),
-                     "per_expert": (s.scale_rows(), s.H)}[options["static_scales"]]
+                     "per_expert": (s.scale_rows(), s.H)}[o.static_scales]
             return rng.uniform(4.0, 12.0, shape).astype(np.float32)
-        if q in ("int8", "pergroup") and options["smooth_scales"]:
+        if q in ("int8", "pergroup") and o.smooth_scales:
             return rng.uniform(0.5, 2.0, (s.scale_rows(), s.H)).astype(np.float32)
         return np.zeros(0, np.float32)
 

@@ -6,19 +6,18 @@ is :func:`npusim.kernels.mc2.window.mc2_window`'s."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from npusim.kernels.mc2 import tiling as tl
+from npusim.kernels.mc2.options import Mc2Options
 from npusim.kernels.mc2.tiling import Mc2Tiling
 
 SRC = "moe_distribute_dispatch_v2_tiling.cpp"
 
 
-def full_mesh_misfit(shape: Any, options: Mapping[str, Any], arch: str
-                     ) -> tuple[str, str] | None:
+def full_mesh_misfit(shape: Any, o: Mc2Options, arch: str) -> tuple[str, str] | None:
     """CheckCommAlgAttrs: BS <= 256 on A3 (512 on the 950), K <= 12."""
-    bs = max(options["bs_per_rank"] or (shape.BS,))
+    bs = max(o.bs_per_rank or (shape.BS,))
     top = tl.FULL_MESH_BS_MAX[arch]
     chip = "A3 (arch22)" if arch == "arch22" else "the 950 (arch35)"
     if bs > top:
@@ -27,7 +26,7 @@ def full_mesh_misfit(shape: Any, options: Mapping[str, Any], arch: str
     if shape.K > tl.FULL_MESH_K_MAX:
         return ("workload.k", f"{shape.K}: comm_alg fullmesh_v2 allows k 1..{tl.FULL_MESH_K_MAX} "
                 f"(FULLMESH_K_MAX, {SRC} CheckCommAlgAttrs)")
-    if options["performance_info"]:
+    if o.performance_info:
         return ("workload.performance_info", "true: not modelled for comm_alg fullmesh_v2 "
                 "(RecordRankCommDuration); allowed: false")
     return None

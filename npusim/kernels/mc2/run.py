@@ -50,11 +50,13 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
     win = mc2_window(shape.max_bs, shape.H, shape.W, shape.L, shape.K, shape.S, dispatch_quant,
                      arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out,
                      combine_quant=combine_quant, comm_alg=comm_alg)
-    return Mc2Tiling(shape, dispatch_quant, combine_quant, expert_token_nums_type, arch,
-                     cfg.chip.aiv_cores, cfg.ub.bytes, win, smooth_scales, timing_only,
-                     x_active_mask, expert_scales, shared_expert_x, static_scales,
-                     performance_info=performance_info, comm_alg=comm_alg,
-                     quant_dtype=quant_dtype)
+    return Mc2Tiling(
+        shape=shape, dispatch_quant=dispatch_quant, combine_quant=combine_quant,
+        expert_token_nums_type=expert_token_nums_type, arch=arch, cores=cfg.chip.aiv_cores,
+        ub_bytes=cfg.ub.bytes, window=win, smooth_scales=smooth_scales, timing_only=timing_only,
+        x_active_mask=x_active_mask, expert_scales=expert_scales,
+        shared_expert_x=shared_expert_x, static_scales=static_scales,
+        performance_info=performance_info, comm_alg=comm_alg, quant_dtype=quant_dtype)
 
 
 def machine_for(cfg: HardwareConfig, t: Mc2Tiling, trace: Trace | None = None) -> Machine:

@@ -21,8 +21,10 @@ ARCH_OF_PRESET = {"atlas_a3": "arch22", "ascend950": "arch35"}
 __all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "workspace_ints"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Mc2Tiling(OnShape):
+    """What the host hands one V3 call (built with named fields only)."""
+
     shape: Mc2Shape
     dispatch_quant: str  # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip
     combine_quant: str  # none | int8 | mxfp8_e5m2 | mxfp8_e4m3 (the 950)
