@@ -15,9 +15,9 @@ import yaml
 from npusim.cli import main
 from npusim.hw.config import load_hardware
 from npusim.kernels.mc2 import reference as ref
-from npusim.kernels.mc2.run import machine_for, make_tiling, run_dispatch
 from npusim.kernels.mc2.window import dispatch_slot
 from npusim.kernels.quant import mxfp8_quantize, pergroup_quantize
+from tests.mc2help import machine_for, make_tiling, run_dispatch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_mc2_kernels import _check_dispatch, _inputs  # noqa: E402
