@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.quant import token_dtype
 
 
@@ -68,7 +69,7 @@ class MoeShape:
     def rows_of(self, rank: int) -> int:
         """A of this rank: BS * ceil(W / R) on a shared rank, else A."""
         if self.is_shared_rank(rank):
-            return self.BS * -(-self.W // self.R)
+            return self.BS * ceil_div(self.W, self.R)
         return self.A
 
     def expert_rank(self, expert: int) -> int:

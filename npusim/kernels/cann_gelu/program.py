@@ -12,6 +12,7 @@ import numpy as np
 
 from npusim.hw.ub import UBBuffer
 from npusim.hw.vf import VF, VLoop, vi
+from npusim.kernels.common.align import ceil_div
 from npusim.runtime import membase as mb
 from npusim.runtime.context import KernelContext
 
@@ -56,7 +57,7 @@ def gelu_vf(n: int, lanes: int) -> VF:
             vi("muls", "t", "x"), vi("add", "c", "c", "t"), vi("muls", "c", "c"),
             vi("exp", "c", "c"), vi("adds", "c", "c"), vi("div", "y", "x", "c"),
             vi("store", None, "y"))
-    return VF("gelu_vf", (VLoop(body, -(-n // lanes)),))
+    return VF("gelu_vf", (VLoop(body, ceil_div(n, lanes)),))
 
 
 def gelu_vf_effect(x: UBBuffer, y: UBBuffer, n: int) -> Callable[[], None]:

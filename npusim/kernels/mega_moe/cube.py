@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.mega_moe import mx
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.tiling import (
@@ -71,7 +72,7 @@ class BlockMmad:
         row pitch) of B [K, N]; E8M0 scales per 32 of K ([M, K/32] and [K/32, N])."""
         if self.out is not None:
             yield from ctx.wait(self.out)  # FixPipe has read L0C
-        steps = -(-k_total // TILE_K)
+        steps = ceil_div(k_total, TILE_K)
         loads = []
         for p in range(min(2, steps)):
             yield from self._free(ctx, p)
@@ -81,7 +82,7 @@ class BlockMmad:
             p = s % 2
             yield from ctx.wait(*loads[s])
             kk = min(TILE_K, k_total - s * TILE_K)
-            for c in range(-(-kk // L0_K)):
+            for c in range(ceil_div(kk, L0_K)):
                 ck = min(L0_K, kk - c * L0_K)
                 i = chunk % 2
                 if self.l0_readers[i] is not None:
@@ -113,7 +114,7 @@ class BlockMmad:
         b_codes, b_scales, b_k0, b_col, b_pitch = b
         kk = min(TILE_K, k_total - k0)
         ops = []
-        for c in range(-(-kk // L0_K)):
+        for c in range(ceil_div(kk, L0_K)):
             c0 = k0 + c * L0_K
             ck = min(L0_K, k_total - c0)
             ops.append(hw.load_l1(ctx, self.a[p][c], a_codes, a_row * a_pitch + c0, 0,
@@ -136,7 +137,7 @@ class BlockMmad:
 # -------------------------------------------------------------------- first projection
 def first_projection_aic(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: int,
                          before: int, st: Any) -> Gen:
-    m_loops, n_loops = -(-m // TILE_M1), -(-t.F2 // TILE_N)
+    m_loops, n_loops = ceil_div(m, TILE_M1), ceil_div(t.F2, TILE_N)
     recv, recv_s = ctx.tensor("received_token_data"), ctx.tensor("received_token_scales")
     w1, w1s = ctx.tensor("weight1"), ctx.tensor("weight1_scale")
     ready = ctx.tensor("input_ready")
@@ -166,7 +167,7 @@ def first_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: i
     """AIV0's SwiGLU epilogue per tile: WaitForCube, silu(gate) * up in fp32 to bf16,
     MXFP8 requant, MTE3 to activatedTokenData/Scales, AtomicAdd(activationReady[e], 1),
     NotifyCube."""
-    m_loops, n_loops = -(-m // TILE_M1), -(-t.F2 // TILE_N)
+    m_loops, n_loops = ceil_div(m, TILE_M1), ceil_div(t.F2, TILE_N)
     act, act_s = ctx.tensor("activated_token_data"), ctx.tensor("activated_token_scales")
     ready = ctx.tensor("activation_ready")
     gate, up = st.gemm1_buffers(ctx)
@@ -211,7 +212,7 @@ def first_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: i
 # ------------------------------------------------------------------- second projection
 def second_projection_aic(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: int,
                           before: int, st: Any) -> Gen:
-    m_loops, n_loops = -(-m // TILE_M2), -(-t.H // TILE_N)
+    m_loops, n_loops = ceil_div(m, TILE_M2), ceil_div(t.H, TILE_N)
     act, act_s = ctx.tensor("activated_token_data"), ctx.tensor("activated_token_scales")
     w2, w2s = ctx.tensor("weight2"), ctx.tensor("weight2_scale")
     ready = ctx.tensor("activation_ready")
@@ -240,7 +241,7 @@ def second_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: 
     source rank's combinedTokens at ((token * K + k) * H + column) * 2; NotifyCube.
     With `local` (a GM tensor [rows, H] bf16: the unfused path's grouped-matmul output)
     the tile is one strided MTE3 store there instead."""
-    m_loops, n_loops = -(-m // TILE_M2), -(-t.H // TILE_N)
+    m_loops, n_loops = ceil_div(m, TILE_M2), ceil_div(t.H, TILE_N)
     meta_t = ctx.tensor("routing_metadata") if local is None else None
     outs, meta = st.gemm2_buffers(ctx)
     for mi, ni in tiles(t, b, m_loops, n_loops, st.start_block):

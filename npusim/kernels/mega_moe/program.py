@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.mega_moe import mx
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.cube import (
@@ -310,7 +311,7 @@ def _dispatch(ctx: KernelContext, t: MegaTiling, b: int, e: int, st: ExpertState
         start = st.prefix[e * t.W + src - 1] if (src or e) else 0
         end = st.prefix[e * t.W + src]
         bounded = min(end - start, max(t.max_recv - start, 0))
-        per = -(-bounded // cbpr)
+        per = ceil_div(bounded, cbpr)
         lo = start + part * per
         rows = max(0, min(per, start + bounded - lo))
         if rows <= 0:
@@ -349,7 +350,7 @@ def _dispatch(ctx: KernelContext, t: MegaTiling, b: int, e: int, st: ExpertState
 
 
 def _copy_expert_token_counts(ctx: KernelContext, t: MegaTiling, ms: list[int]) -> Gen:
-    buf = ctx.alloc("expert_token_counts", 32 * -(-t.L // 8))
+    buf = ctx.alloc("expert_token_counts", 32 * ceil_div(t.L, 8))
     ctx.ub_write(buf, 0, np.array(ms, np.int32), ops=t.L)
     yield from ctx.wait(ctx.copy_out(ctx.tensor("expert_token_counts"), 0, buf, 4 * t.L))
 
@@ -361,7 +362,7 @@ def _combine_routed_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
     if not count:
         return
     row = t.H * 2
-    w_buf = ctx.alloc("routing_weights", -(-t.routes * 4 // 32) * 32)
+    w_buf = ctx.alloc("routing_weights", ceil_div(t.routes * 4, 32) * 32)
     yield from ctx.wait(ctx.copy_in(w_buf, ctx.tensor("routing_weights"), 0, t.routes * 4))
     weights = w_buf.view(np.float32, t.routes)
     ins = [ctx.alloc(f"row{i}", row) for i in range(2)]

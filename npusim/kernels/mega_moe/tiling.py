@@ -161,7 +161,7 @@ def auto_capacity(shape: MoeShape) -> int:
 def swizzle(index: int, m_loops: int, n_loops: int, offset: int = SWIZZLE) -> tuple[int, int]:
     """Catlass GemmIdentityBlockSwizzle<offset, 1> (Nz): the (m, n) tile of task `index`:
     bands of `offset` N tiles, walked M-major, every other band from the bottom."""
-    bands = -(-n_loops // offset)
+    bands = ceil_div(n_loops, offset)
     band, inside = divmod(index, offset * m_loops)
     cols = offset if band < bands - 1 else n_loops - offset * band
     m, n = inside // cols, band * offset + inside % cols

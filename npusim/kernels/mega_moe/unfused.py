@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.cann_sample import family as cann
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.cube import (
@@ -197,7 +198,7 @@ class MegaMoeUnfused(Family):
                 counts = np.asarray(d["expert_token_nums"], np.int64).astype(np.int32)
                 ready = np.zeros(t.L * t.wave_slots, np.int32)
                 for e, m in enumerate(counts):
-                    for w in range(-(-int(m) // WAVE)):
+                    for w in range(ceil_div(int(m), WAVE)):
                         ready[e * t.wave_slots + w] = min(WAVE, int(m) - w * WAVE)
                 out.append({**a, "expert_token_counts": counts, "input_ready": ready})
             return out

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
@@ -88,7 +89,7 @@ class RmsNormQuant(Family):
                         hardware.chip.aiv_cores, hardware.ub.bytes)
         except ValueError as exc:
             return Misfit("workload.cols", str(exc))
-        ra = -(-options["cols"] // 32) * 32
+        ra = ceil_div(options["cols"], 32) * 32
         if options["step"] <= 2 and ra * 17 + 32 > hardware.ub.bytes:
             return Misfit("workload.cols", f"{options['cols']}: steps 0-2 need 17 B of UB per "
                           f"element, more than the {hardware.ub.bytes} B UB holds")

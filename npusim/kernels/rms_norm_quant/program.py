@@ -23,6 +23,7 @@ import numpy as np
 
 from npusim.hw.ub import UBBuffer
 from npusim.hw.vf import VF, VLoop, vi
+from npusim.kernels.common.align import ceil_div
 from npusim.kernels.rms_norm_quant.tiling import VL_B32, RnqTiling
 from npusim.runtime import membase as mb
 from npusim.runtime.context import KernelContext, Strided
@@ -88,7 +89,7 @@ def rstd_vf(rows: int) -> VF:
             vi("cmps", "m0", "var"), vi("select", "rstd", "zero", "rstd", "m0"),
             vi("cmps", "m1", "var"), vi("select", "rstd", "inf", "rstd", "m1"),
             vi("store", None, "rstd"))
-    return VF("ComputeRstdVf", (VLoop((vi("dup", "one"),)), VLoop(body, -(-rows // VL_B32))))
+    return VF("ComputeRstdVf", (VLoop((vi("dup", "one"),)), VLoop(body, ceil_div(rows, VL_B32))))
 
 
 # -- their numeric effect on UB --------------------------------------------------------------
@@ -215,7 +216,7 @@ def rnq_program(t: RnqTiling) -> Callable[[KernelContext], Generator[Any, Any, N
                 b["reduce"] = ctx.alloc("reduce", 32)
             else:
                 per_row = VL_B32 * 4 if t.step == 6 else 4
-                b["rms"] = ctx.alloc("rms", max(32, -(-uf * per_row // 32) * 32))
+                b["rms"] = ctx.alloc("rms", max(32, ceil_div(uf * per_row, 32) * 32))
 
         def copy_gamma() -> Any:
             return ctx.copy_in(b["gamma_in"], gamma_gm, 0, r * 2, name="copy_in_gamma")

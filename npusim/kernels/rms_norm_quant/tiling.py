@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.kernels.common.align import ceil_div
+
 BLOCK_BYTES = 32
 VL_B32 = 64  # 256 B register / sizeof(float)
 
@@ -27,11 +29,11 @@ class RnqTiling:
     @property
     def r_align(self) -> int:
         """rAlign_ = CeilDiv(r, BLOCK_BYTES) * BLOCK_BYTES (elements)."""
-        return -(-self.r // BLOCK_BYTES) * BLOCK_BYTES
+        return ceil_div(self.r, BLOCK_BYTES) * BLOCK_BYTES
 
     @property
     def vf_loops(self) -> int:
-        return -(-self.r // VL_B32)
+        return ceil_div(self.r, VL_B32)
 
     def rows(self, core: int) -> int:
         return self.block_tail if core == self.cores - 1 else self.block_factor
@@ -50,11 +52,11 @@ def make_tiling(step: int, a: int, r: int, aiv_cores: int, ub_bytes: int) -> Rnq
     if not 0 <= step <= 6:
         raise ValueError(f"step {step}: the sample has steps 0..6")
     core_num = 1 if step < 2 else aiv_cores  # steps 0, 1 launch <<<1>>>
-    bf = -(-a // core_num)
-    blocks = -(-a // bf)
+    bf = ceil_div(a, core_num)
+    blocks = ceil_div(a, bf)
     tail = a - bf * (blocks - 1)
     buf = 1 if step < 4 else 2
-    ra = -(-r // BLOCK_BYTES) * BLOCK_BYTES
+    ra = ceil_div(r, BLOCK_BYTES) * BLOCK_BYTES
     uf = 1
     point = fold = fold_tail = 0
     if step == 5:
@@ -63,7 +65,7 @@ def make_tiling(step: int, a: int, r: int, aiv_cores: int, ub_bytes: int) -> Rnq
         uf = (ub_bytes - fixed) // linear
     elif step == 6:
         point = binary_add_point(r)
-        fold = -(-(r - point) // VL_B32)
+        fold = ceil_div(r - point, VL_B32)
         fold_tail = point // VL_B32 - fold
         last_loops = 1 if r <= VL_B32 * VL_B32 * 2 else 2
         fixed = ra * (2 + 4)
