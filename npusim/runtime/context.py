@@ -17,29 +17,33 @@ and barriers, which keeps event counts proportional to the data moved.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from npusim.errors import KernelError
 from npusim.hw.cores import config_value, pipe_cap
 from npusim.hw.machine import Machine, Rank
-from npusim.hw.memory import Region, SparseRegion, Watcher
+from npusim.hw.memory import Region
 from npusim.hw.pipe import Op, TransferPipe
-from npusim.hw.ub import INF, UBBuffer, strided_blocks
+from npusim.hw.ub import UBBuffer
 from npusim.hw.vf import COUNTERS as VF_COUNTERS
 from npusim.hw.vf import VF, VFTiming, membase_vfs
-from npusim.runtime.conditions import AtLeast, Condition
+from npusim.runtime.conditions import AtLeast
 from npusim.runtime.crosscore import CrossCoreOps
 from npusim.runtime.cube import CubeOps
 from npusim.runtime.dcache import DataCache
 from npusim.runtime.membase import Api
+from npusim.runtime.poll import Poll, PollLoop
+from npusim.runtime.sanitiser import Sanitiser
+from npusim.runtime.transfer import Route, Strided, TransferPath
 
 if TYPE_CHECKING:
     from npusim.runtime.shmem import Shmem
+
+__all__ = ["COUNTERS", "KernelContext", "Poll", "Route", "Strided"]
 
 Wait = Generator[Any, Any, None]
 COUNTERS = (*VF_COUNTERS, "SCALAR")
@@ -55,135 +59,11 @@ def _itemsize(dtype: Any) -> int:
     return size
 
 
-class Route(NamedTuple):
-    """Where an MTE3 transfer goes: the links it crosses (the landing die's L2 or HBM is
-    added per transfer: Rank.write_path), the issuing port's cap (GB/s) and the latency
-    after its last byte (ns)."""
-
-    path: tuple
-    cap_gbps: float
-    latency_ns: float
-
-
-# the per-core transfer counters' keys, one tuple per distinct key (interning, no state)
-_TRANSFER_KEYS: dict[tuple[str, str, str, bool], tuple[str, str, str, bool]] = {}
-
-
-class _Send:
-    """An MTE3 write from UB, queued on its pipe or in flight: what its start and its
-    delivery need, in one slotted object (two closures and their cells cost 1.2 KiB, and a
-    W 768 dispatch has hundreds of thousands queued at once)."""
-
-    __slots__ = ("ctx", "op", "pipe", "atomic", "strided", "src", "src_offset", "src_span",
-                 "dst", "dst_offset", "dst_span", "nbytes", "path", "cap", "latency")
-
-    def __call__(self) -> None:
-        """Start it (the pipe's queue holds the object itself: no bound method each)."""
-        op, pipe = self.op, self.pipe
-        pipe.began(op)
-        self.ctx.machine.net.start(self.nbytes, self.cap, self.path, self.latency, self.done,
-                                   self.ctx._on_sent(pipe, op), op.event())
-
-    def done(self, t: float) -> None:
-        # the bytes are read from UB at delivery: the hazard checks guarantee nothing
-        # wrote them since the issue (src.read_busy holds every writer off until now)
-        src, dst, strided, atomic = self.src, self.dst, self.strided, self.atomic
-        raw = src.bytes_at(self.src_offset, self.src_span)
-        payload = strided.gather(raw) if strided else raw
-        if atomic is not None:  # read-add-write at this instant (the GM's atomic unit)
-            dst.write(self.dst_offset,
-                      atomic_sum(dst.read(self.dst_offset, self.dst_span), payload, atomic))
-        elif strided is None or strided.dst_gap == 0:
-            dst.write(self.dst_offset, payload)
-        else:  # read-modify-write of the span: atomic at this instant
-            span = dst.read(self.dst_offset, self.dst_span)
-            strided.scatter(span, payload)
-            dst.write(self.dst_offset, span)
-        src.read_busy = t
-        self.ctx._finish(self.pipe, self.op, t, self.nbytes)
-
-
-@dataclass(frozen=True)
-class Strided:
-    """A strided DataCopy (Ascend C DataCopyParams, in bytes): `count` blocks of `length`
-    bytes, with `src_gap` / `dst_gap` bytes skipped between blocks on each side."""
-
-    count: int
-    length: int
-    src_gap: int = 0
-    dst_gap: int = 0
-
-    @property
-    def nbytes(self) -> int:
-        return self.count * self.length
-
-    def src_span(self) -> int:
-        return self.count * (self.length + self.src_gap) - self.src_gap
-
-    def dst_span(self) -> int:
-        return self.count * (self.length + self.dst_gap) - self.dst_gap
-
-    def charged(self, granule: int) -> int:
-        """Bytes the MTE moves: each block is rounded up to the burst granule."""
-        return self.count * (-(-self.length // granule) * granule)
-
-    def gather(self, src: np.ndarray) -> np.ndarray:
-        """The moved bytes, contiguous, from a source span (src_gap = -length repeats one
-        block, like a DataCopy with source stride 0)."""
-        if self.src_gap == 0:
-            return src[: self.nbytes]
-        return strided_blocks(src, self.count, self.length, self.length + self.src_gap).reshape(-1)
-
-    def scatter(self, dst: np.ndarray, moved: np.ndarray) -> None:
-        """Write moved bytes into a destination span (gaps untouched)."""
-        if self.dst_gap == 0:
-            dst[: self.nbytes] = moved
-            return
-        pitch = self.length + self.dst_gap
-        if self.dst_gap > 0:  # disjoint blocks: one strided assignment
-            strided_blocks(dst, self.count, self.length, pitch)[...] = (
-                moved[:self.nbytes].reshape(self.count, self.length))
-            return
-        for i in range(self.count):  # overlapping blocks land in order
-            dst[i * pitch:i * pitch + self.length] = moved[i * self.length:(i + 1) * self.length]
-
-
-@dataclass
-class Poll:
-    """One GM area a poll loop reads: contiguous `nbytes` or a strided read, a condition on
-    the bytes read, the UB buffer they land in and the vector/scalar check cost (ns).
-
-    `into` None: a scalar read that lands in no UB buffer (a spin); `read_ns`, if given,
-    replaces the MTE2 read's cost (SHMEM's signal_wait_until: a dcci and a line fill)."""
-
-    region: Region
-    offset: int
-    cond: Condition
-    into: UBBuffer | None  # None: a scalar spin (the value lands in a register)
-    nbytes: int = 0
-    into_offset: int = 0
-    strided: Strided | None = None
-    check_ns: float = 0.0
-    read_ns: float | None = None
-
-    @property
-    def span(self) -> int:
-        return self.strided.src_span() if self.strided else self.nbytes
-
-    def sample(self) -> np.ndarray:
-        """The bytes a read would return now (gathered for a strided read)."""
-        raw = self.region.read(self.offset, self.span)
-        return self.strided.gather(raw) if self.strided else raw
-
-
-def atomic_sum(current: np.ndarray, payload: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """The bytes of current + payload as `dtype` elements (GM AtomicAdd)."""
-    return (current.view(dtype) + payload.view(dtype)).astype(dtype).view(np.uint8)
-
-
-class KernelContext(CubeOps, CrossCoreOps):
+class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     """One core's view of the machine during one kernel call (an AIV's; an AIC's adds the
-    cube's calls, npusim.runtime.cube; cross-core flags: npusim.runtime.crosscore)."""
+    cube's calls, npusim.runtime.cube; cross-core flags: npusim.runtime.crosscore; copies
+    and puts: npusim.runtime.transfer; polls: npusim.runtime.poll; access checks:
+    npusim.runtime.sanitiser)."""
 
     # a context per core: 412 B of slots instead of a 1.6 KiB dictionary (the 42
     # attributes overflow CPython's shared keys), 45 MiB at W 768; "__dict__" keeps room
@@ -510,278 +390,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         return self._shmem
 
     # -- data movement -----------------------------------------------------------------
-    def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
-        """In range of the buffer and aligned to its local buffer (UB, L1, L0A/B/C)."""
-        local = buf.ub
-        if byte_offset < 0 or byte_offset + nbytes > buf.nbytes:
-            raise self.error(f"{what} of {nbytes} B at +{byte_offset} overruns {local.label} "
-                             f"buffer {buf.name!r} ({buf.nbytes} B)",
-                             address=buf.offset + byte_offset, size=nbytes)
-        if (buf.offset + byte_offset) % local.alignment:
-            raise self.error(f"{what}: {local.label} address is not {local.alignment} B "
-                             "aligned", address=buf.offset + byte_offset, size=nbytes)
 
-    def _mark(self, at: int, span: int, strided: Strided | None, dst_side: bool,
-              local: Any = None) -> None:
-        """Record local-buffer bytes as written (the blocks only, for a strided landing)."""
-        local = local if local is not None else self.ub
-        gap = (strided.dst_gap if dst_side else strided.src_gap) if strided else 0
-        if strided is None or gap <= 0:
-            local.mark(at, span)
-            return
-        local.mark_blocks(at, strided.count, strided.length, strided.length + gap)
-
-    def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
-                       strided: Strided | None, what: str) -> None:
-        """A transfer or scalar load must not read UB bytes this call never wrote."""
-        if buf.all_written:
-            return
-        at = buf.offset + byte_offset
-        local = buf.ub
-        if strided is None or strided.src_gap <= 0:
-            first = local.unwritten(at, strided.length if strided and strided.src_gap < 0
-                                    else span)
-        else:
-            pitch = strided.length + strided.src_gap
-            first = -1
-            for i in range(strided.count):
-                first = local.unwritten(at + i * pitch, strided.length)
-                if first >= 0:
-                    break
-        if first >= 0:
-            raise self.error(f"{what} reads {local.label} buffer {buf.name!r} at "
-                             f"+{first - buf.offset}, which nothing wrote in this call",
-                             address=first, size=span)
-
-    def _claim(self, dst: SparseRegion, offset: int, span: int, strided: Strided | None
-               ) -> str | None:
-        """Claim a put's destination bytes for the race check: its blocks when strided
-        with gaps (a strided put may interleave with another writer's blocks)."""
-        who = (self.rank_id, self.core_id, self.step)
-        if strided is None or strided.dst_gap <= 0:
-            return dst.claim(offset, span, who)
-        pitch = strided.length + strided.dst_gap
-        for i in range(strided.count):
-            other = dst.claim(offset + i * pitch, strided.length, who)
-            if other:
-                return other
-        return None
-
-    def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
-        if offset < 0 or offset + nbytes > region.nbytes:
-            raise self.error(f"{what} of {nbytes} B at offset {offset} is outside "
-                             f"{region.name!r} of rank {region.rank} ({region.nbytes} B)",
-                             address=offset, size=nbytes)
-
-    def copy_in(self, dst: UBBuffer, src: Region, src_offset: int, nbytes: int,
-                dst_offset: int = 0, name: str = "copy_in", strided: Strided | None = None
-                ) -> Op:
-        """DataCopy GM -> a local buffer on MTE2 (the AIV's UB, the AIC's L1). The bytes are
-        read from GM when the copy completes. From another rank's window it is a remote
-        pull: the read crosses the fabric from that rank to this one (the reverse of a put's
-        path), at the pipe's remote cap (`mte.put_gbps`), with the read latency plus the
-        level's latency both ways (request out, data back)."""
-        self.t += self.issue_ns
-        self.counters["SCALAR"] += 1
-        src_span = strided.src_span() if strided else nbytes
-        dst_span = strided.dst_span() if strided else nbytes
-        local = dst.ub
-        moved = strided.charged(self._burst) if strided else nbytes
-        self._check_local(dst, name)
-        self._check_ub(dst, dst_offset, dst_span, name)
-        self._check_gm(src, src_offset, src_span, name)
-        cap, latency = self._mte2_cap, self._mte2_latency
-        remote = src.rank != self.rank_id
-        if remote:
-            cap, latency, path = self._pull_route(src, src_offset, moved, name)
-        else:
-            path = self.rank.read_path(moved)
-        self._claim_landing(dst, dst_span, name)
-        op = Op(self.env, name, "mte2")
-        pipe = self.core.mte2
-        pipe.issue(op)
-        ub_data = local.data
-        at = dst.offset + dst_offset
-
-        def done(t: float) -> None:
-            if strided is None:
-                src.read_into(src_offset, ub_data[at:at + nbytes])
-            else:
-                strided.scatter(ub_data[at:at + dst_span],
-                                strided.gather(src.peek(src_offset, src_span)))
-            if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
-                dst.mark_written()
-            elif not dst.all_written:
-                self._mark(at, dst_span, strided, dst_side=True, local=local)
-            dst.write_ready = t
-            self._finish(pipe, op, t, moved)
-
-        def begin() -> None:
-            pipe.began(op)
-            self.machine.net.start(moved, cap, path, latency, done, self._on_sent(pipe, op),
-                                   op.event())
-
-        self._count(pipe, name, moved, remote)
-        pipe.submit(self.t, begin)
-        return op
-
-    def copy_out(self, dst: Region, dst_offset: int, src: UBBuffer, nbytes: int,
-                 src_offset: int = 0, name: str = "copy_out", strided: Strided | None = None
-                 ) -> Op:
-        """DataCopy UB -> local GM (a tensor or the own window) on MTE3."""
-        if dst.rank != self.rank_id:
-            raise self.error(f"{name}: writing rank {dst.rank}'s memory needs a put")
-        return self._send(dst, dst_offset, src, src_offset, nbytes, name, self._local, strided)
-
-    def _claim_landing(self, dst: UBBuffer, span: int, name: str) -> None:
-        """A transfer into a local buffer: nothing may still use it, and nothing may read
-        it until the bytes land (write_ready is set at the landing)."""
-        if dst.read_busy > self.t or dst.write_ready > self.t:
-            raise self.error(f"{name} into {dst.ub.label} buffer {dst.name!r} while a transfer "
-                             "or vector op still uses it: missing wait", address=dst.offset,
-                             size=span)
-        dst.write_ready = INF
-        dst.writer = name
-
-    def _check_local(self, buf: UBBuffer, what: str) -> None:
-        """A transfer's local buffer must be one of this core's."""
-        local = buf.ub
-        if local is not self.ub and all(local is not b for b in self.core.buffers.values()):
-            raise self.error(f"{what}: {local.label} buffer {buf.name!r} is not a local buffer "
-                             f"of this core", address=buf.offset, size=buf.nbytes)
-
-    def _pull_route(self, src: Region, offset: int, nbytes: int, what: str
-                    ) -> tuple[float, float, tuple]:
-        """A remote MTE2 read's (cap, latency, path): from the owner's HBM over the links
-        a put from the owner to this rank crosses."""
-        if not isinstance(src, SparseRegion):
-            raise self.error(f"{what}: another rank's memory is read through its symmetric "
-                             f"window only ({src.name!r} of rank {src.rank} is a GM tensor)",
-                             address=offset)
-        cap = next((pipe_cap(self.cfg, pk, remote=True) for pk in self.core.kind.pipes
-                    if pk.name == "mte2"), None)
-        if cap is None:
-            raise self.error(f"{what}: core kind {self.core.kind.name} has no remote MTE2 "
-                             "reads", address=offset)
-        links, level_latency = self.machine.fabric.route(src.rank, self.rank_id)
-        owner = self.machine.ranks[src.rank]
-        owner.bytes_out += nbytes
-        self.rank.bytes_in += nbytes
-        return cap, self._mte2_latency + 2 * level_latency, (*owner.read_path(nbytes), *links)
-
-    def set_atomic_add(self, dtype: str | np.dtype | type) -> None:
-        """SetAtomicAdd<T>: later MTE3 writes (copy_out, put) add their `dtype` elements to
-        the destination's when they land, instead of overwriting them (one read-add-write
-        at the landing instant: concurrent adds from many cores all count)."""
-        self._atomic = np.dtype(dtype)
-
-    def set_atomic_none(self) -> None:
-        """SetAtomicNone: MTE3 writes overwrite again."""
-        self._atomic = None
-
-    def put(self, pe: int, offset: int, src: UBBuffer, nbytes: int, src_offset: int = 0,
-            name: str = "put", strided: Strided | None = None) -> Op:
-        """Non-blocking one-sided put of UB bytes into rank `pe`'s window (MTE3).
-
-        A put to the own rank is a local HBM write; otherwise it crosses the fabric."""
-        dst = self.window(pe)
-        if pe == self.rank_id:
-            return self._send(dst, offset, src, src_offset, nbytes, name, self._local, strided,
-                              claim=True)
-        route = self.route(pe)
-        moved = strided.nbytes if strided else nbytes
-        self.bytes_put += moved
-        self.rank.bytes_out += moved
-        self.machine.ranks[pe].bytes_in += moved
-        return self._send(dst, offset, src, src_offset, nbytes, name, route, strided,
-                          remote=True, claim=True)
-
-    def route(self, pe: int) -> Route:
-        """The path of a write from this core into rank `pe`'s memory, up to its landing:
-        nothing more for its own rank (UB->GM figures), the links crossed for another
-        (put figures)."""
-        if pe == self.rank_id:
-            return self._local
-        links, link_latency = self.machine.fabric.route(self.rank_id, pe)
-        mte = self.cfg.mte
-        return Route(tuple(links), mte.put_gbps,
-                     mte.put_latency_ns + link_latency)
-
-    def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
-              name: str, route: Route, strided: Strided | None = None, remote: bool = False,
-              claim: bool = False) -> Op:
-        self.t += self.issue_ns
-        self.counters["SCALAR"] += 1
-        src_span = strided.src_span() if strided else nbytes
-        dst_span = strided.dst_span() if strided else nbytes
-        self._check_ub(src, src_offset, src_span, name)
-        self._check_gm(dst, dst_offset, dst_span, name)
-        if src.write_ready > self.t:
-            raise self.error(f"{name} reads UB buffer {src.name!r} before its data is ready "
-                             f"({src.writer}): missing wait", address=src.offset, size=src_span)
-        self._check_written(src, src_offset, src_span, strided, name)
-        atomic = self._atomic
-        if atomic is not None:
-            claim = False  # adds from many writers onto the same bytes are the point
-            if strided is not None or nbytes % atomic.itemsize or dst_offset % atomic.itemsize:
-                raise self.error(f"{name}: an AtomicAdd write must be contiguous whole "
-                                 f"{atomic.name} elements", address=dst_offset, size=dst_span)
-        if isinstance(dst, SparseRegion):
-            problem = dst.zone_problem(dst_offset, dst_span)
-            if problem:
-                raise self.error(f"{name} of {dst_span} B to the window of rank {dst.rank} "
-                                 f"{problem}", address=dst_offset, size=dst_span)
-            if claim:
-                other = self._claim(dst, dst_offset, dst_span, strided)
-                if other:
-                    raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
-                                     f"bytes an earlier put of this call wrote ({other}): "
-                                     "a race", address=dst_offset, size=dst_span)
-        nbytes = strided.charged(self._burst) if strided else src_span
-        src.read_busy = INF
-        op = Op(self.env, name, "mte3")
-        pipe = self.core.mte3
-        pipe.issue(op)
-        path, cap, latency = route
-        landing = self.machine.ranks[dst.rank].write_path(nbytes)
-        if landing:
-            path = (*path, *landing)
-        send = _Send()
-        send.ctx, send.op, send.pipe, send.atomic, send.strided = self, op, pipe, atomic, strided
-        send.src, send.src_offset, send.src_span = src, src_offset, src_span
-        send.dst, send.dst_offset, send.dst_span = dst, dst_offset, dst_span
-        send.nbytes, send.path, send.cap, send.latency = nbytes, path, cap, latency
-        self._count(pipe, name, nbytes, remote)
-        pipe.submit(self.t, send)
-        return op
-
-    def _count(self, pipe: TransferPipe, name: str, nbytes: int, remote: bool) -> None:
-        key = (self.step, pipe.name, name, remote)
-        c = self.transfers.get(key)
-        if c is None:  # one key object for every core (W 768: 36,864 cores, ~10 keys each)
-            self.transfers[_TRANSFER_KEYS.setdefault(key, key)] = [1, nbytes]
-        else:
-            c[0] += 1
-            c[1] += nbytes
-
-    def _on_sent(self, pipe: TransferPipe, op: Op) -> Any:
-        """pipe.sent, and with detailed tracing also note when the pipe became free."""
-        if not self.trace.detailed:
-            return pipe.sent
-
-        def sent() -> None:
-            self._sent_at[op] = self.env.now
-            pipe.sent()
-        return sent
-
-    def _finish(self, pipe: TransferPipe, op: Op, t: float, nbytes: int) -> None:
-        pipe.landed(op, t)
-        if self.trace.detailed:
-            sent = self._sent_at.pop(op, t)
-            self.trace.activity(self.rank_id, self.core_id, pipe.name, op.name, op.start_at,
-                                sent, nbytes, delivered_ns=t)
-        op.complete(t)
-        pipe.delivered(op)
 
     # -- synchronisation ---------------------------------------------------------------
     def sync(self) -> Wait:
@@ -858,17 +467,6 @@ class KernelContext(CubeOps, CrossCoreOps):
         ev = barrier.arrive()
         yield from self._block(ev, "SyncAll (barrier of all cores of the rank)", "sync_all")
 
-    def spin_until(self, region: Region, offset: int, cond: Condition, nbytes: int = 4,
-                   delay_cycles: float = 0.0, name: str = "spin") -> Generator[Any, Any, Any]:
-        """A scalar spin on GM (ReadGmByPassDCache in a loop, `delay_cycles` between
-        reads): event driven like wait_until, each read costing one slot + the GM read
-        latency (`mte.gm_to_ub_latency_ns`) + the delay (none after the read that sees
-        `cond` hold). Returns the bytes it saw."""
-        delay = delay_cycles * self.cycle_ns
-        yield from self.poll_round_robin([Poll(region, offset, cond, None, nbytes, 0, None,
-                                               delay)], 0, name)
-        self.t -= delay  # the loop leaves at the read that saw it, without the delay
-        return self._polled
 
     def store_remote(self, pe: int, offset: int, values: np.ndarray, name: str = "store"
                      ) -> None:
@@ -908,166 +506,4 @@ class KernelContext(CubeOps, CrossCoreOps):
         yield from self.spin_until(self.window(), base + i * stride,
                                    AtLeast(np.int32, generation), 4, delay_cycles, name)
 
-    def check_ns(self, repeats: int, instrs: int = 1, scalar: float = 2.0) -> float:
-        """What a poll's check costs after its read (a Poll's or wait_until's check_ns):
-        `instrs` vector instructions of `repeats` repeats in all (a ReduceSum, a
-        GatherMask + CompareScalar), then `scalar` scalar ops (the compare, a scan)."""
-        v = self.cfg.vector
-        return ((instrs * v.issue_cycles + repeats * v.cycles_per_repeat) * self.cycle_ns
-                + scalar * self.issue_ns)
 
-    def wait_until(self, region: Region, offset: int, nbytes: int, cond: Condition,
-                   into: UBBuffer, into_offset: int = 0, name: str = "poll",
-                   strided: Strided | None = None, check_ns: float = 0.0) -> Wait:
-        """Poll GM until `cond` holds: loop { copy GM -> UB; check } (event driven).
-
-        The wait ends at the first poll whose read lands after the watched bytes satisfy
-        `cond`; no event is spent per poll while nothing changes. The last polled bytes
-        are left in `into`."""
-        yield from self.poll_round_robin(
-            [Poll(region, offset, cond, into, nbytes, into_offset, strided, check_ns)], 0, name)
-
-    def poll_round_robin(self, polls: list[Poll], start: int = 0, name: str = "poll",
-                         observe: Callable[[int, float, np.ndarray], None] | None = None
-                         ) -> Generator[Any, Any, int]:
-        """Poll several GM areas in turn, starting at polls[start], until one satisfies its
-        condition; return its index. Models the kernels' round-robin poll loops: each poll
-        costs its read (latency + bytes / port) plus its check; the winner is the first
-        poll, in rotation order and time, that sees its condition hold.
-
-        observe(i, at, data), if given, hears of every content poll i will read: at the
-        start and after each write into its area, with the time `at` of the first read that
-        sees it (possibly after the winner's: the caller drops those)."""
-        m = len(polls)
-        if m == 0:
-            raise self.error(f"{name}: nothing to poll")
-        for p in polls:
-            span = p.strided.src_span() if p.strided else p.nbytes
-            self._check_gm(p.region, p.offset, span, name)
-            if p.region.rank != self.rank_id:
-                raise self.error(f"{name}: polling another rank's memory is not modelled",
-                                 address=p.offset)
-            if p.into is None:  # a scalar spin: the value goes to a register
-                continue
-            self._check_ub(p.into, p.into_offset,
-                           p.strided.dst_span() if p.strided else p.nbytes, name)
-            if p.into.read_busy > self.t or p.into.write_ready > self.t:
-                raise self.error(f"{name} into UB buffer {p.into.name!r} while a transfer or "
-                                 "vector op still uses it: missing wait", address=p.into.offset)
-        yield from self.sync()
-        env = self.env
-        mte = self.cfg.mte
-        tail = self.cfg.sync.poll_cycles * self.cycle_ns
-        order = [(start + j) % m for j in range(m)]
-        landing = [0.0] * m  # offset from t0 at which poll i's first read lands
-        acc = 0.0
-        for i in order:
-            p = polls[i]
-            read = (p.read_ns if p.read_ns is not None
-                    else mte.gm_to_ub_latency_ns + self._charged(p) / mte.gm_to_ub_gbps)
-            landing[i] = acc + self.issue_ns + read
-            acc += self.issue_ns + read + p.check_ns + tail
-        cycle = acc
-        t0 = self.t
-
-        def first_poll_after(i: int, t: float) -> float:
-            q = math.ceil(max(0.0, t - t0 - landing[i]) / cycle - 1e-9)
-            return t0 + landing[i] + q * cycle
-
-        best: list[Any] = [math.inf, -1, 0]  # wake time, poll index, version
-        woke = env.event()
-        # fire -> on_change -> arm -> fire is a reference cycle; it goes through this
-        # list, emptied when the wait ends, so the closures are freed without the collector
-        handlers: list[Any] = []
-
-        def arm(i: int, at: float) -> None:
-            best[0], best[1] = at, i
-            best[2] += 1
-            version = best[2]
-            env.timeout(max(0.0, at - env.now)).callbacks.append(
-                lambda _e, v=version: handlers and handlers[0](v))
-
-        def fire(version: int) -> None:
-            if version != best[2] or woke.triggered:
-                return
-            i = best[1]
-            sample = polls[i].sample()
-            if polls[i].cond(sample):
-                for w in watchers:
-                    w.region.unwatch(w)
-                woke.succeed((i, sample))
-                return
-            best[0], best[1] = math.inf, -1  # changed back meanwhile: look again
-            for j in range(m):
-                on_change(j)
-
-        def on_change(i: int) -> None:
-            if woke.triggered:
-                return
-            if observe is not None:
-                observe(i, first_poll_after(i, env.now), polls[i].sample())
-            if polls[i].cond(polls[i].sample()):
-                at = first_poll_after(i, env.now)
-                if at < best[0]:
-                    arm(i, at)
-
-        handlers.append(fire)
-        watchers = []
-        for i, p in enumerate(polls):
-            w = Watcher(p.offset, p.span, lambda i=i: on_change(i))
-            w.region = p.region
-            p.region.watch(w)
-            watchers.append(w)
-        for i in range(m):
-            on_change(i)
-        self._poll, self._poll_name = polls[start], name
-        yield from self._block(woke, f"{name} on the window of rank {self.rank_id}", name)
-        handlers.clear()
-        watchers.clear()
-        self._poll = None
-        i, data = woke.value
-        self.t = max(self.t, env.now) + polls[i].check_ns + tail
-        p = polls[i]
-        self._polled = data
-        if p.into is None:
-            return i
-        at = p.into.offset + p.into_offset
-        if p.strided is None:
-            self.ub.data[at:at + p.nbytes] = data
-        else:
-            p.strided.scatter(self.ub.data[at:at + p.strided.dst_span()], data)
-        self._mark(at, p.strided.dst_span() if p.strided else p.nbytes, p.strided,
-                   dst_side=True)
-        p.into.write_ready = self.t
-        p.into.writer = name
-        return i
-
-    def _charged(self, p: Poll) -> int:
-        return p.strided.charged(self._burst) if p.strided else p.nbytes
-
-    def wait_parts(self) -> tuple[str, str, int | None]:
-        """What this core waits for, split for grouping many blocked cores: the part
-        common to cores stopped at the same place in the program (pipe and instruction,
-        poll name), the part about this core's bytes ('' if none) and their address."""
-        why = self.waiting
-        if why is None:
-            return "no wait (computing or issuing)", "", None
-        if isinstance(why, Op):
-            return f"wait for {why.pipe} {why.name!r}", "", None
-        poll = self._poll
-        if poll is not None:
-            return (f"{self._poll_name} on its own window",
-                    f"{poll.span} B, {poll.cond.describe(poll.sample())}", poll.offset)
-        return why, "", None
-
-    def describe_wait(self) -> str:
-        """What this core is blocked on, with the current value for a poll."""
-        if self.waiting is None:
-            return "not waiting"
-        if isinstance(self.waiting, Op):
-            return f"{self.waiting.pipe} {self.waiting.name!r} to complete"
-        poll = self._poll
-        if poll is not None:
-            return (f"{self.waiting}: {poll.span} B at window offset 0x{poll.offset:x}, "
-                    f"{poll.cond.describe(poll.sample())}")
-        return self.waiting

@@ -1,0 +1,106 @@
+"""The sanitiser checks of a kernel context: every access is in range, aligned, on a
+local buffer of the core, reads only bytes written in this call, and no two puts of a
+call write the same window bytes (a race). A failed check is a KernelError naming the
+rank, core, step and address. :class:`Sanitiser` holds these checks of
+:class:`npusim.runtime.context.KernelContext`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from npusim.hw.memory import Region, SparseRegion
+from npusim.hw.ub import UBBuffer
+from npusim.runtime.transfer import Strided
+
+
+class Sanitiser:
+    """A kernel context's access checks (KernelContext mixes it in; no state of its own)."""
+
+    __slots__ = ()
+
+    def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
+        """In range of the buffer and aligned to its local buffer (UB, L1, L0A/B/C)."""
+        local = buf.ub
+        if byte_offset < 0 or byte_offset + nbytes > buf.nbytes:
+            raise self.error(f"{what} of {nbytes} B at +{byte_offset} overruns {local.label} "
+                             f"buffer {buf.name!r} ({buf.nbytes} B)",
+                             address=buf.offset + byte_offset, size=nbytes)
+        if (buf.offset + byte_offset) % local.alignment:
+            raise self.error(f"{what}: {local.label} address is not {local.alignment} B "
+                             "aligned", address=buf.offset + byte_offset, size=nbytes)
+
+    def _mark(self, at: int, span: int, strided: Strided | None, dst_side: bool,
+              local: Any = None) -> None:
+        """Record local-buffer bytes as written (the blocks only, for a strided landing)."""
+        local = local if local is not None else self.ub
+        gap = (strided.dst_gap if dst_side else strided.src_gap) if strided else 0
+        if strided is None or gap <= 0:
+            local.mark(at, span)
+            return
+        local.mark_blocks(at, strided.count, strided.length, strided.length + gap)
+
+    def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
+                       strided: Strided | None, what: str) -> None:
+        """A transfer or scalar load must not read UB bytes this call never wrote."""
+        if buf.all_written:
+            return
+        at = buf.offset + byte_offset
+        local = buf.ub
+        if strided is None or strided.src_gap <= 0:
+            first = local.unwritten(at, strided.length if strided and strided.src_gap < 0
+                                    else span)
+        else:
+            pitch = strided.length + strided.src_gap
+            first = -1
+            for i in range(strided.count):
+                first = local.unwritten(at + i * pitch, strided.length)
+                if first >= 0:
+                    break
+        if first >= 0:
+            raise self.error(f"{what} reads {local.label} buffer {buf.name!r} at "
+                             f"+{first - buf.offset}, which nothing wrote in this call",
+                             address=first, size=span)
+
+    def _claim(self, dst: SparseRegion, offset: int, span: int, strided: Strided | None
+               ) -> str | None:
+        """Claim a put's destination bytes for the race check: its blocks when strided
+        with gaps (a strided put may interleave with another writer's blocks)."""
+        who = (self.rank_id, self.core_id, self.step)
+        if strided is None or strided.dst_gap <= 0:
+            return dst.claim(offset, span, who)
+        pitch = strided.length + strided.dst_gap
+        for i in range(strided.count):
+            other = dst.claim(offset + i * pitch, strided.length, who)
+            if other:
+                return other
+        return None
+
+    def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
+        if offset < 0 or offset + nbytes > region.nbytes:
+            raise self.error(f"{what} of {nbytes} B at offset {offset} is outside "
+                             f"{region.name!r} of rank {region.rank} ({region.nbytes} B)",
+                             address=offset, size=nbytes)
+
+    def _check_local(self, buf: UBBuffer, what: str) -> None:
+        """A transfer's local buffer must be one of this core's."""
+        local = buf.ub
+        if local is not self.ub and all(local is not b for b in self.core.buffers.values()):
+            raise self.error(f"{what}: {local.label} buffer {buf.name!r} is not a local buffer "
+                             f"of this core", address=buf.offset, size=buf.nbytes)
+
+    def _check_polls(self, polls: list[Any], name: str) -> None:
+        """Every poll reads this rank's GM in range and lands in a free local buffer."""
+        for p in polls:
+            span = p.strided.src_span() if p.strided else p.nbytes
+            self._check_gm(p.region, p.offset, span, name)
+            if p.region.rank != self.rank_id:
+                raise self.error(f"{name}: polling another rank's memory is not modelled",
+                                 address=p.offset)
+            if p.into is None:  # a scalar spin: the value goes to a register
+                continue
+            self._check_ub(p.into, p.into_offset,
+                           p.strided.dst_span() if p.strided else p.nbytes, name)
+            if p.into.read_busy > self.t or p.into.write_ready > self.t:
+                raise self.error(f"{name} into UB buffer {p.into.name!r} while a transfer or "
+                                 "vector op still uses it: missing wait", address=p.into.offset)

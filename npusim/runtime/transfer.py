@@ -1,0 +1,324 @@
+"""The transfer path of a kernel context: DataCopy GM <-> UB on MTE2 / MTE3 and puts.
+
+An instruction returns its Op at once; the bytes move when the pipe and the flow network
+(npusim.engine.flow) deliver them, and the sanitiser (npusim.runtime.sanitiser) checks
+every access at issue. This is the hot path of a run: one slotted ``_Send`` per queued
+write, no closure. :class:`TransferPath` holds these calls of
+:class:`npusim.runtime.context.KernelContext`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from npusim.hw.cores import pipe_cap
+from npusim.hw.memory import Region, SparseRegion
+from npusim.hw.pipe import Op, TransferPipe
+from npusim.hw.ub import INF, UBBuffer, strided_blocks
+
+
+class Route(NamedTuple):
+    """Where an MTE3 transfer goes: the links it crosses (the landing die's L2 or HBM is
+    added per transfer: Rank.write_path), the issuing port's cap (GB/s) and the latency
+    after its last byte (ns)."""
+
+    path: tuple
+    cap_gbps: float
+    latency_ns: float
+
+# the per-core transfer counters' keys, one tuple per distinct key (interning, no state)
+_TRANSFER_KEYS: dict[tuple[str, str, str, bool], tuple[str, str, str, bool]] = {}
+
+class _Send:
+    """An MTE3 write from UB, queued on its pipe or in flight: what its start and its
+    delivery need, in one slotted object (two closures and their cells cost 1.2 KiB, and a
+    W 768 dispatch has hundreds of thousands queued at once)."""
+
+    __slots__ = ("ctx", "op", "pipe", "atomic", "strided", "src", "src_offset", "src_span",
+                 "dst", "dst_offset", "dst_span", "nbytes", "path", "cap", "latency")
+
+    def __call__(self) -> None:
+        """Start it (the pipe's queue holds the object itself: no bound method each)."""
+        op, pipe = self.op, self.pipe
+        pipe.began(op)
+        self.ctx.machine.net.start(self.nbytes, self.cap, self.path, self.latency, self.done,
+                                   self.ctx._on_sent(pipe, op), op.event())
+
+    def done(self, t: float) -> None:
+        # the bytes are read from UB at delivery: the hazard checks guarantee nothing
+        # wrote them since the issue (src.read_busy holds every writer off until now)
+        src, dst, strided, atomic = self.src, self.dst, self.strided, self.atomic
+        raw = src.bytes_at(self.src_offset, self.src_span)
+        payload = strided.gather(raw) if strided else raw
+        if atomic is not None:  # read-add-write at this instant (the GM's atomic unit)
+            dst.write(self.dst_offset,
+                      atomic_sum(dst.read(self.dst_offset, self.dst_span), payload, atomic))
+        elif strided is None or strided.dst_gap == 0:
+            dst.write(self.dst_offset, payload)
+        else:  # read-modify-write of the span: atomic at this instant
+            span = dst.read(self.dst_offset, self.dst_span)
+            strided.scatter(span, payload)
+            dst.write(self.dst_offset, span)
+        src.read_busy = t
+        self.ctx._finish(self.pipe, self.op, t, self.nbytes)
+
+@dataclass(frozen=True)
+class Strided:
+    """A strided DataCopy (Ascend C DataCopyParams, in bytes): `count` blocks of `length`
+    bytes, with `src_gap` / `dst_gap` bytes skipped between blocks on each side."""
+
+    count: int
+    length: int
+    src_gap: int = 0
+    dst_gap: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.length
+
+    def src_span(self) -> int:
+        return self.count * (self.length + self.src_gap) - self.src_gap
+
+    def dst_span(self) -> int:
+        return self.count * (self.length + self.dst_gap) - self.dst_gap
+
+    def charged(self, granule: int) -> int:
+        """Bytes the MTE moves: each block is rounded up to the burst granule."""
+        return self.count * (-(-self.length // granule) * granule)
+
+    def gather(self, src: np.ndarray) -> np.ndarray:
+        """The moved bytes, contiguous, from a source span (src_gap = -length repeats one
+        block, like a DataCopy with source stride 0)."""
+        if self.src_gap == 0:
+            return src[: self.nbytes]
+        return strided_blocks(src, self.count, self.length, self.length + self.src_gap).reshape(-1)
+
+    def scatter(self, dst: np.ndarray, moved: np.ndarray) -> None:
+        """Write moved bytes into a destination span (gaps untouched)."""
+        if self.dst_gap == 0:
+            dst[: self.nbytes] = moved
+            return
+        pitch = self.length + self.dst_gap
+        if self.dst_gap > 0:  # disjoint blocks: one strided assignment
+            strided_blocks(dst, self.count, self.length, pitch)[...] = (
+                moved[:self.nbytes].reshape(self.count, self.length))
+            return
+        for i in range(self.count):  # overlapping blocks land in order
+            dst[i * pitch:i * pitch + self.length] = moved[i * self.length:(i + 1) * self.length]
+
+def atomic_sum(current: np.ndarray, payload: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The bytes of current + payload as `dtype` elements (GM AtomicAdd)."""
+    return (current.view(dtype) + payload.view(dtype)).astype(dtype).view(np.uint8)
+
+
+class TransferPath:
+    """A kernel context's copies and puts (KernelContext mixes it in; its state lives in
+    the context's slots)."""
+
+    __slots__ = ()
+
+    def copy_in(self, dst: UBBuffer, src: Region, src_offset: int, nbytes: int,
+                dst_offset: int = 0, name: str = "copy_in", strided: Strided | None = None
+                ) -> Op:
+        """DataCopy GM -> a local buffer on MTE2 (the AIV's UB, the AIC's L1). The bytes are
+        read from GM when the copy completes. From another rank's window it is a remote
+        pull: the read crosses the fabric from that rank to this one (the reverse of a put's
+        path), at the pipe's remote cap (`mte.put_gbps`), with the read latency plus the
+        level's latency both ways (request out, data back)."""
+        self.t += self.issue_ns
+        self.counters["SCALAR"] += 1
+        src_span = strided.src_span() if strided else nbytes
+        dst_span = strided.dst_span() if strided else nbytes
+        local = dst.ub
+        moved = strided.charged(self._burst) if strided else nbytes
+        self._check_local(dst, name)
+        self._check_ub(dst, dst_offset, dst_span, name)
+        self._check_gm(src, src_offset, src_span, name)
+        cap, latency = self._mte2_cap, self._mte2_latency
+        remote = src.rank != self.rank_id
+        if remote:
+            cap, latency, path = self._pull_route(src, src_offset, moved, name)
+        else:
+            path = self.rank.read_path(moved)
+        self._claim_landing(dst, dst_span, name)
+        op = Op(self.env, name, "mte2")
+        pipe = self.core.mte2
+        pipe.issue(op)
+        ub_data = local.data
+        at = dst.offset + dst_offset
+
+        def done(t: float) -> None:
+            if strided is None:
+                src.read_into(src_offset, ub_data[at:at + nbytes])
+            else:
+                strided.scatter(ub_data[at:at + dst_span],
+                                strided.gather(src.peek(src_offset, src_span)))
+            if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
+                dst.mark_written()
+            elif not dst.all_written:
+                self._mark(at, dst_span, strided, dst_side=True, local=local)
+            dst.write_ready = t
+            self._finish(pipe, op, t, moved)
+
+        def begin() -> None:
+            pipe.began(op)
+            self.machine.net.start(moved, cap, path, latency, done, self._on_sent(pipe, op),
+                                   op.event())
+
+        self._count(pipe, name, moved, remote)
+        pipe.submit(self.t, begin)
+        return op
+
+    def copy_out(self, dst: Region, dst_offset: int, src: UBBuffer, nbytes: int,
+                 src_offset: int = 0, name: str = "copy_out", strided: Strided | None = None
+                 ) -> Op:
+        """DataCopy UB -> local GM (a tensor or the own window) on MTE3."""
+        if dst.rank != self.rank_id:
+            raise self.error(f"{name}: writing rank {dst.rank}'s memory needs a put")
+        return self._send(dst, dst_offset, src, src_offset, nbytes, name, self._local, strided)
+
+    def _claim_landing(self, dst: UBBuffer, span: int, name: str) -> None:
+        """A transfer into a local buffer: nothing may still use it, and nothing may read
+        it until the bytes land (write_ready is set at the landing)."""
+        if dst.read_busy > self.t or dst.write_ready > self.t:
+            raise self.error(f"{name} into {dst.ub.label} buffer {dst.name!r} while a transfer "
+                             "or vector op still uses it: missing wait", address=dst.offset,
+                             size=span)
+        dst.write_ready = INF
+        dst.writer = name
+
+    def _pull_route(self, src: Region, offset: int, nbytes: int, what: str
+                    ) -> tuple[float, float, tuple]:
+        """A remote MTE2 read's (cap, latency, path): from the owner's HBM over the links
+        a put from the owner to this rank crosses."""
+        if not isinstance(src, SparseRegion):
+            raise self.error(f"{what}: another rank's memory is read through its symmetric "
+                             f"window only ({src.name!r} of rank {src.rank} is a GM tensor)",
+                             address=offset)
+        cap = next((pipe_cap(self.cfg, pk, remote=True) for pk in self.core.kind.pipes
+                    if pk.name == "mte2"), None)
+        if cap is None:
+            raise self.error(f"{what}: core kind {self.core.kind.name} has no remote MTE2 "
+                             "reads", address=offset)
+        links, level_latency = self.machine.fabric.route(src.rank, self.rank_id)
+        owner = self.machine.ranks[src.rank]
+        owner.bytes_out += nbytes
+        self.rank.bytes_in += nbytes
+        return cap, self._mte2_latency + 2 * level_latency, (*owner.read_path(nbytes), *links)
+
+    def set_atomic_add(self, dtype: str | np.dtype | type) -> None:
+        """SetAtomicAdd<T>: later MTE3 writes (copy_out, put) add their `dtype` elements to
+        the destination's when they land, instead of overwriting them (one read-add-write
+        at the landing instant: concurrent adds from many cores all count)."""
+        self._atomic = np.dtype(dtype)
+
+    def set_atomic_none(self) -> None:
+        """SetAtomicNone: MTE3 writes overwrite again."""
+        self._atomic = None
+
+    def put(self, pe: int, offset: int, src: UBBuffer, nbytes: int, src_offset: int = 0,
+            name: str = "put", strided: Strided | None = None) -> Op:
+        """Non-blocking one-sided put of UB bytes into rank `pe`'s window (MTE3).
+
+        A put to the own rank is a local HBM write; otherwise it crosses the fabric."""
+        dst = self.window(pe)
+        if pe == self.rank_id:
+            return self._send(dst, offset, src, src_offset, nbytes, name, self._local, strided,
+                              claim=True)
+        route = self.route(pe)
+        moved = strided.nbytes if strided else nbytes
+        self.bytes_put += moved
+        self.rank.bytes_out += moved
+        self.machine.ranks[pe].bytes_in += moved
+        return self._send(dst, offset, src, src_offset, nbytes, name, route, strided,
+                          remote=True, claim=True)
+
+    def route(self, pe: int) -> Route:
+        """The path of a write from this core into rank `pe`'s memory, up to its landing:
+        nothing more for its own rank (UB->GM figures), the links crossed for another
+        (put figures)."""
+        if pe == self.rank_id:
+            return self._local
+        links, link_latency = self.machine.fabric.route(self.rank_id, pe)
+        mte = self.cfg.mte
+        return Route(tuple(links), mte.put_gbps,
+                     mte.put_latency_ns + link_latency)
+
+    def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
+              name: str, route: Route, strided: Strided | None = None, remote: bool = False,
+              claim: bool = False) -> Op:
+        self.t += self.issue_ns
+        self.counters["SCALAR"] += 1
+        src_span = strided.src_span() if strided else nbytes
+        dst_span = strided.dst_span() if strided else nbytes
+        self._check_ub(src, src_offset, src_span, name)
+        self._check_gm(dst, dst_offset, dst_span, name)
+        if src.write_ready > self.t:
+            raise self.error(f"{name} reads UB buffer {src.name!r} before its data is ready "
+                             f"({src.writer}): missing wait", address=src.offset, size=src_span)
+        self._check_written(src, src_offset, src_span, strided, name)
+        atomic = self._atomic
+        if atomic is not None:
+            claim = False  # adds from many writers onto the same bytes are the point
+            if strided is not None or nbytes % atomic.itemsize or dst_offset % atomic.itemsize:
+                raise self.error(f"{name}: an AtomicAdd write must be contiguous whole "
+                                 f"{atomic.name} elements", address=dst_offset, size=dst_span)
+        if isinstance(dst, SparseRegion):
+            problem = dst.zone_problem(dst_offset, dst_span)
+            if problem:
+                raise self.error(f"{name} of {dst_span} B to the window of rank {dst.rank} "
+                                 f"{problem}", address=dst_offset, size=dst_span)
+            if claim:
+                other = self._claim(dst, dst_offset, dst_span, strided)
+                if other:
+                    raise self.error(f"{name} to the window of rank {dst.rank} overlaps the "
+                                     f"bytes an earlier put of this call wrote ({other}): "
+                                     "a race", address=dst_offset, size=dst_span)
+        nbytes = strided.charged(self._burst) if strided else src_span
+        src.read_busy = INF
+        op = Op(self.env, name, "mte3")
+        pipe = self.core.mte3
+        pipe.issue(op)
+        path, cap, latency = route
+        landing = self.machine.ranks[dst.rank].write_path(nbytes)
+        if landing:
+            path = (*path, *landing)
+        send = _Send()
+        send.ctx, send.op, send.pipe, send.atomic, send.strided = self, op, pipe, atomic, strided
+        send.src, send.src_offset, send.src_span = src, src_offset, src_span
+        send.dst, send.dst_offset, send.dst_span = dst, dst_offset, dst_span
+        send.nbytes, send.path, send.cap, send.latency = nbytes, path, cap, latency
+        self._count(pipe, name, nbytes, remote)
+        pipe.submit(self.t, send)
+        return op
+
+    def _count(self, pipe: TransferPipe, name: str, nbytes: int, remote: bool) -> None:
+        key = (self.step, pipe.name, name, remote)
+        c = self.transfers.get(key)
+        if c is None:  # one key object for every core (W 768: 36,864 cores, ~10 keys each)
+            self.transfers[_TRANSFER_KEYS.setdefault(key, key)] = [1, nbytes]
+        else:
+            c[0] += 1
+            c[1] += nbytes
+
+    def _on_sent(self, pipe: TransferPipe, op: Op) -> Any:
+        """pipe.sent, and with detailed tracing also note when the pipe became free."""
+        if not self.trace.detailed:
+            return pipe.sent
+
+        def sent() -> None:
+            self._sent_at[op] = self.env.now
+            pipe.sent()
+        return sent
+
+    def _finish(self, pipe: TransferPipe, op: Op, t: float, nbytes: int) -> None:
+        pipe.landed(op, t)
+        if self.trace.detailed:
+            sent = self._sent_at.pop(op, t)
+            self.trace.activity(self.rank_id, self.core_id, pipe.name, op.name, op.start_at,
+                                sent, nbytes, delivered_ns=t)
+        op.complete(t)
+        pipe.delivered(op)
