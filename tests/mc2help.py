@@ -15,27 +15,25 @@ from npusim.hw.machine import Machine
 from npusim.kernels.family import Kernel
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.family import COMBINE, DISPATCH, FAMILY
-from npusim.kernels.mc2.reference import DispatchInputs, DispatchOutputs, Mc2Shape
+from npusim.kernels.mc2.reference import DispatchInputs, DispatchOutputs
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.shape import MoeShape
 from npusim.result import OpRun
 from npusim.sim import run_op
 
 
-def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "none",
+def make_tiling(shape: MoeShape, cfg: HardwareConfig, dispatch_quant: str = "none",
                 combine_quant: str = "none", expert_token_nums_type: int = 1,
                 expert_scales_out: bool = False, smooth_scales: bool = False,
                 timing_only: bool = False, **options: Any) -> Mc2Tiling:
     """FAMILY.tiling of the shape with these options (the others: their defaults)."""
-    moe = MoeShape(shape.W, max(shape.bs), shape.H, shape.K, shape.L, shape.S, shape.S_r,
-                   shape.dtype)
     opts = {**FAMILY.option_defaults(), "dispatch_quant": dispatch_quant,
             "combine_quant": combine_quant, "expert_token_nums_type": expert_token_nums_type,
             "expand_scales": expert_scales_out, "smooth_scales": smooth_scales,
-            "bs_per_rank": tuple(shape.bs), "global_bs": shape.global_bs,
+            "bs_per_rank": shape.bs, "global_bs": shape.global_bs,
             "zero_experts": shape.zero_experts, "copy_experts": shape.copy_experts,
             "const_experts": shape.const_experts, **options}
-    return FAMILY.tiling(moe, opts, cfg, timing_only=timing_only)
+    return FAMILY.tiling(shape, opts, cfg, timing_only=timing_only)
 
 
 def machine_for(cfg: HardwareConfig, t: Mc2Tiling) -> Machine:

@@ -17,13 +17,14 @@ from npusim.hw.config import load_hardware
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2 import tiling as tl
 from npusim.kernels.mc2.window import full_mesh_slot, low_latency_ccl_buffer_mb
+from npusim.kernels.shape import MoeShape
 from tests.mc2help import machine_for, make_tiling, run_combine, run_dispatch
 
 BF16 = ml_dtypes.bfloat16
 
 
 def _tiling(preset: str, W: int, bs: int, E: int, K: int = 8, quant: str = "int8", **kw):
-    shape = ref.Mc2Shape(W=W, bs=(bs,) * W, H=1024, K=K, E=E)
+    shape = ref.mc2_shape(W=W, bs=(bs,) * W, H=1024, K=K, E=E)
     return make_tiling(shape, load_hardware(preset), quant, comm_alg="fullmesh_v2", **kw)
 
 
@@ -44,7 +45,7 @@ def test_count_cores(preset, E, want):
 
 def test_count_cores_on_a_shared_rank_are_at_most_its_w_entries():
     # W 4 with one shared expert on rank 0: rscvStatusNum_ there is W = 4
-    shape = ref.Mc2Shape(W=4, bs=(4,) * 4, H=1024, K=4, E=3 * 64, S=1, S_r=1)
+    shape = ref.mc2_shape(W=4, bs=(4,) * 4, H=1024, K=4, E=3 * 64, S=1, S_r=1)
     t = make_tiling(shape, load_hardware("ascend950"), "int8", comm_alg="fullmesh_v2")
     # (1 + 192) / 16 = 12 -> 8 on a MoE rank, 4 on the shared rank
     assert tl.count_cores(t, 1) == 8 and tl.count_cores(t, 0) == 4
@@ -132,7 +133,7 @@ def test_host_ub_check_by_hand():
     # CheckUBSize, A3, BS 256, H 8192, K 12, 256 experts, INT8:
     # 32 + inQueue 2 * 16384 + outBuf 2 * 9216 (18 blocks) + ids Align256(12288) = 12288
     # + tempBuf 8256 + 2 * maxSize 32768 + expert masks 384 * ceil(256 / 40) + 4 * 256
-    shape = ref.Mc2Shape(W=8, bs=(256,) * 8, H=8192, K=12, E=256)
+    shape = ref.mc2_shape(W=8, bs=(256,) * 8, H=8192, K=12, E=256)
     t = make_tiling(shape, load_hardware("atlas_a3"), "int8", comm_alg="fullmesh_v2",
                     timing_only=True)
     want = 32 + 32768 + 18432 + 12288 + 8256 + 65536 + 384 * 7 + 1024
@@ -181,7 +182,7 @@ def test_bs_mode_with_expand_scales_is_refused(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- outputs
-def _round_trip(preset: str, shape: ref.Mc2Shape, quant: str, seed: int = 0, mask=None,
+def _round_trip(preset: str, shape: MoeShape, quant: str, seed: int = 0, mask=None,
                 es_out: bool = False):
     cfg = load_hardware(preset)
     t = make_tiling(shape, cfg, quant, comm_alg="fullmesh_v2", x_active_mask=mask or "none",
@@ -214,7 +215,7 @@ def _round_trip(preset: str, shape: ref.Mc2Shape, quant: str, seed: int = 0, mas
     ("ascend950", 4, 7, 64, "int8", "token"),   # 4 count cores, 60 senders
 ])
 def test_each_path_is_exact(preset, W, bs, E, quant, path):
-    shape = ref.Mc2Shape(W=W, bs=(bs,) * W, H=1024, K=4, E=E)
+    shape = ref.mc2_shape(W=W, bs=(bs,) * W, H=1024, K=4, E=E)
     t = _round_trip(preset, shape, quant, seed=W + bs)
     assert tl.bs_mode(t, 0, bs) is (path == "bs")
 
@@ -222,17 +223,17 @@ def test_each_path_is_exact(preset, W, bs, E, quant, path):
 @pytest.mark.parametrize("preset,mask", [("atlas_a3", "1d"), ("ascend950", "2d"),
                                          ("atlas_a3", "2d")])
 def test_masks_are_exact(preset, mask):
-    shape = ref.Mc2Shape(W=2, bs=(6, 6), H=1024, K=4, E=4)
+    shape = ref.mc2_shape(W=2, bs=(6, 6), H=1024, K=4, E=4)
     _round_trip(preset, shape, "int8", seed=3, mask=mask)
 
 
 def test_shared_experts_and_expand_scales_on_the_950():
-    shape = ref.Mc2Shape(W=3, bs=(5,) * 3, H=1024, K=2, E=4, S=1, S_r=1)
+    shape = ref.mc2_shape(W=3, bs=(5,) * 3, H=1024, K=2, E=4, S=1, S_r=1)
     _round_trip("ascend950", shape, "int8", seed=5, es_out=True)
 
 
 def test_shared_experts_on_a3():
-    shape = ref.Mc2Shape(W=3, bs=(5,) * 3, H=1024, K=2, E=4, S=1, S_r=1)
+    shape = ref.mc2_shape(W=3, bs=(5,) * 3, H=1024, K=2, E=4, S=1, S_r=1)
     _round_trip("atlas_a3", shape, "none", seed=6)
 
 

@@ -11,12 +11,13 @@ import pytest
 
 from npusim.hw.config import load_hardware
 from npusim.kernels.mc2 import reference as ref
+from npusim.kernels.shape import MoeShape
 from tests.mc2help import machine_for, make_tiling, run_combine, run_dispatch
 
 BF16 = ml_dtypes.bfloat16
 
 
-def _inputs(shape: ref.Mc2Shape, seed: int, special: int = 0, mask: str | None = None,
+def _inputs(shape: MoeShape, seed: int, special: int = 0, mask: str | None = None,
             scales: np.ndarray | None = None) -> list[ref.DispatchInputs]:
     rng = np.random.default_rng(seed)
     ins = []
@@ -89,57 +90,57 @@ def _round_trip(preset, shape, quant="none", cquant="none", seed=0, etn=1, es_ou
     ("ascend950", 8, "none"),
 ])
 def test_dispatch_combine_exact(preset, W, quant):
-    shape = ref.Mc2Shape(W=W, bs=(6,) * W, H=1024, K=4, E=2 * W)
+    shape = ref.mc2_shape(W=W, bs=(6,) * W, H=1024, K=4, E=2 * W)
     t, res, res2 = _round_trip(preset, shape, quant, seed=W)
     assert t.cores == {"atlas_a3": 48, "ascend950": 64}[preset]  # GetCoreNumAiv of the preset
     assert res.end_ns > res.start_ns and res2.end_ns > res2.start_ns
 
 
 def test_cumsum_token_nums_and_static_int8_per_expert_scales():
-    shape = ref.Mc2Shape(W=2, bs=(5, 5), H=1024, K=2, E=4)
+    shape = ref.mc2_shape(W=2, bs=(5, 5), H=1024, K=2, E=4)
     sc = np.linspace(0.5, 4.0, 4 * 1024, dtype=np.float32).reshape(4, 1024)
     _round_trip("atlas_a3", shape, "static_int8", etn=0, scales=sc)
 
 
 def test_int8_with_smooth_scales_on_the_950():
-    shape = ref.Mc2Shape(W=2, bs=(4, 4), H=1024, K=2, E=4)
+    shape = ref.mc2_shape(W=2, bs=(4, 4), H=1024, K=2, E=4)
     sc = np.linspace(0.5, 2.0, 4 * 1024, dtype=np.float32).reshape(4, 1024)
     _round_trip("ascend950", shape, "int8", scales=sc)
 
 
 @pytest.mark.parametrize("mask", ["1d", "2d"])
 def test_masks(mask):
-    shape = ref.Mc2Shape(W=4, bs=(6,) * 4, H=1024, K=3, E=8)
+    shape = ref.mc2_shape(W=4, bs=(6,) * 4, H=1024, K=3, E=8)
     _round_trip("atlas_a3", shape, "int8", seed=3, mask=mask)
 
 
 @pytest.mark.parametrize("preset", ["atlas_a3", "ascend950"])
 def test_zero_copy_const_experts_and_expand_scales(preset):
-    shape = ref.Mc2Shape(W=2, bs=(6, 6), H=1024, K=4, E=4, zero_experts=1, copy_experts=1,
+    shape = ref.mc2_shape(W=2, bs=(6, 6), H=1024, K=4, E=4, zero_experts=1, copy_experts=1,
                          const_experts=1)
     _round_trip(preset, shape, "none", seed=5, es_out=True)
 
 
 def test_two_dim_mask_on_the_950():
-    shape = ref.Mc2Shape(W=2, bs=(5, 5), H=1024, K=3, E=4)
+    shape = ref.mc2_shape(W=2, bs=(5, 5), H=1024, K=3, E=4)
     _round_trip("ascend950", shape, "none", seed=11, mask="2d")
 
 
 def test_shared_experts_and_combine_int8():
     # ranks 0, 1: one shared expert twice; ranks 2..5 hold 8 MoE experts
-    shape = ref.Mc2Shape(W=6, bs=(4,) * 6, H=1024, K=2, E=8, S=1, S_r=2)
+    shape = ref.mc2_shape(W=6, bs=(4,) * 6, H=1024, K=2, E=8, S=1, S_r=2)
     _round_trip("atlas_a3", shape, "int8", "int8", seed=7)
 
 
 def test_uneven_bs_with_global_bs_on_the_950():
-    shape = ref.Mc2Shape(W=4, bs=(7, 3, 5, 1), H=1024, K=2, E=8, global_bs=32)
+    shape = ref.mc2_shape(W=4, bs=(7, 3, 5, 1), H=1024, K=2, E=8, global_bs=32)
     _round_trip("ascend950", shape, "int8", seed=9)
 
 
 @pytest.mark.parametrize("preset,W", [("atlas_a3", 16), ("ascend950", 16), ("atlas_a3", 48)])
 def test_wide_worlds(preset, W):
     # W = 48 on A3: 48 ranks of 48 cores, one expert each, two tokens of two pairs
-    shape = ref.Mc2Shape(W=W, bs=(2,) * W, H=1024, K=2, E=W)
+    shape = ref.mc2_shape(W=W, bs=(2,) * W, H=1024, K=2, E=W)
     _round_trip(preset, shape, "int8", seed=W)
 
 
@@ -150,7 +151,7 @@ def test_performance_info_times_each_source(preset):
         cfg = dataclasses.replace(cfg, fabric=dataclasses.replace(cfg.fabric, levels=tuple(
             dataclasses.replace(lv, latency_ns=3000.0) if lv.name != "package" else lv
             for lv in cfg.fabric.levels)))
-    shape = ref.Mc2Shape(W=4, bs=(4,) * 4, H=1024, K=2, E=8)
+    shape = ref.mc2_shape(W=4, bs=(4,) * 4, H=1024, K=2, E=8)
     ins = _inputs(shape, 13)
     plain = make_tiling(shape, cfg, "int8")
     t = make_tiling(shape, cfg, "int8", performance_info=True)
@@ -178,7 +179,7 @@ def test_combine_performance_info_names_only_the_sources(preset):
     recording changes no output byte and never makes the combine faster."""
     cfg = load_hardware(preset)
     W, L = 4, 2
-    shape = ref.Mc2Shape(W=W, bs=(4,) * W, H=1024, K=2, E=W * L)
+    shape = ref.mc2_shape(W=W, bs=(4,) * W, H=1024, K=2, E=W * L)
     ins = _inputs(shape, 5)
     for r, i in enumerate(ins):
         i.expert_ids[:] = [L * r, L * ((r + 1) % W) + 1]
@@ -208,6 +209,6 @@ def test_950_int8_combine_exact(W, H, mask):
     row quantised per 8 values, its Align32(H) int8 and Align128(H) / 8 scales packed into
     480/512 B blocks, dequantised and summed as the reference does (H 1056: 144 scales
     sent, 132 used)."""
-    shape = ref.Mc2Shape(W=W, bs=(5,) * W, H=H, K=4, E=2 * W)
+    shape = ref.mc2_shape(W=W, bs=(5,) * W, H=H, K=4, E=2 * W)
     t, _, _ = _round_trip("ascend950", shape, "int8", "int8", seed=W, mask=mask)
     assert t.window.combine_step < t.window.combine_slot  # fewer blocks than bf16

@@ -170,7 +170,7 @@ def test_record_layouts_as_quantinit():
 @pytest.mark.parametrize("alg", ["fullmesh_v1", "fullmesh_v2"])
 def test_kernel_outputs_equal_the_reference(quant, fp8, dtype, alg):
     cfg = load_hardware("ascend950")
-    shape = ref.Mc2Shape(W=4, bs=(5, 5, 5, 5), H=1056, K=3, E=8, dtype=dtype)
+    shape = ref.mc2_shape(W=4, bs=(5, 5, 5, 5), H=1056, K=3, E=8, dtype=dtype)
     t = make_tiling(shape, cfg, quant, quant_dtype=fp8, comm_alg=alg)
     ins = _inputs(shape, 2)
     if dtype == "float16":
@@ -184,7 +184,7 @@ def test_kernel_outputs_equal_the_reference(quant, fp8, dtype, alg):
 
 def test_pergroup_with_smooth_scales_equals_the_reference():
     cfg = load_hardware("ascend950")
-    shape = ref.Mc2Shape(W=4, bs=(4, 4, 4, 4), H=1024, K=2, E=8)
+    shape = ref.mc2_shape(W=4, bs=(4, 4, 4, 4), H=1024, K=2, E=8)
     rng = np.random.default_rng(5)
     scales = rng.uniform(0.5, 2.0, (shape.scale_rows(), shape.H)).astype(np.float32)
     t = make_tiling(shape, cfg, "pergroup", smooth_scales=True, quant_dtype="e4m3")
@@ -243,7 +243,7 @@ def test_tensors_dump_agrees_with_the_reference_and_the_round_trip(tmp_path, qua
                  "--quiet"]) == 0
     W, H = 4, 1024
     load = lambda op, r, side, n: np.load(tens / op / f"rank_{r}" / side / f"{n}.npy")  # noqa: E731
-    shape = ref.Mc2Shape(W=W, bs=(4,) * W, H=H, K=4, E=8)
+    shape = ref.mc2_shape(W=W, bs=(4,) * W, H=H, K=4, E=8)
     ins = [ref.DispatchInputs(load("dispatch", r, "in", "x").view(BF16),
                               load("dispatch", r, "in", "expert_ids"),
                               load("dispatch", r, "in", "expert_scales"), None, None)
@@ -289,7 +289,7 @@ def test_combine_mx_round_trip_by_hand():
 def test_combine_mxfp8_equals_the_reference(cquant, dquant, S):
     from test_mc2_kernels import _round_trip
     W = 6 if S else 4
-    shape = ref.Mc2Shape(W=W, bs=(4,) * W, H=1056, K=3, E=8, S=S, S_r=2 * S)
+    shape = ref.mc2_shape(W=W, bs=(4,) * W, H=1056, K=3, E=8, S=S, S_r=2 * S)
     t, _, res2 = _round_trip("ascend950", shape, dquant, cquant, seed=7)
     assert t.window.combine_stride == 1536  # ceil((1280 + 2 * 34) / 480) * 512
     assert res2.end_ns > res2.start_ns

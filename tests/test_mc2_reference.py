@@ -10,7 +10,7 @@ import pytest
 from npusim.kernels.mc2.reference import (
     CombineInputs,
     DispatchInputs,
-    Mc2Shape,
+    mc2_shape,
     reference_combine,
     reference_dispatch,
     static_int8_quantize,
@@ -26,7 +26,7 @@ def _x(rank: int, bs: int, h: int = 4) -> np.ndarray:
 
 def _tiny(mask=None, **kw):
     # W=2, L=2 (E=4), BS=2, K=2, H=4; rank 0 holds experts 0, 1; rank 1 holds 2, 3
-    shape = Mc2Shape(W=2, bs=(2, 2), H=4, K=2, E=4, **kw)
+    shape = mc2_shape(W=2, bs=(2, 2), H=4, K=2, E=4, **kw)
     ids = [np.array([[0, 1], [0, 2]], np.int32), np.array([[1, 0], [3, 0]], np.int32)]
     ins = [DispatchInputs(_x(r, 2), ids[r], x_active_mask=None if mask is None else mask[r])
            for r in range(2)]
@@ -103,7 +103,7 @@ def test_two_dim_mask_drops_pairs_and_all_false_tokens():
 
 def test_zero_copy_const_experts():
     # ids >= E: 4 = zero expert, 5 = copy expert, 6 = const expert 0
-    shape = Mc2Shape(W=2, bs=(1, 1), H=4, K=3, E=4, zero_experts=1, copy_experts=1,
+    shape = mc2_shape(W=2, bs=(1, 1), H=4, K=3, E=4, zero_experts=1, copy_experts=1,
                      const_experts=1)
     ids = [np.array([[0, 4, 5]], np.int32), np.array([[6, 2, 4]], np.int32)]
     ins = [DispatchInputs(_x(r, 1), ids[r]) for r in range(2)]
@@ -122,7 +122,7 @@ def test_zero_copy_const_experts():
 
 
 def test_const_expert_softmax_by_hand():
-    shape = Mc2Shape(W=2, bs=(1, 1), H=2, K=1, E=2, const_experts=1)
+    shape = mc2_shape(W=2, bs=(1, 1), H=2, K=1, E=2, const_experts=1)
     ids = [np.array([[2]], np.int32), np.array([[0]], np.int32)]
     x = [np.array([[1.0, 0.0]], BF16), np.array([[3.0, 1.0]], BF16)]
     ins = [DispatchInputs(x[r], ids[r]) for r in range(2)]
@@ -139,7 +139,7 @@ def test_const_expert_softmax_by_hand():
 
 def test_shared_experts_go_to_the_group_replica_and_add_with_weight_one():
     # W=4: ranks 0, 1 hold shared expert 0 (R = 2); ranks 2, 3 hold E = 4 MoE experts (L = 2)
-    shape = Mc2Shape(W=4, bs=(2,) * 4, H=4, K=1, E=4, S=1, S_r=2)
+    shape = mc2_shape(W=4, bs=(2,) * 4, H=4, K=1, E=4, S=1, S_r=2)
     ids = [np.array([[r % 4], [(r + 1) % 4]], np.int32) for r in range(4)]
     ins = [DispatchInputs(_x(r, 2), ids[r]) for r in range(4)]
     outs = reference_dispatch(shape, ins)
@@ -157,7 +157,7 @@ def test_shared_experts_go_to_the_group_replica_and_add_with_weight_one():
 
 
 def test_uneven_bs_with_global_bs():
-    shape = Mc2Shape(W=2, bs=(3, 1), H=4, K=1, E=2, global_bs=6)
+    shape = mc2_shape(W=2, bs=(3, 1), H=4, K=1, E=2, global_bs=6)
     ids = [np.array([[1], [1], [0]], np.int32), np.array([[1]], np.int32)]
     ins = [DispatchInputs(_x(r, shape.bs[r]), ids[r]) for r in range(2)]
     outs = reference_dispatch(shape, ins)
@@ -165,9 +165,9 @@ def test_uneven_bs_with_global_bs():
     assert outs[1].assist_info_for_combine[:outs[1].n].tolist() == [[0, 0, 0], [0, 1, 0],
                                                                      [1, 0, 0]]
     with pytest.raises(ValueError, match="global_bs"):
-        Mc2Shape(W=2, bs=(3, 1), H=4, K=1, E=2)
+        mc2_shape(W=2, bs=(3, 1), H=4, K=1, E=2)
     with pytest.raises(ValueError, match="global_bs"):
-        Mc2Shape(W=2, bs=(3, 1), H=4, K=1, E=2, global_bs=4)
+        mc2_shape(W=2, bs=(3, 1), H=4, K=1, E=2, global_bs=4)
 
 
 def test_static_int8_rounding_and_saturation():

@@ -2,8 +2,10 @@
 
 W ranks in the EP group, BS tokens per rank, hidden size H, top-K, L experts on each MoE
 rank, S shared experts on the first S_r ranks (ops-transformer V2; 0 and 0 without) and
-the token dtype. A family's tiling is this shape plus its own options and core counts;
-inputs, references and case directories take the shape instead of loose integers.
+the token dtype. ops-transformer's V3 operators (family mc2) add what they take beyond
+that: a BS per rank (BS their largest), globalBs, and the zero / copy / const experts.
+A family's tiling is this shape plus its own options and core counts; inputs, references
+and case directories take the shape instead of loose integers.
 """
 
 from __future__ import annotations
@@ -27,12 +29,26 @@ class MoeShape:
     S: int = 0  # shared experts
     S_r: int = 0  # ranks 0..S_r-1 hold the shared experts
     dtype: str = "float16"  # token dtype: float16 | bfloat16
+    bs_per_rank: tuple[int, ...] = ()  # BS of each rank, the largest BS; (): BS everywhere
+    global_bs: int = 0  # globalBs, a multiple of W >= W * BS; 0: BS * W
+    zero_experts: int = 0  # ids E.. (the V3 operators' special experts, never sent)
+    copy_experts: int = 0  # then the copy experts
+    const_experts: int = 0  # then the const experts
 
     def __post_init__(self) -> None:
         S, S_r = self.S, self.S_r
         if (S == 0) != (S_r == 0) or (S and (S_r % S or S_r >= self.W)):
             raise ValueError(f"shared experts S={S} on S_r={S_r} of {self.W} ranks: need "
                              "both zero, or S_r a multiple of S below the world size")
+        bs = self.bs_per_rank
+        if bs and (len(bs) != self.W or max(bs) != self.BS):
+            raise ValueError(f"bs has {len(bs)} entries with largest {max(bs)} for W={self.W} "
+                             f"ranks and BS={self.BS}")
+        if self.global_bs == 0 and len(set(bs)) > 1:
+            raise ValueError("uneven BS per rank needs global_bs (the window is sized by it)")
+        if self.global_bs and (self.global_bs % self.W or self.global_bs // self.W < self.BS):
+            raise ValueError(f"global_bs={self.global_bs} must be a multiple of W={self.W} and "
+                             f">= W * max(BS) = {self.W * self.BS}")
 
     @property
     def moe_ranks(self) -> int:
@@ -65,6 +81,37 @@ class MoeShape:
 
     def is_shared_rank(self, rank: int) -> bool:
         return rank < self.S_r
+
+    # ---- the V3 operators' attributes (family mc2)
+    @property
+    def bs(self) -> tuple[int, ...]:
+        """BS of each rank."""
+        return self.bs_per_rank or (self.BS,) * self.W
+
+    @property
+    def global_bs_eff(self) -> int:
+        """globalBs as the tiling sets it: the attribute, or BS * W when it is 0."""
+        return self.global_bs or self.BS * self.W
+
+    @property
+    def max_bs(self) -> int:
+        """maxBs = globalBs / W: the per-source slot count of every window block."""
+        return self.global_bs_eff // self.W
+
+    @property
+    def special_experts(self) -> int:
+        return self.zero_experts + self.copy_experts + self.const_experts
+
+    def rows_capacity(self, rank: int) -> int:
+        """A, the rows of expand_x: globalBs * min(L, K) on a MoE rank, maxBs * ceil(W / R)
+        on a shared rank (tiling CheckInputInfoTensorShape)."""
+        if self.is_shared_rank(rank):
+            return self.max_bs * ceil_div(self.W, self.R)
+        return self.global_bs_eff * min(self.L, self.K)
+
+    def scale_rows(self) -> int:
+        """E': rows of a 2-D static / smooth scale tensor (S + E with shared ranks, else E)."""
+        return self.E + (self.S if self.S_r else 0)
 
     def rows_of(self, rank: int) -> int:
         """A of this rank: BS * ceil(W / R) on a shared rank, else A."""

@@ -9,6 +9,7 @@ snake case). Optional inputs the workload does not use are declared with zero ro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -205,14 +206,13 @@ def _bs_list(shape: MoeShape, o: Mc2Options) -> tuple[int, ...]:
     return tuple(o.bs_per_rank) or (shape.BS,) * shape.W
 
 
-def _shape(shape: MoeShape, o: Mc2Options) -> ref.Mc2Shape:
+def _shape(shape: MoeShape, o: Mc2Options) -> MoeShape:
+    """The scenario's shape with what the V3 operators take beyond it (BS per rank,
+    globalBs, the special experts)."""
     bs = _bs_list(shape, o)
     gbs = o.global_bs or (shape.W * max(bs) if len(set(bs)) > 1 else 0)
-    return ref.Mc2Shape(W=shape.W, bs=bs, H=shape.H, K=shape.K, E=shape.E,
-                        S=shape.S, S_r=shape.S_r, global_bs=gbs,
-                        zero_experts=o.zero_experts,
-                        copy_experts=o.copy_experts,
-                        const_experts=o.const_experts, dtype=shape.dtype)
+    return replace(shape, bs_per_rank=bs, global_bs=gbs, zero_experts=o.zero_experts,
+                   copy_experts=o.copy_experts, const_experts=o.const_experts)
 
 
 def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
@@ -401,7 +401,7 @@ class Mc2(Family):
         return out
 
     @staticmethod
-    def _scales(s: ref.Mc2Shape, o: Mc2Options, rng: np.random.Generator
+    def _scales(s: MoeShape, o: Mc2Options, rng: np.random.Generator
                 ) -> np.ndarray:
         q = o.dispatch_quant
         if q == "static_int8":

@@ -60,81 +60,24 @@ from npusim.kernels.quant import (
     token_dtype,
 )
 from npusim.kernels.quant.golden import mx_combine_row, mx_row, pergroup_row
+from npusim.kernels.shape import MoeShape
 
 DISPATCH_QUANTS = ("none", "static_int8", "int8", "pergroup", "mxfp8", "mxfp8_clip")
 FP8_QUANTS = ("pergroup", "mxfp8", "mxfp8_clip")
 COMBINE_QUANTS = ("none", "int8", "mxfp8_e5m2", "mxfp8_e4m3")
 
 
-@dataclass(frozen=True)
-class Mc2Shape:
-    """One MoeDistributeDispatchV3 / CombineV3 call: the attributes both operators take."""
-
-    W: int
-    bs: tuple[int, ...]  # BS per rank (length W)
-    H: int
-    K: int
-    E: int  # MoE experts (moe_expert_num)
-    S: int = 0  # shared experts
-    S_r: int = 0  # shared expert ranks
-    global_bs: int = 0  # 0: BS * W (all ranks the same BS)
-    zero_experts: int = 0
-    copy_experts: int = 0
-    const_experts: int = 0
-    dtype: str = "bfloat16"
-
-    def __post_init__(self) -> None:
-        if len(self.bs) != self.W:
-            raise ValueError(f"bs has {len(self.bs)} entries for W={self.W} ranks")
-        if self.S_r >= self.W or (self.S == 0) != (self.S_r == 0) or (self.S and self.S_r % self.S):
-            raise ValueError(f"S={self.S} shared experts on S_r={self.S_r} of W={self.W} ranks: "
-                             "need S_r < W, both zero or both not, S_r % S == 0")
-        if self.E % (self.W - self.S_r):
-            raise ValueError(f"E={self.E} MoE experts do not split over W - S_r = "
-                             f"{self.W - self.S_r} ranks")
-        if self.global_bs == 0 and len(set(self.bs)) > 1:
-            raise ValueError("uneven BS per rank needs global_bs (the window is sized by it)")
-        if self.global_bs and (self.global_bs % self.W or self.global_bs // self.W < max(self.bs)):
-            raise ValueError(f"global_bs={self.global_bs} must be a multiple of W={self.W} and "
-                             f">= W * max(BS) = {self.W * max(self.bs)}")
-
-    @property
-    def L(self) -> int:
-        """MoE experts per MoE rank."""
-        return self.E // (self.W - self.S_r)
-
-    @property
-    def R(self) -> int:
-        """Ranks per shared expert (0 without shared experts)."""
-        return self.S_r // self.S if self.S else 0
-
-    @property
-    def global_bs_eff(self) -> int:
-        """globalBs as the tiling sets it: the attribute, or BS * W when it is 0."""
-        return self.global_bs or self.bs[0] * self.W
-
-    @property
-    def max_bs(self) -> int:
-        """maxBs = globalBs / W: the per-source slot count of every window block."""
-        return self.global_bs_eff // self.W
-
-    @property
-    def special_experts(self) -> int:
-        return self.zero_experts + self.copy_experts + self.const_experts
-
-    def is_shared_rank(self, rank: int) -> bool:
-        return rank < self.S_r
-
-    def rows_capacity(self, rank: int) -> int:
-        """A, the rows of expand_x: globalBs * min(L, K) on a MoE rank, maxBs * ceil(W / R)
-        on a shared rank (tiling CheckInputInfoTensorShape)."""
-        if self.is_shared_rank(rank):
-            return self.max_bs * ceil_div(self.W, self.R)
-        return self.global_bs_eff * min(self.L, self.K)
-
-    def scale_rows(self) -> int:
-        """E': rows of a 2-D static / smooth scale tensor (S + E with shared ranks, else E)."""
-        return self.E + (self.S if self.S_r else 0)
+def mc2_shape(W: int, bs: tuple[int, ...], H: int, K: int, E: int, S: int = 0, S_r: int = 0,
+              global_bs: int = 0, zero_experts: int = 0, copy_experts: int = 0,
+              const_experts: int = 0, dtype: str = "bfloat16") -> MoeShape:
+    """The shape of one MoeDistributeDispatchV3 / CombineV3 call from the attributes both
+    operators take: BS per rank, E MoE experts (L = E / (W - S_r) per MoE rank)."""
+    if len(bs) != W:
+        raise ValueError(f"bs has {len(bs)} entries for W={W} ranks")
+    if S_r >= W or E % (W - S_r):
+        raise ValueError(f"E={E} MoE experts do not split over W - S_r = {W - S_r} ranks")
+    return MoeShape(W, max(bs), H, K, E // (W - S_r), S, S_r, dtype, tuple(bs), global_bs,
+                    zero_experts, copy_experts, const_experts)
 
 
 @dataclass
@@ -180,7 +123,7 @@ class CombineInputs:
 # --------------------------------------------------------------------------- routing
 
 
-def active_pairs(shape: Mc2Shape, ids: np.ndarray, mask: np.ndarray | None
+def active_pairs(shape: MoeShape, ids: np.ndarray, mask: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(active token indices in order, bool (BS, K) of pairs that travel to a MoE expert)."""
     bs = ids.shape[0]
@@ -198,7 +141,7 @@ def active_pairs(shape: Mc2Shape, ids: np.ndarray, mask: np.ndarray | None
     return tokens, pair
 
 
-def dispatch_rows(shape: Mc2Shape, ids_per_rank: list[np.ndarray],
+def dispatch_rows(shape: MoeShape, ids_per_rank: list[np.ndarray],
                   masks: list[np.ndarray | None]) -> list[np.ndarray]:
     """Per destination rank, its rows in output order as (src, token, k, local) int64 (n, 4)."""
     W, K, L = shape.W, shape.K, shape.L
@@ -221,7 +164,7 @@ def dispatch_rows(shape: Mc2Shape, ids_per_rank: list[np.ndarray],
     return out
 
 
-def recv_counts(shape: Mc2Shape, rank: int, rows: np.ndarray) -> np.ndarray:
+def recv_counts(shape: MoeShape, rank: int, rows: np.ndarray) -> np.ndarray:
     """Counts per status entry: local_expert * W + src on a MoE rank, src on a shared rank."""
     W = shape.W
     if shape.is_shared_rank(rank):
@@ -242,7 +185,7 @@ def static_int8_quantize(x: np.ndarray, scale_row: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(f), -128, 127).astype(np.int8)
 
 
-def scale_row(shape: Mc2Shape, scales: np.ndarray, expert_index: int) -> np.ndarray:
+def scale_row(shape: MoeShape, scales: np.ndarray, expert_index: int) -> np.ndarray:
     """The static / smooth scale used for one row: the whole (1,) / (H,) tensor, or row
     ``expert_index`` (S + e for MoE expert e with shared ranks, e without; j for shared j)."""
     scales = np.asarray(scales, dtype=np.float32)
@@ -256,7 +199,7 @@ def scale_row(shape: Mc2Shape, scales: np.ndarray, expert_index: int) -> np.ndar
     return scales[expert_index]
 
 
-def expert_index(shape: Mc2Shape, k: int, e: int) -> int:
+def expert_index(shape: MoeShape, k: int, e: int) -> int:
     """Row of the scale tensor for a pair: shared expert j = k - K, or MoE expert e."""
     if k >= shape.K:
         return k - shape.K
@@ -266,7 +209,7 @@ def expert_index(shape: Mc2Shape, k: int, e: int) -> int:
 # --------------------------------------------------------------------------- dispatch
 
 
-def reference_dispatch(shape: Mc2Shape, inputs: list[DispatchInputs], quant: str = "none",
+def reference_dispatch(shape: MoeShape, inputs: list[DispatchInputs], quant: str = "none",
                        expert_token_nums_type: int = 1, quant_dtype: str = "e5m2"
                        ) -> list[DispatchOutputs]:
     """Every rank's dispatch outputs for one call."""
@@ -385,7 +328,7 @@ def const_expert_row(x: np.ndarray, alpha1: np.ndarray, alpha2: np.ndarray, v: n
     return xf * a1 + v.astype(np.float32) * a2
 
 
-def reference_combine(shape: Mc2Shape, dispatch_out: list[DispatchOutputs],
+def reference_combine(shape: MoeShape, dispatch_out: list[DispatchOutputs],
                       inputs: list[CombineInputs], quant: str = "none") -> list[np.ndarray]:
     """Every rank's combine output x (BS_r, H) for one call."""
     if quant not in COMBINE_QUANTS:

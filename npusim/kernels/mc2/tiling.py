@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from npusim.kernels.common.align import align32, align_up, ceil_div
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2.quant_modes import fp8_mode, input_bytes
-from npusim.kernels.mc2.reference import Mc2Shape
 from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window
-from npusim.kernels.shape import OnShape
+from npusim.kernels.shape import MoeShape, OnShape
 
 ARCH_OF_PRESET = {"atlas_a3": "arch22", "ascend950": "arch35"}
 
@@ -25,7 +24,7 @@ __all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "workspace_ints"]
 class Mc2Tiling(OnShape):
     """What the host hands one V3 call (built with named fields only)."""
 
-    shape: Mc2Shape
+    shape: MoeShape
     dispatch_quant: str  # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip
     combine_quant: str  # none | int8 | mxfp8_e5m2 | mxfp8_e4m3 (the 950)
     expert_token_nums_type: int  # 0 cumsum, 1 counts
