@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = (ROOT / "README.md", ROOT / "docs" / "install.md")
-"""The pages whose console blocks run here: the README's tour and the shipped-name error."""
+DOCS = (ROOT / "README.md", *(ROOT / "docs" / n for n in ("install.md", "scenario.md",
+                                                             "commands.md")))
+"""The pages whose console blocks run here (the README's tour, the one-line errors)."""
 
 SLOW = ("check", "sweep", "calibrate", "validate")
 """Subcommands too slow for a doc test: a console block must not show them."""
@@ -35,10 +36,11 @@ class Command:
 def console_blocks(path: Path) -> list[list[Command]]:
     """Every ```console block of a page as its commands with their expected output."""
     blocks: list[list[Command]] = []
-    inside = False
-    for line in path.read_text().splitlines():
-        if line.strip() == "```console":
-            inside, cmds = True, []
+    inside, indent = False, 0
+    for raw in path.read_text().splitlines():
+        line = raw[indent:] if inside else raw
+        if raw.strip() == "```console":  # a block may be indented, inside a list item
+            inside, indent, cmds = True, len(raw) - len(raw.lstrip()), []
             blocks.append(cmds)
         elif inside and line.strip() == "```":
             inside = False
