@@ -3,7 +3,8 @@ by the package it lives in, for the A3 large-EP case (benchmarks/run.py's) at on
 
     python benchmarks/layers.py --ep 64 --bs 32 [--op dispatch|combine|dispatch_combine]
 
-The split bounds what making one layer cheaper can give (docs/performance.md, session 14).
+The split bounds what making one layer cheaper can give (docs/performance.md, "Where the
+time goes").
 cProfile adds a cost per call, so layers with many small calls read somewhat high.
 """
 

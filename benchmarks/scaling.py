@@ -3,7 +3,7 @@ dispatch_combine runs over BS (W=8) and over W (BS=8), against BS * K * W.
 
     python benchmarks/scaling.py            # prints a Markdown table (docs/performance.md)
     python benchmarks/scaling.py --plot reports/scaling.png   # and draws the curve (matplotlib)
-    python benchmarks/scaling.py --ep 8,16,32,64,128    # issue 19's A3 case along W (BS 128)
+    python benchmarks/scaling.py --ep 8,16,32,64,128    # the large-EP A3 case along W (BS 128)
 
 --ep runs benchmarks/run.py's Atlas A3 large-EP case (one expert per rank, INT8 dispatch,
 bf16, timing only, K 8) at BS 128 for each W, each in a fresh process, and prints events,

@@ -4,7 +4,7 @@
 A table is a CSV with one row per measured kernel call: the workload fields of a
 scenario (op runs one kernel of its family: dispatch or combine for cann_sample),
 `measured_us`, and optional `source` / `label` / `kernel` (the family, default
-cann_sample) / `tolerance_pct` (the row's own target, e.g. 10 for the issue-17 vector
+cann_sample) / `tolerance_pct` (the row's own target, e.g. 10 for the nine 950 vector
 rows; `npusim validate --tolerance` for the others) and the family's options. A kernel's
 `variant` option (cann_sample: its quantisation) pairs rows into speed-ups: a row
 against its twin at the option's default. Rows are simulated in timing-only mode (no
