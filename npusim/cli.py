@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from npusim import __version__
+from npusim import __version__, advise_cmd
 from npusim.errors import BlockedError, InputError, KernelError, NpusimError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_KERNEL = 0, 1, 2, 3
@@ -619,6 +619,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     scn = sub.add_parser("scenarios", help="list the shipped scenarios and sweeps (name and "
                          "description), to run by name")
     scn.set_defaults(func=cmd_scenarios)
+    advise_cmd.add_parser(sub)
     return parser
 
 

@@ -159,11 +159,25 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None,
     if backend not in BACKENDS:
         raise InputError("command line", "--backend", f"{backend!r}; allowed: "
                          f"{', '.join(BACKENDS)}")
-    from npusim.progress import Progress
-
     src = str(path)
     name, points = load_sweep(path)
     base_dir = str(Path(path).resolve().parent)
+    run_points(points, out, src, base_dir, workers, backend, quiet, title=f"sweep {name}")
+    from npusim.report.io import write_text_atomic
+
+    return write_text_atomic(out / "results.csv", _csv(points, out))
+
+
+def run_points(points: list[Point], out: Path, src: str, base_dir: str,
+               workers: int | None = None, backend: str = "processes", quiet: bool = False,
+               title: str = "sweep") -> dict[str, dict[str, Any]]:
+    """Run the points not already done under out/points/<point>/ (the resumable core of
+    a sweep, also `npusim advise`'s); returns every point's report by point name."""
+    if backend not in BACKENDS:
+        raise InputError("command line", "--backend", f"{backend!r}; allowed: "
+                         f"{', '.join(BACKENDS)}")
+    from npusim.progress import Progress
+
     todo = []
     for pt in points:
         rp = out / "points" / pt.name / "report.json"
@@ -172,12 +186,12 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None,
     n = len(points)
     shown = None if quiet else Progress()
     if shown:
-        shown.note(f"sweep {src}: {n} point(s), {n - len(todo)} already done")
+        shown.note(f"{title} ({src}): {n} point(s), {n - len(todo)} already done")
     counter = [n - len(todo)]
     jobs = [((pt.doc, f"{src} (point {pt.name})", base_dir), pt, rp) for pt, rp in todo]
 
     def status() -> str:
-        return f"sweep {name}: {counter[0]}/{n} points done, {shown.elapsed():.0f} s"
+        return f"{title}: {counter[0]}/{n} points done, {shown.elapsed():.0f} s"
 
     if jobs:
         runner = _run_ray if backend == "ray" else _run_processes
@@ -188,9 +202,8 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None,
         finally:
             if shown:
                 shown.clear()
-    from npusim.report.io import write_text_atomic
-
-    return write_text_atomic(out / "results.csv", _csv(points, out))
+    return {pt.name: json.loads((out / "points" / pt.name / "report.json").read_text())
+            for pt in points}
 
 
 def _record(report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int,

@@ -14,7 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2.combine import combine_program
@@ -249,6 +259,9 @@ class Mc2(Family):
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
+    variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
+    dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
+    combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
     options = (
         Option("comm_alg", "choice", "fullmesh_v1", "the operators' algorithm: fullmesh_v1 "
                "(the default, MoeDistributeDispatchV2) or fullmesh_v2 "
