@@ -30,7 +30,7 @@ import yaml
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.kernels import registry
-from npusim.kernels.family import QUANTS
+from npusim.kernels.family import QUANTS, Family
 
 UNCALIBRATED_TIE = 0.10  # the calibration tables' acceptance bound: no finer claim holds
 # the shape keys an advice reads of a scenario's workload; the family and its options
@@ -51,11 +51,12 @@ MAX_CANDIDATES = 512  # points of one advice (candidates x axis values)
 class Candidate:
     """One family / variant / quantisation to try."""
 
-    family: str
+    family: str  # the family's name
     variant: str
     dispatch_quant: str
     combine_quant: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    kernel: str = ""  # workload.kernel when it is not the name: a user's file or module
 
     @property
     def label(self) -> str:
@@ -73,22 +74,43 @@ class Candidate:
                                     self.combine_quant) if x)
 
 
+def _families(refs: Sequence[str]) -> list[tuple[str, Family]]:
+    """(workload.kernel, family) of each --family: a built-in name, a user's .py file
+    (relative to the working directory) or module:attr."""
+    known = registry.names()
+    if not refs:
+        return [(n, registry.get(n)) for n in known if registry.get(n).variants]
+    out = []
+    for ref in refs:
+        offered = [n for n in known if registry.get(n).variants]
+        allowed = f"allowed: {', '.join(offered)}, a .py file or module:attr"
+        if ref in known or not (registry.is_file_ref(ref) or registry.is_module_ref(ref)):
+            if ref not in offered:
+                raise InputError("command line", "--family", f"{ref!r} offers no variants "
+                                 f"to rank; {allowed}" if ref in known else
+                                 f"unknown family {ref!r}; {allowed}")
+            out.append((ref, registry.get(ref)))
+            continue
+        kernel = str(Path(ref).resolve()) if registry.is_file_ref(ref) else ref
+        try:
+            fam = registry.get(kernel, Path.cwd())
+        except registry.FamilyError as exc:
+            raise InputError("command line", "--family", str(exc)) from None
+        if not fam.variants:
+            raise InputError("command line", "--family", f"{ref}: family {fam.name!r} declares "
+                             "no variants (Family.variants) to rank")
+        out.append((kernel, fam))
+    return out
+
+
 def candidates(dispatch_quants: Sequence[str], combine_quants: Sequence[str],
                families: Sequence[str] = ()) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """Every declared candidate for the allowed quantisations (of `families` only, if
     given), and the families with no candidate at all for them (name, reason)."""
     out: list[Candidate] = []
     missing: list[tuple[str, str]] = []
-    known = registry.names()
-    for name in families:
-        if name not in known or not registry.get(name).variants:
-            offered = [n for n in known if registry.get(n).variants]
-            raise InputError("command line", "--family", f"{name!r}; allowed: "
-                             f"{', '.join(offered)}")
-    for name in families or known:
-        fam = registry.get(name)
-        if not fam.variants:
-            continue
+    for kernel, fam in _families(families):
+        name = fam.name
         mine = [(dq, cq) for dq in dispatch_quants if dq in fam.dispatch_quants
                 for cq in combine_quants if cq in fam.combine_quants]
         if not mine:
@@ -100,7 +122,8 @@ def candidates(dispatch_quants: Sequence[str], combine_quants: Sequence[str],
         for v in fam.variants:
             for dq, cq in mine:
                 opts = {**v.options, **fam.dispatch_quants[dq], **fam.combine_quants[cq]}
-                out.append(Candidate(name, v.name, dq, cq, opts))
+                out.append(Candidate(name, v.name, dq, cq, opts,
+                                     "" if kernel == name else kernel))
     return out, missing
 
 
@@ -178,7 +201,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                     raise InputError("command line", f"--over {axis}",
                                      "names no scenario key") from None
             w = doc["workload"]
-            w["kernel"] = c.family
+            w["kernel"] = c.kernel or c.family
             w.update(c.options)
             w["timing_only"] = True
             tag = "" if axis is None else f"-{axis.rsplit('.', 1)[-1]}{value}"
@@ -214,6 +237,7 @@ class Calibration:
     preset: str
     mape: float | None  # None: uncalibrated
     ranges: Mapping[str, Mapping[str, tuple[float, float]]]  # family -> key -> (lo, hi)
+    why_not: str = ""  # what makes a calibrated preset uncalibrated here
 
     @property
     def tie(self) -> float:
@@ -221,7 +245,9 @@ class Calibration:
 
     @property
     def status(self) -> str:
-        return "uncalibrated" if self.mape is None else f"calibrated (MAPE {self.mape:.1%})"
+        if self.mape is None:
+            return f"uncalibrated ({self.why_not})" if self.why_not else "uncalibrated"
+        return f"calibrated (MAPE {self.mape:.1%})"
 
     def outside(self, family: str, workload: Mapping[str, Any]) -> str | None:
         """Why a run is outside the table's shapes for its family (None: inside)."""
@@ -246,12 +272,15 @@ def _num(x: float) -> str:
 RANGE_KEYS = ("bs", "h", "k", "ep_world_size")
 
 
-def calibration_of(preset: str) -> Calibration:
+def calibration_of(preset: str, overridden: bool = False) -> Calibration:
     """The preset's calibration: configs/targets/<preset>.csv gives the shapes, and
-    configs/targets/<preset>.yaml the MAPE of its last validation."""
+    configs/targets/<preset>.yaml the MAPE of its last validation. A preset with
+    hardware_overrides is no longer the one validated: uncalibrated."""
     from npusim.calibrate import read_table
     from npusim.shipped import targets_dir
 
+    if overridden:
+        return Calibration(preset, None, {}, "hardware_overrides")
     status = targets_dir() / f"{preset}.yaml"
     table = targets_dir() / f"{preset}.csv"
     if not (status.is_file() and table.is_file()):

@@ -29,8 +29,9 @@ def add_parser(sub: Any) -> None:
     adv.add_argument("--combine-quant", metavar="LIST", help="allowed combine "
                      "quantisations, comma-separated: none, int8 (default none)")
     adv.add_argument("--family", action="append", default=[], metavar="NAME",
-                     help="rank only this family's variants (repeatable; default: every "
-                     "family that declares variants)")
+                     help="rank only this family's variants: a built-in name, a .py file or "
+                     "module:attr (repeatable; default: every built-in family that declares "
+                     "variants)")
     adv.add_argument("--over", metavar="AXIS=V1,V2,...", help="rank at each value of one "
                      "axis (bs=8,32,128 or any dotted key) and say where the winner changes")
     adv.add_argument("--out", metavar="DIR", help="where the runs are kept, to resume "
@@ -101,7 +102,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             raise InputError(src, None, reasons[0])
         fams = "; ".join(dict.fromkeys(f"{fam}: {why}" for _, fam, _, why in p.refused))
         raise InputError(src, None, f"no kernel family runs this shape ({fams})")
-    cal = advise.calibration_of(p.preset)
+    cal = advise.calibration_of(p.preset, overridden=bool(shape.get("hardware_overrides")))
     reports = advise.run_plan(p, out, src, base, workers, backend, args.quiet)
     doc = advise.document(shape, cal, p, advise.rankings(p, reports, cal))
     if args.json:

@@ -36,6 +36,7 @@ from npusim.kernels.family import (
     Option,
     Phase,
     TensorSpec,
+    Variant,
     const,
 )
 from npusim.kernels.shape import MoeShape
@@ -50,7 +51,7 @@ __all__ = [
     "load", "run", "Run", "compare", "sweep", "presets", "scenarios", "Scenario",
     "InputError", "KernelError", "BlockedError", "NpusimError",
     # writing kernel families
-    "Family", "Kernel", "Option", "Phase", "TensorSpec", "Misfit", "Arrays", "const",
+    "Family", "Kernel", "Option", "Phase", "TensorSpec", "Misfit", "Arrays", "const", "Variant",
     "MoeShape", "KernelContext", "Strided", "AllEqual", "AtLeast", "SumEquals",
     "generate_inputs",
 ]

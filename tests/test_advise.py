@@ -85,6 +85,105 @@ def test_every_family_with_variants_declares_its_quantisations():
     assert "shmem_classic" in dict(missing)  # the examples move tokens unquantised
 
 
+FAMILY = '''
+"""A family whose kernels spend BASE + PER_TOKEN * BS scalar cycles on one core."""
+from dataclasses import dataclass
+
+from npusim.api import Family, Kernel, MoeShape, Phase, Variant
+
+BASE, PER_TOKEN = {base}, {per_token}
+
+
+@dataclass(frozen=True)
+class Tiling:
+    shape: MoeShape
+    cores: int = 1
+
+    @property
+    def world(self):
+        return self.shape.W
+
+
+class Window:
+    def regions(self):
+        return {{"unused": (0, 64)}}
+
+
+class Spend(Kernel):
+    phases = (Phase("work", "core 0"),)
+
+    def program(self, t):
+        def program(ctx):
+            with ctx.phase("work"):
+                ctx.scalar(BASE + PER_TOKEN * t.shape.BS)
+                yield from ctx.drain()
+        return program
+
+
+class Dispatch(Spend):
+    name = "dispatch"
+
+
+class Combine(Spend):
+    name = "combine"
+
+
+class Fixed(Family):
+    name = "{name}"
+    ops = (Dispatch(), Combine())
+    runs = {{"dispatch_combine": ("dispatch", "combine")}}
+    variants = (Variant(""),)
+    dispatch_quants = {{"none": {{}}}}
+    combine_quants = {{"none": {{}}}}
+
+    def tiling(self, shape, options, hardware, timing_only=False):
+        return Tiling(shape)
+
+    def window(self, tiling):
+        return Window()
+
+    def make_inputs(self, shape, options, op, routing, payload):
+        return [{{}} for _ in range(shape.W)]
+
+
+FAMILY = Fixed()
+'''
+SHAPE = """name: fixed
+hardware_overrides: {chip.clock_ghz: 1.0, scalar.cycles_per_op: 1.0, kernel.launch_ns: 0.0,
+                     kernel.block_stagger_ns: 0.0}
+workload: {op: dispatch_combine, bs: 8, h: 7168, k: 8, ep_world_size: 2, experts_per_rank: 4}
+"""
+
+
+def test_two_families_of_known_latency_rank_tie_and_cross(tmp_path, capsys, monkeypatch):
+    """quick: 500 + 10 BS ns per op, steady: 1500 + 2.5 BS (1 cycle per scalar op at 1 GHz,
+    no launch cost). They cross at BS 133; at BS 128 they are 3.56 vs 3.64 us, 2% apart,
+    a tie within the 10% of a preset whose values are overridden (uncalibrated)."""
+    for name, base, per in (("quick", 500, 10), ("steady", 1500, 2.5)):
+        (tmp_path / f"{name}.py").write_text(FAMILY.format(name=name, base=base, per_token=per))
+    (tmp_path / "shape.yaml").write_text(SHAPE)
+    monkeypatch.chdir(tmp_path)
+    assert main(["advise", "shape.yaml", "--family", "quick.py", "--family", "steady.py",
+                 "--over", "bs=8,64,128,256", "--json", "--quiet", "--workers", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["calibration"]["status"] == "uncalibrated (hardware_overrides)"
+    expect = {"quick": lambda bs: 2 * (500 + 10 * bs) / 1000,
+              "steady": lambda bs: 2 * (1500 + 2.5 * bs) / 1000}
+    order = []
+    for pt in doc["points"]:
+        ranking = pt["ranking"]
+        for r in ranking:
+            assert r["total_us"] == pytest.approx(expect[r["family"]](pt["value"]), abs=1e-4)
+        order.append([(r["family"], r["tie"]) for r in ranking])
+    assert order == [[("quick", False), ("steady", False)], [("quick", False), ("steady", False)],
+                     [("quick", True), ("steady", True)], [("steady", False), ("quick", False)]]
+    assert doc["crossovers"] == [
+        "from BS 128, tie: quick (none/none), steady (none/none) (before: quick (none/none)) "
+        "on ascend950",
+        "from BS 256, steady (none/none) (before: tie: quick (none/none), steady (none/none)) "
+        "on ascend950"]
+
+
 @pytest.mark.parametrize("argv, key", [
     (["--set", "workload.bs=0"], "workload.bs"),
     (["--set", "workload.kernel=mc2"], "--set workload.kernel"),
