@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from npusim.errors import InputError
+from npusim.errors import InputError, excerpt
+from npusim.useryaml import load_text
 
 OVERRIDES = "hardware_overrides"
 
@@ -60,16 +59,12 @@ def parse_sets(items: Sequence[str]) -> list[tuple[str, Any]]:
         key = key.strip()
         if not eq or not key or any(not p for p in key.split(".")):
             raise InputError("command line", "--set",
-                             f"{item!r}: allowed: KEY=VALUE with a dotted scenario key, "
+                             f"{excerpt(item)}: allowed: KEY=VALUE with a dotted scenario key, "
                              "e.g. workload.bs=64")
         if any(k == key for k, _ in out):
             raise InputError("command line", f"--set {key}", "given twice")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
-            raise InputError("command line", f"--set {key}",
-                             f"{text!r} is not a YAML value: {problem}") from None
+        value = load_text(text, "command line", f"--set {key}",
+                          malformed=f"{excerpt(text)} is not a YAML value")
         out.append((key, value))
     return out
 
@@ -120,5 +115,5 @@ def apply_sets(doc: dict[str, Any], src: str, base: Path, sets: Sequence[tuple[s
         for key, _ in sets:
             if _related(exc.key, key):
                 raise InputError(where, f"{option} {key}", exc.message) from None
-        given = ", ".join(f"{k}={v!r}" for k, v in sets)
+        given = ", ".join(f"{k}={excerpt(v)}" for k, v in sets)
         raise InputError(exc.source, exc.key, f"{exc.message} (with {option} {given})") from None

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from npusim.errors import InputError
+from npusim.errors import InputError, excerpt, key_text
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
 from npusim.hw.cores import config_value
 from npusim.hw.cores import kind as core_kind
@@ -28,6 +27,7 @@ from npusim.kernels.family import Family, Misfit, Option
 from npusim.kernels.shape import MoeShape
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
+from npusim.useryaml import load_text
 from npusim.workload.routing import LOGNORMAL_SIGMA
 from npusim.workload.routing import ROUTING_KINDS as DRAWN_KINDS
 from npusim.workload.routing_file import read_routing_file
@@ -65,6 +65,7 @@ ROUTING_DEFAULTS: dict[str, Any] = {"kind": "balanced", "seed": 0}
 RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0}
 TOP_KEYS = ("name", "description", "hardware", "hardware_overrides", "workload", "data", "run")
 DEFAULT_HARDWARE = "ascend950"
+MAX_REF_CHARS = 4096  # PATH_MAX: a longer kernel reference names no file
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -207,7 +208,7 @@ class Scenario:
 
 
 def _dotted(prefix: str, key: object) -> str:
-    return f"{prefix}.{key}" if prefix else str(key)
+    return f"{prefix}.{key_text(key)}" if prefix else key_text(key)
 
 
 def _section(
@@ -233,10 +234,9 @@ def _section(
 
 
 def _show(raw: Any) -> str:
-    """A value as the user wrote it in YAML (true, null), not as Python prints it."""
-    if isinstance(raw, bool):
-        return "true" if raw else "false"
-    return "null" if raw is None else repr(raw)
+    """A value as the user wrote it in YAML (true, null), not as Python prints it, and
+    at most a short excerpt of it (errors.excerpt)."""
+    return excerpt(raw)
 
 
 def _int(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -> int:
@@ -245,7 +245,7 @@ def _int(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise InputError(src, key, f"must be an integer {span}{note}, got {_show(raw)}")
     if raw < lo or (hi is not None and raw > hi):
-        raise InputError(src, key, f"{raw} is out of range; allowed: {span}{note}")
+        raise InputError(src, key, f"{_show(raw)} is out of range; allowed: {span}{note}")
     return raw
 
 
@@ -253,11 +253,13 @@ def _float(src: str, key: str, raw: Any, lo: float, hi: float, *, lo_open: bool)
     span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         raise InputError(src, key, f"must be a number in {span}, got {_show(raw)}")
-    value = float(raw)
-    bad_lo = value <= lo if lo_open else value < lo
-    if not math.isfinite(value) or bad_lo or value > hi:
-        raise InputError(src, key, f"{raw!r} is out of range; allowed: {span}")
-    return value
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise InputError(src, key, f"{_show(raw)} is out of range, not a finite number; "
+                         f"allowed: {span}")
+    bad_lo = raw <= lo if lo_open else raw < lo  # int against float: exact, never overflows
+    if bad_lo or raw > hi:
+        raise InputError(src, key, f"{_show(raw)} is out of range; allowed: {span}")
+    return float(raw)
 
 
 def _bool(src: str, key: str, raw: Any) -> bool:
@@ -272,7 +274,7 @@ def _choice(src: str, key: str, raw: Any, choices: tuple[str, ...]) -> str:
         raise InputError(src, key, f"must be one of: {allowed}; got {_show(raw)}")
     if raw not in choices:
         hint = did_you_mean(raw, choices)
-        raise InputError(src, key, f"unknown value {raw!r}{hint}; allowed: {allowed}")
+        raise InputError(src, key, f"unknown value {_show(raw)}{hint}; allowed: {allowed}")
     return raw
 
 
@@ -287,32 +289,6 @@ def _str(src: str, key: str, raw: Any, *, empty_ok: bool = False) -> str:
 # ----------------------------------------------------------------------------- YAML
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last)."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    out: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in out
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"unhashable key {key!r}", key_node.start_mark
-            ) from None
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        out[key] = loader.construct_object(value_node, deep=True)
-    return out
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def _read_yaml(path: Path, src: str) -> dict[str, Any]:
     try:
         data = path.read_bytes()
@@ -324,17 +300,7 @@ def _read_yaml(path: Path, src: str) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(src, None, f"not UTF-8 text (byte {exc.start})") from None
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
-        raise InputError(src, None, f"malformed YAML{where}: {problem}") from None
-    except RecursionError:
-        raise InputError(src, None, "malformed YAML: nested too deeply") from None
-    except Exception as exc:  # explicit tags such as `!!int abc` fail outside YAMLError
-        raise InputError(src, None, f"malformed YAML: {exc}") from None
+    doc = load_text(text, src)
     if not isinstance(doc, dict):
         kind = "empty" if doc is None else f"a {type(doc).__name__}"
         raise InputError(src, None, f"must be a YAML mapping of scenario keys, got {kind}")
@@ -387,6 +353,9 @@ def _family(src: str, raw: Any, base: Path, import_kernels: bool) -> Family | No
     checks the scenario without importing it (the file must still exist)."""
     ref = raw.get("kernel", registry.DEFAULT) if isinstance(raw, dict) else registry.DEFAULT
     ref = _str(src, "workload.kernel", ref)
+    if len(ref) > MAX_REF_CHARS:
+        raise InputError(src, "workload.kernel", f"{_show(ref)}: longer than {MAX_REF_CHARS} "
+                         "characters; allowed: a family name, a .py file or module:attr")
     try:
         if not import_kernels and ref not in registry.BUILTIN:
             if registry.is_file_ref(ref):
@@ -592,11 +561,15 @@ def _hardware(src: str, ref: str, overrides: dict[str, Any], base: Path) -> Hard
             ) from None
         if exc.key in overrides:  # a bad override value: point at the scenario's key
             raise InputError(src, f"hardware_overrides.{exc.key}", exc.message) from None
+        if exc.source == resolved and exc.key is None:  # the file as a whole: not a preset
+            raise InputError(src, "hardware", f"{resolved}: {exc.message}; allowed: "
+                             f"{', '.join(preset_names())} or a hardware YAML file") from None
         raise
     except (OSError, ValueError) as exc:
         names = ", ".join(preset_names())
+        why = getattr(exc, "strerror", None) or type(exc).__name__
         raise InputError(
-            src, "hardware", f"cannot use {ref!r} ({exc}); allowed: {names} or a YAML path"
+            src, "hardware", f"cannot use {_show(ref)} ({why}); allowed: {names} or a YAML path"
         ) from None
 
 
@@ -703,7 +676,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
         raise InputError(
             src,
             "name",
-            f"{name!r} is not usable as a folder name; allowed: letters, digits, "
+            f"{_show(name)} is not usable as a folder name; allowed: letters, digits, "
             "'_', '-', '.' (not starting with '.' or '-'), at most 128 characters",
         )
     description = doc.get("description")

@@ -32,7 +32,7 @@ from npusim.kernels.mc2.dispatch import dispatch_program
 from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
 from npusim.kernels.mc2.limits import full_mesh_misfit, full_mesh_ub_misfit
 from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling, workspace_ints
-from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, low_latency_ccl_buffer_mb, mc2_window
+from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import uniform_tokens
@@ -283,7 +283,9 @@ class Mc2(Family):
                choices=("none", "int8", *qm.COMBINE_MX)),
         Option("expert_token_nums_type", "int", 1, "0: cumulative sum, 1: counts", lo=0, hi=1),
         Option("ccl_buffer_size", "int", 0, "HCCL_BUFFSIZE in MB (HCCL opens twice this); "
-               "0: what get_low_latency_ccl_buffer_size returns", lo=0, hi=65536),
+               "0: what get_low_latency_ccl_buffer_size returns, or the least the operator's "
+               "check accepts when that is more (the helper leaves out the 950's W * 1 KiB)",
+               lo=0, hi=65536),
         Option("global_bs", "int", 0, "globalBs, a multiple of W and >= W * max BS; sizes the "
                "window (0: BS * W, or W * max(bs_per_rank) when those differ)", lo=0,
                hi=512 * 768),
@@ -312,8 +314,8 @@ class Mc2(Family):
         arch = _arch(hardware, options)
         quant = options["dispatch_quant"]
         alg = options["comm_alg"]
-        mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
-                                                                     s.K, s.S, alg)
+        mb = options["ccl_buffer_size"] or default_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L, s.K,
+                                                                 s.S, arch, alg)
         win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
                          hardware.chip.aiv_cores, expert_scales=options["expand_scales"],
                          combine_quant=options["combine_quant"], comm_alg=alg)
@@ -352,8 +354,8 @@ class Mc2(Family):
             bad = full_mesh_misfit(shape, options, arch)
             if bad:
                 return Misfit(*bad)
-        mb = options["ccl_buffer_size"] or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
-                                                                     s.K, s.S, alg)
+        mb = options["ccl_buffer_size"] or default_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L, s.K,
+                                                                 s.S, arch, alg)
         try:
             win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, options["dispatch_quant"], arch,
                              mb, hardware.chip.aiv_cores, options["expand_scales"],

@@ -41,12 +41,12 @@ def make_tiling(shape: Mc2Shape, cfg: HardwareConfig, dispatch_quant: str = "non
                 shared_expert_x: bool = False, performance_info: bool = False,
                 comm_alg: str = "fullmesh_v1", static_scales: str = "per_channel",
                 quant_dtype: str = "e5m2") -> Mc2Tiling:
-    from npusim.kernels.mc2.window import low_latency_ccl_buffer_mb
+    from npusim.kernels.mc2.window import default_ccl_buffer_mb
 
     arch = arch_of(cfg)
     if ccl_mb is None:
-        ccl_mb = low_latency_ccl_buffer_mb(shape.max_bs, shape.H, shape.W, shape.L, shape.K,
-                                           shape.S, comm_alg)
+        ccl_mb = default_ccl_buffer_mb(shape.max_bs, shape.H, shape.W, shape.L, shape.K,
+                                       shape.S, arch, comm_alg)
     win = mc2_window(shape.max_bs, shape.H, shape.W, shape.L, shape.K, shape.S, dispatch_quant,
                      arch, ccl_mb, cfg.chip.aiv_cores, expert_scales=expert_scales_out,
                      combine_quant=combine_quant, comm_alg=comm_alg)

@@ -146,8 +146,13 @@ class BufferNeed:
 
     @property
     def needed_mb(self) -> int:
-        """NEEDED_HCCL_BUFFSIZE as the operator prints it: actualSize / MB + 1."""
-        return self.actual_bytes // MiB + 1
+        """The CCL buffer the check needs, with the V3 status MiB, in whole MB."""
+        return ceil_div(self.actual_bytes + STATUS_BYTES, MiB)
+
+    @property
+    def least_ccl_mb(self) -> int:
+        """The smallest ccl_buffer_size (HCCL opens twice it) the check accepts."""
+        return ceil_div(self.actual_bytes + STATUS_BYTES, 2 * MiB)
 
     def formula(self) -> str:
         extra = f" + W {self.W} * 1 KiB" if self.per_rank else ""
@@ -177,6 +182,16 @@ def low_latency_ccl_buffer_mb(max_bs: int, h: int, W: int, L: int, K: int, S: in
     need = buffer_need(max_bs, h, W, L, K, S, "arch22", comm_alg)
     total = need.actual_bytes + MiB
     return align_up(ceil_div(total, MiB), 2) // 2
+
+
+def default_ccl_buffer_mb(max_bs: int, h: int, W: int, L: int, K: int, S: int, arch: str,
+                          comm_alg: str = "fullmesh_v1") -> int:
+    """``workload.ccl_buffer_size: 0``: the helper's value, or the smallest size the
+    operator's check on ``arch`` accepts when that is more. The helper leaves out the 950's
+    W * 1 KiB, so its value falls short whenever 2 * (dispatch + combine) + 1 MB lands
+    within W KiB of an even number of MB (BS 32, H 7168, W 8, L 4, K 8: exactly 38 MiB)."""
+    need = buffer_need(max_bs, h, W, L, K, S, arch, comm_alg)
+    return max(low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg), need.least_ccl_mb)
 
 
 class CclBufferTooSmall(ValueError):
@@ -328,7 +343,7 @@ def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, 
         raise CclBufferTooSmall(
             f"{ccl_mb} MB (HCCL opens a {2 * ccl_mb} MB CCL buffer) is too SMALL: NEEDED = "
             f"{need.formula()} + 1 MB status = {need.needed_mb} MB of CCL buffer, so "
-            f"ccl_buffer_size >= {ceil_div(need.needed_mb, 2)} MB "
+            f"ccl_buffer_size >= {need.least_ccl_mb} MB "
             f"(get_low_latency_ccl_buffer_size gives {default})")
     v2 = comm_alg == "fullmesh_v2"
     slot = (full_mesh_slot if v2 else dispatch_slot)(h, quant, expert_scales)
