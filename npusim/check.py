@@ -110,7 +110,10 @@ def check_one(path: str, baselines: Path, tolerance: float, update: bool) -> Out
             if changed:
                 note = f" ({' and '.join(changed)} changed since the baseline)"
     if update:
-        write_json_atomic(base_path, baseline_of(report), inline_leaves=True)
+        try:
+            write_json_atomic(base_path, baseline_of(report), inline_leaves=True)
+        except InputError as exc:  # not a regular file
+            return Outcome(path, name, "unusable", " ".join(str(exc).split()), wall)
         was = "new" if cmp is None else _status(cmp)
         return Outcome(path, name, "updated", f"{_ops_text(cmp, report)}; was {was}", wall)
     if cmp is None:

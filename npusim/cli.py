@@ -27,15 +27,19 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+RUN_FILES = ("report.json", "report.md", "trace.json", "blocked.txt")
+
+
 def _out_dir(arg: str | None, scenario_name: str) -> Path:
-    out = Path(arg) if arg else Path("out") / scenario_name
-    if out.exists() and not out.is_dir():
-        raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    return out
+    from npusim.outputs import output_folder
+
+    return output_folder(Path("out") / scenario_name if arg is None else arg, "--out",
+                         RUN_FILES)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from npusim.dotted import load_scenario_set
+    from npusim.outputs import OutputSet
     from npusim.progress import RunProgress, watching
     from npusim.report.build import build_report
     from npusim.report.io import blocked_list_in, write_json_atomic, write_text_atomic
@@ -64,31 +68,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
     keep = {"keep_inputs": True} if tensors is not None else {}
-    with blocked_list_in(out_dir), watching(watch):
-        result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
-                          progress=watch.begin_op if watch else None, **keep)
+    lines = []
+    with OutputSet() as outs:  # every output appears at once, or none
+        with blocked_list_in(out_dir), watching(watch):
+            result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
+                              progress=watch.begin_op if watch else None, **keep)
+        report = build_report(result)
+        stage = outs.folder(out_dir)
+        write_json_atomic(stage / "report.json", report, inline_leaves=True)
+        write_text_atomic(stage / "report.md", format_markdown(report))
+        lines.append(f"report: {out_dir / 'report.json'}\nreport: {out_dir / 'report.md'}")
+        if args.trace:
+            from npusim.report.trace import build_trace, dumps_trace
+
+            write_text_atomic(stage / "trace.json", dumps_trace(build_trace(result)))
+            lines.append(f"trace: {out_dir / 'trace.json'} (open in https://ui.perfetto.dev "
+                         "or chrome://tracing)")
+        if tensors is not None:
+            from npusim.report.tensors import write_tensors
+
+            files = write_tensors(outs.folder(tensors), result)
+            lines.append(f"tensors: {tensors} ({len(files)} .npy files: "
+                         "<op>/rank_<r>/in|out/<name>.npy)")
+        if harness_csv is not None:
+            from npusim.report.harness_csv import harness_files
+
+            for p, text in harness_files(harness_csv, report):
+                write_text_atomic(outs.file(p), text)
+                lines.append(f"harness csv: {p}")
+        outs.commit()
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
-    report = build_report(result)
-    path = write_json_atomic(out_dir / "report.json", report, inline_leaves=True)
-    md = write_text_atomic(out_dir / "report.md", format_markdown(report))
     print(format_summary(report), end="")
-    print(f"report: {path}\nreport: {md}")
-    if args.trace:
-        from npusim.report.trace import build_trace, dumps_trace
-
-        trace = write_text_atomic(out_dir / "trace.json", dumps_trace(build_trace(result)))
-        print(f"trace: {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
-    if args.tensors is not None:
-        from npusim.report.tensors import write_tensors
-
-        files = write_tensors(tensors, result)
-        print(f"tensors: {tensors} ({len(files)} .npy files: <op>/rank_<r>/in|out/<name>.npy)")
-    if harness_csv is not None:
-        from npusim.report.harness_csv import write_harness_csv
-
-        for p in write_harness_csv(harness_csv, report):
-            print(f"harness csv: {p}")
+    print("\n".join(lines))
     return EXIT_OK
 
 
@@ -98,34 +110,31 @@ def _harness_csv(arg: str | None, scenario: object) -> Path | None:
     if arg is None:
         return None
     from npusim.kernels.family import Kernel
+    from npusim.outputs import output_file, refuse_special
+    from npusim.report.harness_csv import csv_paths
 
-    if not arg or "\x00" in arg:
-        raise InputError("command line", "--harness-csv", "must be a file path")
-    p = Path(arg)
-    if p.is_dir():
-        raise InputError("command line", "--harness-csv", f"{p} is a directory; allowed: a "
-                         "file path")
+    p = output_file(arg, "--harness-csv")
     if not p.parent.is_dir():
         raise InputError("command line", "--harness-csv", f"folder {p.parent} does not exist")
     w = scenario.workload  # type: ignore[attr-defined]
     fam = w.family
-    if fam is None or not any(type(k).profile_fields is not Kernel.profile_fields
-                              for k in fam.kernels_of(w.op)):
+    ops = [k.name for k in (fam.kernels_of(w.op) if fam is not None else ())
+           if type(k).profile_fields is not Kernel.profile_fields]
+    if not ops:
         raise InputError("command line", "--harness-csv", f"kernel family {w.kernel!r} "
                          "records no harness frames; allowed with shmem_classic (the SHMEM "
                          "examples' --perf CSV)")
+    for q in csv_paths(p, ops):
+        refuse_special(q, "command line", "--harness-csv")
     return p
 
 
 def _tensors_dir(arg: str | None) -> Path | None:
     if arg is None:
         return None
-    if not arg or "\x00" in arg:
-        raise InputError("command line", "--tensors", "must be a directory path")
-    p = Path(arg)
-    if p.exists() and not p.is_dir():
-        raise InputError("command line", "--tensors", f"{p} exists and is not a directory")
-    return p
+    from npusim.outputs import output_folder
+
+    return output_folder(arg, "--tensors")
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
@@ -163,17 +172,21 @@ def _tolerance(text: str, option: str) -> float:
     return value
 
 
-def _workers(text: str | None) -> int | None:
-    """--workers N: a whole number >= 1 (None: the command's default)."""
-    if text is None:
-        return None
+def _count(text: str, option: str) -> int:
+    """A whole number >= 1 given on the command line."""
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 18 else 0
     except ValueError:
         value = 0
     if value < 1:
-        raise InputError("command line", "--workers", f"{text!r}: allowed: a whole number >= 1")
+        raise InputError("command line", option, f"{text[:40]!r}: allowed: a whole number "
+                         ">= 1")
     return value
+
+
+def _workers(text: str | None) -> int | None:
+    """--workers N: a whole number >= 1 (None: the command's default)."""
+    return None if text is None else _count(text, "--workers")
 
 
 def _table_args(args: argparse.Namespace) -> tuple[str, Path, list]:
@@ -263,6 +276,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         simulate_table,
     )
     from npusim.hw.config import load_hardware, read_yaml_mapping, resolve_preset
+    from npusim.outputs import OutputSet, output_file
     from npusim.report.io import write_json_atomic, write_text_atomic
 
     if not args.param:
@@ -273,9 +287,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     rows, held = _hold_out(rows, args.hold_out or [])
     hw_path = resolve_preset(hardware)
     start = current_values(read_yaml_mapping(hw_path), params)
-    out = Path(args.out)
-    if out.exists() and out.is_dir():
-        raise InputError("command line", "--out", f"{out} is a directory; name a YAML file")
+    out = output_file(args.out, "--out")
+    report_path = output_file(args.report, "--report") if args.report is not None else \
+        output_file(out.with_suffix(".fit.json"), "--out")
 
     def progress(n: int, sim: list[float], best: dict[str, float] | None) -> None:
         cmp = compare(rows, sim)
@@ -302,7 +316,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                          progress=None if args.quiet else held_out)
     held_sim = simulate_table(held, hardware, result.overrides(), str(table), workers) \
         if held else []
-    report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
     provenance = fit_provenance(params, str(table), str(report_path), date.today().isoformat())
     text = rewrite_preset(hw_path.read_text(), result.overrides(), provenance)
     cmp = compare(rows, result.simulated)
@@ -322,8 +335,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                      for m, t in zip(held, held_sim, strict=True)],
         "pinned_by": result.pinned_by,
     }
-    write_json_atomic(report_path, report)  # first: the fit survives a preset problem
-    write_text_atomic(out, text)
+    with OutputSet() as outs:  # the fit report and the preset appear together
+        write_json_atomic(outs.file(report_path), report)
+        write_text_atomic(outs.file(out), text)
+        outs.commit()
     load_hardware(str(out))  # the written preset must load
     for p in params:
         print(f"  {p.name:<44} {result.start[p.name]:>10.4g} -> {result.values[p.name]:.4g}")
@@ -367,7 +382,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     tol = _tolerance(args.tolerance, "--tolerance")
     workers = _workers(args.workers) or 1
-    if not args.update and not Path(args.baselines).is_dir():
+    if args.update:
+        from npusim.outputs import output_folder
+
+        output_folder(args.baselines, "--baselines")
+    elif not Path(args.baselines).is_dir():
         raise InputError("command line", "--baselines", f"no baseline folder {args.baselines} "
                          "here; npusim check compares a clone's scenarios/ with its "
                          "reports/baselines/: run it at the top of a clone of npusim, or pass "
@@ -382,15 +401,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from npusim.outputs import output_folder
     from npusim.shipped import resolve
-    from npusim.sweep import run_sweep
+    from npusim.sweep import MAX_POINTS, run_sweep
 
     workers = _workers(args.workers)
     path = resolve(args.sweep, sweep=True)
-    out = Path(args.out) if args.out else Path("out") / "sweeps" / Path(path).stem
-    if out.exists() and not out.is_dir():
-        raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    csv_path = run_sweep(path, out, workers, args.backend, quiet=args.quiet)
+    out = output_folder(Path("out") / "sweeps" / Path(path).stem if args.out is None
+                        else args.out, "--out", ("results.csv",))
+    csv_path = run_sweep(path, out, workers, args.backend, quiet=args.quiet,
+                         max_points=MAX_POINTS if args.max_points is None else
+                         _count(args.max_points, "--max-points"))
     print(f"results: {csv_path}")
     return EXIT_OK
 
@@ -398,13 +419,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     import json
 
+    from npusim.outputs import output_file
     from npusim.report.plot import plot_report, plot_sweep
 
     src = Path(args.input)
     if not src.is_file():
         raise InputError(str(src), None, "file not found")
+    out = output_file(src.with_suffix(".png") if args.out is None else args.out, "--out")
     if src.suffix == ".csv":
-        out = Path(args.out) if args.out else src.with_suffix(".png")
         table = Path(args.published) if args.published else None
         path = plot_sweep(src, args.axis, out, args.group, table)
     else:
@@ -415,7 +437,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
                              ) from None
         if not isinstance(report, dict) or "ops" not in report:
             raise InputError(str(src), None, "not a report.json (no ops)")
-        out = Path(args.out) if args.out else src.with_suffix(".png")
         path = plot_report(report, out)
     print(f"figure: {path}")
     return EXIT_OK
@@ -599,6 +620,9 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      "(the cluster in RAY_ADDRESS, else a local Ray instance)")
     swp.add_argument("--quiet", action="store_true",
                      help="no progress on stderr (finished points, points done of total)")
+    swp.add_argument("--max-points", metavar="N",
+                     help="refuse a sweep of more points, counted before any is built "
+                     "(default 10,000: npusim.sweep.MAX_POINTS)")
     swp.set_defaults(func=cmd_sweep)
 
     plo = sub.add_parser("plot", help="figure from a sweep results.csv (latency vs an axis, "
@@ -648,8 +672,8 @@ def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace
         where = f" {exc.filename}" if exc.filename else ""
         _err(f"npusim: error: cannot write or read{where}: {exc.strerror or exc}")
         return EXIT_FAIL
-    except KeyboardInterrupt:
-        _err("npusim: interrupted")
+    except KeyboardInterrupt as exc:  # Interrupted says what the command left
+        _err(f"npusim: interrupted{'; ' if str(exc) else ''}{exc}")
         return 130
 
 
