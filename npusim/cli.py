@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from npusim import __version__
 from npusim.errors import BlockedError, InputError, KernelError, NpusimError
@@ -514,8 +515,15 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"npusim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true",
+                        help="on an error, print the Python traceback before the one-line "
+                        "message (a kernel error: the traceback of the kernel's exception)")
 
-    run = sub.add_parser("run", help="run a scenario, print a summary, write DIR/report.json "
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    run = add("run", help="run a scenario, print a summary, write DIR/report.json "
                          "and DIR/report.md")
     run.add_argument("scenario", metavar="SCENARIO", help="a scenario file, or the name of a "
                      "shipped one (npusim scenarios lists them)")
@@ -541,7 +549,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run.set_defaults(func=cmd_run)
 
-    lint = sub.add_parser("lint", help="check scenario files without running them")
+    lint = add("lint", help="check scenario files without running them")
     lint.add_argument("scenarios", nargs="+", metavar="SCENARIO",
                       help="scenario files or names of shipped ones")
     lint.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
@@ -549,7 +557,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                       help="set a dotted scenario key in every file (as npusim run --set)")
     lint.set_defaults(func=cmd_lint)
 
-    val = sub.add_parser("validate", help="simulate a table of measured latencies (default: "
+    val = add("validate", help="simulate a table of measured latencies (default: "
                          "the published rows of the preset) and report the error per row")
     val.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
     val.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
@@ -562,7 +570,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     val.add_argument("--workers", default=None, help="parallel processes")
     val.set_defaults(func=cmd_validate)
 
-    cal = sub.add_parser("calibrate", help="fit free preset parameters to measured latencies")
+    cal = add("calibrate", help="fit free preset parameters to measured latencies")
     cal.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
     cal.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
                      "<preset>.csv)")
@@ -586,7 +594,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      help="no line per evaluation or leave-one-out refit while fitting")
     cal.set_defaults(func=cmd_calibrate)
 
-    cmp = sub.add_parser("compare", help="compare two reports (or baselines) op by op and "
+    cmp = add("compare", help="compare two reports (or baselines) op by op and "
                          "phase by phase; exit 1 if B is slower than A beyond the tolerance")
     cmp.add_argument("a", metavar="A.json", help="the reference report")
     cmp.add_argument("b", metavar="B.json", help="the report judged against A")
@@ -596,7 +604,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      help="also exit 1 when B is faster beyond the tolerance")
     cmp.set_defaults(func=cmd_compare)
 
-    chk = sub.add_parser("check", help="run scenarios and compare each with its baseline "
+    chk = add("check", help="run scenarios and compare each with its baseline "
                          "(latency regression check)")
     chk.add_argument("--baselines", default="reports/baselines", metavar="DIR",
                      help="baseline folder (default reports/baselines)")
@@ -611,7 +619,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     chk.add_argument("--workers", default=None, help="parallel processes (default 1)")
     chk.set_defaults(func=cmd_check)
 
-    swp = sub.add_parser("sweep", help="run a base scenario over axes of values in parallel; "
+    swp = add("sweep", help="run a base scenario over axes of values in parallel; "
                          "resumes, writes one report per point and results.csv")
     swp.add_argument("sweep", metavar="SWEEP", help="a sweep file, or the name of a shipped one")
     swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
@@ -625,7 +633,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      "(default 10,000: npusim.sweep.MAX_POINTS)")
     swp.set_defaults(func=cmd_sweep)
 
-    plo = sub.add_parser("plot", help="figure from a sweep results.csv (latency vs an axis, "
+    plo = add("plot", help="figure from a sweep results.csv (latency vs an axis, "
                          "phases stacked) or a report.json (per-rank phase bars)")
     plo.add_argument("input", metavar="results.csv|report.json")
     plo.add_argument("--axis", help="sweep axis for the x axis (default: the first)")
@@ -634,47 +642,57 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     plo.add_argument("--out", metavar="PNG", help="output file (default beside the input)")
     plo.set_defaults(func=cmd_plot)
 
-    pre = sub.add_parser("presets", help="list the hardware presets in configs/, or explain "
+    pre = add("presets", help="list the hardware presets in configs/, or explain "
                          "one: every value with its unit and provenance")
     pre.add_argument("--explain", metavar="NAME", help="a preset name or YAML path: print "
                      "every value with its unit and provenance (docs/presets.md)")
     pre.set_defaults(func=cmd_presets)
 
-    scn = sub.add_parser("scenarios", help="list the shipped scenarios and sweeps (name and "
+    scn = add("scenarios", help="list the shipped scenarios and sweeps (name and "
                          "description), to run by name")
     scn.set_defaults(func=cmd_scenarios)
     return parser
 
 
 def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Turn npusim's own errors into one stderr message and an exit code."""
+    """Turn npusim's own errors into one stderr message and an exit code; with --debug,
+    the traceback (and the exception a kernel error came from) first."""
     try:
         return func(args)
-    except InputError as exc:
-        _err(f"npusim: error: {_one_line(str(exc))}")
-        return EXIT_INPUT
-    except BlockedError as exc:  # the text starts with "deadlock" or "simulated-time limit"
-        _err(f"npusim: {_one_line(str(exc))}")
-        return EXIT_KERNEL
-    except KernelError as exc:
-        _err(f"npusim: kernel error: {_one_line(str(exc))}")
-        return EXIT_KERNEL
-    except NpusimError as exc:
-        _err(f"npusim: error: {_one_line(str(exc))}")
-        return EXIT_KERNEL
-    except MemoryError as exc:
-        _err(f"npusim: error: out of memory: {_one_line(str(exc)) or 'the run needs more memory'}"
-             "; allowed: a smaller workload (BS, W, H) on this machine")
-        return EXIT_FAIL
     except BrokenPipeError:
         raise  # a closed stdout (`| head`): main ends quietly
-    except OSError as exc:
+    except (Exception, KeyboardInterrupt) as exc:
+        line, code = _one_line_of(exc)
+        if code is None:
+            raise
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exception(exc)
+        _err(line)
+        return code
+
+
+def _one_line_of(exc: BaseException) -> tuple[str, int | None]:
+    """The message and exit code for an exception npusim reports; code None: not one."""
+    if isinstance(exc, InputError):
+        return f"npusim: error: {_one_line(str(exc))}", EXIT_INPUT
+    if isinstance(exc, BlockedError):  # the text starts with "deadlock" or "simulated-time"
+        return f"npusim: {_one_line(str(exc))}", EXIT_KERNEL
+    if isinstance(exc, KernelError):
+        return f"npusim: kernel error: {_one_line(str(exc))}", EXIT_KERNEL
+    if isinstance(exc, NpusimError):
+        return f"npusim: error: {_one_line(str(exc))}", EXIT_KERNEL
+    if isinstance(exc, MemoryError):
+        why = _one_line(str(exc)) or "the run needs more memory"
+        return (f"npusim: error: out of memory: {why}; allowed: a smaller workload (BS, W, H) "
+                "on this machine", EXIT_FAIL)
+    if isinstance(exc, OSError):
         where = f" {exc.filename}" if exc.filename else ""
-        _err(f"npusim: error: cannot write or read{where}: {exc.strerror or exc}")
-        return EXIT_FAIL
-    except KeyboardInterrupt as exc:  # Interrupted says what the command left
-        _err(f"npusim: interrupted{'; ' if str(exc) else ''}{exc}")
-        return 130
+        return f"npusim: error: cannot write or read{where}: {exc.strerror or exc}", EXIT_FAIL
+    if isinstance(exc, KeyboardInterrupt):  # Interrupted says what the command left
+        return f"npusim: interrupted{'; ' if str(exc) else ''}{exc}", 130
+    return "", None
 
 
 def _prog() -> str:
