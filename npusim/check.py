@@ -120,10 +120,13 @@ def check_one(path: str, baselines: Path, tolerance: float, update: bool) -> Out
         return Outcome(path, name, "missing baseline",
                        f"{_ops_text(None, report)}; no {base_path} (run with --update)", wall)
     text = _ops_text(cmp, report)
-    row = cmp.worst() if cmp.regressed else cmp.largest()
+    row = cmp.worst() if cmp.slower else cmp.largest()
     if cmp.changed and row is not None and row.rel is not None:
-        text += f"; {'worst' if cmp.regressed else 'most'} {row.op} {row.metric} " \
+        text += f"; {'worst' if cmp.slower else 'most'} {row.op} {row.metric} " \
             f"{100 * row.rel:+.1f}%"
+    if cmp.missing:  # a phase on one side only: never a pass
+        text += "; phases on one side only: " + ", ".join(
+            f"{r.op} {r.metric.removesuffix(' duration')} ({r.status})" for r in cmp.missing)
     return Outcome(path, name, _status(cmp), text + note, wall)
 
 

@@ -8,6 +8,7 @@ case directory, command line) reported as one line, no traceback, no output file
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -168,8 +169,9 @@ def _tolerance(text: str, option: str) -> float:
     except ValueError:
         raise InputError("command line", option, f"{text!r}: expected a number or a percentage"
                          ) from None
-    if value < 0:
-        raise InputError("command line", option, "must be >= 0")
+    if not math.isfinite(value) or value < 0:
+        raise InputError("command line", option, f"{text[:40]!r}: allowed: a finite number "
+                         ">= 0 or a percentage (5%)")
     return value
 
 
@@ -509,7 +511,9 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from npusim.oneline import OneLineParser
+
+    parser = OneLineParser(
         prog=prog,
         description="Discrete-event simulator of Ascend NPUs running MoE dispatch/combine.",
     )
