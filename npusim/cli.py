@@ -1,8 +1,10 @@
 """The `npusim` command.
 
-Exit codes: 0 ok; 1 internal or environment failure; 2 bad input (scenario, preset,
-case directory, command line) reported as one line, no traceback, no output files;
-3 the simulated kernel failed (sanitiser error, deadlock, simulated-time limit).
+Exit codes (docs/report.md): 0 ok; 1 a check failed (compare, check, validate) or the
+environment did; 2 bad input (scenario, preset, case directory, kernel file, command
+line, output path) reported as one line, no traceback, no output files; 3 the simulated
+kernel failed (sanitiser error, an exception in its program, deadlock, simulated-time or
+wall-clock limit); 130 interrupted, saying what it left. --debug adds the traceback.
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None,
         rp = out / "points" / pt.name / "report.json"
         state = _state(rp, pt.digest)
         if state.startswith("broken"):  # said even when quiet: results change
-            text = f"npusim: note: point {pt.name} {state[8:]}: running it again"
+            text = f"npusim: note: sweep point {pt.name}: {state[8:]}; running it again"
             shown.note(text) if shown else print(text, file=sys.stderr)
         if state != "done":
             todo.append((pt, rp))
