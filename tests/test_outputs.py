@@ -169,3 +169,42 @@ def test_ctrl_c_held_off_while_the_outputs_are_renamed(tmp_path, capsys, monkeyp
     assert main(["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"]) == 130
     assert capsys.readouterr().err == f"npusim: interrupted; outputs complete: {tmp_path}/o\n"
     assert _files(tmp_path / "o") == ["report.json", "report.md"]
+
+
+@pytest.mark.parametrize("staged", [".o.", ".t."])
+def test_a_real_ctrl_c_while_outputs_are_written_leaves_all_or_none(tmp_path, staged):
+    """SIGINT to the real command once it writes its outputs (the report's, then the
+    tensors' temporary folder has appeared): one line, exit 130, and no partial output
+    and no temporary file left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    sc = root / "scenarios" / "dispatch_combine_bs8.yaml"
+    proc = subprocess.Popen([sys.executable, "-m", "npusim.cli", "run", str(sc), "--out",
+                             str(tmp_path / "o"), "--tensors", str(tmp_path / "t"),
+                             "--trace", "--quiet", "--workers", "1"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    while proc.poll() is None and not any(p.name.startswith(staged)
+                                          for p in tmp_path.iterdir()):
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert not [p for p in left if p.startswith(".") or "/." in p]  # no temporary file
+    if proc.returncode == 0:  # finished before the signal came
+        return
+    assert proc.returncode == 130 and err.count("\n") == 1, err
+    if err == "npusim: interrupted; nothing written\n":
+        assert left == []
+    else:
+        assert err.startswith("npusim: interrupted; outputs complete: ")
+        assert {"o/report.json", "o/report.md", "o/trace.json"} <= set(left)
+        for op in ("dispatch", "combine"):  # every op, rank and side
+            for r in range(8):
+                for side in ("in", "out"):
+                    assert any(p.startswith(f"t/{op}/rank_{r}/{side}/") and p.endswith(".npy")
+                               for p in left)

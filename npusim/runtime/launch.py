@@ -92,7 +92,7 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
         raise _stopped(SimTimeLimitError, contexts, procs,
                        f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached ({exc})",
                        "still running") from None
-    except NpusimError:
+    except (NpusimError, MemoryError):
         raise
     except (Exception, SystemExit) as exc:  # simpy's, around a program: what it yielded
         ctx = running.get(env.active_process)
@@ -149,7 +149,7 @@ def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
         yield from ctx.drain()
     except KernelError as exc:
         raise exc.located(ctx.rank_id, ctx.core_label, ctx.step) from None
-    except NpusimError:
+    except (NpusimError, MemoryError):  # npusim's own reports
         raise
     except (Exception, SystemExit) as exc:  # the program's own fault: a kernel error
         raise raised(ctx, exc) from exc
