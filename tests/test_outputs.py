@@ -208,3 +208,13 @@ def test_a_real_ctrl_c_while_outputs_are_written_leaves_all_or_none(tmp_path, st
                 for side in ("in", "out"):
                     assert any(p.startswith(f"t/{op}/rank_{r}/{side}/") and p.endswith(".npy")
                                for p in left)
+
+
+def test_check_update_never_writes_a_baseline_over_a_fifo(tmp_path, capsys):
+    sc = _scenario(tmp_path)
+    f = _fifo(tmp_path / "base" / "small.json")  # the baseline of scenario 'small'
+    assert main(["check", "--update", "--baselines", str(tmp_path / "base"),
+                 "--scenarios", str(sc)]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("unusable") and "is a FIFO" in out
+    assert stat.S_ISFIFO(os.stat(f).st_mode)
