@@ -55,10 +55,12 @@ def split(stats: pstats.Stats) -> tuple[Counter, Counter]:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).parent))
-    from run import OneLineParser
     from scaling import ep_scenario
 
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    from npusim.oneline import OneLineParser
+
+    ap = OneLineParser(prog=f"benchmarks/{Path(__file__).name}",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--ep", type=int, default=64, help="world size W (64)")
     ap.add_argument("--bs", type=int, default=32, help="batch size (32)")
     ap.add_argument("--op", default="dispatch",

@@ -156,15 +156,11 @@ def simpy_rates(n_events: int = 1_000_000) -> tuple[float, float]:
     return n_events / (time.perf_counter() - t0), n_events / (time.process_time() - c0)
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit 2, as npusim's own are (no usage block)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"benchmarks/{self.prog}: error: {message}\n")
-
-
 def main() -> int:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    from npusim.oneline import OneLineParser
+
+    ap = OneLineParser(prog=f"benchmarks/{Path(__file__).name}",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run the cases whose name contains this text")
     ap.add_argument("--scale", action="store_true",
                     help="run the scale group (the large-EP Atlas A3 W 64/256/768 cases, minutes "

@@ -128,9 +128,10 @@ def _usage_error(message: str) -> int:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).parent))
-    from run import OneLineParser
+    from npusim.oneline import OneLineParser
 
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog=f"benchmarks/{Path(__file__).name}",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--plot", help="also draw the curve into this PNG (needs matplotlib)")
     ap.add_argument("--ep", help="comma-separated W values: the A3 large-EP table instead")
     ap.add_argument("--bs", type=int, default=128, help="batch size of the --ep table (128)")

@@ -85,15 +85,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
     axis, values = advise.axis_of(args.over) if args.over else (None, [None])
     backend = "ray" if args.ray else args.backend
     workers = _workers(args.workers)
-    if args.out == "":
-        raise InputError("command line", "--out", "an empty path; allowed: a folder path")
-    out = Path(args.out) if args.out else Path("out") / "advise" / str(shape.get("name"))
-    if out.exists() and not out.is_dir():
-        raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    plot = Path(args.plot) if args.plot else None
-    if plot is not None and (plot.is_dir() or not plot.parent.is_dir()):
-        raise InputError("command line", "--plot", f"{plot}: allowed: a PNG file path in an "
-                         "existing folder")
+    from npusim.outputs import output_file, output_folder
+
+    out = output_folder(args.out if args.out is not None else
+                        Path("out") / "advise" / str(shape.get("name")), "--out")
+    plot = output_file(args.plot, "--plot") if args.plot is not None else None
     cands, missing = advise.candidates(dq, cq, args.family)
     p = advise.plan(shape, src, base, cands, missing, axis, values)
     if not p.points:

@@ -22,7 +22,7 @@ Kernel authors import from here too: the family contract (`Family`, `Kernel`, `O
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -159,35 +159,65 @@ class Run:
 
         return build_trace(self.result)
 
-    def write(self, out: str | Path, *, trace: bool = False) -> list[Path]:
-        """Write report.json and report.md (and trace.json) into `out`, as `npusim run`
-        does; returns the files written."""
+    def write(self, out: str | Path, *, trace: bool = False, tensors: str | Path | None = None,
+              harness_csv: str | Path | None = None) -> list[tuple[str, Path, str]]:
+        """Write what `npusim run` writes: report.json and report.md into `out`, with
+        trace.json (`trace`), every op's GM tensors as .npy under `tensors` (the run must
+        keep its inputs: `run(..., keep_inputs=True)`) and the SHMEM examples' perf CSV
+        (`harness_csv`). They appear together or not at all (Ctrl-C included). Returns
+        (what, path, note) per output."""
+        from npusim.outputs import OutputSet, output_file, output_folder
         from npusim.report.io import write_json_atomic, write_text_atomic
         from npusim.report.markdown import format_markdown
 
-        folder = Path(out)
-        files = [write_json_atomic(folder / "report.json", self.report, inline_leaves=True),
-                 write_text_atomic(folder / "report.md", format_markdown(self.report))]
-        if trace:
-            from npusim.report.trace import dumps_trace
+        folder = output_folder(out, "out", ("report.json", "report.md", "trace.json"), "api")
+        tensor_dir = output_folder(tensors, "tensors", (), "api") if tensors is not None else None
+        csv = output_file(harness_csv, "harness_csv", "api") if harness_csv is not None else None
+        written: list[tuple[str, Path, str]] = []
+        with OutputSet() as outs:
+            stage = outs.folder(folder)
+            write_json_atomic(stage / "report.json", self.report, inline_leaves=True)
+            write_text_atomic(stage / "report.md", format_markdown(self.report))
+            written += [("report", folder / name, "") for name in ("report.json", "report.md")]
+            if trace:
+                from npusim.report.trace import dumps_trace
 
-            files.append(write_text_atomic(folder / "trace.json", dumps_trace(self.trace())))
-        return files
+                write_text_atomic(stage / "trace.json", dumps_trace(self.trace()))
+                written.append(("trace", folder / "trace.json",
+                                "(open in https://ui.perfetto.dev or chrome://tracing)"))
+            if tensor_dir is not None:
+                from npusim.report.tensors import write_tensors
+
+                files = write_tensors(outs.folder(tensor_dir), self.result)
+                written.append(("tensors", tensor_dir, f"({len(files)} .npy files: "
+                                "<op>/rank_<r>/in|out/<name>.npy)"))
+            if csv is not None:
+                from npusim.report.harness_csv import harness_files
+
+                for p, text in harness_files(csv, self.report):
+                    write_text_atomic(outs.file(p), text)
+                    written.append(("harness csv", p, ""))
+            outs.commit()
+        return written
 
 
 def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,
-        trace: bool = False, timing_only: bool | None = None, workers: int = 1) -> Run:
+        trace: bool = False, timing_only: bool | None = None, workers: int = 1,
+        keep_inputs: bool = False, progress: Callable[[str], None] | None = None) -> Run:
     """Simulate a scenario (loaded first if it is not a Scenario yet).
 
     `trace=True` records every pipe's spans for `Run.trace()`; `timing_only` overrides
     `workload.timing_only` (no bytes move: faster, same timing); `workers=2` simulates a
-    dispatch_combine run's combine in a second process (same result)."""
+    dispatch_combine run's combine in a second process (same result); `keep_inputs` keeps
+    every op's input arrays (for `Run.write(tensors=...)`); `progress(op)` is called as
+    each op starts."""
     from npusim.sim import simulate
 
     s = load(scenario, set=set)
     if timing_only is not None and timing_only != s.workload.timing_only:
         s = replace(s, workload=replace(s.workload, timing_only=bool(timing_only)))
-    return Run(s, simulate(s, detailed_trace=trace, workers=workers))
+    return Run(s, simulate(s, detailed_trace=trace, workers=workers, progress=progress,
+                           keep_inputs=keep_inputs))
 
 
 def compare(a: Mapping[str, Any] | str | Path, b: Mapping[str, Any] | str | Path,

@@ -62,7 +62,7 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "routing": {"kind": "balanced", "seed": 0},
 }
 ROUTING_DEFAULTS: dict[str, Any] = {"kind": "balanced", "seed": 0}
-RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0}
+RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0, "wall_time_limit_s": 3600.0}
 TOP_KEYS = ("name", "description", "hardware", "hardware_overrides", "workload", "data", "run")
 DEFAULT_HARDWARE = "ascend950"
 MAX_REF_CHARS = 4096  # PATH_MAX: a longer kernel reference names no file
@@ -173,6 +173,8 @@ class DataSource:
 @dataclass(frozen=True)
 class RunOptions:
     sim_time_limit_us: float = RUN_DEFAULTS["sim_time_limit_us"]
+    # a guard, not a model input: left out of to_dict, so reports and digests ignore it
+    wall_time_limit_s: float = RUN_DEFAULTS["wall_time_limit_s"]
 
 
 @dataclass(frozen=True)
@@ -583,7 +585,10 @@ def _run(src: str, raw: Any) -> RunOptions:
         1e9,
         lo_open=True,
     )
-    return RunOptions(sim_time_limit_us=limit)
+    wall = _float(src, "run.wall_time_limit_s",
+                  doc.get("wall_time_limit_s", RUN_DEFAULTS["wall_time_limit_s"]), 0.0, 1e6,
+                  lo_open=True)
+    return RunOptions(sim_time_limit_us=limit, wall_time_limit_s=wall)
 
 
 def _case_dir(

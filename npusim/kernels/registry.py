@@ -96,7 +96,7 @@ def from_file(path: Path) -> Family:
     sys.modules[name] = module  # dataclasses and pickling look modules up by name
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a kernel file cannot end npusim
         sys.modules.pop(name, None)
         raise FamilyError(f"cannot import {path}: {_where(exc, path)}") from None
     fam = getattr(module, "FAMILY", None)
@@ -112,7 +112,7 @@ def from_module(ref: str) -> Family:
     mod_name, attr = ref.split(":")
     try:
         module = importlib.import_module(mod_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise FamilyError(f"cannot import module {mod_name}: {_where(exc, None)}") from None
     fam = getattr(module, attr, None)
     if fam is None:

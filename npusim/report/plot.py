@@ -8,11 +8,13 @@ simulator.
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError
+from npusim.report.io import write_bytes_atomic
 
 
 def _pyplot() -> Any:
@@ -28,14 +30,12 @@ def _pyplot() -> Any:
 
 
 def _save(plt: Any, fig: Any, out: Path) -> Path:
-    """Write the figure atomically (temp file + rename) and free it."""
+    """Write the figure atomically (temp file + rename, a regular file only) and free it."""
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(out)
-    return out
+    return write_bytes_atomic(out, png.getvalue())
 
 
 def _phase_durations(row: dict[str, str], phases: list[str]) -> list[float]:

@@ -36,6 +36,7 @@ from npusim.runtime.conditions import AtLeast, Condition
 from npusim.runtime.crosscore import CrossCoreOps
 from npusim.runtime.cube import CubeOps
 from npusim.runtime.dcache import DataCache
+from npusim.runtime.fault import past_time_limit
 from npusim.runtime.membase import Api
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class KernelContext(CubeOps, CrossCoreOps):
                  "_mte2_cap", "_mte2_latency", "_burst", "t", "step", "waiting",
                  "phases_open", "cycle_ns", "issue_ns", "trace", "bytes_put", "transfers",
                  "_sent_at", "_poll", "_poll_name", "dcache", "frames", "_shmem", "_local",
-                 "counters", "_vf_timing", "__dict__")
+                 "counters", "_vf_timing", "t_limit", "__dict__")
 
     def __init__(self, machine: Machine, rank: Rank, core_index: int, start_ns: float,
                  kind: str | None = None) -> None:
@@ -226,6 +227,7 @@ class KernelContext(CubeOps, CrossCoreOps):
         # granule of UB addresses)
         self._burst = self.cfg.ub.alignment
         self.t = start_ns
+        self.t_limit = math.inf  # the launch's simulated-time limit: local clocks hold to it
         self.step = "start"
         self.waiting: str | Op | None = None  # what the core is blocked on (an Op: its end)
         self.phases_open: dict[str, float] = {}
@@ -306,6 +308,8 @@ class KernelContext(CubeOps, CrossCoreOps):
         self.counters["SCALAR"] += ops
         start = self.t
         self.t += dur
+        if self.t > self.t_limit:  # a loop that only charges its own clock
+            raise past_time_limit(self)
         self.core.scalar.busy_ns += dur
         if self.trace.detailed:
             self.trace.activity(self.rank_id, self.core_id, "scalar", self.step, start, self.t)
@@ -339,6 +343,8 @@ class KernelContext(CubeOps, CrossCoreOps):
         every transfer still using the buffer)."""
         p = self._pipe(pipe)
         self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
         self.counters["SCALAR"] += issue_slots
         start, end = p.reserve(self.t, duration_ns)
         if issue_slots > 1:  # a run: the scalar issues the rest while the first executes
@@ -582,6 +588,8 @@ class KernelContext(CubeOps, CrossCoreOps):
         path), at the pipe's remote cap (`mte.put_gbps`), with the read latency plus the
         level's latency both ways (request out, data back)."""
         self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
         self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
@@ -711,6 +719,8 @@ class KernelContext(CubeOps, CrossCoreOps):
               name: str, route: Route, strided: Strided | None = None, remote: bool = False,
               claim: bool = False) -> Op:
         self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
         self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes

@@ -23,6 +23,7 @@ import numpy as np
 from npusim.errors import InputError
 from npusim.kernels.cann_sample.reference import reference_combine, reference_dispatch
 from npusim.kernels.shape import MoeShape
+from npusim.outputs import refuse_special
 from npusim.workload.inputs import generate_inputs
 from npusim.workload.routing_file import repeated_id
 
@@ -117,6 +118,7 @@ def read_case_inputs(case_dir: str | Path, shape: MoeShape, op: str
 
 
 def _atomic_write(path: Path, arr: np.ndarray) -> None:
+    refuse_special(path)  # a regular file or a new path, never a device node or FIFO
     path.parent.mkdir(parents=True, exist_ok=True)
     a = np.ascontiguousarray(arr)
     if sys.byteorder == "big" and a.dtype.itemsize > 1:
