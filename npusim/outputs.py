@@ -153,8 +153,9 @@ class OutputSet:
         parent = where if name is not None else where.parent
         parent.mkdir(parents=True, exist_ok=True)
         label = name or where.name or "out"
-        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{label}.", suffix=".tmp"))
-        self._staged.append((tmp, where, name))
+        with interrupts_held():  # a Ctrl-C between the two would leave the folder behind
+            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{label}.", suffix=".tmp"))
+            self._staged.append((tmp, where, name))
         return tmp
 
     def commit(self) -> list[Path]:

@@ -161,6 +161,19 @@ def test_unusable_input_exit_2_naming_the_file(
     assert len(err.splitlines()) == 1
 
 
+def test_a_fifo_is_refused_without_being_opened(tmp_path: Path, capsys) -> None:
+    """Reading a FIFO blocks until a writer comes: compare must not open one."""
+    import os
+
+    a = write(tmp_path, "a.json", A)
+    fifo = tmp_path / "b.json"
+    os.mkfifo(fifo)
+    assert main(["compare", a, str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"npusim: error: {fifo}: ") and "FIFO" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_bad_tolerance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = write(tmp_path, "a.json", A)
     assert main(["compare", a, a, "--tolerance", "five"]) == 2

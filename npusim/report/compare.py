@@ -129,6 +129,8 @@ def profile_of(doc: Any, source: str) -> Profile:
 def load_profile(path: str | Path) -> Profile:
     """Read a report or baseline file; every failure is an UnusableInput naming it."""
     p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():  # a FIFO would block the read
+        raise UnusableInput(str(p), "is a FIFO, device or socket, not a report file")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
