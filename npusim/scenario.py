@@ -519,7 +519,7 @@ def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int) -> tuple[int, in
 
 def _flatten_overrides(src: str, raw: Any, prefix: str = "") -> dict[str, Any]:
     """Accept dotted keys and nested mappings alike; return flat dotted keys."""
-    here = _dotted("hardware_overrides", prefix) if prefix else "hardware_overrides"
+    here = f"hardware_overrides.{prefix}" if prefix else "hardware_overrides"
     if raw is None and not prefix:
         return {}
     if not isinstance(raw, dict):
@@ -528,7 +528,7 @@ def _flatten_overrides(src: str, raw: Any, prefix: str = "") -> dict[str, Any]:
     for k, v in raw.items():
         if not isinstance(k, str) or not k or any(not p for p in k.split(".")):
             raise InputError(src, _dotted(here, k), "must be a dotted key like fabric.egress_gbps")
-        full = _dotted(prefix, k)
+        full = f"{prefix}.{k}" if prefix else k  # the key itself; messages cut it short
         if isinstance(v, dict):
             out.update(_flatten_overrides(src, v, full))
         elif full in out:

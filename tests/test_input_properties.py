@@ -78,7 +78,8 @@ def _bomb(levels: int) -> str:
 
 VALUES = st.one_of(
     st.sampled_from([".nan", "-.nan", ".inf", "-.inf", "1e400", "-1e400", "nan", "null",
-                     "~", "true", "''", "[]", "{}", "[.nan]", "{a: .inf}", "0", "-1"]),
+                     "~", "true", "''", "[]", "{}", "[.nan]", "{a: .inf}", "0", "-1",
+                     "{a: 1, a: 2}", "{<<: {a: 1}, a: 2}", "*nowhere", "!!int x"]),
     st.integers(-(10 ** 12), 10 ** 12).map(str),
     st.integers(300, 6000).map(lambda n: "9" * n),  # past float range / the digit limit
     st.integers(300, 6000).map(lambda n: "0x" + "f" * n),  # no digit limit in base 16
