@@ -82,3 +82,11 @@ def test_limits_are_one_line_exit_2(tmp_path, capsys, workload, overrides, key):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and key in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_framework_sweep_validates_every_point():
+    from npusim.sweep import load_sweep
+
+    root = Path(__file__).resolve().parents[1]
+    name, points = load_sweep(root / "scenarios/sweeps/frameworks_w16.yaml")
+    assert name == "frameworks_w16" and len(points) == 2 * 4 * 5  # chips x families x BS
