@@ -90,3 +90,20 @@ def test_the_framework_sweep_validates_every_point():
     root = Path(__file__).resolve().parents[1]
     name, points = load_sweep(root / "scenarios/sweeps/frameworks_w16.yaml")
     assert name == "frameworks_w16" and len(points) == 2 * 4 * 5  # chips x families x BS
+
+
+def test_the_core_split_and_windows_follow_the_seeds_shapes():
+    from npusim.kernels.shape import MoeShape
+    from npusim.kernels.tilelang_shmem.tiling import TileLangTiling, split
+
+    # send_token_num = 10 // 4 = 2, remainder 2: vids 0 and 1 take one more
+    assert [split(10, 4, v) for v in range(4)] == [(0, 3), (3, 3), (6, 2), (8, 2)]
+    t = TileLangTiling(MoeShape(4, 8, 1024, 2, 3, dtype="bfloat16"), 5, 1280)
+    assert t.aiv_num == 10 and t.status_per_core == 2  # ceil(4 * 3 / 10)
+    z = t.window.regions()
+    size = {k: b - a for k, (a, b) in z.items()}
+    # win_data [W L Bs, ub_size] bf16, win_status [W L, 8] float, [Bs K, H] bf16, [Bs K, 8]
+    assert size["combine_status"] == 8 * 2 * 8 * 4
+    assert size["win_data"] >= 12 * 8 * 1280 * 2 and size["win_data"] - 12 * 8 * 1280 * 2 < 512
+    assert size["win_status"] >= 12 * 8 * 4 and size["combine_data"] >= 8 * 2 * 1024 * 2
+    assert t.triple_at == 2 * 1024 + 32  # int32 element (H + 16) / 2
