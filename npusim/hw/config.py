@@ -176,6 +176,17 @@ class SDMAConfig:
 
 
 @dataclass(frozen=True)
+class AICPUConfig:
+    """The die's scheduling AICPUs as a task runtime uses them (pyPTO's machine: they
+    place ready tile tasks on idle AIC/AIV cores and poll WaitUntil signals). Optional: a
+    preset without it has none, and a family that needs them is refused."""
+
+    cores: int = field(metadata={"unit": "cores", "min": 1, "max": 64})
+    task_dispatch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    poll_ns: float = field(metadata={"unit": "ns", "min": 1.0, "max": 1e7})
+
+
+@dataclass(frozen=True)
 class WindowConfig:
     bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 40})
 
@@ -239,6 +250,7 @@ class HardwareConfig:
     aic: AICConfig | None = None  # no AIC cores when absent
     sdma: SDMAConfig | None = None  # no SDMA engines when absent
     l2: L2Config | None = None  # no L2 modelled when absent
+    aicpu: AICPUConfig | None = None  # no scheduling AICPUs when absent
 
     @property
     def cycle_ns(self) -> float:
@@ -249,7 +261,7 @@ class HardwareConfig:
         out["fabric"] = self.fabric.to_dict()
         if self.aic is None:
             del out["aic"]
-        for optional in ("sdma", "l2"):  # a section a preset leaves out is not reported
+        for optional in ("sdma", "l2", "aicpu"):  # a section a preset leaves out is not reported
             if getattr(self, optional) is None:
                 del out[optional]
         return out
