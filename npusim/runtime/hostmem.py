@@ -237,60 +237,77 @@ class HostSdma(Sdma):
     def put_nbi_host(self, pe: int, dst: Region, dst_offset: int, src: Region,
                      src_offset: int, nbytes: int, name: str = "sdma_put_nbi") -> Wait:
         """`nbytes` of this die's GM `src` into `dst` (a HOST_SIDE tensor of PE `pe`) at
-        `dst_offset`: D2H when pe is this PE, D2rH otherwise."""
+        `dst_offset`: D2H when pe is this PE, D2rH otherwise; one SQE per 1 MiB."""
+        yield from self.put_batch_host(pe, dst, src, _split(src_offset, dst_offset, nbytes),
+                                       name)
+
+    def get_nbi_host(self, pe: int, dst: Region, dst_offset: int, src: Region,
+                     src_offset: int, nbytes: int, name: str = "sdma_get_nbi") -> Wait:
+        """`nbytes` of `src` (a HOST_SIDE tensor of PE `pe`) into this die's GM `dst`: H2D
+        when pe is this PE, rH2D otherwise; one SQE per 1 MiB."""
+        yield from self.get_batch_host(pe, dst, src, _split(src_offset, dst_offset, nbytes),
+                                       name)
+
+    def put_batch_host(self, pe: int, dst: Region, src: Region,
+                       pieces: list[tuple[int, int, int]], name: str = "sdma_put") -> Wait:
+        """One SQE per piece (src offset, dst offset, bytes) from this die's GM `src` into
+        PE `pe`'s HOST_SIDE `dst`, behind one doorbell (a batch of descriptors)."""
         ctx = self.ctx
         host = _host(ctx, dst, name)
         if host.rank != pe:
             raise ctx.error(f"{name}: {host.name!r} is PE {host.rank}'s, not PE {pe}'s")
         if src.rank != ctx.rank_id or isinstance(src, HostRegion):
-            raise ctx.error(f"{name}: the source must be this die's GM", address=src_offset)
-        ctx._check_gm(src, src_offset, nbytes, name)
-        ctx._check_gm(host, dst_offset, nbytes, name)
+            raise ctx.error(f"{name}: the source must be this die's GM")
+        for so, do, n in pieces:
+            ctx._check_gm(src, so, n, name)
+            ctx._check_gm(host, do, n, name)
         path = write_path(ctx, host)
-        yield from self._post(src, src_offset, host, dst_offset, nbytes, path,
-                              f"{name} {path.kind}")
+        total = sum(n for _, _, n in pieces)
+        yield from self._post(src, host, pieces, (*ctx.rank.read_path(total), *path.resources),
+                              path, f"{name} {path.kind}")
 
-    def get_nbi_host(self, pe: int, dst: Region, dst_offset: int, src: Region, src_offset: int,
-                nbytes: int, name: str = "sdma_get_nbi") -> Wait:
-        """`nbytes` of `src` (a HOST_SIDE tensor of PE `pe`) into this die's GM `dst`: H2D
-        when pe is this PE, rH2D otherwise. The SQE's copy crosses the host read path and
-        lands in this die's L2 or HBM."""
+    def get_batch_host(self, pe: int, dst: Region, src: Region,
+                       pieces: list[tuple[int, int, int]], name: str = "sdma_get") -> Wait:
+        """One SQE per piece (src offset, dst offset, bytes) from PE `pe`'s HOST_SIDE `src`
+        into this die's GM `dst`, behind one doorbell; the copies cross the host read path
+        and land in this die's L2 or HBM."""
         ctx = self.ctx
         host = _host(ctx, src, name)
         if host.rank != pe:
             raise ctx.error(f"{name}: {host.name!r} is PE {host.rank}'s, not PE {pe}'s")
         if dst.rank != ctx.rank_id or isinstance(dst, HostRegion):
-            raise ctx.error(f"{name}: the destination must be this die's GM",
-                            address=dst_offset)
-        ctx._check_gm(host, src_offset, nbytes, name)
-        ctx._check_gm(dst, dst_offset, nbytes, name)
+            raise ctx.error(f"{name}: the destination must be this die's GM")
+        for so, do, n in pieces:
+            ctx._check_gm(host, so, n, name)
+            ctx._check_gm(dst, do, n, name)
         path = read_path(ctx, host)
-        landing = ctx.rank.write_path(nbytes)
-        yield from self._post(host, src_offset, dst, dst_offset, nbytes,
-                              Path((*path.resources, *landing), path.latency_ns, path.kind,
-                                   path.cross_server), f"{name} {path.kind}")
+        total = sum(n for _, _, n in pieces)
+        yield from self._post(host, dst, pieces, (*path.resources, *ctx.rank.write_path(total)),
+                              path, f"{name} {path.kind}")
 
-    def _post(self, src: Region, src_offset: int, dst: Region, dst_offset: int, nbytes: int,
-              path: Path, name: str) -> Wait:
+    def _post(self, src: Region, dst: Region, pieces: list[tuple[int, int, int]],
+              resources: tuple, path: Path, name: str) -> Wait:
+        """runtime.sdma's post sequence for a batch of SQEs on `resources`."""
         ctx = self.ctx
-        resources = path.resources
-        if path.kind in ("D2H", "D2rH"):  # the engine reads this die's HBM first
-            resources = (*ctx.rank.read_path(nbytes), *resources)
         yield from self._set_value(0, 1, "sdma send flag")
         self._sq_tail()
-        blocks = [(off, min(BLOCK_BYTES, nbytes - off)) for off in range(0, nbytes, BLOCK_BYTES)]
-        for _ in blocks:
+        for _ in pieces:
             yield from self._fill_sqe()
         pipe = engine.engine_pipe(ctx.machine, ctx.rank_id, self.engine)
         remote = path.kind not in ("D2H", "H2D")
 
         def post(at: float) -> None:
-            for off, n in blocks:
-                engine.sqe(ctx.machine, ctx.rank_id, src, src_offset + off, dst,
-                           dst_offset + off, n, at, name, self.engine, core=ctx.core_id,
-                           via=(resources, path.latency_ns))
+            for so, do, n in pieces:
+                engine.sqe(ctx.machine, ctx.rank_id, src, so, dst, do, n, at, name,
+                           self.engine, core=ctx.core_id, via=(resources, path.latency_ns))
                 ctx._count(pipe, name, n, remote)
 
         yield from self._ring(post)
-        self.issued += len(blocks)
+        self.issued += len(pieces)
         yield from ctx.drain()
+
+
+def _split(src_offset: int, dst_offset: int, nbytes: int) -> list[tuple[int, int, int]]:
+    """aclshmemx_sdma_put_nbi's SQEs: one per 1 MiB block (sdma_config_t.block_bytes)."""
+    return [(src_offset + off, dst_offset + off, min(BLOCK_BYTES, nbytes - off))
+            for off in range(0, nbytes, BLOCK_BYTES)]
