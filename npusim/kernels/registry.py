@@ -33,7 +33,8 @@ BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
                            "mega_moe_unfused": "npusim.kernels.mega_moe.unfused",
                            "shmem_classic": "npusim.kernels.shmem_classic",
                            "shmem_doubleplane": "npusim.kernels.shmem_doubleplane",
-                           "shmem_host": "npusim.kernels.shmem_host"}
+                           "shmem_host": "npusim.kernels.shmem_host",
+                           "hixl": "npusim.kernels.hixl"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}
