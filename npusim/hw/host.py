@@ -29,17 +29,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from npusim.engine.flow import Resource
 from npusim.hw.config import HardwareConfig, HostConfig
 from npusim.hw.machine import Rank
-from npusim.hw.memory import SparseRegion
+from npusim.hw.memory import Region
 
 
-class HostRegion(SparseRegion):
-    """PE `rank`'s HOST_SIDE heap: bytes in its socket's DRAM, mapped into every die's
-    address space (rank = the PE that allocated it, not a die holding the bytes)."""
+class HostRegion(Region):
+    """A tensor in PE `rank`'s HOST_SIDE heap: bytes in its socket's DRAM, mapped into every
+    die's address space (rank = the PE that allocated it, not a die holding the bytes). It
+    keeps the storage of the GM tensor it was made from (dense, shared rows or mapped)."""
 
     host_side = True
+
+    def __init__(self, inner: Region) -> None:
+        super().__init__(inner.name, inner.rank, inner.nbytes)
+        self.inner = inner
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.inner.read(offset, nbytes)
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        self.inner.read_into(offset, out)
+
+    def peek(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.inner.peek(offset, nbytes)
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        self.inner.write(offset, data)
+        self._notify(offset, data.size)
+
+    def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None
+                 ) -> np.ndarray:
+        return self.inner.as_array(dtype, shape)
 
 
 @dataclass(frozen=True)
@@ -120,15 +144,14 @@ class Host:
 
     # -- the heap -----------------------------------------------------------------------
     def adopt(self, rank: Rank, name: str) -> HostRegion:
-        """GM tensor `name` of `rank` moved into that PE's HOST_SIDE heap (aclshmemx_malloc
+        """GM tensor `name` of `rank` placed in that PE's HOST_SIDE heap (aclshmemx_malloc
         (..., HOST_SIDE), filled by the host's aclrtMemcpy before the launch, untimed): the
         same bytes, now in host DRAM; the tensor is read back from there after the run.
         The same region on every later call."""
         region = rank.tensors[name]
         if isinstance(region, HostRegion):
             return region
-        host = HostRegion(name, rank.index, region.nbytes)
-        host.write(0, region.read(0, region.nbytes))
+        host = HostRegion(region)
         rank.tensors[name] = host
         self.heaps.setdefault(rank.index, []).append(host)
         return host
