@@ -101,3 +101,17 @@ def test_bad_inputs_are_one_line(tmp_path):
     with pytest.raises(InputError) as exc:
         _scenario(tmp_path, overrides={"host.socket_bytes": 1 << 20}, seq_len=4096)
     assert "above a socket's" in str(exc.value)
+
+
+def test_the_command_line_says_it_in_one_line_and_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "bad", "hardware": "atlas_a3", "workload": {
+        "kernel": "kv_offload", "op": "gather", "seq_len": 1024, "topk": 2048}}))
+    out = subprocess.run([sys.executable, "-m", "npusim", "run", str(path), "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "workload.topk" in out.stderr
+    assert not (tmp_path / "out").exists()
