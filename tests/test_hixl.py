@@ -83,3 +83,12 @@ def test_pairs_beyond_a_server_and_presets_without_the_path_are_one_line(tmp_pat
         _scenario(tmp_path, overrides={"host.socket_bytes": 1 << 20}, layers=1,
                   k_bytes=2 << 20, v_bytes=0)
     assert "above a socket's" in str(exc.value)
+
+
+def test_many_large_transfers_finish(tmp_path):
+    # 20 x 64 MiB: late in the run a flow's last bytes took less than the clock's
+    # resolution and its wake-up fired at the same instant for ever (engine/flow.py)
+    sc = _scenario(tmp_path, layers=1, k_bytes=64 << 20, v_bytes=0, transfers=20,
+                   timing_only=True)
+    ff = simulate(sc).ops[0].family_fields
+    assert ff["transfers_timed"] == 19
