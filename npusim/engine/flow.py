@@ -114,7 +114,15 @@ class Group:
         now = net.env.now
         self.settle(now)
         done = []
-        while self.heap and self.heap[0][0] <= self.clock + _EPS * max(1.0, self.heap[0][0]):
+        rate = self.rate
+        while self.heap:
+            tag = self.heap[0][0]
+            # done within the tolerance, or so close that its finish rounds to this very
+            # instant (late in a run, when bytes left / rate is below the clock's
+            # resolution: re-arming at `now` would fire again for ever)
+            if not (tag <= self.clock + _EPS * max(1.0, tag)
+                    or (rate > 0.0 and now + (tag - self.clock) / rate <= now)):
+                break
             done.append(heapq.heappop(self.heap)[2])
         if not self.heap:  # idle: level changes need not re-rate it until a flow joins
             for r in self.path:

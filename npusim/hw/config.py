@@ -187,6 +187,23 @@ class AICPUConfig:
 
 
 @dataclass(frozen=True)
+class HostConfig:
+    """Each server's host memory (npusim.hw.host): CPU sockets with their DRAM, the path
+    of each NPU die to them and, through the supernode fabric, to another server's host.
+    Optional: a preset without it has no host memory (HOST_SIDE heaps are refused)."""
+
+    dies: int = field(metadata={"unit": "dies", "min": 1, "max": 1 << 20})  # per server
+    sockets: int = field(metadata={"unit": "sockets", "min": 1, "max": 64})  # per server
+    socket_bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 50})
+    dram_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})  # per socket
+    # a socket's port onto the NPUs' interconnect, each direction
+    cpu_link_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    # a die's path to the host, each direction
+    npu_link_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})  # one way
+
+
+@dataclass(frozen=True)
 class WindowConfig:
     bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 40})
 
@@ -251,6 +268,7 @@ class HardwareConfig:
     sdma: SDMAConfig | None = None  # no SDMA engines when absent
     l2: L2Config | None = None  # no L2 modelled when absent
     aicpu: AICPUConfig | None = None  # no scheduling AICPUs when absent
+    host: HostConfig | None = None  # no host memory when absent (npusim.hw.host)
 
     @property
     def cycle_ns(self) -> float:
@@ -261,7 +279,7 @@ class HardwareConfig:
         out["fabric"] = self.fabric.to_dict()
         if self.aic is None:
             del out["aic"]
-        for optional in ("sdma", "l2", "aicpu"):  # a section a preset leaves out is not reported
+        for optional in ("sdma", "l2", "aicpu", "host"):  # a section left out is not reported
             if getattr(self, optional) is None:
                 del out[optional]
         return out

@@ -34,7 +34,10 @@ BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
                            "shmem_classic": "npusim.kernels.shmem_classic",
                            "shmem_doubleplane": "npusim.kernels.shmem_doubleplane",
                            "tilelang_shmem": "npusim.kernels.tilelang_shmem",
-                           "pypto_shmem": "npusim.kernels.pypto_shmem"}
+                           "pypto_shmem": "npusim.kernels.pypto_shmem",
+                           "shmem_host": "npusim.kernels.shmem_host",
+                           "hixl": "npusim.kernels.hixl",
+                           "kv_offload": "npusim.kernels.kv_offload"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}
