@@ -167,6 +167,8 @@ class Family:
     # False: the family's kernels do not read the MoE shape (bs, h, k, ep_world_size,
     # experts_per_rank); its scenarios may leave those keys out (scenario.NEUTRAL_SHAPE)
     uses_moe_shape: ClassVar[bool] = True
+    # workload.bs allowed: the kernels' token limit (None: the scenario's default range)
+    bs_range: ClassVar[tuple[int, int] | None] = None
 
     # ---- lookups
     def kernel(self, name: str) -> Kernel:

@@ -32,7 +32,8 @@ BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
                            "mega_moe": "npusim.kernels.mega_moe",
                            "mega_moe_unfused": "npusim.kernels.mega_moe.unfused",
                            "shmem_classic": "npusim.kernels.shmem_classic",
-                           "shmem_doubleplane": "npusim.kernels.shmem_doubleplane"}
+                           "shmem_doubleplane": "npusim.kernels.shmem_doubleplane",
+                           "deepep": "npusim.kernels.deepep"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}
