@@ -201,6 +201,7 @@ def wait_status(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> Wait
                fn=lambda: poll.bytes_at(0, 32 * n).fill(0))
     yield from ctx.pipe_barrier("vector")
     ctx.copy_out(ctx.window(), at, poll, STATE_OFFSET * n, name="clear_status")
+    ctx.window().release(at, STATE_OFFSET * n)  # re-armed: the next round puts them again
     yield from ctx.pipe_barrier("mte3")
     yield from ctx.sync_all()
     yield from ctx.pipe_barrier("mte2")
@@ -280,3 +281,4 @@ def round_status(ctx: KernelContext, t: DeepepTiling, magic: int) -> Wait:
     ctx.vector("duplicate", 8 * W, F32, writes=[poll], fn=lambda: poll.bytes_at(0, 32 * W).fill(0))
     yield from ctx.pipe_barrier("vector")
     yield from ctx.wait(ctx.copy_out(ctx.window(), at, poll, 32 * W, name="clear_round_status"))
+    ctx.window().release(at, 32 * W)
