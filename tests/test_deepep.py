@@ -74,7 +74,8 @@ def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
         assert got.tobytes() == want_disp[r]["recv_x"].tobytes(), r
         assert np.array_equal(disp[r]["expand_idx"][:3 * n], want_disp[r]["expand_idx"])
         if quant == "int8":
-            assert disp[r]["dynamic_scales"][:n].tobytes() == want_disp[r]["dynamic_scales"].tobytes()
+            want_s = want_disp[r]["dynamic_scales"]
+            assert disp[r]["dynamic_scales"][:n].tobytes() == want_s.tobytes()
         # num_recv_tokens_per_expert_list (MOE_EXPERT_TOKEN_NUMS_TYPE 1): the test script's
         # gbl_num_tokens_per_expert.view(W, -1)[rank], counted from every rank's topk_idx
         per_expert = np.zeros(s.E, np.int64)

@@ -189,8 +189,9 @@ def share_to_share_slice(ctx: KernelContext, t: DeepepTiling, magic: int, half: 
     win = t.window
     n = t.notify_ints * 4
     poll = ctx.alloc("flags", align(FLAG_STRIDE * len(ranks), 32))
-    yield from ctx.wait_until(ctx.window(), win.notify_flag(half, ranks[0]), FLAG_STRIDE * len(ranks),
-                              MagicReached(magic * 2 + 1), poll, name="wait_flags")
+    yield from ctx.wait_until(ctx.window(), win.notify_flag(half, ranks[0]),
+                              FLAG_STRIDE * len(ranks), MagicReached(magic * 2 + 1), poll,
+                              name="wait_flags")
     # checkRank: start at rank % copyLen within the core's ranks (spreads the pulls)
     order = [ranks[(j + ctx.rank_id % len(ranks)) % len(ranks)] for j in range(len(ranks))]
     for peer in order:
