@@ -312,6 +312,20 @@ class DeepEP(Family):
                         "topk_weights": rw.uniform(0, 1, (shape.BS, shape.K)).astype(F32)})
         return out
 
+    def pair_bytes(self, tiling: DeepepTiling, op: str, timing_only: bool, workers: int) -> int:
+        """Dispatch: the record's window slot and its recv_x row with scale and triple;
+        combine: its window slot and, functional, its input row. Dispatch's machine is freed
+        before combine's (a second worker runs notify_dispatch, which holds no rows)."""
+        t, kernels = tiling, self.runs[op]
+        kept = t.H * t.out_dtype.itemsize + 4 + 12
+        dispatch = t.window.disp + kept if DISPATCH.name in kernels else 0
+        combine = 0
+        if COMBINE.name in kernels:
+            combine = t.window.combine_row + (0 if timing_only else 2 * t.H)
+        if not dispatch or not combine:
+            return dispatch + combine
+        return max(dispatch, kept + combine)
+
     # ---- the chain: every kernel's inputs from the run's inputs and earlier outputs
     def __init__(self) -> None:
         self._chain: dict[int, dict[str, list[Arrays]]] = {}
