@@ -165,3 +165,10 @@ def test_refusals(tmp_path: Path) -> None:
     assert "no SHMEM" in _refused(tmp_path, hardware="atlas_a2", context="shmem")
     assert "1024 MiB stride" in _refused(tmp_path, context="shmem", hccl_buffsize=1100)
     assert "not modelled yet" in _refused(tmp_path, mode="low_latency")
+
+
+def test_combine_alone_runs_on_the_reference_dispatch(tmp_path: Path) -> None:
+    _, both = _run(tmp_path)
+    _, alone = _run(tmp_path, op="combine")
+    for x, y in zip(both.ops[-1].outputs, alone.ops[-1].outputs, strict=True):
+        assert x["combined_x"].tobytes() == y["combined_x"].tobytes()
