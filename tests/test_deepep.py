@@ -172,3 +172,13 @@ def test_combine_alone_runs_on_the_reference_dispatch(tmp_path: Path) -> None:
     _, alone = _run(tmp_path, op="combine")
     for x, y in zip(both.ops[-1].outputs, alone.ops[-1].outputs, strict=True):
         assert x["combined_x"].tobytes() == y["combined_x"].tobytes()
+
+
+def test_two_workers_give_the_same_run(tmp_path: Path) -> None:
+    """--workers 2 forks notify_dispatch on the reference layout: outputs and times agree."""
+    sc = _scenario(tmp_path, quant="int8")
+    one, two = simulate(sc, workers=1), simulate(sc, workers=2)
+    for a, b in zip(one.ops, two.ops, strict=True):
+        assert (a.op, a.start_ns, a.end_ns) == (b.op, b.start_ns, b.end_ns)
+        for x, y in zip(a.outputs, b.outputs, strict=True):
+            assert all(x[n].tobytes() == y[n].tobytes() for n in x)
