@@ -432,7 +432,8 @@ def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Wo
 
     op = _choice(src, k_("op"), doc["op"], tuple(fam.runs) if fam is not None
                  else (doc["op"],) if isinstance(doc["op"], str) else ())
-    bs = _int(src, k_("bs"), doc["bs"], *BS_RANGE, why="kernel limit")
+    bs_range = (fam.bs_range if fam is not None else None) or BS_RANGE
+    bs = _int(src, k_("bs"), doc["bs"], *bs_range, why="kernel limit")
     h = _int(src, k_("h"), doc["h"], *H_RANGE, why="kernel limit")
     if h % H_MULTIPLE:
         raise InputError(

@@ -188,6 +188,8 @@ class Family:
     variants: ClassVar[tuple[Variant, ...]] = ()
     dispatch_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     combine_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    # workload.bs allowed: the kernels' token limit (None: the scenario's default range)
+    bs_range: ClassVar[tuple[int, int] | None] = None
 
     # ---- lookups
     def kernel(self, name: str) -> Kernel:

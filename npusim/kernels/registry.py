@@ -37,7 +37,8 @@ BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
                            "pypto_shmem": "npusim.kernels.pypto_shmem",
                            "shmem_host": "npusim.kernels.shmem_host",
                            "hixl": "npusim.kernels.hixl",
-                           "kv_offload": "npusim.kernels.kv_offload"}
+                           "kv_offload": "npusim.kernels.kv_offload",
+                           "deepep": "npusim.kernels.deepep"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}
