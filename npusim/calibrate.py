@@ -220,8 +220,8 @@ def simulate_row(args: tuple[dict[str, Any], str]) -> list[float]:
 
 
 def _job_key(doc: dict[str, Any]) -> str:
-    """Rows whose scenarios differ only in name share one simulation (a dispatch row and
-    a combine row of one mc2 shape both read the fused run's result)."""
+    """Rows whose scenarios differ only in name share one simulation (two combine rows of
+    one mc2 shape both read the fused run's result)."""
     return repr(sorted((k, repr(v)) for k, v in doc.items() if k != "name"))
 
 

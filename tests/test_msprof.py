@@ -141,3 +141,25 @@ def test_the_a3_table_holds_the_published_rows_and_its_scenarios_build(tmp_path)
         assert w["ep_world_size"] * w["experts_per_rank"] == 256
         assert w["routing"]["kind"] == "uniform" and m.tolerance == pytest.approx(0.10)
         scenario_from_doc(row_doc(m, "atlas_a3", {}), "t", tmp_path)
+
+
+def test_rows_of_one_run_share_its_simulation_and_read_their_own_op(monkeypatch, tmp_path):
+    import npusim.calibrate as cal
+
+    table = tmp_path / "t.csv"
+    row = "8,1024,4,4,2,bfloat16,int8,none,{us},mc2,{label}\n"
+    table.write_text("op,bs,h,k,ep_world_size,experts_per_rank,dtype,dispatch_quant,"
+                     "combine_quant,measured_us,kernel,label\n"
+                     + "dispatch," + row.format(us=10, label="d")
+                     + "combine," + row.format(us=20, label="c1")
+                     + "combine," + row.format(us=21, label="c2"))
+    runs = []
+
+    def fake(job):
+        runs.append(job[0]["workload"]["op"])
+        return [1.5, 2.5] if job[0]["workload"]["op"] == "dispatch_combine" else [1.0]
+
+    monkeypatch.setattr(cal, "simulate_row", fake)
+    got = cal.simulate_table(read_table(table), "atlas_a3", {}, "t", workers=1)
+    assert got == [1.0, 2.5, 2.5]  # dispatch alone; both combines: the fused run's 2nd op
+    assert runs == ["dispatch", "dispatch_combine"]
