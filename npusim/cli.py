@@ -173,12 +173,18 @@ def _workers(text: str | None) -> int | None:
 def _table_args(args: argparse.Namespace) -> tuple[str, Path, list]:
     from npusim.calibrate import default_table, read_table
     from npusim.hw.config import load_hardware
+    from npusim.msprof import is_op_summary, read_measurements
 
     name = load_hardware(args.hardware).name  # a fitted copy keeps its preset's name
     table = Path(args.table) if args.table else default_table(name)
     if not args.table and not table.exists():
         raise InputError("command line", "--table",
                          f"no published table for {name} ({table}); pass --table CSV")
+    if args.map:
+        return args.hardware, table, read_measurements(table, Path(args.map))
+    if is_op_summary(table):
+        raise InputError(str(table), None, "is an msprof op_summary: pass --map MAPPING.yaml "
+                         "(its op names to scenarios; docs/calibration.md)")
     return args.hardware, table, read_table(table)
 
 
@@ -544,6 +550,8 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     val.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
     val.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
                      "<preset>.csv)")
+    val.add_argument("--map", metavar="MAPPING.yaml", help="--table is an msprof "
+                     "op_summary CSV; this file maps its op names to scenarios")
     val.add_argument("--tolerance", default="5%", help="allowed error per row without its own "
                      "tolerance_pct in the table (default 5%%)")
     val.add_argument("--speedup-tolerance", default="0.05",
@@ -556,6 +564,8 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     cal.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
     cal.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
                      "<preset>.csv)")
+    cal.add_argument("--map", metavar="MAPPING.yaml", help="--table is an msprof "
+                     "op_summary CSV; this file maps its op names to scenarios")
     cal.add_argument("--param", action="append", metavar="KEY[,KEY]=LOW:HIGH",
                      help="a parameter to fit within bounds; keys joined by ',' share a value")
     cal.add_argument("--out", required=True, metavar="PRESET.yaml", help="the fitted preset")
