@@ -141,3 +141,26 @@ def test_npusim_pure_python_forces_the_pure_modules():
             "print(flow.FlowNetwork.__module__, pipe.Op.__module__, compiled.in_use())")
     got = python(code, NPUSIM_PURE_PYTHON="1")
     assert got == "npusim.engine.flow npusim.hw.pipe []"
+
+
+def test_a_build_older_than_its_edited_source_is_not_used(monkeypatch):
+    """An edited pure module in an editable install runs as edited until it is rebuilt."""
+    import importlib
+    import os
+
+    from npusim.engine import compiled
+
+    try:
+        importlib.import_module("npusim.engine._flow")
+    except ImportError:
+        pytest.skip("no compiled build here")
+    monkeypatch.setattr(compiled, "PURE", False)
+    real = os.path.getmtime
+
+    def edited(path):  # the pure source an hour newer than anything else
+        return real(path) + (3600.0 if str(path).endswith("flow.py") else 0.0)
+
+    monkeypatch.setattr(os.path, "getmtime", edited)
+    assert compiled.compiled("npusim.engine._flow") is None
+    monkeypatch.setattr(os.path, "getmtime", real)
+    assert compiled.compiled("npusim.engine._flow") is not None

@@ -9,12 +9,17 @@ both ways)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from types import ModuleType
 from typing import Any
 
 PURE = os.environ.get("NPUSIM_PURE_PYTHON", "") not in ("", "0")
 
+
+# how much newer than its build a pure source must be to count as edited since (an install
+# writes both within moments, in either order)
+STALE_AFTER_S = 60.0
 
 # the compiled builds, in the order they are adopted (setup.py builds the same list)
 BUILDS = ("npusim.engine._env", "npusim.engine._flow", "npusim.hw._pipe")
@@ -26,13 +31,28 @@ def in_use() -> list[str]:
 
 
 def compiled(name: str) -> ModuleType | None:
-    """The compiled build `name`, or None (forced pure, or not built here)."""
+    """The compiled build `name`, or None (forced pure, not built here, or older than its
+    pure source: an edited module in an editable install runs as edited until rebuilt)."""
     if PURE:
         return None
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except ImportError:
         return None
+    return None if _stale(module, name) else module
+
+
+def _stale(module: ModuleType, name: str) -> bool:
+    """Whether the pure source the build was made from changed after the build."""
+    package, _, base = name.rpartition(".")
+    pure = importlib.util.find_spec(f"{package}.{base.lstrip('_')}")
+    built = getattr(module, "__file__", None)
+    if pure is None or not pure.origin or not built:
+        return False
+    try:
+        return os.path.getmtime(pure.origin) > os.path.getmtime(built) + STALE_AFTER_S
+    except OSError:
+        return False
 
 
 def adopt(namespace: dict[str, Any], name: str, names: tuple[str, ...]) -> None:
