@@ -318,7 +318,8 @@ class Mc2(Family):
                                                                  s.S, arch, alg)
         win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
                          hardware.chip.aiv_cores, expert_scales=options["expand_scales"],
-                         combine_quant=options["combine_quant"], comm_alg=alg)
+                         combine_quant=options["combine_quant"], comm_alg=alg,
+                         default=not options["ccl_buffer_size"])
         smooth = quant == "static_int8" or (quant in ("int8", "pergroup")
                                             and options["smooth_scales"])
         t = Mc2Tiling(s, quant, options["combine_quant"], options["expert_token_nums_type"],
@@ -359,7 +360,8 @@ class Mc2(Family):
         try:
             win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, options["dispatch_quant"], arch,
                              mb, hardware.chip.aiv_cores, options["expand_scales"],
-                             comm_alg=alg)
+                             options["combine_quant"], alg,
+                             default=not options["ccl_buffer_size"])
         except CclBufferTooSmall as exc:
             return Misfit("workload.ccl_buffer_size", str(exc))
         if alg == "fullmesh_v2":
@@ -368,7 +370,8 @@ class Mc2(Family):
                 return Misfit(*bad)
         if win.ccl_bytes > hardware.window.bytes:
             return Misfit("hardware.window.bytes", f"the {win.ccl_bytes // MiB} MiB CCL buffer "
-                          f"(2 x ccl_buffer_size {mb} MB) exceeds the preset's "
+                          f"(2 x ccl_buffer_size {win.ccl_bytes // (2 * MiB)} MB) exceeds the "
+                          "preset's "
                           f"{hardware.window.bytes // MiB} MiB window")
         return None
 

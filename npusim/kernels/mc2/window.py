@@ -327,24 +327,27 @@ def combine_stride_bytes(h: int, arch: str, combine_quant: str) -> int:
 
 def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, arch: str,
                ccl_mb: int, cores: int, expert_scales: bool = False,
-               combine_quant: str = "none", comm_alg: str = "fullmesh_v1") -> Mc2Window:
+               combine_quant: str = "none", comm_alg: str = "fullmesh_v1",
+               default: bool = False) -> Mc2Window:
     """The window of one call, after the operator's fit check and npusim's layout check.
 
     Raises :class:`CclBufferTooSmall` with the operator's terms ("HCCL_BUFFSIZE ... is too
     SMALL ... NEEDED=...MB") when ``2 * ccl_mb`` MB minus the status MiB cannot hold the
     check's need, or when the kernel's own slots overrun a data half the check let through
-    (the 950's 480/512 combine slots are larger than the check's Align512(2H))."""
+    (the 950's 480/512 combine slots are larger than the check's Align512(2H)).
+    ``default``: ccl_mb is npusim's default (``ccl_buffer_size: 0``), which then grows to
+    what the slots need, so a default is never refused by the code that follows it."""
     if arch not in ARCHES:
         raise ValueError(f"arch {arch!r}; allowed: {', '.join(ARCHES)}")
     ccl_bytes = 2 * ccl_mb * MiB
     need = buffer_need(max_bs, h, W, L, K, S, arch, comm_alg)
-    default = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg)
+    helper = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg)
     if need.actual_bytes > ccl_bytes - STATUS_BYTES:
         raise CclBufferTooSmall(
             f"{ccl_mb} MB (HCCL opens a {2 * ccl_mb} MB CCL buffer) is too SMALL: NEEDED = "
             f"{need.formula()} + 1 MB status = {need.needed_mb} MB of CCL buffer, so "
             f"ccl_buffer_size >= {need.least_ccl_mb} MB "
-            f"(get_low_latency_ccl_buffer_size gives {default})")
+            f"(get_low_latency_ccl_buffer_size gives {helper})")
     v2 = comm_alg == "fullmesh_v2"
     slot = (full_mesh_slot if v2 else dispatch_slot)(h, quant, expert_scales)
     win = Mc2Window(W, max_bs, h, K, L, S, slot, combine_slot_bytes(h, arch), ccl_bytes, cores,
@@ -352,6 +355,9 @@ def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, 
     used = win.combine_area + win.dispatch_area
     if used > win.half:
         mb = ceil_div(2 * used + STATUS_BYTES + W * EP_RANK_OFFSET_STEP, 2 * MiB)
+        if default and mb > ccl_mb:
+            return mc2_window(max_bs, h, W, L, K, S, quant, arch, mb, cores, expert_scales,
+                              combine_quant, comm_alg)
         raise CclBufferTooSmall(
             f"{ccl_mb} MB passes the operator's check, but the kernel's slots (combine "
             f"{win.combine_slot} B, dispatch {win.dispatch.slot} B) fill {used} B of a data "
