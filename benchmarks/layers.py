@@ -3,7 +3,8 @@ by the package it lives in, for the A3 large-EP case (benchmarks/run.py's) at on
 
     python benchmarks/layers.py --ep 64 --bs 32 [--op dispatch|combine|dispatch_combine]
 
-The split bounds what making one layer cheaper can give (docs/performance.md, session 14).
+The split bounds what making one layer cheaper can give (docs/performance.md, "Where the
+time goes").
 cProfile adds a cost per call, so layers with many small calls read somewhat high.
 """
 
@@ -25,10 +26,19 @@ LAYERS = (("npusim/engine/flow", "flow network (engine/flow.py)"),
           ("npusim", "npusim set-up and report"),
           ("numpy", "numpy (its Python parts)"))
 
+# the compiled core's methods are C calls named after their build; what they call inside the
+# build costs no profiled call and counts as their own time
+COMPILED = (("npusim.engine._flow", "compiled: flow network"),
+            ("npusim.engine._env", "compiled: event loop"),
+            ("npusim.hw._pipe", "compiled: pipes"))
+
 
 def layer_of(filename: str, function: str) -> str:
     """The layer of one profiled function (filename '~' marks a C built-in)."""
     if filename == "~":
+        for build, layer in COMPILED:
+            if build in function:
+                return layer
         if "heap" in function:
             return "C built-ins: heapq"
         if "numpy" in function or "ndarray" in function or "ufunc" in function:
@@ -54,10 +64,12 @@ def split(stats: pstats.Stats) -> tuple[Counter, Counter]:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).parent))
-    from run import OneLineParser
     from scaling import ep_scenario
 
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    from npusim.oneline import OneLineParser
+
+    ap = OneLineParser(prog=f"benchmarks/{Path(__file__).name}",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--ep", type=int, default=64, help="world size W (64)")
     ap.add_argument("--bs", type=int, default=32, help="batch size (32)")
     ap.add_argument("--op", default="dispatch",

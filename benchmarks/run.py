@@ -13,7 +13,7 @@ time, and "peak MiB" adds the two processes' peaks (an upper bound: both are ali
     python benchmarks/run.py --only bs256     # scenarios whose name contains 'bs256'
     python benchmarks/run.py --check benchmarks/baseline.json   # compare with a baseline
     python benchmarks/run.py --instructions --only bs8           # exact cost, no noise
-    python benchmarks/run.py --scale --workers 1 --only w256     # issue 19's W 256 case
+    python benchmarks/run.py --scale --workers 1 --only w256     # the large-EP W 256 case
                                              # (loop timed before and after; the faster counts)
 
 --instructions counts the instructions each case's simulate() executes (in one process), with
@@ -25,7 +25,7 @@ to the other one.
 
 A baseline is the JSON of an earlier run. --check compares each case's wall time scaled by
 this machine's plain simpy rate (so machines of different speed compare), prints the ratio
-and the issue-8 targets, and exits 1 when a case is slower than the baseline by more than
+and the wall-time targets, and exits 1 when a case is slower than the baseline by more than
 --slack (default 25%: single runs vary by 5-15% on a shared 2-core machine).
 
 Also times a plain simpy loop of a known number of events on the same machine, so the
@@ -66,7 +66,7 @@ CASES = {
 
 
 def _a3_ep(w: int, bs: int = 128) -> dict:
-    """Issue 19's large-EP case: Atlas A3, one expert per rank, INT8 dispatch, bf16, timing
+    """The large-EP case: Atlas A3, one expert per rank, INT8 dispatch, bf16, timing
     only, BS 128, K 8."""
     return dict(hardware="atlas_a3", op="dispatch_combine", bs=bs, h=7168, k=8,
                 ep_world_size=w, experts_per_rank=1, dtype="bfloat16", dispatch_quant="int8",
@@ -156,18 +156,14 @@ def simpy_rates(n_events: int = 1_000_000) -> tuple[float, float]:
     return n_events / (time.perf_counter() - t0), n_events / (time.process_time() - c0)
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit 2, as npusim's own are (no usage block)."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"benchmarks/{self.prog}: error: {message}\n")
-
-
 def main() -> int:
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    from npusim.oneline import OneLineParser
+
+    ap = OneLineParser(prog=f"benchmarks/{Path(__file__).name}",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="run the cases whose name contains this text")
     ap.add_argument("--scale", action="store_true",
-                    help="run the scale group (issue 19's Atlas A3 W 64/256/768 cases, minutes "
+                    help="run the scale group (the large-EP Atlas A3 W 64/256/768 cases, minutes "
                          "each) instead of the standard set; --only picks among them")
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--check", help="compare with this baseline JSON (exit 1 on a regression)")
@@ -240,7 +236,7 @@ def main() -> int:
         peak = row["peak_rss_mib"] + row["peak_rss_forked_mib"]
         print(f"{name:<28}{row['wall_s']:>8.2f}{row['cpu_s']:>7.2f}{row['events']:>10}"
               f"{row['events_per_s']:>11,.0f}{row['vs_plain_simpy']:>7.3f}{peak:>10.0f}")
-        if name in SCALE:  # issue 19's measure: wall time in 1 M-event plain simpy loops
+        if name in SCALE:  # the large-EP measure: wall time in 1 M-event plain simpy loops
             w = CASES[name]
             row["x_1m_loop"] = row["wall_s"] * loop / 1e6
             row["x_1m_loop_cpu"] = row["cpu_s"] * cpu_loop / 1e6
@@ -299,17 +295,17 @@ def _usage_error(message: str) -> int:
     return 2
 
 
-# issue 19: W 256 BS 128 within 120x, W 768 BS 128 within 400x; BS 80 is 80/128 of that work
+# large EP: W 256 BS 128 within 120x, W 768 BS 128 within 400x; BS 80 is 80/128 of that work
 SCALE_TARGETS = {"a3_w256_bs128_int8_timing": 120, "a3_w768_bs80_int8_timing": 250}
-"""Issue 19's targets, in multiples of a 1 M-event plain simpy loop on the same machine."""
+"""The large-EP targets, in multiples of a 1 M-event plain simpy loop on the same machine."""
 
 TARGETS_S = {"dc_bs256_fp16": 5.0, "dc_bs256_quant": 5.0, "dc_w64_bs128_quant_timing": 60.0}
-"""Issue 8's wall-time targets on a 2-core machine."""
+"""The fixed cases' wall-time targets on a 2-core machine."""
 
 
 def _interpreter() -> str:
     """The interpreter the loop and the cases ran on: the plain loop's rate is its own
-    (docs/performance.md, session 14), so ratios compare only on the same one."""
+    (docs/performance.md, "The machine and its noise"), so ratios compare only on the same one."""
     return f"{platform.python_implementation()} {platform.python_version()}"
 
 

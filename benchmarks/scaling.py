@@ -3,7 +3,7 @@ dispatch_combine runs over BS (W=8) and over W (BS=8), against BS * K * W.
 
     python benchmarks/scaling.py            # prints a Markdown table (docs/performance.md)
     python benchmarks/scaling.py --plot reports/scaling.png   # and draws the curve (matplotlib)
-    python benchmarks/scaling.py --ep 8,16,32,64,128    # issue 19's A3 case along W (BS 128)
+    python benchmarks/scaling.py --ep 8,16,32,64,128    # the large-EP A3 case along W (BS 128)
 
 --ep runs benchmarks/run.py's Atlas A3 large-EP case (one expert per rank, INT8 dispatch,
 bf16, timing only, K 8) at BS 128 for each W, each in a fresh process, and prints events,
@@ -128,9 +128,10 @@ def _usage_error(message: str) -> int:
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).parent))
-    from run import OneLineParser
+    from npusim.oneline import OneLineParser
 
-    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog=f"benchmarks/{Path(__file__).name}",
+                       description=__doc__.splitlines()[0])
     ap.add_argument("--plot", help="also draw the curve into this PNG (needs matplotlib)")
     ap.add_argument("--ep", help="comma-separated W values: the A3 large-EP table instead")
     ap.add_argument("--bs", type=int, default=128, help="batch size of the --ep table (128)")

@@ -4,7 +4,7 @@
 A table is a CSV with one row per measured kernel call: the workload fields of a
 scenario (op runs one kernel of its family: dispatch or combine for cann_sample),
 `measured_us`, and optional `source` / `label` / `kernel` (the family, default
-cann_sample) / `tolerance_pct` (the row's own target, e.g. 10 for the issue-17 vector
+cann_sample) / `tolerance_pct` (the row's own target, e.g. 10 for the nine 950 vector
 rows; `npusim validate --tolerance` for the others) and the family's options. A kernel's
 `variant` option (cann_sample: its quantisation) pairs rows into speed-ups: a row
 against its twin at the option's default. Rows are simulated in timing-only mode (no
@@ -46,7 +46,8 @@ def option_columns() -> dict[str, Option]:
 def variant_option(w: dict[str, Any]) -> Option | None:
     """The option the row's kernel declares as its variant (None: it declares none)."""
     fam = _family(w)
-    name = fam.kernel(fam.runs[w["op"]][0]).variant
+    run, i = timed_ops(fam)[w["op"]]
+    name = fam.kernel(fam.runs[run][i]).variant
     return next((o for o in fam.options if o.name == name), None)
 
 
@@ -138,9 +139,9 @@ def read_table(path: str | Path) -> list[Measurement]:
         blank = [c for c in INT_FIELDS if c not in w]
         if blank and fam.uses_moe_shape:
             raise InputError(str(p), f"{where}.{blank[0]}", "must be an integer, got ''")
-        single = [op for op, kernels in fam.runs.items() if len(kernels) == 1]
-        if w["op"] not in single:
-            raise InputError(str(p), f"{where}.op", f"{w['op']!r}; allowed: {', '.join(single)}")
+        timed = timed_ops(fam)
+        if w["op"] not in timed:
+            raise InputError(str(p), f"{where}.op", f"{w['op']!r}; allowed: {', '.join(timed)}")
         if rec.get("routing"):
             w["routing"] = {"kind": rec["routing"].strip(), "seed": 0}
         try:
@@ -186,23 +187,42 @@ def _option_value(v: str, o: Option | None, src: str, key: str) -> Any:
                          f", got {v!r}") from None
 
 
+def timed_ops(fam: Family) -> dict[str, tuple[str, int]]:
+    """What a row's `op` may name, and how it is timed: (the `workload.op` run, the op's
+    place in it). An op the family runs alone is its own run; an op it runs only inside
+    a fused one (mc2's combine, after dispatch, which leaves it its inputs and window
+    state) is timed inside the shortest such run."""
+    out = {op: (op, 0) for op, kernels in fam.runs.items() if len(kernels) == 1}
+    for run, kernels in sorted(fam.runs.items(), key=lambda kv: len(kv[1])):
+        for i, k in enumerate(kernels):
+            out.setdefault(k, (run, i))
+    return out
+
+
 def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The scenario that times the row: its run (see timed_ops), timing only."""
     workload = dict(m.workload)
+    workload["op"] = timed_ops(_family(workload))[m.op][0]
     workload["timing_only"] = True
     return {"name": m.name, "hardware": hardware, "hardware_overrides": dict(overrides),
             "workload": workload}
 
 
-def simulate_row(args: tuple[dict[str, Any], str]) -> float:
-    """Latency (us) of the row's op; runs in a worker process."""
+def simulate_row(args: tuple[dict[str, Any], str]) -> list[float]:
+    """Latency (us) of each op of the row's run; runs in a worker process."""
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
     doc, src = args
     sc = scenario_from_doc(doc, src, Path.cwd())
     result = simulate(sc)
-    op = result.ops[0]
-    return (op.end_ns - op.start_ns) / 1000.0
+    return [(op.end_ns - op.start_ns) / 1000.0 for op in result.ops]
+
+
+def _job_key(doc: dict[str, Any]) -> str:
+    """Rows whose scenarios differ only in name share one simulation (two combine rows of
+    one mc2 shape both read the fused run's result)."""
+    return repr(sorted((k, repr(v)) for k, v in doc.items() if k != "name"))
 
 
 def simulate_table(rows: list[Measurement], hardware: str, overrides: dict[str, Any],
@@ -210,21 +230,31 @@ def simulate_table(rows: list[Measurement], hardware: str, overrides: dict[str, 
     """Simulated latency of every row (validates every row's scenario first, here)."""
     from npusim.scenario import scenario_from_doc
 
-    jobs = []
+    jobs: list[tuple[dict[str, Any], str]] = []
+    cost: list[float] = []
+    where: list[tuple[int, int]] = []  # per row: its job, its op's place in the run
+    keys: dict[str, int] = {}
     for i, m in enumerate(rows):
         doc = row_doc(m, hardware, overrides)
-        src = f"{source} (row {i + 2})"
-        scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
-        jobs.append((doc, src))
+        key = _job_key(doc)
+        if key not in keys:
+            src = f"{source} (row {i + 2})"
+            scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
+            keys[key] = len(jobs)
+            jobs.append((doc, src))
+            cost.append(_cost(m))
+        where.append((keys[key], timed_ops(_family(m.workload))[m.op][1]))
     n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     if n <= 1:
-        return [simulate_row(j) for j in jobs]
-    # the longest rows first keeps both workers busy to the end
-    order = sorted(range(len(jobs)), key=lambda i: -_cost(rows[i]))
-    with ProcessPoolExecutor(max_workers=n) as pool:
-        results = dict(zip(order, pool.map(simulate_row, [jobs[i] for i in order]),
-                           strict=True))
-    return [results[i] for i in range(len(jobs))]
+        results = [simulate_row(j) for j in jobs]
+    else:
+        # the longest runs first keeps both workers busy to the end
+        order = sorted(range(len(jobs)), key=lambda i: -cost[i])
+        with ProcessPoolExecutor(max_workers=n) as pool:
+            done = dict(zip(order, pool.map(simulate_row, [jobs[i] for i in order]),
+                            strict=True))
+        results = [done[i] for i in range(len(jobs))]
+    return [results[j][k] for j, k in where]
 
 
 def _cost(m: Measurement) -> float:

@@ -1,19 +1,23 @@
 """The `npusim` command.
 
-Exit codes: 0 ok; 1 internal or environment failure; 2 bad input (scenario, preset,
-case directory, command line) reported as one line, no traceback, no output files;
-3 the simulated kernel failed (sanitiser error, deadlock, simulated-time limit).
+Exit codes (docs/report.md): 0 ok; 1 a check failed (compare, check, validate) or the
+environment did; 2 bad input (scenario, preset, case directory, kernel file, command
+line, output path) reported as one line, no traceback, no output files; 3 the simulated
+kernel failed (sanitiser error, an exception in its program, deadlock, simulated-time or
+wall-clock limit); 130 interrupted, saying what it left. --debug adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from npusim import __version__
+from npusim import __version__, advise_cmd
 from npusim.errors import BlockedError, InputError, KernelError, NpusimError
 
 EXIT_OK, EXIT_FAIL, EXIT_INPUT, EXIT_KERNEL = 0, 1, 2, 3
@@ -27,19 +31,21 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+RUN_FILES = ("report.json", "report.md", "trace.json", "blocked.txt")
+
+
 def _out_dir(arg: str | None, scenario_name: str) -> Path:
-    out = Path(arg) if arg else Path("out") / scenario_name
-    if out.exists() and not out.is_dir():
-        raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    return out
+    from npusim.outputs import output_folder
+
+    return output_folder(Path("out") / scenario_name if arg is None else arg, "--out",
+                         RUN_FILES)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from npusim import api
     from npusim.dotted import load_scenario_set
     from npusim.progress import RunProgress, watching
-    from npusim.report.build import build_report
-    from npusim.report.io import blocked_list_in, write_json_atomic, write_text_atomic
-    from npusim.report.markdown import format_markdown
+    from npusim.report.io import blocked_list_in
     from npusim.report.summary import format_summary
     from npusim.shipped import resolve
 
@@ -48,7 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     tensors = _tensors_dir(args.tensors)
     harness_csv = _harness_csv(args.harness_csv, scenario)
     try:
-        from npusim.sim import default_workers, simulate
+        from npusim.sim import default_workers
     except ModuleNotFoundError as exc:
         if exc.name not in ("npusim.sim",):
             raise
@@ -63,32 +69,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         _err(f"npusim: error: {problem}")
         return EXIT_FAIL
     watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
-    keep = {"keep_inputs": True} if tensors is not None else {}
     with blocked_list_in(out_dir), watching(watch):
-        result = simulate(scenario, detailed_trace=bool(args.trace), workers=workers,
-                          progress=watch.begin_op if watch else None, **keep)
+        done = api.run(scenario, trace=bool(args.trace), workers=workers,
+                       progress=watch.begin_op if watch else None,
+                       keep_inputs=tensors is not None)
+    result, report = done.result, done.report
+    written = done.write(out_dir, trace=bool(args.trace), tensors=tensors,
+                         harness_csv=harness_csv)  # every output at once, or none
+    lines = [f"{what}: {path}" + (f" {note}" if note else "") for what, path, note in written]
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
-    report = build_report(result)
-    path = write_json_atomic(out_dir / "report.json", report, inline_leaves=True)
-    md = write_text_atomic(out_dir / "report.md", format_markdown(report))
     print(format_summary(report), end="")
-    print(f"report: {path}\nreport: {md}")
-    if args.trace:
-        from npusim.report.trace import build_trace, dumps_trace
-
-        trace = write_text_atomic(out_dir / "trace.json", dumps_trace(build_trace(result)))
-        print(f"trace: {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
-    if args.tensors is not None:
-        from npusim.report.tensors import write_tensors
-
-        files = write_tensors(tensors, result)
-        print(f"tensors: {tensors} ({len(files)} .npy files: <op>/rank_<r>/in|out/<name>.npy)")
-    if harness_csv is not None:
-        from npusim.report.harness_csv import write_harness_csv
-
-        for p in write_harness_csv(harness_csv, report):
-            print(f"harness csv: {p}")
+    print("\n".join(lines))
     return EXIT_OK
 
 
@@ -98,34 +90,31 @@ def _harness_csv(arg: str | None, scenario: object) -> Path | None:
     if arg is None:
         return None
     from npusim.kernels.family import Kernel
+    from npusim.outputs import output_file, refuse_special
+    from npusim.report.harness_csv import csv_paths
 
-    if not arg or "\x00" in arg:
-        raise InputError("command line", "--harness-csv", "must be a file path")
-    p = Path(arg)
-    if p.is_dir():
-        raise InputError("command line", "--harness-csv", f"{p} is a directory; allowed: a "
-                         "file path")
+    p = output_file(arg, "--harness-csv")
     if not p.parent.is_dir():
         raise InputError("command line", "--harness-csv", f"folder {p.parent} does not exist")
     w = scenario.workload  # type: ignore[attr-defined]
     fam = w.family
-    if fam is None or not any(type(k).profile_fields is not Kernel.profile_fields
-                              for k in fam.kernels_of(w.op)):
+    ops = [k.name for k in (fam.kernels_of(w.op) if fam is not None else ())
+           if type(k).profile_fields is not Kernel.profile_fields]
+    if not ops:
         raise InputError("command line", "--harness-csv", f"kernel family {w.kernel!r} "
                          "records no harness frames; allowed with shmem_classic (the SHMEM "
                          "examples' --perf CSV)")
+    for q in csv_paths(p, ops):
+        refuse_special(q, "command line", "--harness-csv")
     return p
 
 
 def _tensors_dir(arg: str | None) -> Path | None:
     if arg is None:
         return None
-    if not arg or "\x00" in arg:
-        raise InputError("command line", "--tensors", "must be a directory path")
-    p = Path(arg)
-    if p.exists() and not p.is_dir():
-        raise InputError("command line", "--tensors", f"{p} exists and is not a directory")
-    return p
+    from npusim.outputs import output_folder
+
+    return output_folder(arg, "--tensors")
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
@@ -158,33 +147,44 @@ def _tolerance(text: str, option: str) -> float:
     except ValueError:
         raise InputError("command line", option, f"{text!r}: expected a number or a percentage"
                          ) from None
-    if value < 0:
-        raise InputError("command line", option, "must be >= 0")
+    if not math.isfinite(value) or value < 0:
+        raise InputError("command line", option, f"{text[:40]!r}: allowed: a finite number "
+                         ">= 0 or a percentage (5%)")
+    return value
+
+
+def _count(text: str, option: str) -> int:
+    """A whole number >= 1 given on the command line."""
+    try:
+        value = int(text) if len(text) <= 18 else 0
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError("command line", option, f"{text[:40]!r}: allowed: a whole number "
+                         ">= 1")
     return value
 
 
 def _workers(text: str | None) -> int | None:
     """--workers N: a whole number >= 1 (None: the command's default)."""
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InputError("command line", "--workers", f"{text!r}: allowed: a whole number >= 1")
-    return value
+    return None if text is None else _count(text, "--workers")
 
 
 def _table_args(args: argparse.Namespace) -> tuple[str, Path, list]:
     from npusim.calibrate import default_table, read_table
     from npusim.hw.config import load_hardware
+    from npusim.msprof import is_op_summary, read_measurements
 
     name = load_hardware(args.hardware).name  # a fitted copy keeps its preset's name
     table = Path(args.table) if args.table else default_table(name)
     if not args.table and not table.exists():
         raise InputError("command line", "--table",
                          f"no published table for {name} ({table}); pass --table CSV")
+    if args.map:
+        return args.hardware, table, read_measurements(table, Path(args.map))
+    if is_op_summary(table):
+        raise InputError(str(table), None, "is an msprof op_summary: pass --map MAPPING.yaml "
+                         "(its op names to scenarios; docs/calibration.md)")
     return args.hardware, table, read_table(table)
 
 
@@ -263,6 +263,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         simulate_table,
     )
     from npusim.hw.config import load_hardware, read_yaml_mapping, resolve_preset
+    from npusim.outputs import OutputSet, output_file
     from npusim.report.io import write_json_atomic, write_text_atomic
 
     if not args.param:
@@ -273,9 +274,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     rows, held = _hold_out(rows, args.hold_out or [])
     hw_path = resolve_preset(hardware)
     start = current_values(read_yaml_mapping(hw_path), params)
-    out = Path(args.out)
-    if out.exists() and out.is_dir():
-        raise InputError("command line", "--out", f"{out} is a directory; name a YAML file")
+    out = output_file(args.out, "--out")
+    report_path = output_file(args.report, "--report") if args.report is not None else \
+        output_file(out.with_suffix(".fit.json"), "--out")
 
     def progress(n: int, sim: list[float], best: dict[str, float] | None) -> None:
         cmp = compare(rows, sim)
@@ -302,7 +303,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                          progress=None if args.quiet else held_out)
     held_sim = simulate_table(held, hardware, result.overrides(), str(table), workers) \
         if held else []
-    report_path = Path(args.report) if args.report else out.with_suffix(".fit.json")
     provenance = fit_provenance(params, str(table), str(report_path), date.today().isoformat())
     text = rewrite_preset(hw_path.read_text(), result.overrides(), provenance)
     cmp = compare(rows, result.simulated)
@@ -322,8 +322,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                      for m, t in zip(held, held_sim, strict=True)],
         "pinned_by": result.pinned_by,
     }
-    write_json_atomic(report_path, report)  # first: the fit survives a preset problem
-    write_text_atomic(out, text)
+    with OutputSet() as outs:  # the fit report and the preset appear together
+        write_json_atomic(outs.file(report_path), report)
+        write_text_atomic(outs.file(out), text)
+        outs.commit()
     load_hardware(str(out))  # the written preset must load
     for p in params:
         print(f"  {p.name:<44} {result.start[p.name]:>10.4g} -> {result.values[p.name]:.4g}")
@@ -367,7 +369,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     tol = _tolerance(args.tolerance, "--tolerance")
     workers = _workers(args.workers) or 1
-    if not args.update and not Path(args.baselines).is_dir():
+    if args.update:
+        from npusim.outputs import output_folder
+
+        output_folder(args.baselines, "--baselines")
+    elif not Path(args.baselines).is_dir():
         raise InputError("command line", "--baselines", f"no baseline folder {args.baselines} "
                          "here; npusim check compares a clone's scenarios/ with its "
                          "reports/baselines/: run it at the top of a clone of npusim, or pass "
@@ -382,15 +388,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from npusim.outputs import output_folder
     from npusim.shipped import resolve
-    from npusim.sweep import run_sweep
+    from npusim.sweep import MAX_POINTS, run_sweep
 
     workers = _workers(args.workers)
     path = resolve(args.sweep, sweep=True)
-    out = Path(args.out) if args.out else Path("out") / "sweeps" / Path(path).stem
-    if out.exists() and not out.is_dir():
-        raise InputError("command line", "--out", f"{out} exists and is not a directory")
-    csv_path = run_sweep(path, out, workers, args.backend, quiet=args.quiet)
+    out = output_folder(Path("out") / "sweeps" / Path(path).stem if args.out is None
+                        else args.out, "--out", ("results.csv",))
+    csv_path = run_sweep(path, out, workers, args.backend, quiet=args.quiet,
+                         max_points=MAX_POINTS if args.max_points is None else
+                         _count(args.max_points, "--max-points"))
     print(f"results: {csv_path}")
     return EXIT_OK
 
@@ -398,13 +406,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     import json
 
+    from npusim.outputs import output_file
     from npusim.report.plot import plot_report, plot_sweep
 
     src = Path(args.input)
     if not src.is_file():
         raise InputError(str(src), None, "file not found")
+    out = output_file(src.with_suffix(".png") if args.out is None else args.out, "--out")
     if src.suffix == ".csv":
-        out = Path(args.out) if args.out else src.with_suffix(".png")
         table = Path(args.published) if args.published else None
         path = plot_sweep(src, args.axis, out, args.group, table)
     else:
@@ -415,7 +424,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
                              ) from None
         if not isinstance(report, dict) or "ops" not in report:
             raise InputError(str(src), None, "not a report.json (no ops)")
-        out = Path(args.out) if args.out else src.with_suffix(".png")
         path = plot_report(report, out)
     print(f"figure: {path}")
     return EXIT_OK
@@ -487,14 +495,23 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from npusim.oneline import OneLineParser
+
+    parser = OneLineParser(
         prog=prog,
         description="Discrete-event simulator of Ascend NPUs running MoE dispatch/combine.",
     )
     parser.add_argument("--version", action="version", version=f"npusim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true",
+                        help="on an error, print the Python traceback before the one-line "
+                        "message (a kernel error: the traceback of the kernel's exception)")
 
-    run = sub.add_parser("run", help="run a scenario, print a summary, write DIR/report.json "
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    run = add("run", help="run a scenario, print a summary, write DIR/report.json "
                          "and DIR/report.md")
     run.add_argument("scenario", metavar="SCENARIO", help="a scenario file, or the name of a "
                      "shipped one (npusim scenarios lists them)")
@@ -520,7 +537,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run.set_defaults(func=cmd_run)
 
-    lint = sub.add_parser("lint", help="check scenario files without running them")
+    lint = add("lint", help="check scenario files without running them")
     lint.add_argument("scenarios", nargs="+", metavar="SCENARIO",
                       help="scenario files or names of shipped ones")
     lint.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
@@ -528,11 +545,13 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                       help="set a dotted scenario key in every file (as npusim run --set)")
     lint.set_defaults(func=cmd_lint)
 
-    val = sub.add_parser("validate", help="simulate a table of measured latencies (default: "
+    val = add("validate", help="simulate a table of measured latencies (default: "
                          "the published rows of the preset) and report the error per row")
     val.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
     val.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
                      "<preset>.csv)")
+    val.add_argument("--map", metavar="MAPPING.yaml", help="--table is an msprof "
+                     "op_summary CSV; this file maps its op names to scenarios")
     val.add_argument("--tolerance", default="5%", help="allowed error per row without its own "
                      "tolerance_pct in the table (default 5%%)")
     val.add_argument("--speedup-tolerance", default="0.05",
@@ -541,10 +560,12 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     val.add_argument("--workers", default=None, help="parallel processes")
     val.set_defaults(func=cmd_validate)
 
-    cal = sub.add_parser("calibrate", help="fit free preset parameters to measured latencies")
+    cal = add("calibrate", help="fit free preset parameters to measured latencies")
     cal.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
     cal.add_argument("--table", metavar="CSV", help="measurements (default configs/targets/"
                      "<preset>.csv)")
+    cal.add_argument("--map", metavar="MAPPING.yaml", help="--table is an msprof "
+                     "op_summary CSV; this file maps its op names to scenarios")
     cal.add_argument("--param", action="append", metavar="KEY[,KEY]=LOW:HIGH",
                      help="a parameter to fit within bounds; keys joined by ',' share a value")
     cal.add_argument("--out", required=True, metavar="PRESET.yaml", help="the fitted preset")
@@ -565,7 +586,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      help="no line per evaluation or leave-one-out refit while fitting")
     cal.set_defaults(func=cmd_calibrate)
 
-    cmp = sub.add_parser("compare", help="compare two reports (or baselines) op by op and "
+    cmp = add("compare", help="compare two reports (or baselines) op by op and "
                          "phase by phase; exit 1 if B is slower than A beyond the tolerance")
     cmp.add_argument("a", metavar="A.json", help="the reference report")
     cmp.add_argument("b", metavar="B.json", help="the report judged against A")
@@ -575,7 +596,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      help="also exit 1 when B is faster beyond the tolerance")
     cmp.set_defaults(func=cmd_compare)
 
-    chk = sub.add_parser("check", help="run scenarios and compare each with its baseline "
+    chk = add("check", help="run scenarios and compare each with its baseline "
                          "(latency regression check)")
     chk.add_argument("--baselines", default="reports/baselines", metavar="DIR",
                      help="baseline folder (default reports/baselines)")
@@ -590,7 +611,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     chk.add_argument("--workers", default=None, help="parallel processes (default 1)")
     chk.set_defaults(func=cmd_check)
 
-    swp = sub.add_parser("sweep", help="run a base scenario over axes of values in parallel; "
+    swp = add("sweep", help="run a base scenario over axes of values in parallel; "
                          "resumes, writes one report per point and results.csv")
     swp.add_argument("sweep", metavar="SWEEP", help="a sweep file, or the name of a shipped one")
     swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
@@ -599,9 +620,12 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
                      "(the cluster in RAY_ADDRESS, else a local Ray instance)")
     swp.add_argument("--quiet", action="store_true",
                      help="no progress on stderr (finished points, points done of total)")
+    swp.add_argument("--max-points", metavar="N",
+                     help="refuse a sweep of more points, counted before any is built "
+                     "(default 10,000: npusim.sweep.MAX_POINTS)")
     swp.set_defaults(func=cmd_sweep)
 
-    plo = sub.add_parser("plot", help="figure from a sweep results.csv (latency vs an axis, "
+    plo = add("plot", help="figure from a sweep results.csv (latency vs an axis, "
                          "phases stacked) or a report.json (per-rank phase bars)")
     plo.add_argument("input", metavar="results.csv|report.json")
     plo.add_argument("--axis", help="sweep axis for the x axis (default: the first)")
@@ -610,47 +634,58 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     plo.add_argument("--out", metavar="PNG", help="output file (default beside the input)")
     plo.set_defaults(func=cmd_plot)
 
-    pre = sub.add_parser("presets", help="list the hardware presets in configs/, or explain "
+    pre = add("presets", help="list the hardware presets in configs/, or explain "
                          "one: every value with its unit and provenance")
     pre.add_argument("--explain", metavar="NAME", help="a preset name or YAML path: print "
                      "every value with its unit and provenance (docs/presets.md)")
     pre.set_defaults(func=cmd_presets)
 
-    scn = sub.add_parser("scenarios", help="list the shipped scenarios and sweeps (name and "
+    scn = add("scenarios", help="list the shipped scenarios and sweeps (name and "
                          "description), to run by name")
     scn.set_defaults(func=cmd_scenarios)
+    advise_cmd.add_parser(sub)
     return parser
 
 
 def _guarded(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Turn npusim's own errors into one stderr message and an exit code."""
+    """Turn npusim's own errors into one stderr message and an exit code; with --debug,
+    the traceback (and the exception a kernel error came from) first."""
     try:
         return func(args)
-    except InputError as exc:
-        _err(f"npusim: error: {_one_line(str(exc))}")
-        return EXIT_INPUT
-    except BlockedError as exc:  # the text starts with "deadlock" or "simulated-time limit"
-        _err(f"npusim: {_one_line(str(exc))}")
-        return EXIT_KERNEL
-    except KernelError as exc:
-        _err(f"npusim: kernel error: {_one_line(str(exc))}")
-        return EXIT_KERNEL
-    except NpusimError as exc:
-        _err(f"npusim: error: {_one_line(str(exc))}")
-        return EXIT_KERNEL
-    except MemoryError as exc:
-        _err(f"npusim: error: out of memory: {_one_line(str(exc)) or 'the run needs more memory'}"
-             "; allowed: a smaller workload (BS, W, H) on this machine")
-        return EXIT_FAIL
     except BrokenPipeError:
         raise  # a closed stdout (`| head`): main ends quietly
-    except OSError as exc:
+    except (Exception, KeyboardInterrupt) as exc:
+        line, code = _one_line_of(exc)
+        if code is None:
+            raise
+        if getattr(args, "debug", False):
+            import traceback
+
+            traceback.print_exception(exc)
+        _err(line)
+        return code
+
+
+def _one_line_of(exc: BaseException) -> tuple[str, int | None]:
+    """The message and exit code for an exception npusim reports; code None: not one."""
+    if isinstance(exc, InputError):
+        return f"npusim: error: {_one_line(str(exc))}", EXIT_INPUT
+    if isinstance(exc, BlockedError):  # the text starts with "deadlock" or "simulated-time"
+        return f"npusim: {_one_line(str(exc))}", EXIT_KERNEL
+    if isinstance(exc, KernelError):
+        return f"npusim: kernel error: {_one_line(str(exc))}", EXIT_KERNEL
+    if isinstance(exc, NpusimError):
+        return f"npusim: error: {_one_line(str(exc))}", EXIT_KERNEL
+    if isinstance(exc, MemoryError):
+        why = _one_line(str(exc)) or "the run needs more memory"
+        return (f"npusim: error: out of memory: {why}; allowed: a smaller workload (BS, W, H) "
+                "on this machine", EXIT_FAIL)
+    if isinstance(exc, OSError):
         where = f" {exc.filename}" if exc.filename else ""
-        _err(f"npusim: error: cannot write or read{where}: {exc.strerror or exc}")
-        return EXIT_FAIL
-    except KeyboardInterrupt:
-        _err("npusim: interrupted")
-        return 130
+        return f"npusim: error: cannot write or read{where}: {exc.strerror or exc}", EXIT_FAIL
+    if isinstance(exc, KeyboardInterrupt):  # Interrupted says what the command left
+        return f"npusim: interrupted{'; ' if str(exc) else ''}{exc}", 130
+    return "", None
 
 
 def _prog() -> str:

@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from npusim.errors import InputError
+from npusim.errors import InputError, excerpt
+from npusim.useryaml import load_text
 
 OVERRIDES = "hardware_overrides"
 
@@ -60,16 +59,12 @@ def parse_sets(items: Sequence[str]) -> list[tuple[str, Any]]:
         key = key.strip()
         if not eq or not key or any(not p for p in key.split(".")):
             raise InputError("command line", "--set",
-                             f"{item!r}: allowed: KEY=VALUE with a dotted scenario key, "
+                             f"{excerpt(item)}: allowed: KEY=VALUE with a dotted scenario key, "
                              "e.g. workload.bs=64")
         if any(k == key for k, _ in out):
             raise InputError("command line", f"--set {key}", "given twice")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
-            raise InputError("command line", f"--set {key}",
-                             f"{text!r} is not a YAML value: {problem}") from None
+        value = load_text(text, "command line", f"--set {key}",
+                          malformed=f"{excerpt(text)} is not a YAML value")
         out.append((key, value))
     return out
 
@@ -86,15 +81,30 @@ def load_scenario_set(path: str | Path, items: Sequence[str],
                       case_dir_override: str | Path | None = None,
                       import_kernels: bool = True) -> Any:
     """The scenario file with the `--set` items applied, validated as one document."""
-    from npusim.scenario import read_scenario_file, scenario_from_doc
+    from npusim.scenario import read_scenario_file
 
     sets = parse_sets(items)
     doc, src, base = read_scenario_file(path)
+    return apply_sets(doc, src, base, sets, case_dir_override, import_kernels)
+
+
+def apply_sets(doc: dict[str, Any], src: str, base: Path, sets: Sequence[tuple[str, Any]],
+               case_dir_override: str | Path | None = None, import_kernels: bool = True,
+               origin: str = "command line") -> Any:
+    """A scenario document with dotted keys set on it, validated as one document; an
+    error about a set key names it (`--set KEY` from the command line, `set KEY` from
+    the Python API)."""
+    from npusim.scenario import scenario_from_doc
+
+    where, option = ("command line", "--set") if origin == "command line" else ("api", "set")
     for key, value in sets:
+        if not isinstance(key, str) or not key or any(not p for p in key.split(".")):
+            raise InputError(where, option, f"{key!r}: allowed: a dotted scenario key, "
+                             "e.g. workload.bs")
         try:
             set_dotted(doc, key, value)
         except ValueError:
-            raise InputError("command line", f"--set {key}",
+            raise InputError(where, f"{option} {key}",
                              f"names no scenario key: a part of it is not a mapping in {src}"
                              ) from None
     try:
@@ -104,6 +114,6 @@ def load_scenario_set(path: str | Path, items: Sequence[str],
             raise
         for key, _ in sets:
             if _related(exc.key, key):
-                raise InputError("command line", f"--set {key}", exc.message) from None
-        given = ", ".join(f"{k}={v!r}" for k, v in sets)
-        raise InputError(exc.source, exc.key, f"{exc.message} (with --set {given})") from None
+                raise InputError(where, f"{option} {key}", exc.message) from None
+        given = ", ".join(f"{k}={excerpt(v)}" for k, v in sets)
+        raise InputError(exc.source, exc.key, f"{exc.message} (with {option} {given})") from None

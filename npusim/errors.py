@@ -8,6 +8,13 @@ address so the kernel author can find it).
 
 from __future__ import annotations
 
+import math
+from itertools import islice
+from typing import Any
+
+EXCERPT_CHARS = 80  # the most of a user's value an error message quotes
+MESSAGE_CHARS = 4000  # a backstop: no input error is longer than this
+
 
 class NpusimError(Exception):
     """Base of every error npusim raises on purpose."""
@@ -17,11 +24,11 @@ class InputError(NpusimError):
     """Bad user input: names the file, the (dotted) key and what is allowed."""
 
     def __init__(self, source: str, key: str | None, message: str) -> None:
-        self.source = source
-        self.key = key
-        self.message = message
-        where = f"{source}: {key}" if key else source
-        super().__init__(f"{where}: {message}")
+        self.source = _cut(source, MESSAGE_CHARS // 4)
+        self.key = None if key is None else _cut(key, MESSAGE_CHARS // 4)
+        self.message = _cut(message, MESSAGE_CHARS)
+        where = f"{self.source}: {self.key}" if self.key else self.source
+        super().__init__(f"{where}: {self.message}")
 
 
 class KernelError(NpusimError):
@@ -94,3 +101,77 @@ class DeadlockError(BlockedError):
 
 class SimTimeLimitError(BlockedError):
     """The run passed its simulated-time limit."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """A user's value as YAML shows it (true, null, 'text', [1, 2], {a: 1}), at most
+    `limit` characters. Error messages quote values, and a value can be huge: a 10 MB
+    string, an integer of 10^5 digits (whose str() Python refuses), or nested YAML aliases
+    that stand for a list of 2^40 items. The walk stops once `limit` characters are out,
+    so quoting costs O(limit) whatever the value."""
+    parts: list[str] = []
+    _emit(value, parts, [limit + 1])
+    return _cut("".join(parts), limit)
+
+
+def key_text(key: Any, limit: int = EXCERPT_CHARS) -> str:
+    """A mapping key as a dotted key shows it: a string bare, anything else excerpted."""
+    return _cut(key, limit) if isinstance(key, str) else excerpt(key, limit)
+
+
+def _emit(value: Any, parts: list[str], budget: list[int]) -> None:
+    """Append value's text to parts until the budget (characters left) runs out."""
+    if budget[0] <= 0:
+        return
+    if isinstance(value, dict):
+        _emit_items(islice(value.items(), budget[0]), "{", "}", parts, budget)
+        return
+    if isinstance(value, (list, tuple, set, frozenset)):
+        _emit_items(islice(value, budget[0]), "[", "]", parts, budget)
+        return
+    text = _scalar(value, budget[0])
+    parts.append(text)
+    budget[0] -= len(text)
+
+
+def _emit_items(items: Any, open_: str, close: str, parts: list[str], budget: list[int]
+                ) -> None:
+    parts.append(open_)
+    budget[0] -= 1
+    for i, item in enumerate(items):
+        if budget[0] <= 0:
+            return
+        if i:
+            parts.append(", ")
+            budget[0] -= 2
+        if open_ == "{":
+            _emit(item[0], parts, budget)
+            parts.append(": ")
+            budget[0] -= 2
+            _emit(item[1], parts, budget)
+        else:
+            _emit(item, parts, budget)
+    parts.append(close)
+    budget[0] -= 1
+
+
+def _scalar(value: Any, room: int) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        if value.bit_length() > 3 * EXCERPT_CHARS:  # str() of 4300+ digits raises
+            digits = int(value.bit_length() * math.log10(2)) + 1
+            return f"{'-' if value < 0 else ''}<an integer of about {digits} digits>"
+        return str(value)
+    if isinstance(value, float):
+        return ".nan" if math.isnan(value) else (
+            (".inf" if value > 0 else "-.inf") if math.isinf(value) else repr(value))
+    if isinstance(value, (str, bytes)):
+        return repr(value[:room + 1])
+    return _cut(str(value), room + 1)

@@ -8,7 +8,7 @@ window, and in a functional run the combine input row too; each core writes part
 its UB and its write marks; the interpreter, numpy and simpy cost a fixed base. The
 estimate counts both ops' machines at once (what `--workers 2` holds: combine runs in
 a forked process while dispatch runs); with `--workers 1` dispatch's machine is freed
-before combine's is built and the peak is lower. docs/performance.md, "Memory", has the
+before combine's is built and the peak is lower. docs/memory.md has the
 measured points the two measured constants come from and the check against the others.
 """
 

@@ -16,9 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from npusim.errors import InputError
+from npusim.errors import InputError, excerpt, key_text
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
 from npusim.hw.cores import config_value
 from npusim.hw.cores import kind as core_kind
@@ -27,6 +25,7 @@ from npusim.kernels.family import Family, Misfit, Option
 from npusim.kernels.shape import MoeShape
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
+from npusim.useryaml import load_text
 from npusim.workload.routing import LOGNORMAL_SIGMA, ZIPF_DEFAULT_S, Routing
 from npusim.workload.routing import ROUTING_KINDS as DRAWN_KINDS
 from npusim.workload.routing_file import read_routing_file
@@ -60,9 +59,10 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "routing": {"kind": "balanced", "seed": 0},
 }
 ROUTING_DEFAULTS: dict[str, Any] = {"kind": "balanced", "seed": 0}
-RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0}
+RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0, "wall_time_limit_s": 3600.0}
 TOP_KEYS = ("name", "description", "hardware", "hardware_overrides", "workload", "data", "run")
 DEFAULT_HARDWARE = "ascend950"
+MAX_REF_CHARS = 4096  # PATH_MAX: a longer kernel reference names no file
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -146,6 +146,8 @@ class DataSource:
 @dataclass(frozen=True)
 class RunOptions:
     sim_time_limit_us: float = RUN_DEFAULTS["sim_time_limit_us"]
+    # a guard, not a model input: left out of to_dict, so reports and digests ignore it
+    wall_time_limit_s: float = RUN_DEFAULTS["wall_time_limit_s"]
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,7 @@ class Scenario:
 
 
 def _dotted(prefix: str, key: object) -> str:
-    return f"{prefix}.{key}" if prefix else str(key)
+    return f"{prefix}.{key_text(key)}" if prefix else key_text(key)
 
 
 def _section(
@@ -207,10 +209,9 @@ def _section(
 
 
 def _show(raw: Any) -> str:
-    """A value as the user wrote it in YAML (true, null), not as Python prints it."""
-    if isinstance(raw, bool):
-        return "true" if raw else "false"
-    return "null" if raw is None else repr(raw)
+    """A value as the user wrote it in YAML (true, null), not as Python prints it, and
+    at most a short excerpt of it (errors.excerpt)."""
+    return excerpt(raw)
 
 
 def _int(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -> int:
@@ -219,7 +220,7 @@ def _int(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise InputError(src, key, f"must be an integer {span}{note}, got {_show(raw)}")
     if raw < lo or (hi is not None and raw > hi):
-        raise InputError(src, key, f"{raw} is out of range; allowed: {span}{note}")
+        raise InputError(src, key, f"{_show(raw)} is out of range; allowed: {span}{note}")
     return raw
 
 
@@ -227,11 +228,13 @@ def _float(src: str, key: str, raw: Any, lo: float, hi: float, *, lo_open: bool)
     span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         raise InputError(src, key, f"must be a number in {span}, got {_show(raw)}")
-    value = float(raw)
-    bad_lo = value <= lo if lo_open else value < lo
-    if not math.isfinite(value) or bad_lo or value > hi:
-        raise InputError(src, key, f"{raw!r} is out of range; allowed: {span}")
-    return value
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise InputError(src, key, f"{_show(raw)} is out of range, not a finite number; "
+                         f"allowed: {span}")
+    bad_lo = raw <= lo if lo_open else raw < lo  # int against float: exact, never overflows
+    if bad_lo or raw > hi:
+        raise InputError(src, key, f"{_show(raw)} is out of range; allowed: {span}")
+    return float(raw)
 
 
 def _bool(src: str, key: str, raw: Any) -> bool:
@@ -246,7 +249,7 @@ def _choice(src: str, key: str, raw: Any, choices: tuple[str, ...]) -> str:
         raise InputError(src, key, f"must be one of: {allowed}; got {_show(raw)}")
     if raw not in choices:
         hint = did_you_mean(raw, choices)
-        raise InputError(src, key, f"unknown value {raw!r}{hint}; allowed: {allowed}")
+        raise InputError(src, key, f"unknown value {_show(raw)}{hint}; allowed: {allowed}")
     return raw
 
 
@@ -261,32 +264,6 @@ def _str(src: str, key: str, raw: Any, *, empty_ok: bool = False) -> str:
 # ----------------------------------------------------------------------------- YAML
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last)."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    out: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in out
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"unhashable key {key!r}", key_node.start_mark
-            ) from None
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        out[key] = loader.construct_object(value_node, deep=True)
-    return out
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def _read_yaml(path: Path, src: str) -> dict[str, Any]:
     try:
         data = path.read_bytes()
@@ -298,17 +275,7 @@ def _read_yaml(path: Path, src: str) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(src, None, f"not UTF-8 text (byte {exc.start})") from None
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
-        raise InputError(src, None, f"malformed YAML{where}: {problem}") from None
-    except RecursionError:
-        raise InputError(src, None, "malformed YAML: nested too deeply") from None
-    except Exception as exc:  # explicit tags such as `!!int abc` fail outside YAMLError
-        raise InputError(src, None, f"malformed YAML: {exc}") from None
+    doc = load_text(text, src)
     if not isinstance(doc, dict):
         kind = "empty" if doc is None else f"a {type(doc).__name__}"
         raise InputError(src, None, f"must be a YAML mapping of scenario keys, got {kind}")
@@ -361,6 +328,9 @@ def _family(src: str, raw: Any, base: Path, import_kernels: bool) -> Family | No
     checks the scenario without importing it (the file must still exist)."""
     ref = raw.get("kernel", registry.DEFAULT) if isinstance(raw, dict) else registry.DEFAULT
     ref = _str(src, "workload.kernel", ref)
+    if len(ref) > MAX_REF_CHARS:
+        raise InputError(src, "workload.kernel", f"{_show(ref)}: longer than {MAX_REF_CHARS} "
+                         "characters; allowed: a family name, a .py file or module:attr")
     try:
         if not import_kernels and ref not in registry.BUILTIN:
             if registry.is_file_ref(ref):
@@ -435,7 +405,8 @@ def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Wo
 
     op = _choice(src, k_("op"), doc["op"], tuple(fam.runs) if fam is not None
                  else (doc["op"],) if isinstance(doc["op"], str) else ())
-    bs = _int(src, k_("bs"), doc["bs"], *BS_RANGE, why="kernel limit")
+    bs_range = (fam.bs_range if fam is not None else None) or BS_RANGE
+    bs = _int(src, k_("bs"), doc["bs"], *bs_range, why="kernel limit")
     h = _int(src, k_("h"), doc["h"], *H_RANGE, why="kernel limit")
     if h % H_MULTIPLE:
         raise InputError(
@@ -522,7 +493,7 @@ def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int) -> tuple[int, in
 
 def _flatten_overrides(src: str, raw: Any, prefix: str = "") -> dict[str, Any]:
     """Accept dotted keys and nested mappings alike; return flat dotted keys."""
-    here = _dotted("hardware_overrides", prefix) if prefix else "hardware_overrides"
+    here = f"hardware_overrides.{prefix}" if prefix else "hardware_overrides"
     if raw is None and not prefix:
         return {}
     if not isinstance(raw, dict):
@@ -531,7 +502,7 @@ def _flatten_overrides(src: str, raw: Any, prefix: str = "") -> dict[str, Any]:
     for k, v in raw.items():
         if not isinstance(k, str) or not k or any(not p for p in k.split(".")):
             raise InputError(src, _dotted(here, k), "must be a dotted key like fabric.egress_gbps")
-        full = _dotted(prefix, k)
+        full = f"{prefix}.{k}" if prefix else k  # the key itself; messages cut it short
         if isinstance(v, dict):
             out.update(_flatten_overrides(src, v, full))
         elif full in out:
@@ -566,11 +537,15 @@ def _hardware(src: str, ref: str, overrides: dict[str, Any], base: Path) -> Hard
             ) from None
         if exc.key in overrides:  # a bad override value: point at the scenario's key
             raise InputError(src, f"hardware_overrides.{exc.key}", exc.message) from None
+        if exc.source == resolved and exc.key is None:  # the file as a whole: not a preset
+            raise InputError(src, "hardware", f"{resolved}: {exc.message}; allowed: "
+                             f"{', '.join(preset_names())} or a hardware YAML file") from None
         raise
     except (OSError, ValueError) as exc:
         names = ", ".join(preset_names())
+        why = getattr(exc, "strerror", None) or type(exc).__name__
         raise InputError(
-            src, "hardware", f"cannot use {ref!r} ({exc}); allowed: {names} or a YAML path"
+            src, "hardware", f"cannot use {_show(ref)} ({why}); allowed: {names} or a YAML path"
         ) from None
 
 
@@ -584,7 +559,10 @@ def _run(src: str, raw: Any) -> RunOptions:
         1e9,
         lo_open=True,
     )
-    return RunOptions(sim_time_limit_us=limit)
+    wall = _float(src, "run.wall_time_limit_s",
+                  doc.get("wall_time_limit_s", RUN_DEFAULTS["wall_time_limit_s"]), 0.0, 1e6,
+                  lo_open=True)
+    return RunOptions(sim_time_limit_us=limit, wall_time_limit_s=wall)
 
 
 def _case_dir(
@@ -677,7 +655,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
         raise InputError(
             src,
             "name",
-            f"{name!r} is not usable as a folder name; allowed: letters, digits, "
+            f"{_show(name)} is not usable as a folder name; allowed: letters, digits, "
             "'_', '-', '.' (not starting with '.' or '-'), at most 128 characters",
         )
     description = doc.get("description")

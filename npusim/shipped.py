@@ -31,6 +31,11 @@ def _root(kind: str) -> Path:
     try:
         root = resources.files(package)
     except ModuleNotFoundError:
+        # npusim imported from a source checkout that was installed without -e (tests
+        # run from the clone): the data sits beside the package, as in the repository
+        checkout = Path(__file__).resolve().parent.parent / kind
+        if (checkout / "__init__.py").is_file():
+            return checkout
         raise FileNotFoundError(
             errno.ENOENT, "npusim's presets and scenarios are not installed with the package; "
             "reinstall it (`pip install -e .` in a clone, or `pip install` the wheel)",

@@ -81,7 +81,8 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
         m = Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace),
                     (core_kind(kernel.core_kind), *map(core_kind, kernel.engines)))
         op_in = fam.op_inputs(kernel.name, t, inputs, previous)
-        return Leg.of(m, run_op(m, fam, kernel, t, op_in, limit_ns, keep_inputs))
+        return Leg.of(m, run_op(m, fam, kernel, t, op_in, limit_ns, keep_inputs,
+                                scenario.run.wall_time_limit_s))
 
     ahead: Forked | None = None
     how_ahead = ""
@@ -201,7 +202,8 @@ def _busy(ctx: Any) -> dict[str, float]:
 
 
 def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
-           op_inputs: list[Arrays], limit_ns: float, keep_inputs: bool = False) -> OpRun:
+           op_inputs: list[Arrays], limit_ns: float, keep_inputs: bool = False,
+           wall_limit_s: float | None = None) -> OpRun:
     """One kernel on every rank of an idle machine: its input tensors from `op_inputs`,
     its outputs and scratch zeroed, the window zones from the family's layout; its OpRun
     with every rank's outputs read back as declared."""
@@ -216,7 +218,8 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     for rank in machine.ranks:
         rank.window.set_zones(zones)
     res = launch(machine, kernel.program(t), time_limit_ns=limit_ns, cores=kernel.cores(t),
-                 kind=kernel.core_kind, launch_ns=kernel.launch_ns(machine.cfg))
+                 kind=kernel.core_kind, launch_ns=kernel.launch_ns(machine.cfg),
+                 wall_limit_s=wall_limit_s)
     outputs = [{spec.name: rank.tensors[spec.name].as_array(spec.np_dtype(t), spec.shape(t, r))
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)

@@ -14,8 +14,10 @@ A sweep file:
         - {workload.dispatch_quant: mxfp8, workload.combine_quant: int8}
 
 Every point is a full scenario (validated like a scenario file; errors name the sweep
-file and the axis key). Each finished point leaves OUT/points/<point>/report.json; a rerun
-skips points whose report exists for the same scenario, so an interrupted sweep resumes.
+file and the axis key). A sweep of more than --max-points points (default 10,000) is
+refused before any is built. Each finished point leaves OUT/points/<point>/report.json
+(its folder appears whole); a rerun skips points whose report exists for the same
+scenario, so an interrupted sweep resumes, and runs again a point whose report is broken.
 OUT/results.csv has one row per point and op: the axis values, latency and phase spans.
 """
 
@@ -27,7 +29,9 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
+import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -50,28 +54,52 @@ class Point:
     digest: str
 
 
-def _axis_values(src: str, key: str, spec: Any) -> list[Any]:
+MAX_POINTS = 10_000  # npusim sweep --max-points: a sweep's points are built in memory
+
+
+def _range(src: str, key: str, spec: Any) -> tuple[Any, Any, Any, int] | None:
+    """A range axis's (start, stop, step, number of points), counted without building it;
+    None if spec is not a range."""
+    if not (isinstance(spec, dict) and set(spec) <= {"start", "stop", "step"} and
+            {"start", "stop"} <= set(spec)):
+        return None
+    start, stop, step = spec["start"], spec["stop"], spec.get("step", 1)
+    nums = (start, stop, step)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in nums) or step <= 0 or stop < start:
+        raise InputError(src, f"axes.{key}", "a range needs finite numbers start <= stop and "
+                         "step > 0")
+    span = (stop - start) / step  # float: may be inf for a huge range
+    count = int(span + 1e-9) + 1 if math.isfinite(span) and span < 2**62 else 2**62
+    return start, stop, step, count
+
+
+def _axis_count(src: str, key: str, spec: Any) -> int:
+    """How many values an axis has; InputError if it is not an axis."""
     if isinstance(spec, list):
         if not spec:
             raise InputError(src, f"axes.{key}", "empty list; give at least one value")
+        return len(spec)
+    rng = _range(src, key, spec)
+    if rng is None:
+        raise InputError(src, f"axes.{key}", "allowed: a list of values or "
+                         "{start: A, stop: B, step: C}")
+    return rng[3]
+
+
+def _axis_values(src: str, key: str, spec: Any) -> list[Any]:
+    rng = _range(src, key, spec)
+    if rng is None:
         return spec
-    if isinstance(spec, dict) and set(spec) <= {"start", "stop", "step"} and \
-            {"start", "stop"} <= set(spec):
-        start, stop, step = spec["start"], spec["stop"], spec.get("step", 1)
-        nums = (start, stop, step)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in nums) \
-                or step <= 0 or stop < start:
-            raise InputError(src, f"axes.{key}", "a range needs numbers start <= stop and "
-                             "step > 0")
-        count = int((stop - start) / step + 1e-9) + 1
-        vals = [start + i * step for i in range(count)]
-        return [int(v) if all(isinstance(x, int) for x in nums) else v for v in vals]
-    raise InputError(src, f"axes.{key}", "allowed: a list of values or "
-                     "{start: A, stop: B, step: C}")
+    start, stop, step, count = rng
+    vals = [start + i * step for i in range(count)]
+    return [int(v) if all(isinstance(x, int) for x in (start, stop, step)) else v
+            for v in vals]
 
 
-def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
-    """Expand a sweep file into validated points."""
+def load_sweep(path: str | Path, max_points: int = MAX_POINTS) -> tuple[str, list[Point]]:
+    """Expand a sweep file into validated points; InputError, before any point is built,
+    if there are more than max_points."""
     from npusim.hw.config import read_yaml_mapping
     from npusim.scenario import scenario_from_doc
 
@@ -96,6 +124,10 @@ def load_sweep(path: str | Path) -> tuple[str, list[Point]]:
         raise InputError(src, "base", f"scenario file {base_path} not found")
     base = read_yaml_mapping(base_path)
     keys = list(axes)
+    total = math.prod(_axis_count(src, k, axes[k]) for k in keys)
+    if total > max_points:
+        raise InputError(src, "axes", f"{total} points (the product of the axes' sizes); "
+                         f"allowed: at most {max_points} (npusim sweep --max-points)")
     values = [_axis_values(src, k, axes[k]) for k in keys]
     points = []
     for i, combo in enumerate(itertools.product(*values)):
@@ -136,21 +168,31 @@ def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
     return build_report(simulate(sc))
 
 
-def _done(report_path: Path, digest: str) -> bool:
+def _state(report_path: Path, digest: str) -> str:
+    """A point's folder: "done" (its report is whole and for this scenario), "new" (no
+    report, or one for another scenario) or "broken: <why>" (a report that is not whole:
+    the point runs again)."""
     marker = report_path.with_name("point.json")
     if not (report_path.is_file() and marker.is_file()):
-        return False
+        return "new"
     try:
-        return json.loads(marker.read_text()).get("digest") == digest
-    except (OSError, ValueError):
-        return False
+        if json.loads(marker.read_text()).get("digest") != digest:
+            return "new"
+    except (OSError, ValueError, AttributeError):
+        return "broken: its point.json is unreadable"
+    try:
+        ops = json.loads(report_path.read_text()).get("ops")
+    except (OSError, ValueError, AttributeError) as exc:
+        return f"broken: its report.json is unreadable ({type(exc).__name__})"
+    return "done" if isinstance(ops, list) else "broken: its report.json has no ops"
 
 
 BACKENDS = ("processes", "ray")
 
 
 def run_sweep(path: str | Path, out: Path, workers: int | None = None,
-              backend: str = "processes", quiet: bool = False) -> Path:
+              backend: str = "processes", quiet: bool = False,
+              max_points: int = MAX_POINTS) -> Path:
     """Run every point not already done; write results.csv; return its path.
 
     backend "processes": a local process pool. "ray": Ray tasks on the cluster named by
@@ -159,46 +201,78 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None,
     if backend not in BACKENDS:
         raise InputError("command line", "--backend", f"{backend!r}; allowed: "
                          f"{', '.join(BACKENDS)}")
-    from npusim.progress import Progress
-
     src = str(path)
-    name, points = load_sweep(path)
+    name, points = load_sweep(path, max_points)
     base_dir = str(Path(path).resolve().parent)
-    todo = []
-    for pt in points:
-        rp = out / "points" / pt.name / "report.json"
-        if not _done(rp, pt.digest):
-            todo.append((pt, rp))
-    n = len(points)
-    shown = None if quiet else Progress()
-    if shown:
-        shown.note(f"sweep {src}: {n} point(s), {n - len(todo)} already done")
-    counter = [n - len(todo)]
-    jobs = [((pt.doc, f"{src} (point {pt.name})", base_dir), pt, rp) for pt, rp in todo]
+    try:
+        run_points(points, out, src, base_dir, workers, backend, quiet, title=f"sweep {name}")
+    except KeyboardInterrupt as exc:
+        from npusim.outputs import Interrupted
 
-    def status() -> str:
-        return f"sweep {name}: {counter[0]}/{n} points done, {shown.elapsed():.0f} s"
-
-    if jobs:
-        runner = _run_ray if backend == "ray" else _run_processes
-        try:
-            for report, pt, rp in runner(jobs, workers,
-                                         lambda: shown.update(status) if shown else None):
-                _record(report, pt, rp, counter, n, shown)
-        finally:
-            if shown:
-                shown.clear()
+        raise Interrupted(f"{exc}; results.csv not updated") from None
     from npusim.report.io import write_text_atomic
 
     return write_text_atomic(out / "results.csv", _csv(points, out))
 
 
+def run_points(points: list[Point], out: Path, src: str, base_dir: str,
+               workers: int | None = None, backend: str = "processes", quiet: bool = False,
+               title: str = "sweep") -> dict[str, dict[str, Any]]:
+    """Run the points not already done under out/points/<point>/ (the resumable core of
+    a sweep, also `npusim advise`'s); returns every point's report by point name."""
+    if backend not in BACKENDS:
+        raise InputError("command line", "--backend", f"{backend!r}; allowed: "
+                         f"{', '.join(BACKENDS)}")
+    from npusim.progress import Progress
+
+    todo = []
+    shown = None if quiet else Progress()
+    for pt in points:
+        rp = out / "points" / pt.name / "report.json"
+        state = _state(rp, pt.digest)
+        if state.startswith("broken"):  # said even when quiet: results change
+            text = f"npusim: note: sweep point {pt.name}: {state[8:]}; running it again"
+            shown.note(text) if shown else print(text, file=sys.stderr)
+        if state != "done":
+            todo.append((pt, rp))
+    n = len(points)
+    if shown:
+        shown.note(f"{title} ({src}): {n} point(s), {n - len(todo)} already done")
+    counter = [n - len(todo)]
+    jobs = [((pt.doc, f"{src} (point {pt.name})", base_dir), pt, rp) for pt, rp in todo]
+
+    def status() -> str:
+        return f"{title}: {counter[0]}/{n} points done, {shown.elapsed():.0f} s"
+
+    try:
+        if jobs:
+            runner = _run_ray if backend == "ray" else _run_processes
+            try:
+                for report, pt, rp in runner(jobs, workers,
+                                             lambda: shown.update(status) if shown else None):
+                    _record(report, pt, rp, counter, n, shown)
+            finally:
+                if shown:
+                    shown.clear()
+    except KeyboardInterrupt:
+        from npusim.outputs import Interrupted
+
+        raise Interrupted(f"{counter[0]} of {n} point folders complete in {out / 'points'} "
+                          f"(npusim {title.split()[0]} resumes from them)") from None
+    return {pt.name: json.loads((out / "points" / pt.name / "report.json").read_text())
+            for pt in points}
+
+
 def _record(report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int,
             shown: Any) -> None:
+    from npusim.outputs import OutputSet
     from npusim.report.io import write_json_atomic
 
-    write_json_atomic(rp, report)
-    write_json_atomic(rp.with_name("point.json"), {"digest": pt.digest, "values": pt.values})
+    with OutputSet() as outs:  # the point's folder is whole or absent
+        stage = outs.folder(rp.parent)
+        write_json_atomic(stage / rp.name, report)
+        write_json_atomic(stage / "point.json", {"digest": pt.digest, "values": pt.values})
+        outs.commit()
     counter[0] += 1
     if shown:
         shown.note(f"  [{counter[0]}/{n}] {pt.name} {pt.values}")
@@ -259,7 +333,12 @@ def _csv(points: list[Point], out: Path) -> str:
     rows = []
     phases: list[str] = []
     for pt in points:
-        report = json.loads((out / "points" / pt.name / "report.json").read_text())
+        path = out / "points" / pt.name / "report.json"
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(str(path), None, f"unreadable ({type(exc).__name__}); run the "
+                             "sweep again to redo the point") from None
         for op in report["ops"]:
             for ph in op["phases"]:
                 if ph not in phases:

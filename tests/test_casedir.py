@@ -134,3 +134,16 @@ def test_generate_bf16_unquantised(tmp_path: Path):
     assert not chip_file(tmp_path, "golden", 0, "dynamic_scales").exists()
     n = int(np.fromfile(chip_file(tmp_path, "golden", 0, "ep_recv_count"), np.int32)[-1])
     assert chip_file(tmp_path, "golden", 0, "expand_x").stat().st_size == n * 40 * 2
+
+
+def test_repeated_expert_ids_are_refused_as_in_a_routing_file(case: Path):
+    # a token's K ids name K distinct experts; token 2 of rank 1 gets expert 3 twice
+    ids_path = chip_file(case, "input", 1, "expert_ids")
+    ids = np.fromfile(ids_path, np.int32).reshape(BS, K)
+    ids[2] = [3, 3]
+    ids.tofile(ids_path)
+    with pytest.raises(InputError) as e:
+        read_case_inputs(case, MoeShape(W, BS, H, K, L), "dispatch")
+    assert e.value.source == str(ids_path)
+    assert "token 2: expert 3 appears twice" in str(e.value)
+    assert "\n" not in str(e.value)

@@ -1,4 +1,4 @@
-"""The combine's two-slot queues (docs/kernels.md, "Queues, not scalar waits"), checked on
+"""The combine's two-slot queues (docs/kernels/cann_sample.md, "Combine"), checked on
 the detailed trace of one receiving core: loads run ahead of the vector unit, and a slot
 is refilled only after the vector unit has finished with it."""
 

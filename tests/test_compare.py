@@ -70,14 +70,48 @@ def test_exactly_at_the_tolerance_is_within() -> None:
     assert not cmp.regressed and not cmp.changed
 
 
-def test_phase_on_one_side_only_is_shown_not_judged() -> None:
+def test_a_phase_on_one_side_only_fails_and_keeps_the_columns(tmp_path, capsys) -> None:
     b = report(10.0, {"send_data": (0.0, 4.0), "extra": (4.0, 5.0)})
     cmp = compare_profiles(profile_of(A, "a"), profile_of(b, "b"), 0.05)
     statuses = {r.metric: r.status for r in cmp.rows}
     assert statuses["latency"] == "ok"
     assert statuses["wait_status duration"] == "only in A"
     assert statuses["extra duration"] == "only in B"
-    assert not cmp.regressed and cmp.changed
+    assert cmp.regressed and cmp.changed  # a check never passes on a missing phase
+    text = format_comparison(cmp)
+    assert "phases on one side only: dispatch wait_status (only in A), dispatch extra " \
+        "(only in B)" in text
+    table = [ln for ln in text.splitlines() if ln.startswith("  ")]
+    head = table[0]
+    ends = [head.index(t) + len(t) for t in ("A us", "B us", "delta us")] + [len(head)]
+    assert len(table) == 1 + 1 + 2 * 3  # latency, and end + duration of three phases
+    for ln in table[1:]:  # each cell, '-' included, ends where its column's title ends
+        for end in ends:
+            assert ln[end - 1] != " " and ln[end:end + 1] in ("", " "), (ln, end)
+    assert [ln[len(head):] for ln in table if "only" in ln] == [
+        "  only in A", "  only in A", "  only in B", "  only in B"]
+    assert main(["compare", write(tmp_path, "a.json", A), write(tmp_path, "b.json", b)]) == 1
+    capsys.readouterr()
+
+
+def test_nan_in_b_never_passes(tmp_path, capsys) -> None:
+    b = report(float("nan"), {"send_data": (0.0, 4.0), "wait_status": (4.0, 6.0)})
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(b))  # json writes NaN, as a broken report might hold
+    a = write(tmp_path, "a.json", A)
+    for extra in ([], ["--strict"]):
+        assert main(["compare", a, str(path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "ops[0].latency_us is nan" in err
+
+
+@pytest.mark.parametrize("tol", ["nan", "NaN%", "inf", "-1", "-5%", "1e999"])
+def test_a_tolerance_that_is_not_a_finite_number_is_refused(tmp_path, capsys, tol) -> None:
+    slow = report(280.0, {"send_data": (0.0, 4.0), "wait_status": (4.0, 6.0)})  # 28x
+    a, b = write(tmp_path, "a.json", A), write(tmp_path, "b.json", slow)
+    assert main(["compare", a, b, f"--tolerance={tol}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--tolerance" in err and "finite number" in err
 
 
 def test_baseline_compares_like_its_report() -> None:
@@ -124,6 +158,19 @@ def test_unusable_input_exit_2_naming_the_file(
     assert main(["compare", a, b]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"npusim: error: {b}: ") and message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_fifo_is_refused_without_being_opened(tmp_path: Path, capsys) -> None:
+    """Reading a FIFO blocks until a writer comes: compare must not open one."""
+    import os
+
+    a = write(tmp_path, "a.json", A)
+    fifo = tmp_path / "b.json"
+    os.mkfifo(fifo)
+    assert main(["compare", a, str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"npusim: error: {fifo}: ") and "FIFO" in err
     assert len(err.splitlines()) == 1
 
 

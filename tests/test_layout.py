@@ -1,4 +1,4 @@
-"""Record and window layouts: the numbers of kernels.md and the sample headers."""
+"""Record and window layouts: the numbers of docs/kernels/cann_sample.md and the sample headers."""
 
 from __future__ import annotations
 

@@ -51,6 +51,31 @@ def test_dispatch_combine_dumps_agree_with_the_routing(tmp_path, hardware, W):
     assert K == ids.shape[2]
 
 
+def test_the_default_ccl_buffer_is_never_refused(tmp_path, capsys):
+    # fullmesh_v2 on the 950 at BS 32, W 8, L 4, INT8 dispatch, bf16, ccl_buffer_size left
+    # at 0: get_low_latency_ccl_buffer_size's 19 MB misses the check's W * 1 KiB by 8 KiB
+    sc = _scenario(tmp_path, "default_fits", "ascend950", bs=32, h=7168, k=8,
+                   ep_world_size=8, experts_per_rank=4, dtype="bfloat16",
+                   comm_alg="fullmesh_v2", dispatch_quant="int8")
+    assert main(["lint", str(sc)]) == 0, capsys.readouterr().err
+
+
+def test_the_default_ccl_buffer_grows_to_what_the_slots_need(tmp_path, capsys):
+    # the 950, BS 128, W 8, L 32, K 8, bf16, no quantisation: dispatch slots
+    # Align512(2 * 7168 + 44) = 14848 B, combine slots ceil(14336 / 480) * 512 = 15360 B;
+    # 128 * (14848 * 8 * 32 + 15360 * 8) = 502267904 B per data half, so the buffer needs
+    # ceil((2 * 502267904 + 1 MiB + 8 KiB) / 2 MiB) = 480 MB, one more than the helper's 479
+    # that the operator's check accepts
+    common = dict(bs=128, h=7168, k=8, ep_world_size=8, experts_per_rank=32,
+                  dispatch_quant="none")
+    sc = _scenario(tmp_path, "grows", "ascend950", **common)
+    assert main(["lint", str(sc)]) == 0, capsys.readouterr().err
+    sc = _scenario(tmp_path, "helpers", "ascend950", ccl_buffer_size=479, **common)
+    assert main(["lint", str(sc)]) == 2
+    err = capsys.readouterr().err
+    assert "would overrun it; ccl_buffer_size >= 480 MB" in err
+
+
 def test_a_small_ccl_buffer_is_one_line_naming_the_need(tmp_path, capsys):
     sc = _scenario(tmp_path, "small", "atlas_a3", bs=32, h=7168, k=8, ep_world_size=16,
                    experts_per_rank=16, ccl_buffer_size=20)

@@ -8,6 +8,7 @@ import pytest
 from npusim.kernels.mc2.window import (
     CclBufferTooSmall,
     combine_slot_bytes,
+    default_ccl_buffer_mb,
     dispatch_slot,
     low_latency_ccl_buffer_mb,
     mc2_window,
@@ -104,3 +105,21 @@ def test_950_int8_combine_stride():
                    combine_quant="int8")
     assert w.combine_slot == 5 * 512  # ceil(2112 / 480): the area dispatch places stays
     assert w.combine_slot_offset(0, 1, 1) - w.combine_slot_offset(0, 0, 0) == 3 * 3 * 512
+
+
+def test_the_default_buffer_fits_the_950s_check_where_the_helper_falls_short():
+    # BS 32, H 7168, W 8, L 4, K 8, fullmesh_v2: tokenNeedSizeDispatch = ceil((14336 + 44) /
+    # 480) * 512 = 30 * 512 = 15360, combine Align512(14336) = 14336.
+    # 2 * (32 * 15360 * 8 * 4 + 32 * 14336 * 8) = 2 * (15 MiB + 3.5 MiB) = 37 MiB; the
+    # helper adds 1 MB: 38 MiB -> Align2(38) / 2 = 19 MB, a 38 MiB CCL buffer. The 950's
+    # check needs 37 MiB + W 8 * 1 KiB + 1 MiB status = 38 MiB + 8 KiB: 19 is short, 20 fits
+    assert low_latency_ccl_buffer_mb(32, 7168, 8, 4, 8, 0, "fullmesh_v2") == 19
+    with pytest.raises(CclBufferTooSmall) as e:
+        mc2_window(32, 7168, 8, 4, 8, 0, "int8", "arch35", ccl_mb=19, cores=64,
+                   comm_alg="fullmesh_v2")
+    assert "= 39 MB of CCL buffer, so ccl_buffer_size >= 20 MB" in str(e.value)
+    assert default_ccl_buffer_mb(32, 7168, 8, 4, 8, 0, "arch35", "fullmesh_v2") == 20
+    mc2_window(32, 7168, 8, 4, 8, 0, "int8", "arch35", ccl_mb=20, cores=64,
+               comm_alg="fullmesh_v2")
+    # A3's check has no per-rank term: the helper's value stands
+    assert default_ccl_buffer_mb(32, 7168, 8, 4, 8, 0, "arch22", "fullmesh_v2") == 19

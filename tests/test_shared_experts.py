@@ -1,4 +1,5 @@
-"""Shared experts (ops-transformer MoeDistributeDispatchV2 / CombineV2, docs/kernels.md).
+"""Shared experts (ops-transformer MoeDistributeDispatchV2 / CombineV2,
+docs/kernels/cann_sample.md).
 
 S shared experts live on ranks 0..S_r-1, each replicated on R = S_r / S ranks; the
 E = L * (W - S_r) MoE experts on ranks S_r.. (expert e on rank S_r + e // L). Every token
@@ -136,9 +137,9 @@ def test_dispatch_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) ->
 
 
 def test_worked_example_by_hand(tmp_path: Path) -> None:
-    """W = 8, S_r = 2, S = 1, L = 4 (E = 24), K = 8, BS = 16 (docs/kernels.md): R = 2, rank 0
-    receives the tokens of ranks 0, 2, 4, 6 and rank 1 those of 1, 3, 5, 7; MoE expert e is
-    on rank 2 + e // 4."""
+    """W = 8, S_r = 2, S = 1, L = 4 (E = 24), K = 8, BS = 16 (docs/kernels/cann_sample.md):
+    R = 2, rank 0 receives the tokens of ranks 0, 2, 4, 6 and rank 1 those of 1, 3, 5, 7;
+    MoE expert e is on rank 2 + e // 4."""
     sc, res = run(tmp_path, op="dispatch", ep_world_size=8, shared_experts=1,
                   shared_expert_ranks=2, bs=16, h=1024, k=8, experts_per_rank=4,
                   dispatch_quant="none")

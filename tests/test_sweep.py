@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,83 @@ def test_ray_backend_gives_the_same_results(tmp_path, capsys):
 def test_unknown_backend_is_an_input_error(tmp_path):
     p = sweep_file(tmp_path, {"workload.bs": [1]})
     assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--backend", "dask"]) == 2
+
+
+def test_a_huge_range_is_counted_and_refused_before_it_is_built(tmp_path, capsys,
+                                                                 monkeypatch):
+    import npusim.sweep as sweep
+
+    built = []
+    real = sweep._axis_values
+    monkeypatch.setattr(sweep, "_axis_values", lambda *a: built.append(a) or real(*a))
+    big = {"workload.bs": [1, 2], "hardware_overrides.fabric.egress_gbps":
+           {"start": 1, "stop": 10**9, "step": 1}}  # 2 x 10^9 points
+    p = sweep_file(tmp_path, big)
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "axes" in err and f"{2 * 10**9} points" in err
+    assert "at most 10000" in err and not built and not (tmp_path / "o").exists()
+    p = sweep_file(tmp_path, {"workload.bs": [1, 2, 4]})
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--max-points", "2"]) == 2
+    assert "3 points" in capsys.readouterr().err
+    assert main(["sweep", str(p), "--out", str(tmp_path / "o"), "--max-points", "0"]) == 2
+    assert "--max-points" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e308])
+def test_a_range_of_non_finite_or_overflowing_numbers_is_refused(tmp_path, bad):
+    spec = {"start": 1, "stop": 2, "step": bad} if bad != 1e308 else \
+        {"start": -1e308, "stop": 1e308, "step": 1e-308}
+    p = sweep_file(tmp_path, {"hardware_overrides.fabric.egress_gbps": spec})
+    with pytest.raises(InputError) as info:
+        load_sweep(p)
+    assert info.value.key in ("axes", "axes.hardware_overrides.fabric.egress_gbps")
+
+
+def test_a_truncated_point_report_is_run_again_and_said_so(tmp_path, capsys):
+    p = sweep_file(tmp_path, {"workload.bs": [1, 8]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    results = (out / "results.csv").read_text()
+    rp = out / "points" / "s-0001" / "report.json"
+    whole = rp.read_text()
+    rp.write_text(whole[: len(whole) // 2])  # a report cut short
+    (out / "results.csv").write_text("old\n")
+    capsys.readouterr()
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err == ("npusim: note: sweep point s-0001: its report.json is unreadable "
+                   "(JSONDecodeError); running it again\n")
+
+    def timeless(text: str) -> dict:
+        doc = json.loads(text)
+        doc["sim"].pop("wall_s")
+        return doc
+
+    assert timeless(rp.read_text()) == timeless(whole)
+    assert (out / "results.csv").read_text() == results
+
+
+def test_ctrl_c_in_a_sweep_leaves_whole_point_folders_and_says_so(tmp_path, capsys,
+                                                                  monkeypatch):
+    from npusim.report import io
+
+    p = sweep_file(tmp_path, {"workload.bs": [1, 8, 16]})
+    out = tmp_path / "out"
+    real, calls = io.write_text_atomic, []
+
+    def writer(path, text, *a):  # Ctrl-C while the second point's report is written
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(path, text, *a)
+
+    monkeypatch.setattr(io, "write_text_atomic", writer)
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 130
+    assert capsys.readouterr().err == (f"npusim: interrupted; 1 of 3 point folders complete "
+                                       f"in {out / 'points'} (npusim sweep resumes from "
+                                       "them); results.csv not updated\n")
+    assert sorted(q.name for q in (out / "points").iterdir()) == ["s-0000"]
+    assert sorted(q.name for q in (out / "points" / "s-0000").iterdir()) == [
+        "point.json", "report.json"]
+    assert not (out / "results.csv").exists()

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
+from npusim.cli import main
 from npusim.errors import InputError
 from npusim.kernels.cann_gelu.reference import gelu_reference
 from npusim.kernels.rms_norm_quant import reference as ref
@@ -78,3 +80,45 @@ def test_vector_scenarios_need_no_moe_keys_and_keep_them_optional(tmp_path: Path
     with pytest.raises(InputError, match="workload.bs"):
         scenario_from_doc({"name": "t", "hardware": "ascend950",
                            "workload": {"op": "dispatch"}}, "test", tmp_path)
+
+
+@pytest.mark.parametrize("hardware,workload", [
+    ("atlas_a3", {"kernel": "cann_gelu", "op": "gelu", "vf": True}),
+    ("atlas_a2", {"kernel": "rms_norm_quant", "op": "rms_norm_quant", "step": 3}),
+    ("atlas_a3", {"kernel": "rms_norm_quant", "op": "rms_norm_quant", "step": 6}),
+])
+def test_a_vf_program_on_a_membase_preset_is_refused_by_lint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], hardware: str,
+        workload: dict[str, Any]) -> None:
+    # was a "kernel error" (exit 3) at run time after lint passed
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"name": "s", "hardware": hardware, "workload": workload}))
+    assert main(["lint", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"{p}: hardware: {hardware}'s vector unit is " \
+        "membase" in err and "need regbase" in err, err
+    # the MemBase variants (vf: false, steps 0-2) run there
+    fine = {**workload, "vf": False} if "vf" in workload else {**workload, "step": 2}
+    p.write_text(yaml.safe_dump({"name": "s", "hardware": hardware, "workload": fine}))
+    assert main(["lint", str(p)]) == 0
+
+
+@pytest.mark.parametrize("step,per_element,buffers", [
+    # bytes of UB per element of a row (the sample's InitBuffer calls): x fp16 and y int8
+    # per queue slot, gamma fp16 + float32, and steps 0-2's float32 x and rms rows
+    (0, 2 + 1 + 2 + 4 + 4 + 4, 32),  # + the 32 B reduce block
+    (3, 2 + 1 + 2 + 4, 32),  # + the 32 B rms block
+    (4, 2 * (2 + 1) + 2 + 4, 32),
+])
+def test_rms_norm_quant_cols_are_bounded_by_the_ub_its_step_takes(
+        tmp_path: Path, step: int, per_element: int, buffers: int) -> None:
+    ub = 262144  # the 950's UB
+    top = (ub - buffers) // per_element // 32 * 32  # rAlign is whole 32-element blocks
+    wl = {"kernel": "rms_norm_quant", "op": "rms_norm_quant", "step": step, "rows": 1}
+    doc = {"name": "t", "hardware": "ascend950", "workload": {**wl, "cols": top + 32}}
+    with pytest.raises(InputError) as e:  # steps 3-4 overflowed UB in the kernel (exit 3)
+        scenario_from_doc(doc, "test", tmp_path)
+    assert e.value.key == "workload.cols" and f"allowed: cols <= {top}" in e.value.message
+    # the kernel runs at the largest size the check lets through: the two agree
+    result, _ = run(tmp_path, **wl, cols=top, routing={"kind": "uniform", "seed": 1})
+    assert result.ops[0].outputs[0]["y"].shape == (1, top)

@@ -23,9 +23,18 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec
-from npusim.kernels.shape import MoeShape
-from npusim.runtime.context import KernelContext, Strided
+from npusim.api import (
+    Arrays,
+    Family,
+    Kernel,
+    KernelContext,
+    Misfit,
+    MoeShape,
+    Option,
+    Phase,
+    Strided,
+    TensorSpec,
+)
 
 Wait = Generator[Any, Any, Any]
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -27,11 +27,21 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Family, Kernel, Misfit, Option, Phase, TensorSpec, const
-from npusim.kernels.shape import MoeShape
-from npusim.runtime.conditions import AllEqual, SumEquals
-from npusim.runtime.context import KernelContext, Strided
-from npusim.workload.inputs import generate_inputs
+from npusim.api import (
+    AllEqual,
+    Family,
+    Kernel,
+    KernelContext,
+    Misfit,
+    MoeShape,
+    Option,
+    Phase,
+    Strided,
+    SumEquals,
+    TensorSpec,
+    const,
+    generate_inputs,
+)
 
 Wait = Generator[Any, Any, Any]
 TAIL = 32  # bytes after a record's row: int32 (src, token, k), fp32 flag at +12

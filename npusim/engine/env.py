@@ -13,6 +13,8 @@ import simpy
 from simpy.core import SimTime
 from simpy.events import NORMAL, PENDING
 
+from npusim.engine.compiled import adopt
+
 INF = math.inf
 
 
@@ -82,46 +84,8 @@ class SimEnv(simpy.Environment):
 
         The loop a launch runs: peek, then step, with this environment's alarm and
         simpy's Environment.step inlined (the same order and the same failure of an
-        event nobody defused, without three calls per event)."""
-        queue = self._queue
-        pop = heappop
-        steps = 0
-        try:
-            while done._value is PENDING:
-                at = self._alarm_at
-                if queue:  # peek() and _alarm_first(), inlined
-                    t, prio, eid, event = queue[0]
-                    nxt = at if at < t else t
-                    alarm = at != INF and (at < t or (at == t and (prio > NORMAL or (
-                        prio == NORMAL and self._alarm_eid < eid))))
-                else:
-                    nxt = at
-                    alarm = True
-                if nxt == INF:
-                    return "idle"
-                if nxt > limit_at:
-                    return "limit"
-                if alarm:
-                    self._now = at
-                    fn = self._alarm_fn
-                    self._alarm_at = INF
-                    self._alarm_fn = None
-                    fn()
-                else:
-                    self._now, _, _, event = pop(queue)
-                    callbacks, event.callbacks = event.callbacks, None
-                    for callback in callbacks:
-                        callback(event)
-                    if not event._ok and not hasattr(event, "_defused"):
-                        exc = type(event._value)(*event._value.args)
-                        exc.__cause__ = event._value
-                        raise exc
-                steps += 1
-                if not steps & every:
-                    report(self._now, self.events_processed + steps)
-            return "done"
-        finally:
-            self.events_processed += steps
+        event nobody defused, without three calls per event): `run_events`."""
+        return run_events(self, done, limit_at, every, report)
 
     def step(self) -> None:
         if self._alarm_first():
@@ -132,6 +96,50 @@ class SimEnv(simpy.Environment):
             fn()
             return
         super().step()
+
+
+def run_events(env: SimEnv, done: simpy.Event, limit_at: float, every: int,
+               report: Callable[[float, int], None]) -> str:
+    """SimEnv.advance's loop (a function, so the compiled core can type its locals)."""
+    queue = env._queue
+    pop = heappop
+    steps = 0
+    try:
+        while done._value is PENDING:
+            at = env._alarm_at
+            if queue:  # peek() and _alarm_first(), inlined
+                t, prio, eid, event = queue[0]
+                nxt = at if at < t else t
+                alarm = at != INF and (at < t or (at == t and (prio > NORMAL or (
+                    prio == NORMAL and env._alarm_eid < eid))))
+            else:
+                nxt = at
+                alarm = True
+            if nxt == INF:
+                return "idle"
+            if nxt > limit_at:
+                return "limit"
+            if alarm:
+                env._now = at
+                fn = env._alarm_fn
+                env._alarm_at = INF
+                env._alarm_fn = None
+                fn()
+            else:
+                env._now, _, _, event = pop(queue)
+                callbacks, event.callbacks = event.callbacks, None
+                for callback in callbacks:
+                    callback(event)
+                if not event._ok and not hasattr(event, "_defused"):
+                    exc = type(event._value)(*event._value.args)
+                    exc.__cause__ = event._value
+                    raise exc
+            steps += 1
+            if not steps & every:
+                report(env._now, env.events_processed + steps)
+        return "done"
+    finally:
+        env.events_processed += steps
 
 
 @contextmanager
@@ -150,3 +158,7 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+if __name__ == "npusim.engine.env":  # this module, not its compiled build: use the build
+    adopt(globals(), "npusim.engine._env", ("run_events",))

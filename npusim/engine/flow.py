@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import simpy
 
+from npusim.engine.compiled import adopt
 from npusim.engine.env import SimEnv
 
 INF = math.inf
@@ -114,7 +115,15 @@ class Group:
         now = net.env.now
         self.settle(now)
         done = []
-        while self.heap and self.heap[0][0] <= self.clock + _EPS * max(1.0, self.heap[0][0]):
+        rate = self.rate
+        while self.heap:
+            tag = self.heap[0][0]
+            # done within the tolerance, or so close that its finish rounds to this very
+            # instant (late in a run, when bytes left / rate is below the clock's
+            # resolution: re-arming at `now` would fire again for ever)
+            if not (tag <= self.clock + _EPS * max(1.0, tag)
+                    or (rate > 0.0 and now + (tag - self.clock) / rate <= now)):
+                break
             done.append(heapq.heappop(self.heap)[2])
         if not self.heap:  # idle: level changes need not re-rate it until a flow joins
             for r in self.path:
@@ -130,14 +139,13 @@ class Flow:
     dispatch has hundreds of thousands at once). Its progress is its group's clock
     against its finish tag in the group's heap."""
 
-    __slots__ = ("size", "cap", "path", "latency", "on_done", "on_sent", "event")
+    __slots__ = ("size", "group", "latency", "on_done", "on_sent", "event")
 
-    def __init__(self, size: int, cap: float, path: tuple[Resource, ...], latency: float,
+    def __init__(self, size: int, group: Group, latency: float,
                  on_done: Callable[[float], None], on_sent: Callable[[], None] | None,
                  event: simpy.Event | None) -> None:
         self.size = size
-        self.cap = cap
-        self.path = path
+        self.group = group  # its path and cap
         self.latency = latency
         self.on_done = on_done
         self.on_sent = on_sent
@@ -174,11 +182,11 @@ class FlowNetwork:
         # observer(resource, t_ns, used_gbps) after every change of a resource's used
         # bandwidth; None (the default) costs one test per flush
         self.observer: Callable[[Resource, float, float], None] | None = None
-        # changes of this instant not yet applied: net flow count per (path, cap) (a finish
-        # and a start of the same kind cancel: most do, as a pipe hands over to its next
+        # changes of this instant not yet applied: net flow count per group (a finish and
+        # a start in one group cancel: most do, as a pipe hands over to its next
         # transfer), groups that got their first flow, groups to re-arm; flushed when
         # _batch is 0
-        self._pending: dict[tuple[tuple[Resource, ...], float], int] = {}
+        self._pending: dict[Group, int] = {}
         self._joining: list[Group] = []
         self._dirty: dict[Group, None] = {}
         self._batch = 0
@@ -203,7 +211,6 @@ class FlowNetwork:
         core waiting for the transfer costs no extra event."""
         now = self.env.now
         cap = float(cap_gbps)
-        f = Flow(size, cap, path, float(latency_ns), on_done, on_sent, event)
         self.active += 1
         for r in path:
             r.bytes += size
@@ -211,6 +218,7 @@ class FlowNetwork:
         g = self._groups.get(key)
         if g is None:
             g = self._groups[key] = Group(self, path, cap)
+        f = Flow(size, g, float(latency_ns), on_done, on_sent, event)
         if not g.heap:  # (re)joins its resources; its rate is set when the levels are
             g.heap = []
             g.t_last = now
@@ -223,7 +231,7 @@ class FlowNetwork:
         heapq.heappush(g.heap, (g.clock + size, self._seq, f))
         if g.heap[0][2] is f:
             self._dirty[g] = None
-        self._pending[key] = self._pending.get(key, 0) + 1
+        self._pending[g] = self._pending.get(g, 0) + 1
         if not self._batch:
             self._flush()
         return f
@@ -234,10 +242,11 @@ class FlowNetwork:
         moved."""
         now = self.env.now
         old_levels: dict[Resource, float] = {}
-        for (path, cap), delta in self._pending.items():
+        for g, delta in self._pending.items():
             if not delta:
                 continue
-            for r in path:
+            cap = g.cap
+            for r in g.path:
                 if r not in old_levels:
                     old_levels[r] = r.level
                 r.add_cap(cap, delta)
@@ -342,8 +351,8 @@ class FlowNetwork:
     def _finish(self, f: Flow) -> None:
         """Last byte sent: free the bandwidth, tell the pipe, deliver after the latency."""
         self.active -= 1
-        key = (f.path, f.cap)
-        self._pending[key] = self._pending.get(key, 0) - 1
+        g = f.group
+        self._pending[g] = self._pending.get(g, 0) - 1
         if f.on_sent is not None:
             f.on_sent()
         env = self.env
@@ -357,3 +366,7 @@ class FlowNetwork:
             env.timeout(f.latency).callbacks.append(f)
         else:
             f.on_done(env.now)
+
+
+if __name__ == "npusim.engine.flow":  # this module, not its compiled build: use the build
+    adopt(globals(), "npusim.engine._flow", ("Resource", "Group", "Flow", "FlowNetwork"))

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from npusim.errors import InputError
+from npusim.errors import InputError, excerpt
 from npusim.hw.provenance import Provenance, is_entry, split_entry
 from npusim.shipped import configs_dir
 from npusim.suggest import did_you_mean
+from npusim.useryaml import load_text
 
 CONFIG_DIR = configs_dir()  # package data (npusim._data.configs), whatever the install
 
@@ -176,6 +176,34 @@ class SDMAConfig:
 
 
 @dataclass(frozen=True)
+class AICPUConfig:
+    """The die's scheduling AICPUs as a task runtime uses them (pyPTO's machine: they
+    place ready tile tasks on idle AIC/AIV cores and poll WaitUntil signals). Optional: a
+    preset without it has none, and a family that needs them is refused."""
+
+    cores: int = field(metadata={"unit": "cores", "min": 1, "max": 64})
+    task_dispatch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    poll_ns: float = field(metadata={"unit": "ns", "min": 1.0, "max": 1e7})
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """Each server's host memory (npusim.hw.host): CPU sockets with their DRAM, the path
+    of each NPU die to them and, through the supernode fabric, to another server's host.
+    Optional: a preset without it has no host memory (HOST_SIDE heaps are refused)."""
+
+    dies: int = field(metadata={"unit": "dies", "min": 1, "max": 1 << 20})  # per server
+    sockets: int = field(metadata={"unit": "sockets", "min": 1, "max": 64})  # per server
+    socket_bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 50})
+    dram_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})  # per socket
+    # a socket's port onto the NPUs' interconnect, each direction
+    cpu_link_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    # a die's path to the host, each direction
+    npu_link_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})  # one way
+
+
+@dataclass(frozen=True)
 class WindowConfig:
     bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 40})
 
@@ -239,6 +267,8 @@ class HardwareConfig:
     aic: AICConfig | None = None  # no AIC cores when absent
     sdma: SDMAConfig | None = None  # no SDMA engines when absent
     l2: L2Config | None = None  # no L2 modelled when absent
+    aicpu: AICPUConfig | None = None  # no scheduling AICPUs when absent
+    host: HostConfig | None = None  # no host memory when absent (npusim.hw.host)
 
     @property
     def cycle_ns(self) -> float:
@@ -249,7 +279,7 @@ class HardwareConfig:
         out["fabric"] = self.fabric.to_dict()
         if self.aic is None:
             del out["aic"]
-        for optional in ("sdma", "l2"):  # a section a preset leaves out is not reported
+        for optional in ("sdma", "l2", "aicpu", "host"):  # a section left out is not reported
             if getattr(self, optional) is None:
                 del out[optional]
         return out
@@ -273,23 +303,20 @@ def resolve_preset(name_or_path: str) -> Path:
     raise InputError(
         "hardware",
         None,
-        f"unknown preset {name_or_path!r}{did_you_mean(name_or_path, names)}; "
+        f"unknown preset {excerpt(name_or_path)}{did_you_mean(name_or_path, names)}; "
         f"allowed: {', '.join(names)} or a path to a YAML file",
     )
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """A preset (or sweep) file's mapping; a key given twice is refused, as in scenarios."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), None, f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise InputError(str(path), None, f"cannot read: {exc.strerror or exc}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise InputError(str(path), None, f"malformed YAML{where}: {problem}") from None
+    doc = load_text(text, str(path))
     if not isinstance(doc, dict):
         raise InputError(str(path), None, "must be a YAML mapping of keys to values")
     return doc
@@ -372,24 +399,31 @@ def _value(f: dataclasses.Field, raw: Any, source: str, key: str,
             raise InputError(source, key, "must be a non-empty string")
         choices = f.metadata.get("choices")
         if choices and raw not in choices:
-            raise InputError(source, key, f"{raw!r}{did_you_mean(raw, choices)}; "
+            raise InputError(source, key, f"{excerpt(raw)}{did_you_mean(raw, choices)}; "
                              f"allowed: {', '.join(choices)}")
         return raw
     if ftype in ("int", "float"):
-        ok = isinstance(raw, (int, float)) and not isinstance(raw, bool)
-        if ftype == "int" and ok and float(raw) != int(raw):
-            ok = False
-        if not ok:
-            kind = "an integer" if ftype == "int" else "a number"
-            raise InputError(source, key, f"must be {kind}, got {raw!r}")
-        value = int(raw) if ftype == "int" else float(raw)
-        lo, hi = f.metadata.get("min"), f.metadata.get("max")
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise InputError(source, key, f"{value} is out of range [{lo}, {hi}]")
-        return value
+        return _number(f, ftype, raw, source, key)
     # nested section
     section_cls = globals()[ftype]
     return _build(section_cls, raw, source, key, prov)
+
+
+def _number(f: dataclasses.Field, ftype: str, raw: Any, source: str, key: str) -> int | float:
+    """An int or float field's value: a finite number (NaN fails every comparison, so it
+    is refused by name, not by the range check), whole for an int, within [min, max]."""
+    kind = "an integer" if ftype == "int" else "a number"
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise InputError(source, key, f"must be {kind} in [{lo}, {hi}], got {excerpt(raw)}")
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise InputError(source, key, f"{excerpt(raw)} is out of range [{lo}, {hi}], not a "
+                         "finite number")
+    if (lo is not None and raw < lo) or (hi is not None and raw > hi):  # exact for any int
+        raise InputError(source, key, f"{excerpt(raw)} is out of range [{lo}, {hi}]")
+    if ftype == "int" and raw != int(raw):
+        raise InputError(source, key, f"must be {kind} in [{lo}, {hi}], got {excerpt(raw)}")
+    return int(raw) if ftype == "int" else float(raw)
 
 
 _FLAT = ("dies_per_package", "egress_gbps", "ingress_gbps", "link_latency_ns", "d2d_gbps",
@@ -437,9 +471,9 @@ def _level(name: str, body: dict[str, Any], fields: dict[str, dataclasses.Field]
             raise InputError(source, f"{here}.{k}", "missing")
     sharing = body["sharing"]
     ports = {lv.name for lv in inner if lv.sharing == "die"}
-    if sharing not in SHARINGS and sharing not in ports:
-        raise InputError(source, f"{here}.sharing", f"{sharing!r}; allowed: pair (a link per "
-                         "pair of dies), die (each die's egress and ingress ports)"
+    if not isinstance(sharing, str) or (sharing not in SHARINGS and sharing not in ports):
+        raise InputError(source, f"{here}.sharing", f"{excerpt(sharing)}; allowed: pair (a "
+                         "link per pair of dies), die (each die's egress and ingress ports)"
                          + "".join(f", {p} (the die ports of level {p})" for p in sorted(ports)))
     need = {k for k, f in fields.items() if f.metadata.get("sharing") == sharing}
     for k, f in fields.items():

@@ -4,6 +4,7 @@ default; npusim.hw.cores), HBM, GM and a window."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import simpy
@@ -159,6 +160,9 @@ class Machine:
         self.fabric = Fabric(cfg.fabric, world)
         # transfers issued ahead of simulated time start from the flow network's timer
         self.ranks = [Rank(self.env, r, cfg, self.net.call_at, kinds) for r in range(world)]
+        # the servers' host memory (npusim.hw.host.Host): built when a kernel first
+        # touches it, so runs that do not add no resources
+        self.host: Any = None
         if self.trace.detailed:  # link-utilisation counters for the timeline
             self.net.observer = self._sample
 
@@ -166,4 +170,5 @@ class Machine:
         self.trace.sample(res.name, res.kind, res.rank, t_ns, gbps)
 
     def resources(self) -> list[Resource]:
-        return [*(r.hbm for r in self.ranks), *self.fabric.resources()]
+        host = self.host.resources() if self.host is not None else []
+        return [*(r.hbm for r in self.ranks), *self.fabric.resources(), *host]

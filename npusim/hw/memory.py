@@ -302,6 +302,19 @@ class SparseRegion(DenseRegion):
                 return f"crosses the end of window zone {name!r} [0x{a:x}, 0x{b:x})"
         return "lies outside every zone of the kernel's window layout"
 
+    def release(self, offset: int, nbytes: int) -> None:
+        """Forget the puts that landed in [offset, offset + nbytes): the owner consumed and
+        re-armed those flags, so a later round of the same call may put them again."""
+        starts, ends = self._put_starts, self._put_ends
+        end = offset + nbytes
+        keep = [j for j in range(len(starts)) if not (starts[j] < end and offset < ends[j])]
+        if len(keep) == len(starts):
+            return
+        for a in (starts, ends, self._put_rank, self._put_core, self._put_step):
+            kept = [a[j] for j in keep]
+            del a[:]
+            a.extend(kept)
+
     def claim(self, offset: int, nbytes: int, who: tuple[int, int, str]) -> str | None:
         """Record a put's destination bytes and its writer (rank, core, step); the earlier
         writer if they overlap one."""

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import simpy
 
+from npusim.engine.compiled import adopt
+
 INF = math.inf
 
 
@@ -168,3 +170,7 @@ class TransferPipe:
 
     def _timeout_at(self, t: float, fn: Callable[[], None]) -> None:
         self.env.timeout(t - self.env.now).callbacks.append(lambda _e: fn())
+
+
+if __name__ == "npusim.hw.pipe":  # this module, not its compiled build: use the build
+    adopt(globals(), "npusim.hw._pipe", ("Op", "FixedPipe", "TransferPipe"))

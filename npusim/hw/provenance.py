@@ -43,6 +43,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "s": ("time", 1e9), "ms": ("time", 1e6), "us": ("time", 1e3), "ns": ("time", 1.0),
     "B/repeat": ("bytes per repeat", 1.0), "cycles": ("cycles", 1.0),
     "cores": ("cores", 1.0), "dies": ("dies", 1.0), "engines": ("engines", 1.0),
+    "sockets": ("sockets", 1.0),
     "instructions": ("instructions", 1.0),  # per cycle (the VF unit's issue and ports)
     "B/cycle": ("bytes per cycle", 1.0), "MACs/cycle": ("MACs per cycle", 1.0),
 }

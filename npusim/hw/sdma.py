@@ -52,15 +52,20 @@ def route(machine: Machine, rank: int, dst_rank: int, nbytes: int) -> tuple[tupl
 def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
         dst_offset: int, nbytes: int, at: float, name: str = "sdma", engine: int = 0,
         fenced: bool = False, landed: Callable[[float], None] | None = None,
-        core: int = 0) -> Op:
+        core: int = 0, via: tuple[tuple, float] | None = None) -> Op:
     """One SQE of rank `rank`'s engine, at its engine from time `at` (the doorbell):
     copy `nbytes` from `src` to `dst` (either may be on any rank). The returned op
     completes when the bytes have landed; `landed(t)` runs then. The detailed trace
-    shows it on lane "sdma" of `core`, the core that posted it."""
+    shows it on lane "sdma" of `core`, the core that posted it. `via` (resources, flight
+    latency) replaces the die-to-die route: a copy to or from host memory
+    (npusim.hw.host), whose bytes are not counted as sent to another rank."""
     pipe = engine_pipe(machine, rank, engine)
-    path, latency = route(machine, rank, dst.rank, nbytes)
+    if via is not None:
+        path, latency = via[0], machine.cfg.sdma.latency_ns + via[1]
+    else:
+        path, latency = route(machine, rank, dst.rank, nbytes)
     cap = machine.cfg.sdma.bandwidth_gbps
-    if dst.rank != rank:
+    if dst.rank != rank and via is None:
         machine.ranks[rank].bytes_out += nbytes
         machine.ranks[dst.rank].bytes_in += nbytes
     op = Op(machine.env, name, KIND)

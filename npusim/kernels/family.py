@@ -27,7 +27,7 @@ Families know nothing of YAML: option values arrive validated, problems go back 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -90,6 +90,20 @@ class Misfit:
 
     key: str
     message: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way a family runs a MoE layer's dispatch and combine (`npusim advise` ranks
+    them): its name and the workload options that select it."""
+
+    name: str  # "" for a family's only way
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+QUANTS = ("none", "int8", "mxfp8")
+"""The quantisation names `npusim advise` asks families for: none, INT8 (dispatch: per
+token; combine: the family's INT8 communication quantisation), MXFP8 (dispatch)."""
 
 
 def const(value: Any) -> Callable[..., Any]:
@@ -168,6 +182,15 @@ class Family:
     # False: the family's kernels do not read the MoE shape (bs, h, k, ep_world_size,
     # experts_per_rank); its scenarios may leave those keys out (scenario.NEUTRAL_SHAPE)
     uses_moe_shape: ClassVar[bool] = True
+    # What `npusim advise` may run: the variants the family offers as a MoE layer's
+    # dispatch / combine (none: it is not one of the alternatives), and per name in
+    # QUANTS the options that select that quantisation on the dispatch and on the
+    # combine side (a name it lacks: it cannot run that quantisation)
+    variants: ClassVar[tuple[Variant, ...]] = ()
+    dispatch_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    combine_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    # workload.bs allowed: the kernels' token limit (None: the scenario's default range)
+    bs_range: ClassVar[tuple[int, int] | None] = None
 
     # ---- lookups
     def kernel(self, name: str) -> Kernel:

@@ -32,7 +32,13 @@ BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
                            "mega_moe": "npusim.kernels.mega_moe",
                            "mega_moe_unfused": "npusim.kernels.mega_moe.unfused",
                            "shmem_classic": "npusim.kernels.shmem_classic",
-                           "shmem_doubleplane": "npusim.kernels.shmem_doubleplane"}
+                           "shmem_doubleplane": "npusim.kernels.shmem_doubleplane",
+                           "tilelang_shmem": "npusim.kernels.tilelang_shmem",
+                           "pypto_shmem": "npusim.kernels.pypto_shmem",
+                           "shmem_host": "npusim.kernels.shmem_host",
+                           "hixl": "npusim.kernels.hixl",
+                           "kv_offload": "npusim.kernels.kv_offload",
+                           "deepep": "npusim.kernels.deepep"}
 DEFAULT = "cann_sample"
 _MODULE_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _loaded: dict[str, Family] = {}
@@ -96,7 +102,7 @@ def from_file(path: Path) -> Family:
     sys.modules[name] = module  # dataclasses and pickling look modules up by name
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in a kernel file cannot end npusim
         sys.modules.pop(name, None)
         raise FamilyError(f"cannot import {path}: {_where(exc, path)}") from None
     fam = getattr(module, "FAMILY", None)
@@ -112,7 +118,7 @@ def from_module(ref: str) -> Family:
     mod_name, attr = ref.split(":")
     try:
         module = importlib.import_module(mod_name)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise FamilyError(f"cannot import module {mod_name}: {_where(exc, None)}") from None
     fam = getattr(module, attr, None)
     if fam is None:

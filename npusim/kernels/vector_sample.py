@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from npusim.kernels.family import Kernel
+from npusim.kernels.family import Kernel, Misfit
 
 
 class NoWindow:
@@ -20,3 +20,14 @@ class TaskKernel(Kernel):
 
     def launch_ns(self, hardware: Any) -> float | None:
         return hardware.kernel.task_launch_ns
+
+
+def regbase_misfit(hardware: Any, program: str) -> Misfit | None:
+    """A program written as VFs runs only on a RegBase vector unit: on another preset it
+    is a configuration mismatch, refused when the scenario is validated."""
+    model = hardware.vector.model
+    if model == "regbase":
+        return None
+    return Misfit("hardware.vector.model", f"{hardware.name}'s vector unit is {model} "
+                  f"(vector.model); {program} runs vector functions, which need regbase; "
+                  "allowed: a preset with vector.model: regbase")

@@ -6,14 +6,17 @@ Either side may be a full report (npusim.report/1) or a compact baseline
 
 Verdict (docs/report.md): the judged metrics are each op's latency and each phase's
 duration (op-level end - start). B is *slower* on a metric when B - A > tolerance x A,
-*faster* when A - B > tolerance x A. B regressed when any judged metric is slower.
-Phase ends are shown but not judged (they follow from the durations before them).
+*faster* when A - B > tolerance x A. B regressed when any judged metric is slower, or a
+phase is on one side only (a check never passes on missing data; a number that is not
+finite, or an op on one side only, makes the input unusable). Phase ends are shown but
+not judged (they follow from the durations before them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +86,9 @@ def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
 def _num(x: Any, source: str, what: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise UnusableInput(source, f"{what} is not a number")
+    if not math.isfinite(x):
+        raise UnusableInput(source, f"{what} is {x}; allowed: a finite number (a check "
+                            "never passes on non-finite data)")
     return float(x)
 
 
@@ -123,6 +129,8 @@ def profile_of(doc: Any, source: str) -> Profile:
 def load_profile(path: str | Path) -> Profile:
     """Read a report or baseline file; every failure is an UnusableInput naming it."""
     p = Path(path)
+    if p.exists() and not p.is_dir() and not p.is_file():  # a FIFO would block the read
+        raise UnusableInput(str(p), "is a FIFO, device or socket, not a report file")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -179,8 +187,14 @@ class Comparison:
         return [r for r in self.rows if r.status == "faster"]
 
     @property
+    def missing(self) -> list[Row]:
+        """The durations of phases that are on one side only."""
+        return [r for r in self.rows if r.status in ("only in A", "only in B")
+                and r.metric.endswith(" duration")]
+
+    @property
     def regressed(self) -> bool:
-        return bool(self.slower)
+        return bool(self.slower or self.missing)
 
     @property
     def changed(self) -> bool:
@@ -247,7 +261,10 @@ def compare_profiles(a: Profile, b: Profile, tolerance: float) -> Comparison:
 
 
 def _cell(x: float | None, fmt: str) -> str:
-    return format(x, fmt) if x is not None else "-"
+    """x in fmt, or '-' as wide (a phase on one side only keeps the columns)."""
+    if x is not None:
+        return format(x, fmt)
+    return "-".rjust(int(fmt.lstrip("+").split(".")[0]))
 
 
 def format_comparison(cmp: Comparison) -> str:
@@ -278,10 +295,14 @@ def format_comparison(cmp: Comparison) -> str:
 def verdict_line(cmp: Comparison) -> str:
     tol = f"{100 * cmp.tolerance:g}%"
     if cmp.regressed:
-        worst = cmp.worst()
+        worst = cmp.worst() if cmp.slower else None
         tail = ""
         if worst is not None and worst.rel is not None:
             tail = f"; worst: {worst.op} {worst.metric} {100 * worst.rel:+.1f}%"
+        if cmp.missing:
+            tail += "; phases on one side only: " + ", ".join(
+                f"{r.op} {r.metric.removesuffix(' duration')} ({r.status})"
+                for r in cmp.missing)
         return (f"verdict: REGRESSED: {len(cmp.slower)} metric(s) of B slower than A by more "
                 f"than {tol}{tail}")
     if cmp.faster:

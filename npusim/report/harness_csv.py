@@ -34,13 +34,15 @@ def csv_paths(path: Path, ops: list[str]) -> list[Path]:
     return [path.with_name(f"{path.stem}_{op}{path.suffix}") for op in ops]
 
 
-def write_harness_csv(path: Path, report: Mapping[str, Any]) -> list[Path]:
-    """Write the CSV file(s); the header once, then the rows (no quoting: the harness's
-    cells hold no commas)."""
+def harness_files(path: Path, report: Mapping[str, Any]) -> list[tuple[Path, str]]:
+    """(file, text) of each CSV file: the header once, then the rows (no quoting: the
+    harness's cells hold no commas)."""
     tables = harness_tables(report)
-    written = []
-    for p, (_op, cols, rows) in zip(csv_paths(path, [t[0] for t in tables]), tables,
-                                    strict=True):
-        text = "".join(",".join(r) + "\n" for r in [cols, *rows])
-        written.append(write_text_atomic(p, text))
-    return written
+    return [(p, "".join(",".join(r) + "\n" for r in [cols, *rows]))
+            for p, (_op, cols, rows) in zip(csv_paths(path, [t[0] for t in tables]), tables,
+                                            strict=True)]
+
+
+def write_harness_csv(path: Path, report: Mapping[str, Any]) -> list[Path]:
+    """Write the CSV file(s) in place (each atomically)."""
+    return [write_text_atomic(p, text) for p, text in harness_files(path, report)]

@@ -1,7 +1,9 @@
 """Atomic file output: a reader (or a crash) never sees half a report.
 
 Each writer fills a temporary file in the destination folder and renames it over the
-target with os.replace, which is atomic on POSIX and Windows within one filesystem.
+target with os.replace, which is atomic on POSIX and Windows within one filesystem. It
+writes only over a regular file (npusim.outputs.refuse_special): never over a device node,
+FIFO or socket.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import BlockedError
+from npusim.outputs import refuse_special
 
 
 def _umask_mode() -> int:
@@ -27,6 +30,7 @@ def _umask_mode() -> int:
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """Write data to path via a temp file in the same folder; returns the path."""
     target = Path(path)
+    refuse_special(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:

@@ -8,11 +8,13 @@ simulator.
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError
+from npusim.report.io import write_bytes_atomic
 
 
 def _pyplot() -> Any:
@@ -28,14 +30,12 @@ def _pyplot() -> Any:
 
 
 def _save(plt: Any, fig: Any, out: Path) -> Path:
-    """Write the figure atomically (temp file + rename) and free it."""
+    """Write the figure atomically (temp file + rename, a regular file only) and free it."""
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(out)
-    return out
+    return write_bytes_atomic(out, png.getvalue())
 
 
 def _phase_durations(row: dict[str, str], phases: list[str]) -> list[float]:
@@ -140,4 +140,59 @@ def plot_report(report: dict[str, Any], out: Path) -> Path:
         ax.set_ylabel("rank")
         ax.invert_yaxis()
         ax.legend(fontsize=7, loc="lower right")
+    return _save(plt, fig, out)
+
+
+def _label(r: dict[str, Any]) -> str:
+    name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
+    return f"{name} {r['dispatch_quant']}/{r['combine_quant']}"
+
+
+def plot_advice(doc: dict[str, Any], out: Path) -> Path:
+    """`npusim advise --plot`: one point's ranking as horizontal bars, each op's phases
+    stacked in the order they end (ops back to back); along an axis, total latency
+    against the axis, one line per family / variant / quantisation."""
+    plt = _pyplot()
+    if doc["axis"] is None:
+        ranking = doc["points"][0]["ranking"] if doc["points"] else []
+        fig, ax = plt.subplots(figsize=(8, 1.0 + 0.45 * max(1, len(ranking))))
+        colors = plt.get_cmap("tab20")
+        shade: dict[str, int] = {}
+        for y, r in enumerate(ranking):
+            start = 0.0
+            for op, latency in r["ops_us"].items():
+                left = start
+                spans = r["phases_us"].get(op, {})
+                row = {f"{ph}_end_us": str(span[1]) for ph, span in spans.items()}
+                for ph, width in zip(spans, _phase_durations(row, list(spans)), strict=True):
+                    key = f"{op}.{ph}"
+                    new = key not in shade
+                    shade.setdefault(key, len(shade))
+                    ax.barh(y, width, left=left, color=colors(shade[key] % 20),
+                            label=key if new else None)
+                    left += width
+                start += latency
+        totals = [r["total_us"] for r in ranking if r["total_us"] > 0]
+        if totals and max(totals) > 20 * min(totals):  # one slow outlier hides the rest
+            ax.set_xscale("log")
+        ax.set_yticks(range(len(ranking)), [_label(r) for r in ranking], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("latency (us), phases in the order they end")
+        ax.set_title(f"{doc['preset']}: {doc['points'][0]['why'] if doc['points'] else ''}",
+                     fontsize=8, wrap=True)
+        ax.legend(fontsize=6, loc="lower right")
+        return _save(plt, fig, out)
+    lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for pt in doc["points"]:
+        for r in pt["ranking"]:
+            lines[_label(r)].append((float(pt["value"]), r["total_us"]))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name in sorted(lines):
+        pts = sorted(lines[name])
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ".-", label=name)
+    ax.set_xlabel(doc["axis"])
+    ax.set_ylabel("latency (us), all ops")
+    ax.set_title(f"{doc['preset']} ({doc['calibration']['status']})", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     return _save(plt, fig, out)

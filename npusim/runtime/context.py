@@ -35,6 +35,7 @@ from npusim.runtime.conditions import AtLeast
 from npusim.runtime.crosscore import CrossCoreOps
 from npusim.runtime.cube import CubeOps
 from npusim.runtime.dcache import DataCache
+from npusim.runtime.fault import past_time_limit
 from npusim.runtime.membase import Api
 from npusim.runtime.poll import Poll, PollLoop
 from npusim.runtime.sanitiser import Sanitiser
@@ -74,7 +75,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
                  "_mte2_cap", "_mte2_latency", "_burst", "t", "step", "waiting",
                  "phases_open", "cycle_ns", "issue_ns", "trace", "bytes_put", "transfers",
                  "_sent_at", "_poll", "_poll_name", "dcache", "frames", "_shmem", "_local",
-                 "counters", "_vf_timing", "__dict__")
+                 "counters", "_vf_timing", "t_limit", "__dict__")
 
     def __init__(self, machine: Machine, rank: Rank, core_index: int, start_ns: float,
                  kind: str | None = None) -> None:
@@ -106,6 +107,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         # granule of UB addresses)
         self._burst = self.cfg.ub.alignment
         self.t = start_ns
+        self.t_limit = math.inf  # the launch's simulated-time limit: local clocks hold to it
         self.step = "start"
         self.waiting: str | Op | None = None  # what the core is blocked on (an Op: its end)
         self.phases_open: dict[str, float] = {}
@@ -186,6 +188,8 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         self.counters["SCALAR"] += ops
         start = self.t
         self.t += dur
+        if self.t > self.t_limit:  # a loop that only charges its own clock
+            raise past_time_limit(self)
         self.core.scalar.busy_ns += dur
         if self.trace.detailed:
             self.trace.activity(self.rank_id, self.core_id, "scalar", self.step, start, self.t)
@@ -219,6 +223,8 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         every transfer still using the buffer)."""
         p = self._pipe(pipe)
         self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
         self.counters["SCALAR"] += issue_slots
         start, end = p.reserve(self.t, duration_ns)
         if issue_slots > 1:  # a run: the scalar issues the rest while the first executes

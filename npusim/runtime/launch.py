@@ -3,7 +3,10 @@
 The simulator runs until every core's program has returned. If the event queue empties
 first, no core can ever make progress: that is a deadlock, reported with the waiting
 cores grouped by what they wait for (every one of them in the error's list), never a
-hang. A simulated-time limit stops runaway loops.
+hang. A simulated-time limit stops runaway loops, also one that only advances its core's
+own clock (KernelContext.t_limit), and a wall-clock limit one that charges nothing. An
+exception a program raises, or a value it yields that is not an event, is a KernelError
+naming the core and the program's line (npusim.runtime.fault).
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ from typing import Any
 
 from npusim import progress
 from npusim.engine.env import collector_paused
-from npusim.errors import BlockedError, DeadlockError, KernelError, SimTimeLimitError
+from npusim.errors import BlockedError, DeadlockError, KernelError, NpusimError, SimTimeLimitError
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Barrier, Machine
 from npusim.runtime.blocked import Unfinished, summarise
 from npusim.runtime.context import KernelContext
 from npusim.runtime.crosscore import FlagBoard
+from npusim.runtime.fault import PastTimeLimit, WallClock, WallClockLimit, bad_yield, raised
 
 Program = Callable[[KernelContext], Generator[Any, Any, None]]
 
@@ -34,11 +38,14 @@ class LaunchResult:
 
 def launch(machine: Machine, program: Program, start_ns: float | None = None,
            time_limit_ns: float = 1e9, cores: int | None = None,
-           kind: str | None = None, launch_ns: float | None = None) -> LaunchResult:
+           kind: str | None = None, launch_ns: float | None = None,
+           wall_limit_s: float | None = None) -> LaunchResult:
     """Run `program` on `cores` cores (default all) of one kind (default the machine's
-    first) of every rank, from `start_ns`, after `launch_ns` (default: kernel.launch_ns)."""
+    first) of every rank, from `start_ns`, after `launch_ns` (default: kernel.launch_ns);
+    stop after `wall_limit_s` seconds of wall time (default: no limit)."""
     env = machine.env
     t0 = env.now if start_ns is None else start_ns
+    limit_at = t0 + time_limit_ns
     first = t0 + (machine.cfg.kernel.launch_ns if launch_ns is None else launch_ns)
     stagger = machine.cfg.kernel.block_stagger_ns
     kind = kind or machine.kinds[0].name
@@ -63,6 +70,7 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
         board = FlagBoard(env, kinds)
         for ctx in row:
             ctx.flags = board
+            ctx.t_limit = limit_at
             procs.append(env.process(_run(ctx, program, ends)))
         rank.barrier.parties = len(row)
         rank.barriers = {"all": Barrier(env, len(row), machine.cfg.sync.syncall_ns),
@@ -70,10 +78,30 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
                             for k, rows in kinds.items()}}
         contexts.append(row)
     done = env.all_of(procs)
-    limit_at = t0 + time_limit_ns
     report, every = progress.tick, progress.TICK_MASK  # a look at the clock now and then
-    with collector_paused():
-        stopped = env.advance(done, limit_at, every, report)
+    clock = WallClock(env, wall_limit_s)
+    running = dict(zip(procs, (ctx for row in contexts for ctx in row), strict=True))
+    try:
+        with collector_paused(), clock.armed():
+            stopped = env.advance(done, limit_at, every, report)
+        if stopped == "done" and not done.ok:  # a core's program failed
+            raise done.value
+    except WallClockLimit as exc:
+        raise clock.error(running.get(clock.process), exc) from exc
+    except PastTimeLimit as exc:  # a core that never yielded: the run stops at the limit
+        raise _stopped(SimTimeLimitError, contexts, procs,
+                       f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached ({exc})",
+                       "still running") from None
+    except (NpusimError, MemoryError):
+        raise
+    except (Exception, SystemExit) as exc:  # simpy's, around a program: what it yielded
+        ctx = running.get(env.active_process)
+        if ctx is None:
+            raise
+        what = _yielded(exc)
+        if what is None:
+            raise raised(ctx, exc) from exc
+        raise bad_yield(ctx, getattr(env.active_process, "_generator", None), what) from exc
     if stopped == "idle":
         raise _stopped(DeadlockError, contexts, procs,
                        f"deadlock at {env.now / 1000:.3f} us: no core can make progress",
@@ -82,8 +110,6 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
         raise _stopped(SimTimeLimitError, contexts, procs,
                        f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached",
                        "still running")
-    if not done.ok:
-        raise done.value
     end = max(max(r) for r in ends)
     return LaunchResult(t0, end, ends, contexts)
 
@@ -123,16 +149,40 @@ def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
         yield from ctx.drain()
     except KernelError as exc:
         raise exc.located(ctx.rank_id, ctx.core_label, ctx.step) from None
+    except (NpusimError, MemoryError):  # npusim's own reports
+        raise
+    except (Exception, SystemExit) as exc:  # the program's own fault: a kernel error
+        raise raised(ctx, exc) from exc
     ends[ctx.rank_id][ctx.core_id] = ctx.t
+
+
+_BAD_YIELD = 'Invalid yield value "'  # simpy's RuntimeError for a yield of a non-event
+
+
+def _yielded(exc: BaseException) -> str | None:
+    """What a program yielded, if exc is simpy's refusal of it."""
+    text = str(exc)
+    at = text.find(_BAD_YIELD)
+    if not isinstance(exc, RuntimeError) or at < 0:
+        return None
+    return text[at + len(_BAD_YIELD):].rstrip('"')[:80]
+
 
 
 def _stopped(kind: type[BlockedError], contexts: list[list[KernelContext]], procs: list,
              head: str, state: str) -> BlockedError:
     """The error for a run stopped with cores unfinished: a short summary, and one line
-    per unfinished core for blocked.txt."""
+    per unfinished core for blocked.txt (one stopped in a charge past the limit: with
+    where its program was)."""
     flat = [ctx for row in contexts for ctx in row]
-    left = [Unfinished.of(ctx) for ctx, proc in zip(flat, procs, strict=True) if proc.is_alive]
+    left, lines = [], []
+    for ctx, proc in zip(flat, procs, strict=True):
+        past = proc._value if not proc.is_alive and not proc._ok else None
+        if proc.is_alive or isinstance(past, PastTimeLimit):
+            u = Unfinished.of(ctx)
+            left.append(u)
+            lines.append(u.line + (f"; {past}{past.where}" if past is not None else ""))
     ranks = len({u.rank for u in left})
     summary = (f"{head}; {len(left)} of {len(flat)} cores {state} on "
                f"{ranks} of {len(contexts)} ranks: {summarise(left)}")
-    return kind(summary, [u.line for u in left])
+    return kind(summary, lines)

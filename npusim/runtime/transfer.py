@@ -18,6 +18,7 @@ from npusim.hw.cores import pipe_cap
 from npusim.hw.memory import Region, SparseRegion
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer, strided_blocks
+from npusim.runtime.fault import past_time_limit
 
 
 class Route(NamedTuple):
@@ -129,6 +130,8 @@ class TransferPath:
         path), at the pipe's remote cap (`mte.put_gbps`), with the read latency plus the
         level's latency both ways (request out, data back)."""
         self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
         self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
@@ -251,6 +254,8 @@ class TransferPath:
               name: str, route: Route, strided: Strided | None = None, remote: bool = False,
               claim: bool = False) -> Op:
         self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
         self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes

@@ -62,18 +62,28 @@ def read_routing_file(path: Path, shown: str, src: str, key: str,
         at = np.unravel_index(out[0], need)
         raise bad(f"{shown}{_index(at)} = {ids[at]} is out of range; allowed: 0..{E - 1} "
                   "(num_experts)")
-    if K > 1:
-        s = np.sort(ids, axis=2)
-        twice = (s[:, :, 1:] == s[:, :, :-1]).any(axis=2)
-        if twice.any():
-            r, t = np.unravel_index(np.flatnonzero(twice)[0], (W, BS))
-            row = s[r, t]
-            e = int(row[1:][row[1:] == row[:-1]][0])
-            n = int((row == e).sum())
-            times = "twice" if n == 2 else f"{n} times"
-            raise bad(f"{shown}{_index((r, t))}: expert {e} appears {times}; a token's "
-                      f"{K} expert ids must be distinct")
+    repeated = repeated_id(ids)
+    if repeated:
+        at, e, times = repeated
+        raise bad(f"{shown}{_index(at)}: expert {e} appears {times}; a token's "
+                  f"{K} expert ids must be distinct")
     return RoutingFile(ids, hashlib.sha256(data).hexdigest())
+
+
+def repeated_id(ids: np.ndarray) -> tuple[tuple[int, ...], int, str] | None:
+    """The first token (index of ids[..., K]) whose K expert ids are not distinct, the
+    repeated expert and how often it appears ("twice", "3 times"); None if all are."""
+    if ids.shape[-1] < 2:
+        return None
+    s = np.sort(ids, axis=-1)
+    twice = (s[..., 1:] == s[..., :-1]).any(axis=-1)
+    if not twice.any():
+        return None
+    at = tuple(int(i) for i in np.unravel_index(np.flatnonzero(twice)[0], twice.shape))
+    row = s[at]
+    e = int(row[1:][row[1:] == row[:-1]][0])
+    n = int((row == e).sum())
+    return at, e, "twice" if n == 2 else f"{n} times"
 
 
 def _array(data: bytes, shown: str, bad: Callable[[str], InputError]) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 from npusim.kernels.cann_gelu.program import GeluTiling, gelu_program
 from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shape import MoeShape
-from npusim.kernels.vector_sample import NoWindow, TaskKernel
+from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
 from npusim.workload.routing import Routing
 
 
@@ -60,6 +60,10 @@ class CannGelu(Family):
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
+        if options["vf"]:
+            refused = regbase_misfit(hardware, "gelu_with_vf (vf: true)")
+            if refused:
+                return refused
         tb = options["tile_bytes"]
         if tb % 256:
             return Misfit("workload.tile_bytes", f"{tb} is not a multiple of 256")

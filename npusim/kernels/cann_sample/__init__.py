@@ -1,4 +1,4 @@
-"""The CANN sample's kernel family (docs/kernels.md); the registry imports FAMILY."""
+"""The CANN sample's kernel family (docs/kernels/cann_sample.md); the registry imports FAMILY."""
 
 from npusim.kernels.cann_sample.family import FAMILY
 

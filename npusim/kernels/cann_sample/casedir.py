@@ -23,7 +23,9 @@ import numpy as np
 from npusim.errors import InputError
 from npusim.kernels.cann_sample.reference import reference_combine, reference_dispatch
 from npusim.kernels.shape import MoeShape
+from npusim.outputs import refuse_special
 from npusim.workload.inputs import generate_inputs
+from npusim.workload.routing_file import repeated_id
 
 INPUT_DIR, GOLDEN_DIR, OUTPUT_DIR = "input", "golden", "output"
 OPS = ("dispatch", "combine", "dispatch_combine")
@@ -98,6 +100,11 @@ def read_case_inputs(case_dir: str | Path, shape: MoeShape, op: str
                     f"(E = W*L = {W}*{L})"
                 ),
             )
+        repeated = repeated_id(ids)
+        if repeated:
+            (t,), e, times = repeated
+            raise InputError(str(ids_path), None, f"token {t}: expert {e} appears {times}; "
+                             f"a token's {K} expert ids must be distinct")
         d["expert_ids"] = ids
         if op in ("dispatch", "dispatch_combine"):
             d["x"] = read_bin(chip_file(case_dir, INPUT_DIR, r, "x"), (BS, H), dt)
@@ -111,6 +118,7 @@ def read_case_inputs(case_dir: str | Path, shape: MoeShape, op: str
 
 
 def _atomic_write(path: Path, arr: np.ndarray) -> None:
+    refuse_special(path)  # a regular file or a new path, never a device node or FIFO
     path.parent.mkdir(parents=True, exist_ok=True)
     a = np.ascontiguousarray(arr)
     if sys.byteorder == "big" and a.dtype.itemsize > 1:

@@ -3,7 +3,7 @@ version), as a per-core program on the npusim runtime.
 
 Each step follows the sample's DispatchImpl (and its non-quantised twin; per-token INT8
 follows ops-transformer's quant_mode 2). Comments name the Ascend C steps. Vector costs
-are the sample's instruction counts (see docs/kernels.md); the hardware config turns
+are the sample's instruction counts (see docs/kernels/cann_sample.md); the hardware config turns
 them into time.
 
 Core roles: cores [0, n_a2a) send tokens (AllToAllDispatch); the next n_cs cores send
@@ -488,7 +488,7 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
     n_idx = i1 - i0
     budget = UB_BUDGET_NON_QUANT if t.dispatch_quant == "none" else UB_USABLE_FOR_LOCAL_COPY
     # The sample's budget is sized for 256 KiB of UB; on a smaller UB (Atlas A3, 192 KiB)
-    # keep the same 16 KiB of headroom below the capacity (docs/kernels.md).
+    # keep the same 16 KiB of headroom below the capacity (docs/kernels/cann_sample.md).
     budget = min(budget, ctx.ub.capacity - UB_HEADROOM)
     small = 32 + align32(4 * wl) + 64 * n_cs + 3 * align32(4 * n_idx) + 64
     tbuf_bytes = budget - small

@@ -18,7 +18,17 @@ from npusim.kernels.cann_sample.combine import combine_program
 from npusim.kernels.cann_sample.dispatch import dispatch_program
 from npusim.kernels.cann_sample.layout import WindowLayout
 from npusim.kernels.cann_sample.tiling import MoeTiling
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import generate_inputs
@@ -135,6 +145,9 @@ class CannSample(Family):
                "`expert_token_nums` output as per-expert counts (sample default, type 1) or "
                "their inclusive prefix sum (type 0)", choices=("count", "cumsum")),
     )
+    variants = (Variant(""),)
+    dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
+    combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
     case_format = ("CANN sample case directory: input/, golden/, output/chip_<r>/"
                    "<name>_<r>.bin (gen_data.py, verify_result.py)")
 

@@ -9,7 +9,8 @@ Row order of a rank's dispatch output: by local expert, then source rank, then t
 flat index token * K + k. Ids outside [0, E) are dropped (the kernels neither count nor send
 them); combine skips them too.
 
-Shared experts (ops-transformer MoeDistributeDispatchV2 / CombineV2, docs/kernels.md): with
+Shared experts (ops-transformer MoeDistributeDispatchV2 / CombineV2,
+docs/kernels/cann_sample.md): with
 S shared experts on the first S_r ranks (R = S_r / S replicas each), MoE expert e lives on
 rank S_r + e // L, and every token t of every rank r also goes to shared expert j on rank
 (r mod R) + j R, as the row (r, t, K + j). A shared rank's rows are ordered by source rank,

@@ -1,5 +1,5 @@
 """ops-transformer MoeDistributeDispatchV3 / CombineV3 (fullmesh_v1) as a kernel family
-(docs/kernels.md, "Family mc2"); the registry imports FAMILY."""
+(docs/kernels/mc2.md); the registry imports FAMILY."""
 
 from npusim.kernels.mc2.family import FAMILY
 

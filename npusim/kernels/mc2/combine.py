@@ -1,5 +1,5 @@
 """MoeDistributeCombineV2 (A3, arch22) and MoeDistributeCombineV2A5Mte (950, arch35) as
-per-core programs (docs/kernels.md, family mc2).
+per-core programs (docs/kernels/mc2.md).
 
 A3: rows split evenly over the cores, two rows per MTE3 barrier, then their two 32 B flags;
 each core sweeps its pending tokens round robin, one (K + S) * 32 B flag probe each.

@@ -1,6 +1,6 @@
 """MoeDistributeDispatchV2 (fullmesh_v1, the V3 default) as a per-core program.
 
-Steps as in ``moe_distribute_dispatch_v2.h`` (docs/kernels.md, family mc2, with line
+Steps as in ``moe_distribute_dispatch_v2.h`` (docs/kernels/mc2.md, with line
 numbers): AlltoAllDispatch, SetStatus (SyncAll, then the count entries), WaitDispatch (A3:
 SyncCntOnCore; SyncAll), LocalWindowCopy, SetExpertTokenNums. Vector work is charged per
 instruction as the kernel issues it; CalTokenSendExpertCnt's five instructions run over

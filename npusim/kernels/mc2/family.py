@@ -15,7 +15,17 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2.combine import combine_program
@@ -24,7 +34,7 @@ from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
 from npusim.kernels.mc2.limits import full_mesh_misfit, full_mesh_ub_misfit
 from npusim.kernels.mc2.options import Mc2Options
 from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling, workspace_ints
-from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, low_latency_ccl_buffer_mb, mc2_window
+from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import uniform_tokens
@@ -250,6 +260,9 @@ class Mc2(Family):
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
+    variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
+    dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
+    combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
     options = (
         Option("comm_alg", "choice", "fullmesh_v1", "the operators' algorithm: fullmesh_v1 "
                "(the default, MoeDistributeDispatchV2) or fullmesh_v2 "
@@ -271,7 +284,9 @@ class Mc2(Family):
                choices=("none", "int8", *qm.COMBINE_MX)),
         Option("expert_token_nums_type", "int", 1, "0: cumulative sum, 1: counts", lo=0, hi=1),
         Option("ccl_buffer_size", "int", 0, "HCCL_BUFFSIZE in MB (HCCL opens twice this); "
-               "0: what get_low_latency_ccl_buffer_size returns", lo=0, hi=65536),
+               "0: what get_low_latency_ccl_buffer_size returns, or the least the operator's "
+               "check accepts when that is more (the helper leaves out the 950's W * 1 KiB)",
+               lo=0, hi=65536),
         Option("global_bs", "int", 0, "globalBs, a multiple of W and >= W * max BS; sizes the "
                "window (0: BS * W, or W * max(bs_per_rank) when those differ)", lo=0,
                hi=512 * 768),
@@ -301,11 +316,12 @@ class Mc2(Family):
         arch = _arch(hardware, o)
         quant = o.dispatch_quant
         alg = o.comm_alg
-        mb = o.ccl_buffer_size or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
-                                                                     s.K, s.S, alg)
+        mb = o.ccl_buffer_size or default_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L, s.K, s.S,
+                                                        arch, alg)
         win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, quant, arch, mb,
                          hardware.chip.aiv_cores, expert_scales=o.expand_scales,
-                         combine_quant=o.combine_quant, comm_alg=alg)
+                         combine_quant=o.combine_quant, comm_alg=alg,
+                         default=not o.ccl_buffer_size)
         smooth = quant == "static_int8" or (quant in ("int8", "pergroup")
                                             and o.smooth_scales)
         return Mc2Tiling(
@@ -348,12 +364,12 @@ class Mc2(Family):
             bad = full_mesh_misfit(shape, o, arch)
             if bad:
                 return Misfit(*bad)
-        mb = o.ccl_buffer_size or low_latency_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L,
-                                                                     s.K, s.S, alg)
+        mb = o.ccl_buffer_size or default_ccl_buffer_mb(s.max_bs, s.H, s.W, s.L, s.K, s.S,
+                                                        arch, alg)
         try:
             win = mc2_window(s.max_bs, s.H, s.W, s.L, s.K, s.S, o.dispatch_quant, arch,
                              mb, hardware.chip.aiv_cores, o.expand_scales,
-                             comm_alg=alg)
+                             o.combine_quant, alg, default=not o.ccl_buffer_size)
         except CclBufferTooSmall as exc:
             return Misfit("workload.ccl_buffer_size", str(exc))
         if alg == "fullmesh_v2":
@@ -362,7 +378,8 @@ class Mc2(Family):
                 return Misfit(*bad)
         if win.ccl_bytes > hardware.window.bytes:
             return Misfit("hardware.window.bytes", f"the {win.ccl_bytes // MiB} MiB CCL buffer "
-                          f"(2 x ccl_buffer_size {mb} MB) exceeds the preset's "
+                          f"(2 x ccl_buffer_size {win.ccl_bytes // (2 * MiB)} MB) exceeds the "
+                          "preset's "
                           f"{hardware.window.bytes // MiB} MiB window")
         return None
 

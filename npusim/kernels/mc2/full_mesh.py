@@ -1,6 +1,6 @@
 """MoeDistributeDispatchV2FullMesh (``comm_alg: fullmesh_v2``) as a per-core program.
 
-Steps as in ``moe_distribute_dispatch_v2_full_mesh.h`` (docs/kernels.md, "fullmesh_v2"):
+Steps as in ``moe_distribute_dispatch_v2_full_mesh.h`` (docs/kernels/mc2.md, "fullmesh_v2"):
 the first C - n_cs cores run AllToAllDispatch, the last n_cs (the count cores) CalCumSum
 (CalAndSendCntByExp on A3, CalAndSendCntByRank on the 950; WaitDispatch; CalRecvAndSetFlag;
 A3: SetExpertTokenNums), then every core LocalWindowCopy. No SyncAll: the data carries its

@@ -2,7 +2,7 @@
 its record layout in the window, its numbers and its vector instructions.
 
 Step functions any comm_alg's send calls for one token (``moe_distribute_dispatch_v2_quant.h``
-``QuantInit`` / ``QuantProcess``, ``quantize_functions.h``; docs/kernels.md, "Quantisation
+``QuantInit`` / ``QuantProcess``, ``quantize_functions.h``; docs/kernels/mc2.md, "Quantisation
 modes"):
 
 * ``pergroup`` (3, ``QuantDynamicPerGroup``): FP8 per 128 elements, one fp32 scale each;

@@ -135,8 +135,13 @@ class BufferNeed:
 
     @property
     def needed_mb(self) -> int:
-        """NEEDED_HCCL_BUFFSIZE as the operator prints it: actualSize / MB + 1."""
-        return self.actual_bytes // MiB + 1
+        """The CCL buffer the check needs, with the V3 status MiB, in whole MB."""
+        return ceil_div(self.actual_bytes + STATE_SIZE, MiB)
+
+    @property
+    def least_ccl_mb(self) -> int:
+        """The smallest ccl_buffer_size (HCCL opens twice it) the check accepts."""
+        return ceil_div(self.actual_bytes + STATE_SIZE, 2 * MiB)
 
     def formula(self) -> str:
         extra = f" + W {self.W} * 1 KiB" if self.per_rank else ""
@@ -166,6 +171,16 @@ def low_latency_ccl_buffer_mb(max_bs: int, h: int, W: int, L: int, K: int, S: in
     need = buffer_need(max_bs, h, W, L, K, S, "arch22", comm_alg)
     total = need.actual_bytes + MiB
     return align_up(ceil_div(total, MiB), 2) // 2
+
+
+def default_ccl_buffer_mb(max_bs: int, h: int, W: int, L: int, K: int, S: int, arch: str,
+                          comm_alg: str = "fullmesh_v1") -> int:
+    """``workload.ccl_buffer_size: 0``: the helper's value, or the smallest size the
+    operator's check on ``arch`` accepts when that is more. The helper leaves out the 950's
+    W * 1 KiB, so its value falls short whenever 2 * (dispatch + combine) + 1 MB lands
+    within W KiB of an even number of MB (BS 32, H 7168, W 8, L 4, K 8: exactly 38 MiB)."""
+    need = buffer_need(max_bs, h, W, L, K, S, arch, comm_alg)
+    return max(low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg), need.least_ccl_mb)
 
 
 class CclBufferTooSmall(ValueError):
@@ -302,24 +317,27 @@ def combine_stride_bytes(h: int, arch: str, combine_quant: str) -> int:
 
 def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, arch: str,
                ccl_mb: int, cores: int, expert_scales: bool = False,
-               combine_quant: str = "none", comm_alg: str = "fullmesh_v1") -> Mc2Window:
+               combine_quant: str = "none", comm_alg: str = "fullmesh_v1",
+               default: bool = False) -> Mc2Window:
     """The window of one call, after the operator's fit check and npusim's layout check.
 
     Raises :class:`CclBufferTooSmall` with the operator's terms ("HCCL_BUFFSIZE ... is too
     SMALL ... NEEDED=...MB") when ``2 * ccl_mb`` MB minus the status MiB cannot hold the
     check's need, or when the kernel's own slots overrun a data half the check let through
-    (the 950's 480/512 combine slots are larger than the check's Align512(2H))."""
+    (the 950's 480/512 combine slots are larger than the check's Align512(2H)).
+    ``default``: ccl_mb is npusim's default (``ccl_buffer_size: 0``), which then grows to
+    what the slots need, so a default is never refused by the code that follows it."""
     if arch not in ARCHES:
         raise ValueError(f"arch {arch!r}; allowed: {', '.join(ARCHES)}")
     ccl_bytes = 2 * ccl_mb * MiB
     need = buffer_need(max_bs, h, W, L, K, S, arch, comm_alg)
-    default = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg)
+    helper = low_latency_ccl_buffer_mb(max_bs, h, W, L, K, S, comm_alg)
     if need.actual_bytes > ccl_bytes - STATE_SIZE:
         raise CclBufferTooSmall(
             f"{ccl_mb} MB (HCCL opens a {2 * ccl_mb} MB CCL buffer) is too SMALL: NEEDED = "
             f"{need.formula()} + 1 MB status = {need.needed_mb} MB of CCL buffer, so "
-            f"ccl_buffer_size >= {ceil_div(need.needed_mb, 2)} MB "
-            f"(get_low_latency_ccl_buffer_size gives {default})")
+            f"ccl_buffer_size >= {need.least_ccl_mb} MB "
+            f"(get_low_latency_ccl_buffer_size gives {helper})")
     v2 = comm_alg == "fullmesh_v2"
     slot = (full_mesh_slot if v2 else dispatch_slot)(h, quant, expert_scales)
     win = Mc2Window(W, max_bs, h, K, L, S, slot, combine_slot_bytes(h, arch), ccl_bytes, cores,
@@ -327,6 +345,9 @@ def mc2_window(max_bs: int, h: int, W: int, L: int, K: int, S: int, quant: str, 
     used = win.combine_area + win.dispatch_area
     if used > win.half:
         mb = ceil_div(2 * used + STATE_SIZE + W * EP_RANK_OFFSET_STEP, 2 * MiB)
+        if default and mb > ccl_mb:
+            return mc2_window(max_bs, h, W, L, K, S, quant, arch, mb, cores, expert_scales,
+                              combine_quant, comm_alg)
         raise CclBufferTooSmall(
             f"{ccl_mb} MB passes the operator's check, but the kernel's slots (combine "
             f"{win.combine_slot} B, dispatch {win.dispatch.slot} B) fill {used} B of a data "

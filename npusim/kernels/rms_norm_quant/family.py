@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
 from npusim.kernels.shape import MoeShape
-from npusim.kernels.vector_sample import NoWindow, TaskKernel
+from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
 from npusim.workload.routing import Routing
 
 
@@ -70,8 +69,9 @@ class RmsNormQuant(Family):
         Option("step", "int", 5, "the sample's step: 0 naive, 1 gamma once, 2 multi-core, "
                "3 VF, 4 double buffer, 5 UB rows, 6 binary sum", lo=0, hi=6),
         Option("rows", "int", 4096, "a, rows of x (the sample: 4096)", lo=1, hi=100_000),
-        Option("cols", "int", 8192, "r, the normalised length (the sample: 8192)", lo=1,
-               hi=1 << 16),
+        Option("cols", "int", 8192, "r, the normalised length (the sample: 8192); at most "
+               "what the step's UB buffers hold (on the 950: 15,392 for steps 0-2, 29,120 "
+               "for 3, 21,824 for 4 and 5, 8,192 for 6)", lo=1, hi=1 << 16),
     )
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
@@ -84,15 +84,15 @@ class RmsNormQuant(Family):
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
+        if options["step"] >= 3:
+            refused = regbase_misfit(hardware, f"step {options['step']}")
+            if refused:
+                return refused
         try:
             make_tiling(options["step"], options["rows"], options["cols"],
                         hardware.chip.aiv_cores, hardware.ub.bytes)
         except ValueError as exc:
             return Misfit("workload.cols", str(exc))
-        ra = ceil_div(options["cols"], 32) * 32
-        if options["step"] <= 2 and ra * 17 + 32 > hardware.ub.bytes:
-            return Misfit("workload.cols", f"{options['cols']}: steps 0-2 need 17 B of UB per "
-                          f"element, more than the {hardware.ub.bytes} B UB holds")
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,

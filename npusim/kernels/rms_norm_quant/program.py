@@ -210,7 +210,7 @@ def rnq_program(t: RnqTiling) -> Callable[[KernelContext], Generator[Any, Any, N
             y_out = [ctx.alloc(f"y_out{i}", ra * uf) for i in range(t.buf_num)]
             b = {"gamma_in": ctx.alloc("gamma_in", ra * 2),
                  "gamma32": ctx.alloc("gamma32", ra * 4)}
-            if t.step <= 2:
+            if t.step <= 2:  # tiling.ub_bytes_needed counts these allocations
                 b["x32"] = ctx.alloc("x32", ra * 4)
                 b["rms"] = ctx.alloc("rms", ra * 4)
                 b["reduce"] = ctx.alloc("reduce", 32)

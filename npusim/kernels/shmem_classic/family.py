@@ -13,7 +13,17 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
@@ -119,6 +129,9 @@ class ShmemClassic(Family):
                "bfloat16_t (dispatch only); auto: workload.dtype (float16 -> float16_t, "
                "bfloat16 -> bfloat16_t)", choices=("auto", *DTYPE_NAMES)),
     )
+    variants = (Variant(""),)
+    dispatch_quants = {"none": {}}  # the examples move the tokens as they are
+    combine_quants = {"none": {}}
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> ClassicTiling:

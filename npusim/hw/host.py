@@ -1,0 +1,225 @@
+"""Host memory: each server's CPU sockets and their DRAM, and the paths NPU dies take to them.
+
+A server (`host.dies` consecutive ranks) has `host.sockets` CPU sockets; its dies are split
+evenly over them (die d of a server hangs off socket d // (dies / sockets), the NUMA node
+a PE's process runs on). Each socket has DRAM of `host.socket_bytes` and `host.dram_gbps`
+(reads and writes share it) and a port onto the NPUs' interconnect of `host.cpu_link_gbps`
+each way; each die a path to the host of `host.npu_link_gbps` each way. SHMEM's HOST_SIDE
+heap of PE p lives in the DRAM of p's socket.
+
+A transfer between die r and the host memory of PE p (a flow of the shared network, so
+its time is latency + bytes over its share of every resource on its path):
+
+    D2H / D2rH  r's host port (out), the socket's CPU port (in), the socket's DRAM
+    H2D / rH2D  the socket's DRAM, the socket's CPU port (out), r's host port (in)
+
+"r" (remote) is another PE's heap: on the same server it is reached through the same
+switches (the CPUs hang off the NPUs' UB switches); on another server through the
+supernode fabric, which adds the latency that the fabric level joining the two servers
+adds over the server level (its non-blocking uplinks impose no share). A flat fabric (no
+levels) has no server grouping to cross, so it has no path to another server's host.
+One-way flight latency is `host.latency_ns`; a read pays it twice (request, data).
+
+What it leaves out: host traffic does not share the die's UB ports with MTE puts (they
+are separate resources here), and the CPUs' coherence traffic and SMMU misses are not
+modelled. Hardware only: nothing here knows of SHMEM calls or kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npusim.engine.flow import Resource
+from npusim.hw.config import HardwareConfig, HostConfig
+from npusim.hw.machine import Rank
+from npusim.hw.memory import Region
+
+
+class HostRegion(Region):
+    """A tensor in PE `rank`'s HOST_SIDE heap: bytes in its socket's DRAM, mapped into every
+    die's address space (rank = the PE that allocated it, not a die holding the bytes). It
+    keeps the storage of the GM tensor it was made from (dense, shared rows or mapped)."""
+
+    host_side = True
+
+    def __init__(self, inner: Region) -> None:
+        super().__init__(inner.name, inner.rank, inner.nbytes)
+        self.inner = inner
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.inner.read(offset, nbytes)
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        self.inner.read_into(offset, out)
+
+    def peek(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.inner.peek(offset, nbytes)
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        self.inner.write(offset, data)
+        self._notify(offset, data.size)
+
+    def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None
+                 ) -> np.ndarray:
+        return self.inner.as_array(dtype, shape)
+
+
+@dataclass(frozen=True)
+class Path:
+    """A host transfer's resources, flight latency (ns) and name (D2H, D2rH, H2D, rH2D)."""
+
+    resources: tuple[Resource, ...]
+    latency_ns: float
+    kind: str
+    cross_server: bool
+
+
+def socket_of(cfg: HostConfig, rank: int) -> tuple[int, int]:
+    """(server, socket) of a die: its server's host and the socket it hangs off."""
+    per = cfg.dies // cfg.sockets
+    return rank // cfg.dies, rank % cfg.dies // per
+
+
+def server_latency_ns(cfg: HardwareConfig) -> float | None:
+    """What crossing to another server adds to a host transfer's flight: the latency of
+    the fabric level joining servers minus that of the server level (None: the fabric has
+    no level above a server, the flat form)."""
+    host = cfg.host
+    if host is None or not cfg.fabric.levels:
+        return None
+    inner = 0.0
+    for lv in cfg.fabric.levels:
+        if lv.dies == host.dies:
+            inner = lv.latency_ns
+        elif lv.dies > host.dies:
+            return max(0.0, lv.latency_ns - inner)
+    return None
+
+
+def path_problem(cfg: HardwareConfig, world: int) -> str | None:
+    """Why `world` PEs cannot all reach every PE's host memory on this preset (one line),
+    or None."""
+    host = cfg.host
+    if host is None:
+        return f"{cfg.name} has no host memory (no host section)"
+    if host.dies % host.sockets:
+        return (f"host.dies {host.dies} is not a multiple of host.sockets {host.sockets}: "
+                "a server's dies are split evenly over its sockets")
+    if world > host.dies and server_latency_ns(cfg) is None:
+        return (f"{world} PEs span {-(-world // host.dies)} servers of {host.dies} dies, but "
+                f"{cfg.name} has no path to another server's host (D2rH / rH2D need a fabric "
+                f"level joining servers); allowed: at most {host.dies} PEs")
+    return None
+
+
+def capacity_problem(cfg: HardwareConfig, world: int, heap_bytes: int) -> str | None:
+    """Why a HOST_SIDE heap of `heap_bytes` per PE does not fit its socket's DRAM, or None."""
+    host = cfg.host
+    assert host is not None
+    per_socket = min(world, host.dies // host.sockets)
+    need = per_socket * heap_bytes
+    if need > host.socket_bytes:
+        return (f"{per_socket} PE(s) per socket x {heap_bytes} B of HOST_SIDE heap = {need} B, "
+                f"above a socket's {host.socket_bytes} B of DRAM (host.socket_bytes)")
+    return None
+
+
+class Host:
+    """The host memory of every server a machine's ranks sit in (built on first use)."""
+
+    def __init__(self, cfg: HardwareConfig, world: int) -> None:
+        problem = path_problem(cfg, world)
+        if problem:
+            raise ValueError(problem)
+        assert cfg.host is not None
+        self.cfg = cfg.host
+        self.world = world
+        self.extra_ns = server_latency_ns(cfg) or 0.0
+        self.heaps: dict[int, list[HostRegion]] = {}  # per PE, its HOST_SIDE tensors
+        self._die: dict[int, tuple[Resource, Resource]] = {}
+        self._socket: dict[tuple[int, int], tuple[Resource, Resource, Resource]] = {}
+        self._listed: list[Resource] = []
+
+    # -- the heap -----------------------------------------------------------------------
+    def adopt(self, rank: Rank, name: str) -> HostRegion:
+        """GM tensor `name` of `rank` placed in that PE's HOST_SIDE heap (aclshmemx_malloc
+        (..., HOST_SIDE), filled by the host's aclrtMemcpy before the launch, untimed): the
+        same bytes, now in host DRAM; the tensor is read back from there after the run.
+        The same region on every later call."""
+        region = rank.tensors[name]
+        if isinstance(region, HostRegion):
+            return region
+        host = HostRegion(region)
+        rank.tensors[name] = host
+        self.heaps.setdefault(rank.index, []).append(host)
+        return host
+
+    # -- resources ------------------------------------------------------------------------
+    def _die_ports(self, rank: int) -> tuple[Resource, Resource]:
+        ports = self._die.get(rank)
+        if ports is None:
+            bw = self.cfg.npu_link_gbps
+            ports = self._die[rank] = (
+                Resource(f"rank{rank}.host.npu_out", "host.npu_out", rank, bw),
+                Resource(f"rank{rank}.host.npu_in", "host.npu_in", rank, bw))
+            self._listed += ports
+        return ports
+
+    def _socket_of_pe(self, pe: int) -> tuple[Resource, Resource, Resource]:
+        key = socket_of(self.cfg, pe)
+        res = self._socket.get(key)
+        if res is None:
+            server, sock = key
+            first = server * self.cfg.dies + sock * (self.cfg.dies // self.cfg.sockets)
+            name = f"server{server}.socket{sock}"
+            link, dram = self.cfg.cpu_link_gbps, self.cfg.dram_gbps
+            res = self._socket[key] = (
+                Resource(f"{name}.cpu_in", "host.cpu_in", first, link),
+                Resource(f"{name}.cpu_out", "host.cpu_out", first, link),
+                Resource(f"{name}.dram", "host.dram", first, dram))
+            self._listed += res
+        return res
+
+    def _latency(self, rank: int, pe: int) -> tuple[float, bool]:
+        cross = rank // self.cfg.dies != pe // self.cfg.dies
+        return self.cfg.latency_ns + (self.extra_ns if cross else 0.0), cross
+
+    def write_path(self, rank: int, pe: int) -> Path:
+        """Die `rank` writing into PE `pe`'s host memory (D2H when pe is rank, else D2rH)."""
+        out, _ = self._die_ports(rank)
+        cpu_in, _, dram = self._socket_of_pe(pe)
+        latency, cross = self._latency(rank, pe)
+        return Path((out, cpu_in, dram), latency, "D2H" if pe == rank else "D2rH", cross)
+
+    def read_path(self, rank: int, pe: int) -> Path:
+        """Die `rank` reading PE `pe`'s host memory (H2D when pe is rank, else rH2D): the
+        flight latency both ways (the request out, the data back)."""
+        _, into = self._die_ports(rank)
+        _, cpu_out, dram = self._socket_of_pe(pe)
+        latency, cross = self._latency(rank, pe)
+        return Path((dram, cpu_out, into), 2 * latency, "H2D" if pe == rank else "rH2D", cross)
+
+    def resources(self) -> list[Resource]:
+        return list(self._listed)
+
+
+def host_of(machine: object) -> Host:
+    """The machine's host memory, built when a kernel first touches it."""
+    host = getattr(machine, "host", None)
+    if host is None:
+        host = Host(machine.cfg, machine.world)  # type: ignore[attr-defined]
+        machine.host = host  # type: ignore[attr-defined]
+    return host
+
+
+def lone_path(cfg: HardwareConfig, rank: int, pe: int, write: bool) -> tuple[float, float]:
+    """(flight latency ns, narrowest bandwidth GB/s) of die `rank`'s path to PE `pe`'s host
+    memory when nothing else uses it: what one transfer there costs beyond its issue."""
+    host = cfg.host
+    assert host is not None
+    cross = rank // host.dies != pe // host.dies
+    latency = host.latency_ns + ((server_latency_ns(cfg) or 0.0) if cross else 0.0)
+    return (latency if write else 2 * latency,
+            min(host.npu_link_gbps, host.cpu_link_gbps, host.dram_gbps))

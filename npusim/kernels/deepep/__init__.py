@@ -1,0 +1,5 @@
+"""DeepEP-Ascend normal mode as the kernel family ``deepep`` (docs/kernels/deepep.md)."""
+
+from npusim.kernels.deepep.family import FAMILY
+
+__all__ = ["FAMILY"]

@@ -1,0 +1,151 @@
+"""CamMoeCombineNormal (csrc/deepep/ops/op_kernel/cam_moe_combine_normal.h, tiling key
+13000: one round) as a per-core program.
+
+InitMagic flips the core's magic_ (windowsExp + 975 KiB + core * 512); the window half is
+magic_. selfSendCnt = ep_recv_count[E - 1] (the handle's send_head: rows this rank received).
+
+- CopyBufferToShareAndSetStatus (229-289): the received rows split over the cores; per row,
+  its (rank, token, k) from the handle, the row GM -> UB -> the **source rank's** window at
+  half + 106 MiB + (token K + k) Align512(2H), PipeBarrier<PIPE_ALL>, then a 32 B entry of
+  1.0 floats at half + 102 MiB + (token K + k) * 32;
+- ReadBufferFromRemote (403-444): the local tokens split over the cores; per token,
+  WaitBuffCopy polls its K entries until their sum is 8 * validK and clears them, then
+  ReadBufferAndWeightedSum: per valid k the row from the own window, Cast to fp32, Muls by
+  the weight, Add into the sum; Cast with RINT; the row to x.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.common.split import split_to_core
+from npusim.kernels.deepep.tiling import DeepepTiling
+from npusim.kernels.deepep.window import align
+from npusim.runtime.conditions import SumEquals
+from npusim.runtime.context import KernelContext
+
+Wait = Generator[Any, Any, Any]
+I32, F32 = np.int32, np.float32
+
+
+def combine_program(t: DeepepTiling):
+    def program(ctx: KernelContext) -> Wait:
+        half = init_magic(ctx, t)
+        recv = ctx.tensor("ep_recv_count")
+        ctx.dcache.dcci_line(recv, 4 * (t.E - 1))
+        sent = int(ctx.gm_read_scalar(recv, 4 * (t.E - 1), I32))
+        with ctx.phase("copy_to_share"):
+            yield from copy_buffer_to_share_and_set_status(ctx, t, half, sent)
+        with ctx.phase("read_from_remote"):
+            yield from read_buffer_from_remote(ctx, t, half)
+
+    return program
+
+
+def init_magic(ctx: KernelContext, t: DeepepTiling) -> int:
+    win, at = ctx.window(), t.window.combine_magic(ctx.core_id)
+    ctx.dcache.dcci_line(win, at)
+    magic = int(ctx.gm_read_scalar(win, at, I32))
+    ctx.gm_write_scalar(win, at, 0 if magic else 1, I32)
+    ctx.dcache.dcci_line(win, at)
+    return magic
+
+
+def copy_buffer_to_share_and_set_status(ctx: KernelContext, t: DeepepTiling, half: int,
+                                        sent: int) -> Wait:
+    r0, r1 = split_to_core(sent, ctx.num_cores, ctx.core_id)
+    if r1 <= r0:
+        return
+    n = r1 - r0
+    K, H = t.K, t.H
+    row = 2 * H
+    ctx.ub.reset()
+    state = ctx.alloc("state", 32)
+    bufs = [ctx.alloc(f"local_copy{p}", align(row, 32)) for p in range(2)]
+    info = ctx.alloc("src_info", align(12 * n, 32))
+    ctx.vector("duplicate", 8, I32, writes=[state],
+               fn=lambda: state.bytes_at(0, 32).view(F32).fill(1.0))
+    yield from ctx.wait(ctx.copy_in(info, ctx.tensor("expand_idx"), 12 * r0, 12 * n))
+    src_info = ctx.ub_read(info, I32, 3 * n, ops=0).reshape(n, 3)
+    yield from ctx.pipe_barrier("vector")
+    win = t.window
+    x = ctx.tensor("x")
+    for i in range(n):
+        ctx.loop(1)
+        ctx.scalar(4)  # index, srcRankId, srcTokenId, srcTopkId
+        src, tok, k = (int(v) for v in src_info[i])
+        buf = bufs[i & 1]
+        yield from ctx.wait(ctx.copy_in(buf, x, (r0 + i) * row, row, name="load_row"))
+        slot = tok * K + k
+        ctx.put(src, win.combine_data(half, slot), buf, row, name="copy_to_share")
+        yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
+        ctx.put(src, win.combine_status(half, slot), state, 32, name="set_status")
+    yield from ctx.pipe_barrier("mte3")  # SyncFunc<MTE3_S>
+
+
+def read_buffer_from_remote(ctx: KernelContext, t: DeepepTiling, half: int) -> Wait:
+    t0, t1 = split_to_core(t.BS, ctx.num_cores, ctx.core_id)
+    if t1 <= t0:
+        return
+    n = t1 - t0
+    K, H, E = t.K, t.H, t.E
+    dt = t.shape.np_dtype
+    row = 2 * H
+    ctx.ub.reset()
+    x_out = ctx.alloc("x_out", align(row, 32))
+    token_float = ctx.alloc("token_float", align(4 * H, 32))
+    mul = ctx.alloc("weighted_mul", align(4 * H, 256))
+    acc = ctx.alloc("sum_float", align(4 * H, 32))
+    queue = [ctx.alloc(f"weighted_sum{p}", align(row, 32)) for p in range(2)]
+    state = ctx.alloc("state", 32 * K)
+    ctx.alloc("temp_state", 32 * K)
+    w_buf = ctx.alloc("topk_weights", align(4 * n * K, 32))
+    i_buf = ctx.alloc("token_idx", align(4 * n * K, 32))
+    ctx.copy_in(w_buf, ctx.tensor("topk_weights"), 4 * t0 * K, 4 * n * K)
+    ctx.copy_in(i_buf, ctx.tensor("topk_idx"), 4 * t0 * K, 4 * n * K)
+    yield from ctx.pipe_barrier("mte2")
+    weights = ctx.ub_read(w_buf, F32, n * K, ops=0).reshape(n, K)
+    ids = ctx.ub_read(i_buf, I32, n * K, ops=0).reshape(n, K)
+    win = t.window
+    functional = not t.timing_only
+    out_x = ctx.tensor("combined_x")
+    for i in range(n):
+        tok = t0 + i
+        valid = [k for k in range(K) if 0 <= int(ids[i, k]) < E]
+        ctx.loop(K)
+        ctx.scalar(2 * K)
+        at = win.combine_status(half, tok * K)
+        yield from ctx.wait_until(ctx.window(), at, 32 * K, SumEquals(F32, 8.0 * len(valid)),
+                                  state, name="wait_buff_copy")
+        ctx.vector("sum", 8 * K, F32, reads=[state])
+        ctx.vector("duplicate", 8 * K, F32, writes=[state],
+                   fn=lambda: state.bytes_at(0, 32 * K).fill(0))
+        yield from ctx.pipe_barrier("vector")
+        ctx.copy_out(ctx.window(), at, state, 32 * K, name="clear_status")
+        ctx.vector("duplicate", H, F32, writes=[acc],
+                   fn=lambda: acc.bytes_at(0, 4 * H).fill(0))
+        for j, k in enumerate(valid):
+            buf = queue[j & 1]
+            yield from ctx.pipe_barrier("vector")  # the queue buffer is free again
+            yield from ctx.wait(ctx.copy_in(buf, ctx.window(), win.combine_data(half, tok * K + k),
+                                            row, name="read_row"))
+            w = F32(weights[i, k])
+
+            def add(b: Any = buf, w: F32 = w) -> None:
+                s = acc.bytes_at(0, 4 * H).view(F32)
+                s[:] = s + b.bytes_at(0, row).view(dt).astype(F32) * w
+
+            ctx.vector_seq("weighted_sum", [("cast", H, F32), ("muls", H, F32), ("add", H, F32)],
+                           reads=[buf], writes=[token_float, mul, acc],
+                           fn=add if functional else None)
+        yield from ctx.pipe_barrier("mte3")  # x_out of the previous token has left
+        ctx.vector("cast_rint", H, F32, reads=[acc], writes=[x_out],
+                   fn=(lambda: x_out.bytes_at(0, row).__setitem__(
+                       slice(None), acc.bytes_at(0, 4 * H).view(F32).astype(dt).view(np.uint8)))
+                   if functional else None)
+        yield from ctx.pipe_barrier("vector")
+        ctx.copy_out(out_x, tok * row, x_out, row, name="x")
+    yield from ctx.pipe_barrier("mte3")

@@ -1,0 +1,284 @@
+"""CamMoeDispatchNormal (csrc/deepep/ops/op_kernel/cam_moe_dispatch_normal.h) as a per-core
+program, step by step with the source's names.
+
+Init reads and flips the core's dataState (windowsExp + 950 KiB + core * 512); the data
+window is half dataState, after the combine area. Per round (Process 764-786):
+
+- InputToShare (378-475): the round's BS * K pairs split over the cores; per pair the token
+  row GM -> UB (INT8: Cast, Abs, ReduceMax, Muls, the casts; the scale after Align32(H)),
+  FillTriple (rank, token, k), one DataCopyPad of the record into the **own** window at slot
+  sendOffset[e] + sendTokenIdx (two queue buffers);
+- SetStatus (477-505): PipeBarrier, SyncAll, then the core's experts: a 32 B entry with 1.0
+  to the expert's rank at windowsExp + dataState * 500 KiB + (me + le * W) * 32;
+- WaitStatus (528-633): the core's entries le * W + src polled until their ReduceSum equals
+  their count, then cleared; SyncAll;
+- ShareToOutputLongSeq (684-762): per entry, `count` records **pulled** from the source's
+  window (GM -> UB), then the triple to expand_idx, the scale, the row to recv_x at
+  expert_global_offset + srcrank_in_expert_offset + r_in_srcrank_offset + j;
+- with more than one round: SyncAll, core 0 puts a 1.0 round flag to every rank and waits
+  for all W (450 KiB + roundMagic * 4 KiB), roundMagic flips, SyncAll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.common.split import split_to_core
+from npusim.kernels.deepep import reference as ref
+from npusim.kernels.deepep.tiling import DeepepTiling
+from npusim.kernels.deepep.window import STATE_OFFSET, align
+from npusim.runtime.conditions import SumEquals
+from npusim.runtime.context import KernelContext
+
+Wait = Generator[Any, Any, Any]
+I32, F32 = np.int32, np.float32
+ONE_ENTRY = np.array([1.0] + [0.0] * 7, F32)  # Duplicate(0x3F800000) on the first lane
+
+
+def dispatch_program(t: DeepepTiling):
+    def program(ctx: KernelContext) -> Wait:
+        state = init_data_state(ctx, t)
+        round_magic = 0
+        for r in range(t.real_round):
+            with ctx.phase("input_to_share"):
+                yield from input_to_share(ctx, t, state, r)
+            with ctx.phase("set_status"):
+                yield from set_status(ctx, t, state)
+            with ctx.phase("wait_status"):
+                counts = yield from wait_status(ctx, t, state, r)
+            with ctx.phase("share_to_output"):
+                yield from share_to_output(ctx, t, state, r, counts)
+            if t.real_round > 1:
+                with ctx.phase("round_sync"):
+                    yield from ctx.sync_all()
+                    if ctx.core_id == 0:
+                        yield from round_status(ctx, t, round_magic)
+                    round_magic ^= 1
+                    yield from ctx.sync_all()
+
+    return program
+
+
+def init_data_state(ctx: KernelContext, t: DeepepTiling) -> int:
+    win, at = ctx.window(), t.window.dispatch_state(ctx.core_id)
+    ctx.dcache.dcci_line(win, at)
+    state = int(ctx.gm_read_scalar(win, at, I32))
+    ctx.gm_write_scalar(win, at, 0 if state else 1, I32)
+    ctx.dcache.dcci_line(win, at)
+    return state
+
+
+def _status_range(ctx: KernelContext, t: DeepepTiling) -> tuple[int, int]:
+    return split_to_core(t.E, ctx.num_cores, ctx.core_id)
+
+
+def input_to_share(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> Wait:
+    ctx.ub.reset()
+    E, K, H = t.E, t.K, t.H
+    item = t.shape.np_dtype.itemsize
+    quant = t.quant == "int8"
+    rec = t.record_bytes
+    row_ub = align(rec, 32)
+    if quant:
+        xin = [ctx.alloc(f"x_in{p}", align(H * item, 32)) for p in range(2)]
+        outs = [ctx.alloc(f"x_out{p}", row_ub) for p in range(2)]
+        ctx.alloc("token_cast_float", 4 * H)
+        ctx.alloc("token_abs_float", 4 * H)
+    else:
+        xin = []
+        outs = [ctx.alloc(f"x_queue{p}", row_ub) for p in range(2)]
+    for out in outs:  # the scale lane (garbage on the device) starts as zeros here
+        ctx.ub_write(out, t.scale_offset, np.zeros(8, F32), ops=0)
+    off_buf = ctx.alloc("send_offset", align(4 * E, 32))
+    yield from ctx.wait(ctx.copy_in(off_buf, ctx.tensor("send_data_offset"), 4 * r * E, 4 * E))
+    send_offset = ctx.ub_read(off_buf, I32, E, ops=0)
+    n_pairs = t.round_tokens(r) * K
+    p0, p1 = split_to_core(n_pairs, ctx.num_cores, ctx.core_id)
+    if p1 <= p0:
+        return
+    n = p1 - p0
+    ids_buf = ctx.alloc("expert_ids", align(4 * n, 32))
+    idx_buf = ctx.alloc("send_token_idx", align(4 * n, 32))
+    first = r * t.per_round_tokens * K + p0
+    ctx.copy_in(ids_buf, ctx.tensor("expert_ids"), 4 * first, 4 * n)
+    ctx.copy_in(idx_buf, ctx.tensor("send_token_idx_small"), 4 * first, 4 * n)
+    yield from ctx.pipe_barrier("mte2")
+    ids = ctx.ub_read(ids_buf, I32, n, ops=0)
+    slot_in = ctx.ub_read(idx_buf, I32, n, ops=0)
+    x = ctx.tensor("x")
+    win = t.window
+    last: list[Any] = [None, None]
+    q = 0
+    for i in range(n):
+        ctx.loop(1)
+        e = int(ids[i])
+        ctx.scalar(2)
+        if e < 0 or e >= E:
+            continue
+        ctx.scalar(4)  # curExpertCnt, dstExpertOffset, rankGM
+        flat = first + i
+        token, k = flat // K, flat % K
+        p = q & 1
+        q += 1
+        out = outs[p]
+        if last[p] is not None:  # the queue's FreeTensor: its copy out has read it
+            yield from ctx.wait(last[p])
+        if quant:
+            yield from ctx.wait(ctx.copy_in(xin[p], x, token * H * item, H * item,
+                                            name="load_token"))
+            quantise(ctx, t, xin[p], out)
+            yield from ctx.pipe_barrier("vector")
+        else:
+            yield from ctx.wait(ctx.copy_in(out, x, token * H * item, H * item,
+                                            name="load_token"))
+        ctx.ub_write(out, t.triple_offset, np.array([ctx.rank_id, token, k], I32), ops=3)
+        at = win.dispatch_data(state, int(send_offset[e]) + int(slot_in[i]))
+        last[p] = ctx.copy_out(ctx.window(), at, out, rec, name="input_to_share")
+
+
+def quantise(ctx: KernelContext, t: DeepepTiling, xin: Any, out: Any) -> None:
+    """QuantProcess: Cast, Abs, ReduceMaxInplace, 127 / (max + 1e-12), Muls, the three casts;
+    the fp32 scale 1 / d after Align32(H)."""
+    H = t.H
+    dt = t.shape.np_dtype
+
+    def effect() -> None:
+        q, s = ref.int8_quantize(xin.bytes_at(0, H * dt.itemsize).view(dt))
+        out.bytes_at(0, H)[:] = q.view(np.uint8)
+        out.bytes_at(t.scale_offset, 4)[:] = np.array([s], F32).view(np.uint8)
+
+    ctx.vector_seq("reduce_max", [("cast_f32", H, F32), ("abs", H, F32), ("max", H, F32),
+                                  ("whole_reduce_max", 64, F32)], reads=[xin])
+    ctx.scalar(4)  # SyncFunc<V_S>, the scale, SyncFunc<S_V>
+    ctx.vector_seq("quant", [("muls", H, F32), ("cast_i32", H, F32), ("cast_f16", H, F32),
+                             ("cast_i8", H, np.float16)], reads=[xin], writes=[out],
+                   fn=None if t.timing_only else effect)
+    ctx.scalar(1)  # SetValue of the scale
+
+
+def set_status(ctx: KernelContext, t: DeepepTiling, state: int) -> Wait:
+    e0, e1 = _status_range(ctx, t)
+    n = max(1, e1 - e0)
+    status = ctx.alloc("status", align(n, 8) * 32)
+    ctx.vector("duplicate", 8 * n, I32, writes=[status],
+               fn=lambda: status.bytes_at(0, 32 * n).view(F32).reshape(n, 8).__setitem__(
+                   slice(None), ONE_ENTRY))
+    yield from ctx.drain()  # PipeBarrier<PIPE_ALL>: the records are in the window
+    yield from ctx.sync_all()
+    for i in range(e0, e1):
+        ctx.loop(1)
+        ctx.scalar(3)  # targetRankId, offset, rankGM
+        target = i // t.L
+        entry = ctx.rank_id + (i % t.L) * t.W
+        ctx.put(target, t.window.dispatch_status(state, entry), status, 32,
+                src_offset=32 * (i - e0), name="set_status")
+    yield from ctx.pipe_barrier("mte3")
+
+
+def wait_status(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> Wait:
+    ctx.ub.reset()
+    E = t.E
+    e0, e1 = _status_range(ctx, t)
+    n = e1 - e0
+    poll = ctx.alloc("wait_status", max(32 * n, 256))
+    ctx.alloc("gather_mask_out", align(4 * E, 32))
+    ctx.alloc("scalar", 96)
+    off_buf = ctx.alloc("recv_offset", align(4 * E, 32))
+    cnt_buf = ctx.alloc("recv_count", align(4 * E, 32))
+    ctx.copy_in(off_buf, ctx.tensor("recv_offset"), 4 * r * E, 4 * E)
+    ctx.copy_in(cnt_buf, ctx.tensor("recv_count"), 4 * r * E, 4 * E)
+    if n <= 0:
+        yield from ctx.sync_all()
+        return None
+    win = t.window
+    at = win.dispatch_status(state, e0)
+    yield from ctx.wait_until(ctx.window(), at, 32 * n, SumEquals(F32, float(n), stride=32),
+                              poll, name="wait_status")
+    ctx.vector("duplicate", 8 * n, I32, writes=[poll],
+               fn=lambda: poll.bytes_at(0, 32 * n).fill(0))
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(ctx.window(), at, poll, STATE_OFFSET * n, name="clear_status")
+    ctx.window().release(at, STATE_OFFSET * n)  # re-armed: the next round puts them again
+    yield from ctx.pipe_barrier("mte3")
+    yield from ctx.sync_all()
+    yield from ctx.pipe_barrier("mte2")
+    return (ctx.ub_read(off_buf, I32, E, ops=0), ctx.ub_read(cnt_buf, I32, E, ops=0))
+
+
+def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, counts: Any
+                    ) -> Wait:
+    if counts is None:
+        return
+    recv_offset, recv_count = counts
+    W, L, E, H = t.W, t.L, t.E, t.H
+    e0, e1 = _status_range(ctx, t)
+    geo = ctx.alloc("expert_global_offset", align(4 * L, 32))
+    sro = ctx.alloc("srcrank_in_expert_offset", align(4 * E, 32))
+    rso = ctx.alloc("r_in_srcrank_offset", align(4 * E, 32))
+    ctx.copy_in(geo, ctx.tensor("expert_global_offset"), 0, 4 * L)
+    ctx.copy_in(sro, ctx.tensor("srcrank_in_expert_offset"), 0, 4 * E)
+    yield from ctx.pipe_barrier("mte2")
+    # GetRInSrcrankOffsetForRound: E scalar GM loads (stride round) and UB stores
+    rso_gm = ctx.tensor("r_in_srcrank_offset")
+    r_all = np.array([ctx.gm_read_scalar(rso_gm, 4 * (i * t.round + r), I32)
+                      for i in range(E)], I32)
+    ctx.ub_write(rso, 0, r_all, ops=E)
+    g_off = ctx.ub_read(geo, I32, L, ops=0)
+    s_off = ctx.ub_read(sro, I32, E, ops=0)
+    rows = ctx.tensor("recv_x")
+    out_item = t.out_dtype.itemsize
+    rec = t.record_bytes
+    bufs = [ctx.alloc(f"x_queue{p}", align(rec, 32)) for p in range(2)]
+    last: list[list[Any]] = [[], []]
+    q = 0
+    win = t.window
+    for i in range(e0, e1):
+        ctx.loop(1)
+        ctx.scalar(10)  # preCount, fromRank, local_e, count, offsets, writeOffset
+        pre = int(recv_count[i - 1]) if i else 0
+        count = int(recv_count[i]) - pre
+        src, le = i % W, i // W
+        write = int(g_off[le]) + int(s_off[i]) + int(r_all[le * W + src])
+        start = win.dispatch_data(state, int(recv_offset[i]))
+        for j in range(count):
+            ctx.loop(1)
+            p = q & 1
+            q += 1
+            if last[p]:
+                yield from ctx.wait(*last[p])
+            buf = bufs[p]
+            yield from ctx.wait(ctx.copy_in(buf, ctx.window(src), start + j * win.disp, rec,
+                                            name="pull_record"))
+            row = write + j
+            ops = [ctx.copy_out(ctx.tensor("expand_idx"), 12 * row, buf, 12,
+                                src_offset=t.triple_offset, name="expand_idx")]
+            if t.quant == "int8":
+                ops.append(ctx.copy_out(ctx.tensor("dynamic_scales"), 4 * row, buf, 4,
+                                        src_offset=t.scale_offset, name="dynamic_scales"))
+            ops.append(ctx.copy_out(rows, row * H * out_item, buf, H * out_item, name="recv_x"))
+            last[p] = ops
+
+
+def round_status(ctx: KernelContext, t: DeepepTiling, magic: int) -> Wait:
+    """SetRoundStatus and WaitRoundStatus (core 0)."""
+    W = t.W
+    buf = ctx.alloc("round_status", 32)
+    ctx.vector("duplicate", 8, F32, writes=[buf],
+               fn=lambda: buf.bytes_at(0, 32).view(F32).fill(1.0))
+    yield from ctx.pipe_barrier("vector")
+    win = t.window
+    for i in range(W):
+        ctx.scalar(2)
+        ctx.put(i, win.round_status(magic, ctx.rank_id), buf, 32, name="set_round_status")
+    yield from ctx.pipe_barrier("mte3")
+    poll = ctx.alloc("round_poll", 32 * W)
+    at = win.round_status(magic, 0)
+    yield from ctx.wait_until(ctx.window(), at, 32 * W, SumEquals(F32, 8.0 * W), poll,
+                              name="wait_round_status")
+    ctx.vector("duplicate", 8 * W, F32, writes=[poll], fn=lambda: poll.bytes_at(0, 32 * W).fill(0))
+    yield from ctx.pipe_barrier("vector")
+    yield from ctx.wait(ctx.copy_out(ctx.window(), at, poll, 32 * W, name="clear_round_status"))
+    ctx.window().release(at, 32 * W)

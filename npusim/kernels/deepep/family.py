@@ -1,0 +1,413 @@
+"""Family ``deepep``: DeepEP-Ascend's normal mode (sgl-project/sgl-kernel-npu, python/deep_ep,
+kernels in csrc/deepep/ops) on the Atlas A3: Buffer.get_dispatch_layout -> dispatch ->
+combine as the four kernels it launches (dispatch_layout, notify_dispatch,
+cam_moe_dispatch_normal, cam_moe_combine_normal).
+
+Tensor names are deep_ep.cpp's. Between notify_dispatch and the dispatch kernel DeepEP's host
+reads max_bs and total_recv_token with `.item()` to size recv_x: a host sync that is not
+device kernel time (bench_kineto measures kernels), so it is left out and npusim sizes recv_x
+for the most rows a rank can receive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.deepep import reference as ref
+from npusim.kernels.deepep.combine import combine_program
+from npusim.kernels.deepep.dispatch import dispatch_program
+from npusim.kernels.deepep.dispatch_layout import dispatch_layout_program
+from npusim.kernels.deepep.notify import notify_program
+from npusim.kernels.deepep.tiling import DeepepTiling
+from npusim.kernels.deepep.window import (
+    DEFAULT_HCCL_BUFFSIZE_MB,
+    SHMEM_DIE_STRIDE,
+    SHMEM_SIGNAL_OFFSET,
+    MiB,
+    WindowTooSmall,
+    check_buffsize,
+    needed_buffsize,
+)
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.shape import MoeShape
+from npusim.workload.inputs import uniform_tokens
+from npusim.workload.routing import make_routing
+
+I32, I64, F32 = np.int32, np.int64, np.float32
+MAX_TOTAL_TOKENS = 131072  # deep_ep.cpp
+MAX_ROUNDS = 256
+PER_ROUND_RANGE = (32, 8192)
+A5_ONLY = ("mx_fp8_e4m3", "mx_fp8_e5m2", "mx_fp4_e2m1", "pertoken_fp8_e4m3")
+PLATFORM_OF_PRESET = {"atlas_a3": "a3", "atlas_a2": "a2", "ascend950": "a5"}
+
+
+def _tok(t: DeepepTiling) -> np.dtype:
+    return t.shape.np_dtype
+
+
+def _rows(t: DeepepTiling, r: int) -> int:
+    return t.rows_capacity
+
+
+def _i32(name: str, shape: Any, help: str) -> TensorSpec:
+    return TensorSpec(name, const(I32), shape, help)
+
+
+TOPK_IDX = TensorSpec("topk_idx", const(I64), lambda t, r: (t.BS, t.K), "[BS, K] expert ids")
+PER_EXPERT = _i32("num_tokens_per_expert", lambda t, r: (t.round, t.E),
+                  "[round, E] tokens this rank sends each expert per round")
+SEND_IDX = _i32("send_token_idx_small", lambda t, r: (t.BS, t.K),
+                "[BS, K] each pair's place among its round's sends to its expert")
+NOTIFY_OUT = {
+    "send_data_offset": (lambda t, r: (t.round, t.E), "[round, E] prefix of the sends per expert"),
+    "recv_count": (lambda t, r: (t.round, t.E), "[round, L*W] inclusive cumsum over le*W+src"),
+    "recv_offset": (lambda t, r: (t.round, t.E), "[round, L*W] the sender's expert offset"),
+    "expert_global_offset": (lambda t, r: (t.L,), "[L] first row of each local expert"),
+    "srcrank_in_expert_offset": (lambda t, r: (t.E,), "[L*W] first row of each source in it"),
+    "r_in_srcrank_offset": (lambda t, r: (t.E * t.round,), "[L*W*round] rows of earlier rounds"),
+    "total_recv_token": (lambda t, r: (1,), "[1] rows this rank receives (host .item())"),
+    "max_bs": (lambda t, r: (1,), "[1] the largest BS of the ranks (host .item())"),
+    "recv_tokens_per_expert": (lambda t, r: (t.round * t.L,), "[round*L] rows per local expert"),
+}
+
+
+def _notify_spec(name: str) -> TensorSpec:
+    shape, help = NOTIFY_OUT[name]
+    return _i32(name, shape, help)
+
+
+class DispatchLayout(Kernel):
+    name = "dispatch_layout"
+    phases = (Phase("count", "per round, min(tokens, C) cores: their tokens' ids scanned, "
+                    "counts added atomically, SyncAll twice, the pairs numbered"),)
+    inputs = (TOPK_IDX,)
+    outputs = (_i32("num_tokens_per_rank", lambda t, r: (t.W,), "[W] tokens sent to each rank"),
+               PER_EXPERT,
+               _i32("is_token_in_rank", lambda t, r: (t.BS, t.W), "[BS, W] 0/1"),
+               SEND_IDX)
+    scratch = (_i32("notify_send_data", lambda t, r: (t.cores, t.E),
+                    "[C, E] each core's expert-count prefix over the cores before it"),)
+
+    def program(self, tiling: DeepepTiling) -> Any:
+        return dispatch_layout_program(tiling)
+
+
+class NotifyDispatch(Kernel):
+    name = "notify_dispatch"
+    phases = (Phase("assemble", "every core: its call counter; core 0: AssembleSendData"),
+              Phase("exchange", "cores with ranks: slices into the own window, a flag to "
+                    "each peer; wait for the peers' flags, pull this rank's slices"),
+              Phase("build", "cores 0..7: one Build* scan each"))
+    inputs = (PER_EXPERT,)
+    outputs = tuple(_notify_spec(n) for n in NOTIFY_OUT)
+    scratch = (_i32("send_data", lambda t, r: (t.W * t.notify_ints,), "[W, round, L, 3] sent"),
+               _i32("recv_data", lambda t, r: (t.W * t.notify_ints,), "[W, round, L, 3] got"))
+
+    def program(self, tiling: DeepepTiling) -> Any:
+        return notify_program(tiling)
+
+
+def _selected(run: Any, name: str) -> list[int]:
+    """Per rank, how many transfers named `name` its cores made (rows moved)."""
+    return [sum(s.count for core in rank for s in core if s.name == name)
+            for rank in run.core_transfers]
+
+
+def _bandwidth(t: DeepepTiling, run: Any, rows_name: str, ll_bytes: int) -> dict[str, Any]:
+    """The test scripts' figures: test_intranode's recv_x.numel() * 2 bytes (BF16 even when
+    quantised) over the time, printed by rank 0 (its "bottleneck bandwidth", the README's
+    normal table); test_low_latency's num_selections x bytes per token, averaged over ranks
+    (calculate_avg_stats). The time is this kernel's device time."""
+    ns = run.end_ns - run.start_ns
+    rows = _selected(run, rows_name)
+    recv_bytes = [n * 2 * t.H for n in rows]
+    selections = t.BS * t.K
+    return {"recv_x_rows": rows, "intranode_bytes": recv_bytes,
+            "bottleneck_bandwidth_gbps": round(recv_bytes[0] / ns, 2) if ns else 0.0,
+            "intranode_avg_gbps": round(float(np.mean(recv_bytes)) / ns, 2) if ns else 0.0,
+            "low_latency_bytes": selections * ll_bytes,
+            "low_latency_gbps": round(selections * ll_bytes / ns, 2) if ns else 0.0,
+            "kernel_us": round(ns / 1000.0, 2)}
+
+
+class CamMoeDispatchNormal(Kernel):
+    name = "dispatch"
+    phases = (Phase("input_to_share", "every core: its pairs of the round into the own window"),
+              Phase("set_status", "every core: a 32 B flag per expert of its share"),
+              Phase("wait_status", "every core: its le*W+src entries"),
+              Phase("share_to_output", "every core: pull its entries' records"),
+              Phase("round_sync", "more than one round: core 0's round flags"))
+    variant = "quant"
+    inputs = (TensorSpec("x", _tok, lambda t, r: (t.BS, t.H), "[BS, H] tokens"),
+              _i32("expert_ids", lambda t, r: (t.BS, t.K), "[BS, K] topk_idx as int32"),
+              _notify_spec("send_data_offset"), SEND_IDX, _notify_spec("recv_offset"),
+              _notify_spec("recv_count"), _notify_spec("expert_global_offset"),
+              _notify_spec("srcrank_in_expert_offset"), _notify_spec("r_in_srcrank_offset"))
+    outputs = (TensorSpec("recv_x", lambda t: t.out_dtype, lambda t, r: (_rows(t, r), t.H),
+                          "[rows, H] received rows by (local expert, source, token)"),
+               TensorSpec("dynamic_scales", const(F32), lambda t, r: (_rows(t, r),),
+                          "[rows] int8 scales"),
+               _i32("expand_idx", lambda t, r: (3 * _rows(t, r),),
+                    "[rows*3] (source rank, token, k): the handle's recv_src_idx"))
+
+    def program(self, tiling: DeepepTiling) -> Any:
+        return dispatch_program(tiling)
+
+    def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
+        h = tiling.H
+        ll = h + h // 128 * 4 + 16 if tiling.quant == "int8" else 2 * h
+        return _bandwidth(tiling, run, "recv_x", ll)
+
+
+class CamMoeCombineNormal(Kernel):
+    name = "combine"
+    phases = (Phase("copy_to_share", "every core: its received rows to their sources' windows "
+                    "and a flag each"),
+              Phase("read_from_remote", "every core: its tokens' K flags, weighted sum"))
+    inputs = (TensorSpec("x", _tok, lambda t, r: (_rows(t, r), t.H), "[rows, H] expert outputs"),
+              _i32("expand_idx", lambda t, r: (3 * _rows(t, r),), "the handle's recv_src_idx"),
+              _i32("ep_recv_count", lambda t, r: (t.E,), "the handle's send_head"),
+              _i32("topk_idx", lambda t, r: (t.BS, t.K), "[BS, K] as int32"),
+              TensorSpec("topk_weights", const(F32), lambda t, r: (t.BS, t.K), "[BS, K]"))
+    outputs = (TensorSpec("combined_x", _tok, lambda t, r: (t.BS, t.H), "[BS, H]"),)
+
+    def program(self, tiling: DeepepTiling) -> Any:
+        return combine_program(tiling)
+
+    def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
+        return _bandwidth(tiling, run, "load_row", 2 * tiling.H)
+
+
+LAYOUT, NOTIFY, DISPATCH, COMBINE = (DispatchLayout(), NotifyDispatch(), CamMoeDispatchNormal(),
+                                     CamMoeCombineNormal())
+
+
+def platform(hardware: Any) -> str | None:
+    for prefix, p in PLATFORM_OF_PRESET.items():
+        if hardware.name.startswith(prefix):
+            return p
+    return None
+
+
+def buffsize_mb(shape: MoeShape, options: Mapping[str, Any]) -> int:
+    """hccl_buffsize, or 0: the smallest DeepEP's check accepts."""
+    if options["hccl_buffsize"]:
+        return options["hccl_buffsize"]
+    per_round = options["per_round_tokens"]
+    need = needed_buffsize(min(shape.BS, per_round), shape.H, shape.K,
+                           options["long_seq_round"])
+    return max(DEFAULT_HCCL_BUFFSIZE_MB, need // MiB + 1)
+
+
+class DeepEP(Family):
+    name = "deepep"
+    help = ("DeepEP-Ascend normal mode (sgl-kernel-npu csrc/deepep/ops, A3): dispatch_layout, "
+            "notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal")
+    ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
+    runs = {"layout": ("dispatch_layout",),
+            "dispatch": ("dispatch_layout", "notify_dispatch", "dispatch"),
+            "dispatch_combine": ("dispatch_layout", "notify_dispatch", "dispatch", "combine"),
+            "combine": ("combine",)}
+    bs_range = (1, MAX_TOTAL_TOKENS)
+    options = (
+        Option("mode", "choice", "normal", "DeepEP's mode: normal (prefill: the four kernels); "
+               "low_latency is not modelled yet", choices=("normal", "low_latency")),
+        Option("quant", "choice", "bf16", "dispatch's quant_mode: bf16, int8 (per-token dynamic); "
+               "the A5-only modes are refused on A3 as DeepEP refuses them",
+               choices=("bf16", "int8", *A5_ONLY)),
+        Option("context", "choice", "hccl", "where the windows live: hccl (windowsIn + "
+               "windowsExp) or shmem (one aclshmem allocation per die, status right after "
+               "the data at +1022 MiB)", choices=("hccl", "shmem")),
+        Option("hccl_buffsize", "int", 0, "HCCL_BUFFSIZE in MB (totalWinSize); 0: the "
+               "smallest DeepEP's check accepts (at least its default 200)", lo=0, hi=65536),
+        Option("long_seq_round", "int", 1, "DEEPEP_NORMAL_LONG_SEQ_ROUND", lo=1, hi=MAX_ROUNDS),
+        Option("per_round_tokens", "int", 8192, "DEEPEP_NORMAL_LONG_SEQ_PER_ROUND_TOKENS",
+               lo=PER_ROUND_RANGE[0], hi=PER_ROUND_RANGE[1]),
+    )
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> DeepepTiling:
+        return DeepepTiling(shape, options["quant"], options["long_seq_round"],
+                            options["per_round_tokens"], hardware.chip.aiv_cores,
+                            options["context"], buffsize_mb(shape, options), timing_only)
+
+    def window(self, tiling: DeepepTiling) -> Any:
+        return tiling.window
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        p = platform(hardware)
+        if options["context"] == "shmem" and p != "a3":
+            return Misfit("workload.context", f"shmem: preset {hardware.name!r} has no SHMEM "
+                          "DeepEP kernels (the shmem_ver kernels are csrc/deepep/ops, built for "
+                          "A3); allowed: hccl")
+        if p != "a3":
+            return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
+                          "kernels (csrc/deepep/ops); the A2 (ops2) and A5 variants are not "
+                          "modelled yet; allowed: atlas_a3")
+        if options["mode"] != "normal":
+            return Misfit("workload.mode", f"{options['mode']}: not modelled yet in the deepep "
+                          "family (the low-latency V2 kernels are mc2's); allowed: normal")
+        if options["quant"] in A5_ONLY:
+            return Misfit("workload.quant", f"{options['quant']} is not supported on this "
+                          "device, please use int8 or bf16 instead (deep_ep.cpp on A3); "
+                          "allowed: bf16, int8")
+        if shape.S:
+            return Misfit("workload.shared_experts", f"{shape.S}: DeepEP's normal mode has no "
+                          "shared-expert ranks; allowed: 0")
+        if shape.dtype != "bfloat16":
+            return Misfit("workload.dtype", f"{shape.dtype}: DeepEP's normal dispatch takes "
+                          "bf16 tokens; allowed: bfloat16")
+        rounds, per_round = options["long_seq_round"], options["per_round_tokens"]
+        if rounds * per_round > MAX_TOTAL_TOKENS:
+            return Misfit("workload.long_seq_round", f"DEEPEP_NORMAL_LONG_SEQ_ROUND ({rounds}) * "
+                          f"DEEPEP_NORMAL_LONG_SEQ_PER_ROUND_TOKENS ({per_round}) must not "
+                          f"exceed MAX_TOTAL_TOKENS ({MAX_TOTAL_TOKENS})")
+        if shape.BS > rounds * per_round:
+            return Misfit("workload.bs", f"num_tokens ({shape.BS}) must not exceed the "
+                          f"configured capacity ({rounds * per_round}), calculated as round "
+                          f"({rounds}) * per_round_tokens ({per_round})")
+        if op in ("combine", "dispatch_combine") and shape.BS > per_round:
+            return Misfit("workload.bs", f"{shape.BS} tokens over rounds of {per_round}: "
+                          "combine's multi-round form (cam_moe_combine_normal_multi_round.h) "
+                          f"is not modelled yet; allowed: bs <= per_round_tokens ({per_round})")
+        mb = buffsize_mb(shape, options)
+        try:
+            check_buffsize(min(shape.BS, per_round), shape.H, shape.K, rounds, mb)
+        except WindowTooSmall as exc:
+            return Misfit("workload.hccl_buffsize", str(exc))
+        t = self.tiling(shape, options, hardware)
+        if t.context == "shmem":
+            if mb * MiB > SHMEM_SIGNAL_OFFSET:
+                return Misfit("workload.hccl_buffsize", f"{mb} MB: with context shmem the data "
+                              f"and the status (at +{SHMEM_SIGNAL_OFFSET // MiB} MiB) share one "
+                              f"aclshmem allocation per die, which would exceed the "
+                              f"{SHMEM_DIE_STRIDE // MiB} MiB stride between dies; allowed: at "
+                              f"most {SHMEM_SIGNAL_OFFSET // MiB}")
+        if t.window.end > hardware.window.bytes:
+            return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: HCCL_BUFFSIZE "
+                          f"{mb} MB plus the 1 MiB status window needs {t.window.end} B; "
+                          f"allowed: at least {t.window.end}")
+        return None
+
+    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+        seeds = np.random.SeedSequence(routing.get("seed", 0)).spawn(3)
+        rx, rr, rw = (np.random.default_rng(c) for c in seeds)
+        ids = routing.get("expert_ids")
+        if ids is None:
+            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
+            ids = make_routing(routing.get("routing", "balanced"), shape.W, shape.BS, shape.K,
+                               shape.E, rng=rr, zipf_s=routing.get("zipf_s", 1.2), **extra)
+        dt = shape.np_dtype
+        out = []
+        for r in range(shape.W):
+            x = (uniform_tokens(rx, (shape.BS, shape.H), dt) if payload
+                 else np.zeros((shape.BS, shape.H), dt))
+            out.append({"x": x, "topk_idx": np.asarray(ids[r], I64),
+                        "topk_weights": rw.uniform(0, 1, (shape.BS, shape.K)).astype(F32)})
+        return out
+
+    def pair_bytes(self, tiling: DeepepTiling, op: str, timing_only: bool, workers: int) -> int:
+        """Dispatch: the record's window slot and its recv_x row with scale and triple;
+        combine: its window slot and, functional, its input row. Dispatch's machine is freed
+        before combine's (a second worker runs notify_dispatch, which holds no rows)."""
+        t, kernels = tiling, self.runs[op]
+        kept = t.H * t.out_dtype.itemsize + 4 + 12
+        dispatch = t.window.disp + kept if DISPATCH.name in kernels else 0
+        combine = 0
+        if COMBINE.name in kernels:
+            combine = t.window.combine_row + (0 if timing_only else 2 * t.H)
+        if not dispatch or not combine:
+            return dispatch + combine
+        return max(dispatch, kept + combine)
+
+    # ---- the chain: every kernel's inputs from the run's inputs and earlier outputs
+    def __init__(self) -> None:
+        self._chain: dict[int, dict[str, list[Arrays]]] = {}
+
+    def _sizes(self, t: DeepepTiling) -> ref.Sizes:
+        return ref.Sizes(t.W, t.E, t.K, t.round, t.per_round_tokens)
+
+    def _layout(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
+        got = self._chain.get(id(inputs), {}).get("dispatch_layout")
+        return got if got is not None else [ref.layout(a["topk_idx"], self._sizes(t))
+                                            for a in inputs]
+
+    def _notify(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
+        got = self._chain.get(id(inputs), {}).get("notify_dispatch")
+        if got is not None:
+            return got
+        lay = self._layout(t, inputs)
+        return ref.notify([a["num_tokens_per_expert"] for a in lay], [t.BS] * t.W,
+                          self._sizes(t))
+
+    def op_inputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        t = tiling
+        chain = self._chain.setdefault(id(inputs), {})
+        before = self.runs["dispatch_combine"]
+        if previous is not None and kernel in before[1:]:
+            chain[before[before.index(kernel) - 1]] = previous
+        if kernel == LAYOUT.name:
+            self._chain = {id(inputs): chain}  # one run at a time
+            return [{"topk_idx": a["topk_idx"]} for a in inputs]
+        lay = self._layout(t, inputs)
+        if kernel == NOTIFY.name:
+            return [{"num_tokens_per_expert": o["num_tokens_per_expert"]} for o in lay]
+        note = self._notify(t, inputs)
+        if kernel == DISPATCH.name:
+            return [{"x": a["x"], "expert_ids": a["topk_idx"].astype(I32),
+                     "send_token_idx_small": lo["send_token_idx_small"], **n}
+                    for a, lo, n in zip(inputs, lay, note, strict=True)]
+        disp = previous if previous is not None else self._reference_dispatch(t, inputs)
+        res = []
+        for a, n, d in zip(inputs, note, disp, strict=True):
+            rows = d["recv_x"]
+            if t.quant == "int8":  # per_token_cast_back: fp32(q) * scale, to bf16
+                full = np.zeros((t.rows_capacity, t.H), t.shape.np_dtype)
+                m = int(n["total_recv_token"][0])
+                if not t.timing_only:
+                    full[:m] = (rows[:m].astype(F32) * d["dynamic_scales"][:m, None]).astype(
+                        t.shape.np_dtype)
+                rows = full
+            res.append({"x": rows, "expand_idx": d["expand_idx"],
+                        "ep_recv_count": n["recv_count"].sum(axis=0).astype(I32),
+                        "topk_idx": a["topk_idx"].astype(I32), "topk_weights": a["topk_weights"]})
+        return res
+
+    def _reference_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
+        got = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs],
+                           self._sizes(t), t.quant)
+        res = []
+        for o in got:
+            n = o["recv_x"].shape[0]
+            rows = np.zeros((t.rows_capacity, t.H), o["recv_x"].dtype)
+            rows[:n] = o["recv_x"]
+            sc = np.zeros(t.rows_capacity, F32)
+            sc[:n] = o["dynamic_scales"]
+            idx = np.zeros(3 * t.rows_capacity, I32)
+            idx[:3 * n] = o["expand_idx"]
+            res.append({"recv_x": rows, "dynamic_scales": sc, "expand_idx": idx})
+        return res
+
+    def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        if kernel != LAYOUT.name:
+            return None
+        return [ref.layout(a["topk_idx"], self._sizes(tiling)) for a in inputs]
+
+    def next_reads(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        h = hashlib.sha256()
+        for o in outputs:
+            for name in ("num_tokens_per_expert", "send_token_idx_small"):
+                h.update(np.ascontiguousarray(o[name], I32).tobytes())
+        return h.digest()
+
+
+FAMILY = DeepEP()

@@ -1,0 +1,147 @@
+"""What DeepEP-Ascend's normal mode computes, in numpy, from its documented semantics.
+
+Written from the API's meaning (python/deep_ep doc/NORMAL_API.md, deep_ep.cpp's tensors),
+not from the simulated kernels: layout counts from topk_idx; the count exchange as the
+prefix sums each receiver needs; dispatch as "every (token, k) of every source lands once,
+ordered by (local expert, source rank, token)"; combine as the fp32 weighted sum of the K
+returned rows in k order, cast once with round-to-nearest-even.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class Sizes:
+    W: int
+    E: int
+    K: int
+    round: int  # rounds the buffers are sized for
+    per_round_tokens: int
+
+    @property
+    def L(self) -> int:
+        return self.E // self.W
+
+
+def token_round(t: int, s: Sizes) -> int:
+    return t // s.per_round_tokens
+
+
+def layout(idx: np.ndarray, s: Sizes) -> dict[str, np.ndarray]:
+    """get_dispatch_layout: per-round expert counts, per-rank token counts, is_token_in_rank,
+    and each (token, k)'s place among this round's sends to its expert."""
+    bs = idx.shape[0]
+    per_expert = np.zeros((s.round, s.E), np.int32)
+    in_rank = np.zeros((bs, s.W), np.int32)
+    slot = np.zeros((bs, s.K), np.int32)
+    for t in range(bs):
+        r = token_round(t, s)
+        for k in range(s.K):
+            e = int(idx[t, k])
+            if 0 <= e < s.E:
+                slot[t, k] = per_expert[r, e]
+                per_expert[r, e] += 1
+                in_rank[t, e // s.L] = 1
+    return {"num_tokens_per_rank": in_rank.sum(axis=0, dtype=np.int32),
+            "num_tokens_per_expert": per_expert, "is_token_in_rank": in_rank,
+            "send_token_idx_small": slot}
+
+
+def notify(per_expert: list[np.ndarray], bs: list[int], s: Sizes) -> list[dict[str, np.ndarray]]:
+    """notify_dispatch on every rank, from every rank's per-round expert counts."""
+    W, L, R = s.W, s.L, s.round
+    send_offset = [np.concatenate([np.zeros((R, 1), np.int64), np.cumsum(c, axis=1)[:, :-1]],
+                                  axis=1).astype(np.int32) for c in per_expert]
+    out = []
+    for me in range(W):
+        # cnt[r, le, src]: what src sends to my local expert le in round r
+        cnt = np.stack([per_expert[src][:, me * L:(me + 1) * L] for src in range(W)], axis=2)
+        flat = cnt.reshape(R, L * W)  # index le * W + src
+        recv_offset = np.stack([send_offset[src][:, me * L:(me + 1) * L] for src in range(W)],
+                               axis=2).reshape(R, L * W)
+        per_pair = cnt.sum(axis=0)  # [le, src] over rounds
+        per_le = per_pair.sum(axis=1)
+        src_off = np.concatenate([np.zeros((L, 1), np.int64), np.cumsum(per_pair, axis=1)[:, :-1]],
+                                 axis=1)
+        r_off = np.concatenate([np.zeros((1, L, W), np.int64), np.cumsum(cnt, axis=0)[:-1]],
+                               axis=0)  # [r, le, src]
+        out.append({
+            "send_data_offset": send_offset[me],
+            "recv_count": np.cumsum(flat, axis=1).astype(np.int32),
+            "recv_offset": recv_offset.astype(np.int32),
+            "expert_global_offset": (np.cumsum(per_le) - per_le).astype(np.int32),
+            "srcrank_in_expert_offset": src_off.reshape(-1).astype(np.int32),
+            "r_in_srcrank_offset": np.transpose(r_off, (1, 2, 0)).reshape(-1).astype(np.int32),
+            "total_recv_token": np.array([cnt.sum()], np.int32),
+            "max_bs": np.array([max(bs)], np.int32),
+            "recv_tokens_per_expert": cnt.sum(axis=2).reshape(-1).astype(np.int32),
+        })
+    return out
+
+
+def int8_quantize(row: np.ndarray) -> tuple[np.ndarray, F32]:
+    """Per-token dynamic INT8 of cam_moe_dispatch_normal: d = 127 / (max|x| + 1e-12) in fp32,
+    q = rint(x d) (exact through the int32 and half casts), scale = 1 / d."""
+    xf = row.astype(F32)
+    d = F32(127.0) / (np.max(np.abs(xf)) + F32(1e-12))
+    q = np.rint(xf * d).astype(np.int8)
+    return q, F32(F32(1.0) / d)
+
+
+def dispatch(xs: list[np.ndarray], idxs: list[np.ndarray], s: Sizes, quant: str
+             ) -> list[dict[str, np.ndarray]]:
+    """Every rank's received rows ordered by (local expert, source rank, token), each with
+    its (source rank, token, k) and, for int8, its scale."""
+    W, L = s.W, s.L
+    out = []
+    for me in range(W):
+        pairs = []
+        for src in range(W):
+            for t in range(idxs[src].shape[0]):
+                for k in range(s.K):
+                    e = int(idxs[src][t, k])
+                    if 0 <= e < s.E and e // L == me:
+                        pairs.append((e % L, src, t, k))
+        pairs.sort()
+        n = len(pairs)
+        h = xs[0].shape[1]
+        rows = np.zeros((n, h), np.int8 if quant == "int8" else xs[0].dtype)
+        scales = np.zeros(n, F32)
+        triple = np.zeros((n, 3), np.int32)
+        for i, (_le, src, t, k) in enumerate(pairs):
+            if quant == "int8":
+                rows[i], scales[i] = int8_quantize(xs[src][t])
+            else:
+                rows[i] = xs[src][t]
+            triple[i] = (src, t, k)
+        out.append({"recv_x": rows, "dynamic_scales": scales, "expand_idx": triple.reshape(-1)})
+    return out
+
+
+def combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
+            weights: list[np.ndarray], E: int) -> list[np.ndarray]:
+    """x[t] = cast(sum over valid k, in k order, of fp32(row sent back for (t, k)) * w[t, k])."""
+    W = len(rows)
+    back: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in range(W)]
+    for r in range(W):
+        for i, (src, t, k) in enumerate(triples[r].reshape(-1, 3)):
+            back[int(src)][(int(t), int(k))] = rows[r][i]
+    out = []
+    for src in range(W):
+        bs, K = idx[src].shape
+        h = rows[0].shape[1]
+        x = np.zeros((bs, h), rows[0].dtype)
+        for t in range(bs):
+            acc = np.zeros(h, F32)
+            for k in range(K):
+                if 0 <= int(idx[src][t, k]) < E:
+                    acc = acc + back[src][(t, k)].astype(F32) * F32(weights[src][t, k])
+            x[t] = acc.astype(rows[0].dtype)
+        out.append(x)
+    return out

@@ -1,0 +1,101 @@
+"""Host-side arguments of one DeepEP normal-mode call (family ``deepep``).
+
+What deep_ep.cpp and the ops' tiling hand the kernels: the shape, the long-sequence rounds
+(DEEPEP_NORMAL_LONG_SEQ_ROUND x ..._PER_ROUND_TOKENS, default 1 x 8192), the quantisation,
+the AIV count, the window and the context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from npusim.kernels.deepep.window import (
+    DeepepWindow,
+    combine_slot_bytes,
+    dispatch_record_bytes,
+    dispatch_slot_bytes,
+)
+from npusim.kernels.shape import MoeShape, OnShape
+
+
+@dataclass(frozen=True)
+class DeepepTiling(OnShape):
+    shape: MoeShape
+    quant: str  # bf16 | int8 (per-token dynamic, quant_mode 2)
+    round: int  # DEEPEP_NORMAL_LONG_SEQ_ROUND: the rounds the buffers are sized for
+    per_round_tokens: int  # DEEPEP_NORMAL_LONG_SEQ_PER_ROUND_TOKENS
+    cores: int  # aivNum
+    context: str  # hccl | shmem
+    buffsize_mb: int  # HCCL_BUFFSIZE (totalWinSize in MiB)
+    timing_only: bool = False
+
+    @property
+    def H(self) -> int:
+        return self.shape.H
+
+    @property
+    def K(self) -> int:
+        return self.shape.K
+
+    @property
+    def L(self) -> int:
+        return self.shape.L
+
+    @property
+    def E(self) -> int:
+        return self.shape.E
+
+    @property
+    def BS(self) -> int:
+        return self.shape.BS
+
+    @property
+    def real_round(self) -> int:
+        """Rounds a call runs: ceil(realMaxBs / perRoundTokens) (every rank has BS tokens)."""
+        return -(-self.BS // self.per_round_tokens)
+
+    def round_tokens(self, r: int) -> int:
+        """Tokens of round r on a rank with BS tokens."""
+        return max(0, min(self.per_round_tokens, self.BS - r * self.per_round_tokens))
+
+    @property
+    def max_bs(self) -> int:
+        """min(realMaxBs, perRoundTokens): what the dispatch and combine windows hold."""
+        return min(self.BS, self.per_round_tokens)
+
+    @property
+    def out_dtype(self) -> np.dtype:
+        """expandX: int8 with quantisation, else the token dtype."""
+        return np.dtype(np.int8) if self.quant == "int8" else self.shape.np_dtype
+
+    @property
+    def record_bytes(self) -> int:
+        return dispatch_record_bytes(self.H, self.out_dtype.itemsize)
+
+    @property
+    def scale_offset(self) -> int:
+        """hUBAlignSize: the fp32 scale after Align32(H * item)."""
+        return -(-self.H * self.out_dtype.itemsize // 32) * 32
+
+    @property
+    def triple_offset(self) -> int:
+        return self.scale_offset + 32
+
+    @property
+    def rows_capacity(self) -> int:
+        """recv_x rows allocated: the most (token, expert) pairs one rank can receive."""
+        return self.shape.A
+
+    @property
+    def notify_ints(self) -> int:
+        """perRankDataNum: one rank's counts for one peer, round * L * 3 ints."""
+        return self.round * self.L * 3
+
+    @property
+    def window(self) -> DeepepWindow:
+        return DeepepWindow(self.context, self.buffsize_mb << 20, self.max_bs, self.K,
+                            combine_slot_bytes(self.H, self.round),
+                            dispatch_slot_bytes(self.H, self.out_dtype.itemsize),
+                            -(-2 * self.H // 512) * 512)

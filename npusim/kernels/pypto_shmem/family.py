@@ -1,0 +1,165 @@
+"""Family ``pypto_shmem``: the pyPTO SHMEM dispatch / combine subgraphs of seeds/003 as
+tile tasks on a MIX launch, placed by a model of pyPTO's scheduling AICPUs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, const
+from npusim.kernels.pypto_shmem.combine import combine_program
+from npusim.kernels.pypto_shmem.dispatch import dispatch_program
+from npusim.kernels.pypto_shmem.tiling import BF16, PyptoTiling
+from npusim.kernels.shape import MoeShape
+from npusim.kernels.tilelang_shmem import FAMILY as TILELANG
+from npusim.kernels.tilelang_shmem.reference import reference_dispatch
+
+BF = const(BF16)
+I32 = const(np.int32)
+F32 = const(np.float32)
+X = TensorSpec("x", BF, lambda t, r: (t.shape.BS, t.shape.H), "[BS, H] bf16 tokens")
+IDS = TensorSpec("expert_ids", I32, lambda t, r: (t.shape.BS, t.shape.K),
+                 "[BS, K] expert of each (token, k), K distinct per token")
+EXPAND_X = TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.shape.H),
+                      "[W*BS*L, H] expandX: rows by (local expert, source)")
+ASSIST = TensorSpec("assist_info_for_combine", I32, lambda t, r: (t.max_recv, 3),
+                    "[W*BS*L, 3] (source rank, token, k) of each row")
+
+
+class Dispatch(Kernel):
+    name = "dispatch"
+    core_kind = "mix_aic_1_2"
+    engines = ("aicpu",)
+    phases = (
+        Phase("prepare", "AIV 0 (not in the seed): offsetTable and totalOffset by a scalar "
+              "scan of expert_ids"),
+        Phase("send_token", "tasks (row, col) round robin over the AIVs: ShmemPut of the x "
+              "row and of the 3-int message to the expert's slot at offsetTable"),
+        Phase("send_signal", "tasks per expert: ShmemPut of the count, ShmemSignal ADD"),
+        Phase("receive_token", "WaitUntil(signal == E) polled by the AICPU, ShmemGet of the "
+              "counts, CumSum; tasks per (slot, row): ShmemGet + Assemble into expandX, per "
+              "slot its info rows"),
+    )
+    inputs = (X, IDS)
+    outputs = (EXPAND_X, ASSIST,
+               TensorSpec("ep_recv_counts", I32, lambda t, r: (t.E,),
+                          "[W*L] running row count after slot le*W + src (the CumSum)"))
+    scratch = (TensorSpec("offset_table", I32, lambda t, r: (t.shape.BS, t.shape.K),
+                          "[BS, K] each pair's row in its expert's slot"),
+               TensorSpec("total_offset", I32, lambda t, r: (t.E,), "[E] pairs per expert"))
+
+    def program(self, tiling: PyptoTiling) -> Any:
+        return dispatch_program(tiling)
+
+
+class Combine(Kernel):
+    name = "combine"
+    core_kind = "mix_aic_1_2"
+    engines = ("aicpu",)
+    phases = (
+        Phase("send", "tasks per received row round robin over the AIVs: ShmemPut to "
+              "[rank, K*token + k], ShmemSignal ADD on the token"),
+        Phase("receive", "per token on block token mod blocks: WaitUntil(K) by the AICPU; "
+              "AIV0/AIV1 ShmemGet + Cast fp32 of half the rows each; AIC Matmul [1,K]x[K,H] "
+              "(cube); AIV0 Cast bf16 + Assemble"),
+    )
+    inputs = (EXPAND_X, ASSIST,
+              TensorSpec("recv_counts", I32, lambda t, r: (t.E,),
+                         "[W*L] dispatch's ep_recv_counts (its last value: rows to send)"),
+              TensorSpec("expert_scales", F32, lambda t, r: (t.shape.BS, t.shape.K),
+                         "[BS, K] routing weights"))
+    outputs = (TensorSpec("out", BF, lambda t, r: (t.shape.BS, t.shape.H),
+                          "[BS, H] bf16 weighted sums"),)
+    scratch = (TensorSpec("rows_fp32", F32, lambda t, r: (t.shape.BS * t.shape.K, t.shape.H),
+                          "[BS*K, H] the gathered rows cast to fp32"),
+               TensorSpec("sum_fp32", F32, lambda t, r: (t.shape.BS, t.shape.H),
+                          "[BS, H] the Matmul's fp32 output"))
+
+    def program(self, tiling: PyptoTiling) -> Any:
+        return combine_program(tiling)
+
+
+DISPATCH, COMBINE = Dispatch(), Combine()
+
+
+class PyptoShmem(Family):
+    name = "pypto_shmem"
+    help = ("pyPTO SHMEM dispatch / combine (seeds/003): LOOP subgraphs as tile tasks that "
+            "scheduling AICPUs place on AIV/AIC cores; WaitUntil polled by the AICPU; the "
+            "combine's weighted sum a cube Matmul")
+    ops = (DISPATCH, COMBINE)
+    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
+            "dispatch_combine": ("dispatch", "combine")}
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> PyptoTiling:
+        aic = getattr(hardware, "aic", None)
+        blocks = min(int(aic.cores), int(hardware.chip.aiv_cores) // 2) if aic else 1
+        return PyptoTiling(shape, blocks, timing_only)
+
+    def window(self, tiling: PyptoTiling) -> Any:
+        return tiling.window
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        if shape.dtype != "bfloat16":
+            return Misfit("workload.dtype", f"{shape.dtype}: the pyPTO subgraphs are built "
+                          "for bfloat16 tokens; allowed: bfloat16")
+        if shape.S:
+            return Misfit("workload.shared_experts", f"{shape.S}: the pyPTO subgraphs have "
+                          "no shared experts; allowed: 0")
+        for section, what in (("aic", "the AIC cores the Matmul runs on"),
+                              ("aicpu", "the scheduling AICPUs that place the tile tasks")):
+            if getattr(hardware, section, None) is None:
+                return Misfit("hardware", f"the preset has no {section} section: {what}")
+        t = self.tiling(shape, options, hardware)
+        ub, h = int(hardware.ub.bytes), -(-shape.K // 2)
+        if 6 * h * shape.H > ub:
+            return Misfit("workload.h", f"{shape.H}: the receive's Cast tile [K/2, H] = "
+                          f"[{h}, {shape.H}] in bf16 and fp32 needs {6 * h * shape.H} B of "
+                          f"UB, the preset's UB is {ub} B; allowed: H <= {ub // (6 * h)}")
+        if t.window.end > int(hardware.window.bytes):
+            return Misfit("hardware.window.bytes", f"shmemData [W*L = {t.E}, BS {shape.BS}, "
+                          f"H {shape.H}] and the rest need {t.window.end} B; the window is "
+                          f"{hardware.window.bytes} B: lower ep_world_size x experts_per_rank "
+                          "or bs")
+        return None
+
+    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+        return TILELANG.make_inputs(shape, options, op, routing, payload)
+
+    def _dispatched(self, t: PyptoTiling, inputs: list[Arrays]) -> list[Arrays]:
+        ref = reference_dispatch(np.stack([a["x"] for a in inputs]),
+                                 np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
+        return [{"expand_x": r["expand_x_out"], "assist_info_for_combine": r["expand_ids"],
+                 "ep_recv_counts": r["ep_receive_count"]} for r in ref]
+
+    def op_inputs(self, kernel: str, tiling: PyptoTiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == DISPATCH.name:
+            return inputs
+        prev = previous if previous is not None else self._dispatched(tiling, inputs)
+        return [{**a, "expand_x": p["expand_x"],
+                 "assist_info_for_combine": p["assist_info_for_combine"],
+                 "recv_counts": p["ep_recv_counts"]} for a, p in zip(inputs, prev, strict=True)]
+
+    def reference_outputs(self, kernel: str, tiling: PyptoTiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        return self._dispatched(tiling, inputs) if kernel == DISPATCH.name else None
+
+    def next_reads(self, kernel: str, tiling: PyptoTiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        h = hashlib.sha256()
+        for o in outputs:
+            n = int(o["ep_recv_counts"][-1])
+            h.update(np.ascontiguousarray(o["ep_recv_counts"], np.int32).tobytes())
+            h.update(np.ascontiguousarray(o["assist_info_for_combine"][:n]).tobytes())
+            h.update(np.ascontiguousarray(o["expand_x"][:n]).tobytes())
+        return h.digest()
+
+
+FAMILY = PyptoShmem()

@@ -1,0 +1,99 @@
+"""The pyPTO subgraphs' shapes and their windows.
+
+The seed's shmem tensors, per rank (the first axis of each is the rank; a rank's window
+holds its slice), on HCCL windows (framework/src/machine/runtime/distributed/
+distributed_context.cpp: windowsIn data, windowsExp status; npusim places both in the
+rank's one symmetric window):
+
+    shmemData    [L*W, BS, H] bf16      slot (le*W + src, tokenOffset)
+    shmemInfo    [L*W, BS, 8] int32     its (rank, row, col) in the first three words
+    shmemCount   [L*W + 1, 8] int32     entry le*W + src + 1: the count (entry 0 stays 0)
+    shmemSignal  [8] int32              atomic-add target of send_signal
+    combine data [BS*K, H] bf16         row K*token + k
+    combine sig  [BS, 8] int32          per token, atomic-added once per returned row
+
+infoSize, countSize and signalCol are not in the seed: one 32 B block each (assumed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from npusim.kernels.quant import token_dtype
+from npusim.kernels.shape import MoeShape, OnShape
+
+BF16 = token_dtype("bfloat16")
+BLOCK = 32  # one 32 B block: an info row, a count entry, a signal
+INFO = 3
+
+
+@dataclass(frozen=True)
+class PyptoTiling(OnShape):
+    shape: MoeShape
+    blocks: int  # MIX blocks (1 AIC + 2 AIV)
+    timing_only: bool = False
+
+    @property
+    def cores(self) -> int:
+        return self.blocks
+
+    @property
+    def aiv_num(self) -> int:
+        return 2 * self.blocks
+
+    @property
+    def E(self) -> int:
+        return self.shape.W * self.shape.L
+
+    @property
+    def max_recv(self) -> int:
+        return self.shape.W * self.shape.BS * self.shape.L
+
+    @property
+    def k_tile(self) -> int:
+        """kTileShape = AlignUp(topK, 16)."""
+        return -(-self.shape.K // 16) * 16
+
+    @property
+    def n_tile(self) -> int:
+        """nTileShape = l0bSize (65536) / sizeof(fp32) / kTileShape."""
+        return 65536 // 4 // self.k_tile
+
+    @property
+    def window(self) -> PyptoWindow:
+        return PyptoWindow(self)
+
+
+class PyptoWindow:
+    def __init__(self, t: PyptoTiling) -> None:
+        s = t.shape
+        self.t = t
+        self.data = 0
+        self.info = self.data + t.E * s.BS * s.token_bytes
+        self.count = self.info + t.E * s.BS * BLOCK
+        self.signal = self.count + (t.E + 1) * BLOCK
+        self.combine_data = self.signal + BLOCK
+        self.combine_signal = self.combine_data + s.BS * s.K * s.token_bytes
+        self.end = self.combine_signal + s.BS * BLOCK
+
+    def data_at(self, slot: int, offset: int) -> int:
+        return self.data + (slot * self.t.shape.BS + offset) * self.t.shape.token_bytes
+
+    def info_at(self, slot: int, offset: int) -> int:
+        return self.info + (slot * self.t.shape.BS + offset) * BLOCK
+
+    def count_at(self, entry: int) -> int:
+        return self.count + entry * BLOCK
+
+    def combine_row(self, row: int) -> int:
+        return self.combine_data + row * self.t.shape.token_bytes
+
+    def combine_sig(self, token: int) -> int:
+        return self.combine_signal + token * BLOCK
+
+    def regions(self) -> dict[str, tuple[int, int]]:
+        return {"shmemData": (self.data, self.info), "shmemInfo": (self.info, self.count),
+                "shmemCount": (self.count, self.signal),
+                "shmemSignal": (self.signal, self.combine_data),
+                "combineData": (self.combine_data, self.combine_signal),
+                "combineSignal": (self.combine_signal, self.end)}

@@ -1,0 +1,226 @@
+"""Family ``tilelang_shmem``: the TileLang-Ascend SHMEM dispatch / combine of seeds/003
+(tile-ai/tilelang-ascend examples/dispatch_combine/dispatch_combine_shmem.py). Tensor
+names are the kernels' parameters."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.shape import MoeShape
+from npusim.kernels.tilelang_shmem import reference as ref
+from npusim.kernels.tilelang_shmem.combine import combine_program
+from npusim.kernels.tilelang_shmem.dispatch import dispatch_program
+from npusim.kernels.tilelang_shmem.tiling import BF16, TileLangTiling, default_ub_size
+from npusim.workload.routing import make_routing
+
+BF = const(BF16)
+I32 = const(np.int32)
+F32 = const(np.float32)
+
+X = TensorSpec("x", BF, lambda t, r: (t.shape.BS, t.shape.H), "[Bs, H] bf16 tokens")
+IDS = TensorSpec("expert_ids", I32, lambda t, r: (t.shape.BS, t.shape.K),
+                 "[Bs, K] expert of each (token, k), K distinct per token")
+SCALES = TensorSpec("expert_scales", F32, lambda t, r: (t.shape.BS, t.shape.K),
+                    "[Bs, K] routing weights")
+EXPAND_X_OUT = TensorSpec("expand_x_out", BF, lambda t, r: (t.max_recv, t.shape.H),
+                          "[W*Bs*L, H] received rows by (local expert, source)")
+EXPAND_IDS = TensorSpec("expand_ids", I32, lambda t, r: (t.max_recv, 3),
+                        "[W*Bs*L, 3] (source rank, token, k) of each row")
+RECV = TensorSpec("ep_receive_count", I32, lambda t, r: (t.total_expert_num,),
+                  "[W*L] running row count after entry le*W + src")
+
+
+class Dispatch(Kernel):
+    name = "dispatch"
+    core_kind = "mix_aic_1_2"
+    phases = (
+        Phase("send", "every AIV (cur_vid = vid + 2 cid): its share of the Bs*K pairs; per "
+              "pair the count macro, x row GM -> UB, the triple, shmem_ub_put_nbi of ub_size "
+              "elements to the expert's rank"),
+        Phase("status", "every AIV: its experts' [flag, count] entries; T.sync_all; an 8-word "
+              "put per expert"),
+        Phase("wait", "every AIV: its own status entries polled (copy + reduce_sum of the "
+              "flags) until they sum to aiv_expert_fp_num; cleared"),
+        Phase("prefix", "every AIV: its row total to workspace; T.sync_all; the prefix of "
+              "the earlier cores' totals"),
+        Phase("copy", "every AIV: per received row win_data -> UB -> expand_x_out and "
+              "expand_ids; ep_receive_count"),
+        Phase("token_nums", "T.sync_all; the last AIV: expert_token_nums_out by scalar "
+              "loads between dcci's"),
+    )
+    inputs = (X, IDS)
+    outputs = (EXPAND_X_OUT, EXPAND_IDS, RECV,
+               TensorSpec("expert_token_nums_out", const(np.int64), lambda t, r: (t.shape.L,),
+                          "[L] int64 rows per local expert"))
+    scratch = (TensorSpec("workspace", I32, lambda t, r: (t.aiv_num, 8),
+                          "[aiv_num, 8] per-core row totals"),)
+
+    def program(self, tiling: TileLangTiling) -> Any:
+        return dispatch_program(tiling)
+
+
+class Combine(Kernel):
+    name = "combine"
+    core_kind = "mix_aic_1_2"
+    phases = (
+        Phase("send", "every AIV: its share of the M received rows, rotated by rank; per "
+              "row x -> UB, put H elements and then 8 x 1.0 status to the token's owner"),
+        Phase("reduce", "every AIV: its share of the Bs tokens; per token poll the K*8 "
+              "status floats into [8K-0.5, 8K+0.5], clear, K rows cast/muls/add, RINT cast, "
+              "copy out"),
+    )
+    inputs = (TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.shape.H),
+                         "[M, H] rows to send back (dispatch's expand_x_out)"),
+              TensorSpec("assist_info_combine", I32, lambda t, r: (t.max_recv, 3),
+                         "[M, 3] their triples (dispatch's expand_ids)"),
+              TensorSpec("ep_send_counts", I32, lambda t, r: (t.total_expert_num,),
+                         "[W*L] dispatch's ep_receive_count; M is its last value"),
+              SCALES)
+    outputs = (TensorSpec("combine_out", BF, lambda t, r: (t.shape.BS, t.shape.H),
+                          "[Bs, H] bf16 weighted sums"),)
+
+    def program(self, tiling: TileLangTiling) -> Any:
+        return combine_program(tiling)
+
+
+DISPATCH, COMBINE = Dispatch(), Combine()
+
+
+def _ai_core_num(options: Mapping[str, Any], hardware: Any) -> int:
+    n = int(options.get("ai_core_num", 0))
+    return n or int(hardware.aic.cores)
+
+
+def _ub_size(shape: MoeShape, options: Mapping[str, Any]) -> int:
+    return int(options.get("ub_size", 0)) or default_ub_size(shape.H)
+
+
+def max_h(fits: Any, lo: int = 1, hi: int = 1 << 16) -> int:
+    """The largest H for which fits(H) holds (fits is monotone), 0 if none."""
+    if not fits(lo):
+        return 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+class TileLangShmem(Family):
+    name = "tilelang_shmem"
+    help = ("TileLang-Ascend SHMEM dispatch / combine (seeds/003; tilelang-ascend "
+            "examples/dispatch_combine): every AIV sends its share of pairs as UB -> remote "
+            "puts, float status flags, row-by-row window copies")
+    ops = (DISPATCH, COMBINE)
+    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
+            "dispatch_combine": ("dispatch", "combine")}
+    options = (
+        Option("ai_core_num", "int", 0, "ai_core_num: blocks of T.Kernel (1 AIC + 2 AIV "
+               "each), aiv_num = 2 x ai_core_num; 0: the preset's aic.cores", lo=0, hi=128),
+        Option("ub_size", "int", 0, "ub_size: bf16 elements of a win_data row, the length of "
+               "every dispatch put; 0: the worker's Align512(Align32(2H) + 32 + 12) / 2",
+               lo=0, hi=262144),
+    )
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> TileLangTiling:
+        return TileLangTiling(shape, _ai_core_num(options, hardware), _ub_size(shape, options),
+                              timing_only)
+
+    def window(self, tiling: TileLangTiling) -> Any:
+        return tiling.window
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        if shape.dtype != "bfloat16":
+            return Misfit("workload.dtype", f"{shape.dtype}: the TileLang kernels are "
+                          "written for bfloat16 tokens; allowed: bfloat16")
+        if shape.S:
+            return Misfit("workload.shared_experts", f"{shape.S}: the TileLang kernels "
+                          "have no shared experts; allowed: 0")
+        if getattr(hardware, "aic", None) is None:
+            return Misfit("hardware", "the TileLang kernels run a MIX launch (1 AIC : 2 AIV "
+                          "per block); the preset has no aic section")
+        aic, aiv = int(hardware.aic.cores), int(hardware.chip.aiv_cores)
+        n = _ai_core_num(options, hardware)
+        if n > aic or 2 * n > aiv:
+            return Misfit("workload.ai_core_num", f"{n}: T.Kernel(ai_core_num) takes one AIC "
+                          f"and two AIVs per block; allowed: at most {min(aic, aiv // 2)} "
+                          f"(aic.cores {aic}, chip.aiv_cores {aiv})")
+        t = self.tiling(shape, options, hardware)
+        ub = int(hardware.ub.bytes)
+        if t.ub_size < t.x_ub_elems:
+            return Misfit("workload.ub_size", f"{t.ub_size}: a win_data row must hold x_ub's "
+                          f"H + 22 = {t.x_ub_elems} bf16 elements (the row, 32 B of quant "
+                          f"space and the triple); allowed: at least {t.x_ub_elems}")
+        if t.row_bytes > ub:
+            return Misfit("workload.ub_size", f"{t.ub_size}: shmem_ub_put_nbi puts ub_size "
+                          f"elements ({t.row_bytes} B) from x_ub, more than the UB's {ub} B "
+                          f"(the put returns silently past the UB); allowed: at most {ub // 2}")
+        need = max(t.dispatch_ub(), t.combine_ub() if op != "dispatch" else 0)
+        if need > ub:
+            def fits(h: int) -> bool:
+                s = MoeShape(shape.W, shape.BS, h, shape.K, shape.L, dtype=shape.dtype)
+                u = TileLangTiling(s, n, max(_ub_size(s, {}), h + 22))
+                return max(u.dispatch_ub(), u.combine_ub() if op != "dispatch" else 0) <= ub
+            return Misfit("workload.h", f"{shape.H}: the kernels' alloc_ub buffers (x_ub of "
+                          f"H + 22 bf16, the combine's bf16 and fp32 rows) need {need} B of "
+                          f"UB, the preset's UB is {ub} B; allowed: H <= {max_h(fits)} here")
+        if t.window.end > int(hardware.window.bytes):
+            return Misfit("hardware.window.bytes", f"win_data [W*L*Bs = {t.total_expert_num}"
+                          f"*{shape.BS}, ub_size {t.ub_size}] and the other three tensors "
+                          f"need {t.window.end} B; the window is {hardware.window.bytes} B: "
+                          "lower ep_world_size x experts_per_rank or bs")
+        return None
+
+    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
+        rng = np.random.default_rng(routing.get("seed", 0))
+        if routing.get("expert_ids") is not None:
+            ids = [np.asarray(a, np.int32) for a in routing["expert_ids"]]
+        else:
+            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
+            ids = make_routing(routing.get("routing", "balanced"), shape.W, shape.BS, shape.K,
+                               shape.E, rng=rng, zipf_s=routing.get("zipf_s", 1.2), **extra)
+        out = []
+        for r in range(shape.W):
+            x = rng.uniform(-1.0, 1.0, (shape.BS, shape.H)).astype(BF16)
+            scales = rng.uniform(-1.0, 1.0, (shape.BS, shape.K)).astype(np.float32)
+            out.append({"x": x if payload else np.zeros_like(x),
+                        "expert_ids": np.ascontiguousarray(ids[r], np.int32),
+                        "expert_scales": scales})
+        return out
+
+    def _dispatched(self, t: TileLangTiling, inputs: list[Arrays]) -> list[Arrays]:
+        return ref.reference_dispatch(np.stack([a["x"] for a in inputs]),
+                                      np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
+
+    def op_inputs(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == DISPATCH.name:
+            return inputs
+        prev = previous if previous is not None else self._dispatched(tiling, inputs)
+        return [{**a, "expand_x": p["expand_x_out"], "assist_info_combine": p["expand_ids"],
+                 "ep_send_counts": p["ep_receive_count"]}
+                for a, p in zip(inputs, prev, strict=True)]
+
+    def reference_outputs(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        return self._dispatched(tiling, inputs) if kernel == DISPATCH.name else None
+
+    def next_reads(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        h = hashlib.sha256()
+        for o in outputs:
+            n = int(o["ep_receive_count"][-1])
+            h.update(np.ascontiguousarray(o["ep_receive_count"], np.int32).tobytes())
+            h.update(np.ascontiguousarray(o["expand_ids"][:n]).tobytes())
+            h.update(np.ascontiguousarray(o["expand_x_out"][:n]).tobytes())
+        return h.digest()
+
+
+FAMILY = TileLangShmem()
