@@ -383,8 +383,8 @@ def winners(rankings: Sequence[tuple[Any, Ranking]]) -> list[tuple[Any, str]]:
     for value, r in rankings:
         if not r.entries:
             out.append((value, "-"))
-        elif r.tied > 1:
-            out.append((value, "tie: " + ", ".join(_name(e) for e in r.entries[:r.tied])))
+        elif r.tied > 1:  # the same tie whichever of them is a hair ahead
+            out.append((value, "tie: " + ", ".join(sorted(_name(e) for e in r.entries[:r.tied]))))
         else:
             out.append((value, _name(r.entries[0])))
     return out

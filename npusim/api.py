@@ -216,8 +216,8 @@ def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,
     s = load(scenario, set=set)
     if timing_only is not None and timing_only != s.workload.timing_only:
         s = replace(s, workload=replace(s.workload, timing_only=bool(timing_only)))
-    return Run(s, simulate(s, detailed_trace=trace, workers=workers, progress=progress,
-                           keep_inputs=keep_inputs))
+    keep = {"keep_inputs": True} if keep_inputs else {}
+    return Run(s, simulate(s, detailed_trace=trace, workers=workers, progress=progress, **keep))
 
 
 def compare(a: Mapping[str, Any] | str | Path, b: Mapping[str, Any] | str | Path,

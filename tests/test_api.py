@@ -95,9 +95,11 @@ def test_compare_judges_a_slower_b_and_refuses_a_nan_tolerance():
 
 def test_write_puts_the_report_files(tmp_path):
     r = npu.run("dispatch_bs8_mxfp8", trace=True)
-    files = r.write(tmp_path / "out", trace=True)
+    written = r.write(tmp_path / "out", trace=True)
+    files = [path for _, path, _ in written]
     assert sorted(p.name for p in files) == ["report.json", "report.md", "trace.json"]
     assert all(p.is_file() and p.stat().st_size > 0 for p in files)
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]
 
 
 def test_presets_and_scenarios_list_what_ships():

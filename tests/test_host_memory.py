@@ -106,7 +106,9 @@ def test_sdma_rh2d_from_another_server_pays_the_supernode_latency_both_ways():
         yield from sdma.get_nbi_host(16, ctx.tensor("x"), 0,
                                      hostmem.host_tensor(ctx, "heap", pe=16), 0, MIB)
 
-    m = _machine(world=32)
+    # a server level of 0.5 us and a supernode level of 5.5 us: 5 us more between servers
+    m = _machine(world=32, **{"fabric.levels.server.latency_ns": 500.0,
+                              "fabric.levels.supernode.latency_ns": 5500.0})
     m.ranks[16].tensors["heap"].write(0, np.full(MIB, 9, np.uint8))
     _run(m, body)
     m.env.run()

@@ -125,7 +125,7 @@ def copy_out_host(ctx: KernelContext, dst: Region, dst_offset: int, src: UBBuffe
 def _send(ctx: KernelContext, dst: HostRegion, dst_offset: int, src: UBBuffer,
           src_offset: int, nbytes: int, name: str, route: Any, remote: bool) -> Op:
     """An MTE3 write of UB bytes that lands in host memory (no die's L2 or HBM)."""
-    from npusim.runtime.context import _Send
+    from npusim.runtime.transfer import _Send
 
     ctx.t += ctx.issue_ns
     ctx.counters["SCALAR"] += 1
