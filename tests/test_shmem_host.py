@@ -84,7 +84,9 @@ def test_a_segment_twice_as_large_takes_its_bytes_over_the_narrowest_share_longe
 def test_a_remote_host_on_another_server_adds_the_supernode_latency(tmp_path):
     # D2rH with the peer's host on another server: the same bytes and bandwidth as on this
     # server, plus the supernode's 5500 ns over the server's 500 ns, within one poll
-    over = {"chip.clock_ghz": 1.0, "scalar.cycles_per_op": 0.0, "sync.poll_cycles": 10.0}
+    over = {"chip.clock_ghz": 1.0, "scalar.cycles_per_op": 0.0, "sync.poll_cycles": 10.0,
+            "fabric.levels.server.latency_ns": 500.0,
+            "fabric.levels.supernode.latency_ns": 5500.0}
     got = {}
     for placement in ("server", "across"):
         sc = _scenario(tmp_path, overrides=over, pes=2, blocks=1, elements=1024,
