@@ -55,7 +55,8 @@ def dispatch_program(t: DeepepTiling):
                 with ctx.phase("round_sync"):
                     yield from ctx.sync_all()
                     if ctx.core_id == 0:
-                        yield from round_status(ctx, t, round_magic)
+                        yield from round_status(
+                            ctx, t, state if t.window.round_flags_by_state else round_magic)
                     round_magic ^= 1
                     yield from ctx.sync_all()
 
@@ -217,15 +218,21 @@ def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, cou
     e0, e1 = _status_range(ctx, t)
     geo = ctx.alloc("expert_global_offset", align(4 * L, 32))
     sro = ctx.alloc("srcrank_in_expert_offset", align(4 * E, 32))
-    rso = ctx.alloc("r_in_srcrank_offset", align(4 * E, 32))
+    whole = t.platform == "a2"  # ops2 reads every round's offsets with one DataCopyPad
+    rso = ctx.alloc("r_in_srcrank_offset", align(4 * E * (t.round if whole else 1), 32))
     ctx.copy_in(geo, ctx.tensor("expert_global_offset"), 0, 4 * L)
     ctx.copy_in(sro, ctx.tensor("srcrank_in_expert_offset"), 0, 4 * E)
-    yield from ctx.pipe_barrier("mte2")
-    # GetRInSrcrankOffsetForRound: E scalar GM loads (stride round) and UB stores
     rso_gm = ctx.tensor("r_in_srcrank_offset")
-    r_all = np.array([ctx.gm_read_scalar(rso_gm, 4 * (i * t.round + r), I32)
-                      for i in range(E)], I32)
-    ctx.ub_write(rso, 0, r_all, ops=E)
+    if whole:
+        ctx.copy_in(rso, rso_gm, 0, 4 * E * t.round)
+    yield from ctx.pipe_barrier("mte2")
+    if whole:
+        r_all = ctx.ub_read(rso, I32, E * t.round, ops=0).reshape(E, t.round)[:, r].copy()
+    else:
+        # GetRInSrcrankOffsetForRound: E scalar GM loads (stride round) and UB stores
+        r_all = np.array([ctx.gm_read_scalar(rso_gm, 4 * (i * t.round + r), I32)
+                          for i in range(E)], I32)
+        ctx.ub_write(rso, 0, r_all, ops=E)
     g_off = ctx.ub_read(geo, I32, L, ops=0)
     s_off = ctx.ub_read(sro, I32, E, ops=0)
     rows = ctx.tensor("recv_x")

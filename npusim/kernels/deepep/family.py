@@ -1,7 +1,9 @@
 """Family ``deepep``: DeepEP-Ascend's normal mode (sgl-project/sgl-kernel-npu, python/deep_ep,
-kernels in csrc/deepep/ops) on the Atlas A3: Buffer.get_dispatch_layout -> dispatch ->
-combine as the four kernels it launches (dispatch_layout, notify_dispatch,
-cam_moe_dispatch_normal, cam_moe_combine_normal).
+kernels in csrc/deepep/ops for the Atlas A3, csrc/deepep/ops2 for the Atlas A2):
+Buffer.get_dispatch_layout -> dispatch -> combine as the four kernels it launches
+(dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal). On an A2
+these run inside one server of 8 ranks; with more ranks DeepEP switches to its internode
+kernels (notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2), not modelled.
 
 Tensor names are deep_ep.cpp's. Between notify_dispatch and the dispatch kernel DeepEP's host
 reads max_bs and total_recv_token with `.item()` to size recv_x: a host sync that is not
@@ -12,7 +14,7 @@ for the most rows a rank can receive.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,17 @@ MAX_ROUNDS = 256
 PER_ROUND_RANGE = (32, 8192)
 A5_ONLY = ("mx_fp8_e4m3", "mx_fp8_e5m2", "mx_fp4_e2m1", "pertoken_fp8_e4m3")
 PLATFORM_OF_PRESET = {"atlas_a3": "a3", "atlas_a2": "a2", "ascend950": "a5"}
+MODELLED = ("a3", "a2")
+A2_MAX_HCCS_PEERS = 8  # deep_ep.cpp: ranks per A2 server; more go over RDMA
+# ops2 tiling (cam_moe_dispatch_normal_tiling.cc): the A2 build's shape limits, as
+# (workload key, what, the shape's value, lo, hi, the tiling's constant)
+A2_LIMITS: tuple[tuple[str, str, Callable[[MoeShape], int], int, int, str], ...] = (
+    ("workload.bs", "tokens per rank", lambda s: s.BS, 1, 65536, "BS_UPPER_BOUND"),
+    ("workload.experts_per_rank", "experts (ep_world_size * experts_per_rank)",
+     lambda s: s.E, 1, 512, "MOE_EXPERT_MAX_NUM"),
+    ("workload.h", "H", lambda s: s.H, 1024, 7168, "H_MIN, H_MAX"),
+    ("workload.k", "top-k", lambda s: s.K, 1, 16, "K_MAX"),
+)
 
 
 def _tok(t: DeepepTiling) -> np.dtype:
@@ -193,20 +206,21 @@ def platform(hardware: Any) -> str | None:
     return None
 
 
-def buffsize_mb(shape: MoeShape, options: Mapping[str, Any]) -> int:
+def buffsize_mb(shape: MoeShape, options: Mapping[str, Any], platform: str = "a3") -> int:
     """hccl_buffsize, or 0: the smallest DeepEP's check accepts."""
     if options["hccl_buffsize"]:
         return options["hccl_buffsize"]
     per_round = options["per_round_tokens"]
     need = needed_buffsize(min(shape.BS, per_round), shape.H, shape.K,
-                           options["long_seq_round"])
+                           options["long_seq_round"], platform)
     return max(DEFAULT_HCCL_BUFFSIZE_MB, need // MiB + 1)
 
 
 class DeepEP(Family):
     name = "deepep"
-    help = ("DeepEP-Ascend normal mode (sgl-kernel-npu csrc/deepep/ops, A3): dispatch_layout, "
-            "notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal")
+    help = ("DeepEP-Ascend normal mode (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 "
+            "server): dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
+            "cam_moe_combine_normal")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
     runs = {"layout": ("dispatch_layout",),
             "dispatch": ("dispatch_layout", "notify_dispatch", "dispatch"),
@@ -217,11 +231,12 @@ class DeepEP(Family):
         Option("mode", "choice", "normal", "DeepEP's mode: normal (prefill: the four kernels); "
                "low_latency is not modelled yet", choices=("normal", "low_latency")),
         Option("quant", "choice", "bf16", "dispatch's quant_mode: bf16, int8 (per-token dynamic); "
-               "the A5-only modes are refused on A3 as DeepEP refuses them",
+               "the A5-only modes are refused on A2 and A3 as DeepEP refuses them",
                choices=("bf16", "int8", *A5_ONLY)),
         Option("context", "choice", "hccl", "where the windows live: hccl (windowsIn + "
-               "windowsExp) or shmem (one aclshmem allocation per die, status right after "
-               "the data at +1022 MiB)", choices=("hccl", "shmem")),
+               "windowsExp; on the A2 the status in windowsIn's last 8 MiB) or shmem (A3: "
+               "one aclshmem allocation per die, status right after the data at +1022 MiB)",
+               choices=("hccl", "shmem")),
         Option("hccl_buffsize", "int", 0, "HCCL_BUFFSIZE in MB (totalWinSize); 0: the "
                "smallest DeepEP's check accepts (at least its default 200)", lo=0, hi=65536),
         Option("long_seq_round", "int", 1, "DEEPEP_NORMAL_LONG_SEQ_ROUND", lo=1, hi=MAX_ROUNDS),
@@ -231,9 +246,10 @@ class DeepEP(Family):
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> DeepepTiling:
+        p = platform(hardware) or "a3"
         return DeepepTiling(shape, options["quant"], options["long_seq_round"],
                             options["per_round_tokens"], hardware.chip.aiv_cores,
-                            options["context"], buffsize_mb(shape, options), timing_only)
+                            options["context"], buffsize_mb(shape, options, p), timing_only, p)
 
     def window(self, tiling: DeepepTiling) -> Any:
         return tiling.window
@@ -245,17 +261,21 @@ class DeepEP(Family):
             return Misfit("workload.context", f"shmem: preset {hardware.name!r} has no SHMEM "
                           "DeepEP kernels (the shmem_ver kernels are csrc/deepep/ops, built for "
                           "A3); allowed: hccl")
-        if p != "a3":
+        if p not in MODELLED:
             return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
-                          "kernels (csrc/deepep/ops); the A2 (ops2) and A5 variants are not "
-                          "modelled yet; allowed: atlas_a3")
+                          "kernels (csrc/deepep/ops) and the A2's (ops2) inside one server; "
+                          "the A5 variants are not modelled yet; allowed: atlas_a3, atlas_a2")
+        if p == "a2":
+            bad = self._a2_misfit(shape)
+            if bad is not None:
+                return bad
         if options["mode"] != "normal":
             return Misfit("workload.mode", f"{options['mode']}: not modelled yet in the deepep "
                           "family (the low-latency V2 kernels are mc2's); allowed: normal")
         if options["quant"] in A5_ONLY:
             return Misfit("workload.quant", f"{options['quant']} is not supported on this "
-                          "device, please use int8 or bf16 instead (deep_ep.cpp on A3); "
-                          "allowed: bf16, int8")
+                          "device, please use int8 or bf16 instead (deep_ep.cpp, A2 and A3 "
+                          "builds); allowed: bf16, int8")
         if shape.S:
             return Misfit("workload.shared_experts", f"{shape.S}: DeepEP's normal mode has no "
                           "shared-expert ranks; allowed: 0")
@@ -275,9 +295,9 @@ class DeepEP(Family):
             return Misfit("workload.bs", f"{shape.BS} tokens over rounds of {per_round}: "
                           "combine's multi-round form (cam_moe_combine_normal_multi_round.h) "
                           f"is not modelled yet; allowed: bs <= per_round_tokens ({per_round})")
-        mb = buffsize_mb(shape, options)
+        mb = buffsize_mb(shape, options, p)
         try:
-            check_buffsize(min(shape.BS, per_round), shape.H, shape.K, rounds, mb)
+            check_buffsize(min(shape.BS, per_round), shape.H, shape.K, rounds, mb, p)
         except WindowTooSmall as exc:
             return Misfit("workload.hccl_buffsize", str(exc))
         t = self.tiling(shape, options, hardware)
@@ -289,9 +309,27 @@ class DeepEP(Family):
                               f"{SHMEM_DIE_STRIDE // MiB} MiB stride between dies; allowed: at "
                               f"most {SHMEM_SIGNAL_OFFSET // MiB}")
         if t.window.end > hardware.window.bytes:
+            status = ("its status inside" if p == "a2" else "plus the 1 MiB status window")
             return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: HCCL_BUFFSIZE "
-                          f"{mb} MB plus the 1 MiB status window needs {t.window.end} B; "
+                          f"{mb} MB {status} needs {t.window.end} B; "
                           f"allowed: at least {t.window.end}")
+        return None
+
+    @staticmethod
+    def _a2_misfit(shape: MoeShape) -> Misfit | None:
+        """The A2 build's own limits: one server (deep_ep.cpp's groups of 8) and the ops2
+        tiling's bounds."""
+        if shape.W > A2_MAX_HCCS_PEERS:
+            return Misfit("workload.ep_world_size", f"{shape.W}: on an A2, DeepEP runs more "
+                          f"than {A2_MAX_HCCS_PEERS} ranks (one server) with its internode "
+                          "kernels (notify_dispatch_a2, dispatch_normal_a2, "
+                          "moe_distribute_combine_a2), not modelled; allowed: at most "
+                          f"{A2_MAX_HCCS_PEERS}")
+        for key, what, value, lo, hi, name in A2_LIMITS:
+            v = value(shape)
+            if not lo <= v <= hi:
+                return Misfit(key, f"{v}: the A2 normal kernels take {what} in [{lo}, {hi}] "
+                              f"(ops2 {name}); allowed: {lo}..{hi}")
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,

@@ -59,7 +59,10 @@ class MagicReached(Condition):
 
 
 def batch_rounds(t: DeepepTiling) -> int:
-    """batchRounds of Init: 1 with one round, else by the expert count."""
+    """batchRounds of Init: 1 with one round, else by the expert count; the A2 build (ops2)
+    takes 16 above 256 experts, else 32, whatever the rounds."""
+    if t.platform == "a2":
+        return 16 if t.E > 256 else 32
     if t.round == 1:
         return 1
     if t.L >= 512 // 4:

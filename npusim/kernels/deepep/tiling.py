@@ -2,7 +2,8 @@
 
 What deep_ep.cpp and the ops' tiling hand the kernels: the shape, the long-sequence rounds
 (DEEPEP_NORMAL_LONG_SEQ_ROUND x ..._PER_ROUND_TOKENS, default 1 x 8192), the quantisation,
-the AIV count, the window and the context.
+the AIV count, the window and the context, and the platform whose build runs (A3: ops, A2:
+ops2, which differs in its window layout and a few UB steps).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class DeepepTiling(OnShape):
     context: str  # hccl | shmem
     buffsize_mb: int  # HCCL_BUFFSIZE (totalWinSize in MiB)
     timing_only: bool = False
+    platform: str = "a3"  # a3: csrc/deepep/ops; a2: csrc/deepep/ops2 (one server)
 
     @property
     def H(self) -> int:
@@ -98,4 +100,4 @@ class DeepepTiling(OnShape):
         return DeepepWindow(self.context, self.buffsize_mb << 20, self.max_bs, self.K,
                             combine_slot_bytes(self.H, self.round),
                             dispatch_slot_bytes(self.H, self.out_dtype.itemsize),
-                            -(-2 * self.H // 512) * 512)
+                            -(-2 * self.H // 512) * 512, self.platform)

@@ -18,6 +18,13 @@ dispatch 950 KiB, combine 975 KiB). npusim has one window per rank: with `contex
 windowsExp follows windowsIn; with `context: shmem` both are one aclshmem allocation with the
 status at GetShmemSignalAddr = data + 1022 MiB inside a 1 GiB region per die (cann-samples
 moe_dispatch_and_combine_story, STATUS_REGION_OFFSET; hicann/shmem's 1 GiB heap stride).
+
+The A2 builds (csrc/deepep/ops2, the same four kernels inside one server) lay the window out
+differently: there is no windowsExp, the status lives in the last 4 STATE_SIZE (2 MiB each)
+of windowsIn (notify's counters at total - 3 STATE_SIZE, dispatch's status, round flags and
+counters at total - 2 STATE_SIZE, combine's counters at total - STATE_SIZE), the two data
+halves split what is left, (total - 8 MiB) / 2 each, and the areas inside a half are larger:
+notify data [2, 202 MiB), combine status [202, 210 MiB), then combine and dispatch data.
 """
 
 from __future__ import annotations
@@ -44,6 +51,32 @@ SHMEM_SIGNAL_OFFSET = 1022 * MiB  # GetShmemSignalAddr: data + 1022 MiB
 SHMEM_DIE_STRIDE = 1 * GiB  # p2p_device_heap_base[i] = gva + aligned * i
 SCALE_EXPAND_IDX_BUFFER = 44  # 32 B scale + 12 B (rank, token, k)
 DEFAULT_HCCL_BUFFSIZE_MB = 200  # Mc2TilingUtils::GetMaxWindowSize
+# ops2 (A2): comm_args.h, cam_moe_*_normal.h; the tiling check's own constants, tiling_args.h
+STATE_SIZE = 2 * MiB
+A2_NOTIFY_DISPATCH_BUFF_OFFSET = 202 * MiB
+A2_COMBINE_STATE_WIN_OFFSET = 8 * MiB
+A2_CHECK_NOTIFY_DISPATCH_WIN_OFFSET = 404 * MiB  # tiling_args.h NOTIFY_DISPATCH_WIN_OFFSET
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a platform's build fixes about the window (ops: A3, ops2: A2)."""
+
+    notify_buff: int  # NOTIFY_DISPATCH_BUFF_OFFSET: start of the combine area in a half
+    combine_state: int  # COMBINE_STATE_WIN_OFFSET: the combine status area's size
+    status_in_window: bool  # status in the last 4 STATE_SIZE of windowsIn (no windowsExp)
+    check_notify: int  # the tiling check's notify area
+    check_combine_state: int  # the tiling check's combine status area
+    check_status: int  # the tiling check's status addend
+
+
+LAYOUTS = {
+    "a3": Layout(NOTIFY_DISPATCH_BUFF_OFFSET, COMBINE_STATE_WIN_OFFSET, False,
+                 NOTIFY_DISPATCH_BUFF_OFFSET, COMBINE_STATE_WIN_OFFSET, 0),
+    "a2": Layout(A2_NOTIFY_DISPATCH_BUFF_OFFSET, A2_COMBINE_STATE_WIN_OFFSET, True,
+                 A2_CHECK_NOTIFY_DISPATCH_WIN_OFFSET, A2_COMBINE_STATE_WIN_OFFSET,
+                 4 * STATE_SIZE),
+}
 
 
 def align(x: int, a: int) -> int:
@@ -70,23 +103,27 @@ class WindowTooSmall(ValueError):
     """HCCL_BUFFSIZE below what DeepEP's tiling check needs; the message is DeepEP's."""
 
 
-def needed_buffsize(max_bs: int, h: int, k: int, rounds: int) -> int:
-    """The tiling check of cam_moe_dispatch_normal_tiling.cc (and the combine's, the same
-    form): (maxBs K (comb + disp) + 4 MiB + 102 MiB) * 2 bytes, every record sized for a
-    2-byte dtype (MAX_OUT_DTYPE_SIZE)."""
+def needed_buffsize(max_bs: int, h: int, k: int, rounds: int, platform: str = "a3") -> int:
+    """The tiling check of cam_moe_dispatch_normal_tiling.cc (the combine's has the same
+    form, smaller): (maxBs K (comb + disp) + combine status + notify area) * 2 bytes, plus
+    on the A2 the 4 STATE_SIZE of status, every record sized for a 2-byte dtype
+    (MAX_OUT_DTYPE_SIZE)."""
+    lay = LAYOUTS[platform]
     disp = align(align(2 * h, UB_ALIGN) + SCALE_EXPAND_IDX_BUFFER, WIN_ADDR_ALIGN)
     comb = combine_slot_bytes(h, rounds)
-    return (max_bs * k * (comb + disp) + COMBINE_STATE_WIN_OFFSET
-            + NOTIFY_DISPATCH_BUFF_OFFSET) * 2
+    return ((max_bs * k * (comb + disp) + lay.check_combine_state + lay.check_notify) * 2
+            + lay.check_status)
 
 
-def check_buffsize(max_bs: int, h: int, k: int, rounds: int, buffsize_mb: int) -> None:
-    need = needed_buffsize(max_bs, h, k, rounds)
+def check_buffsize(max_bs: int, h: int, k: int, rounds: int, buffsize_mb: int,
+                   platform: str = "a3") -> None:
+    need = needed_buffsize(max_bs, h, k, rounds, platform)
     if need > buffsize_mb * MiB:
+        tail = "4MB + 404MB) * 2 + 4 * 2MB)" if platform == "a2" else "4MB + 204MB) * 2)"
         raise WindowTooSmall(
             f"{buffsize_mb} MB: DeepEP's check says HCCL_BUFFSIZE is too SMALL, maxBs = {max_bs}, "
             f"h = {h}, k = {k}, NEEDED_HCCL_BUFFSIZE((maxBs * k * (tokenNeedSizeDispatch + "
-            f"tokenNeedSizeCombine) + 4MB + 204MB) * 2) = {need // MiB + 1}MB; allowed: at "
+            f"tokenNeedSizeCombine) + {tail} = {need // MiB + 1}MB; allowed: at "
             f"least {need // MiB + 1}")
 
 
@@ -101,20 +138,38 @@ class DeepepWindow:
     comb: int  # combine slot bytes (hSizeAlignCombine)
     disp: int  # dispatch slot bytes (hOutGMAlignSize)
     combine_row: int  # h512AlignRecvXLen_: Align512(2H), one combine slot
+    platform: str = "a3"  # a3 (ops) | a2 (ops2)
 
+    @property
+    def layout(self) -> Layout:
+        return LAYOUTS[self.platform]
 
     @property
     def half(self) -> int:
+        if self.layout.status_in_window:
+            return (self.total - 4 * STATE_SIZE) // 2
         return self.total // 2
 
     @property
     def exp_base(self) -> int:
-        """windowsExp: after windowsIn (hccl), or at the signal offset of the shmem region."""
+        """windowsExp: after windowsIn (hccl), or at the signal offset of the shmem region;
+        on the A2 dispatch's status base, total - 2 STATE_SIZE."""
+        if self.layout.status_in_window:
+            return self.total - 2 * STATE_SIZE
         return SHMEM_SIGNAL_OFFSET if self.context == "shmem" else self.total
 
     @property
     def end(self) -> int:
+        if self.layout.status_in_window:
+            return self.total
         return self.exp_base + STATUS_WINDOW_BYTES
+
+    def _status_base(self, kernel_slot: int) -> int:
+        """A2: notify's status at total - 3, dispatch's at - 2, combine's at - 1 STATE_SIZE;
+        A3: all three in windowsExp."""
+        if self.layout.status_in_window:
+            return self.total - kernel_slot * STATE_SIZE
+        return self.exp_base
 
     # ---- windowsIn, per half
     def notify_flag(self, half: int, src: int) -> int:
@@ -124,14 +179,16 @@ class DeepepWindow:
         return half * self.half + IPC_DATA_OFFSET
 
     def combine_status(self, half: int, slot: int) -> int:
-        return half * self.half + NOTIFY_DISPATCH_BUFF_OFFSET + slot * UB_ALIGN
+        return half * self.half + self.layout.notify_buff + slot * UB_ALIGN
 
     def combine_data(self, half: int, slot: int) -> int:
-        return (half * self.half + NOTIFY_DISPATCH_BUFF_OFFSET + COMBINE_STATE_WIN_OFFSET
+        lay = self.layout
+        return (half * self.half + lay.notify_buff + lay.combine_state
                 + slot * self.combine_row)
 
     def dispatch_data(self, half: int, slot: int) -> int:
-        return (half * self.half + NOTIFY_DISPATCH_BUFF_OFFSET + COMBINE_STATE_WIN_OFFSET
+        lay = self.layout
+        return (half * self.half + lay.notify_buff + lay.combine_state
                 + self.max_bs * self.k * self.comb + slot * self.disp)
 
     # ---- windowsExp
@@ -142,25 +199,40 @@ class DeepepWindow:
         return (self.exp_base + BASE_ROUND_STATE_OFFSET + magic * ROUND_STATE_MAX_SIZE
                 + src * STATE_OFFSET)
 
+    @property
+    def round_flags_by_state(self) -> bool:
+        """The A2 dispatch puts its round flags at dataState * 4 KiB, the A3 at roundMagic,
+        which it flips every round."""
+        return self.layout.status_in_window
+
     def notify_magic(self, core: int) -> int:
-        return self.exp_base + NOTIFY_STATE_WIN_OFFSET + core * UB_ALIGN * 8
+        return self._status_base(3) + NOTIFY_STATE_WIN_OFFSET + core * UB_ALIGN * 8
 
     def dispatch_state(self, core: int) -> int:
-        return self.exp_base + DISPATCH_STATE_WIN_OFFSET + core * WIN_ADDR_ALIGN
+        return self._status_base(2) + DISPATCH_STATE_WIN_OFFSET + core * WIN_ADDR_ALIGN
 
     def combine_magic(self, core: int) -> int:
-        return self.exp_base + MAGIC_WIN_OFFSET + core * WIN_ADDR_ALIGN
+        return self._status_base(1) + MAGIC_WIN_OFFSET + core * WIN_ADDR_ALIGN
 
     def regions(self) -> dict[str, tuple[int, int]]:
         z: dict[str, tuple[int, int]] = {}
         for h in (0, 1):
             base = h * self.half
             z[f"notify_flags{h}"] = (base, base + IPC_DATA_OFFSET)
-            z[f"notify_data{h}"] = (base + IPC_DATA_OFFSET, base + NOTIFY_DISPATCH_BUFF_OFFSET)
+            z[f"notify_data{h}"] = (base + IPC_DATA_OFFSET, base + self.layout.notify_buff)
             z[f"combine_status{h}"] = (self.combine_status(h, 0), self.combine_data(h, 0))
             z[f"combine_data{h}"] = (self.combine_data(h, 0), self.dispatch_data(h, 0))
             z[f"dispatch_data{h}"] = (self.dispatch_data(h, 0), base + self.half)
         e = self.exp_base
+        if self.layout.status_in_window:
+            n, c = self._status_base(3), self._status_base(1)
+            z["notify_magic"] = (n + NOTIFY_STATE_WIN_OFFSET, n + STATE_SIZE)
+            z["dispatch_status0"] = (e, e + BASE_ROUND_STATE_OFFSET)
+            z["round_status"] = (e + BASE_ROUND_STATE_OFFSET, e + WIN_STATE_OFFSET)
+            z["dispatch_status1"] = (e + WIN_STATE_OFFSET, e + DISPATCH_STATE_WIN_OFFSET)
+            z["dispatch_state"] = (e + DISPATCH_STATE_WIN_OFFSET, c)
+            z["combine_magic"] = (c + MAGIC_WIN_OFFSET, self.total)
+            return z
         z["dispatch_status0"] = (e, e + BASE_ROUND_STATE_OFFSET)
         z["round_status"] = (e + BASE_ROUND_STATE_OFFSET, e + WIN_STATE_OFFSET)
         z["dispatch_status1"] = (e + WIN_STATE_OFFSET, e + NOTIFY_STATE_WIN_OFFSET)
