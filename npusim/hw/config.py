@@ -176,6 +176,20 @@ class SDMAConfig:
 
 
 @dataclass(frozen=True)
+class RDMAConfig:
+    """The die's RoCE NIC as RDMA WRITEs see it (npusim.hw.rdma): in-order send queues
+    that AIV cores post work requests to (AIVRDMAPostSend), each packet of at most
+    `mtu_bytes` of payload carrying `header_bytes` of framing on the wire. Optional: a
+    preset without it has no RDMA path."""
+
+    engines: int = field(metadata={"unit": "engines", "min": 1, "max": 1024})
+    port_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    mtu_bytes: int = field(metadata={"unit": "B", "min": 256, "max": 1 << 16})
+    header_bytes: int = field(metadata={"unit": "B", "min": 0, "max": 4096})
+    wqe_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+
+
+@dataclass(frozen=True)
 class AICPUConfig:
     """The die's scheduling AICPUs as a task runtime uses them (pyPTO's machine: they
     place ready tile tasks on idle AIC/AIV cores and poll WaitUntil signals). Optional: a
@@ -269,6 +283,7 @@ class HardwareConfig:
     l2: L2Config | None = None  # no L2 modelled when absent
     aicpu: AICPUConfig | None = None  # no scheduling AICPUs when absent
     host: HostConfig | None = None  # no host memory when absent (npusim.hw.host)
+    rdma: RDMAConfig | None = None  # no RDMA path when absent (npusim.hw.rdma)
 
     @property
     def cycle_ns(self) -> float:
@@ -279,7 +294,8 @@ class HardwareConfig:
         out["fabric"] = self.fabric.to_dict()
         if self.aic is None:
             del out["aic"]
-        for optional in ("sdma", "l2", "aicpu", "host"):  # a section left out is not reported
+        # a section left out is not reported
+        for optional in ("sdma", "l2", "aicpu", "host", "rdma"):
             if getattr(self, optional) is None:
                 del out[optional]
         return out

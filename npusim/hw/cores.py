@@ -141,7 +141,16 @@ SDMA = CoreKind(
     buffers=(),
 )
 
-KINDS: dict[str, CoreKind] = {k.name: k for k in (AIV, AIC, MIX_AIC_1_2, SDMA)}
+# The die's RoCE NIC (npusim.hw.rdma): its send queues, each in order; AIV cores post RDMA
+# WRITE work requests to them (AIVRDMAPostSend) and ring the doorbell
+RDMA = CoreKind(
+    "rdma", "rdma.engines",
+    pipes=(PipeKind("rdma", "transfer", "RDMA (NIC send queue)",
+                    {False: "rdma.port_gbps", True: "rdma.port_gbps"}),),
+    buffers=(),
+)
+
+KINDS: dict[str, CoreKind] = {k.name: k for k in (AIV, AIC, MIX_AIC_1_2, SDMA, RDMA)}
 
 
 def register(kind: CoreKind) -> CoreKind:

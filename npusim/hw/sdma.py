@@ -14,11 +14,15 @@ earlier SQE of its engine has landed, which is what makes the flag a completion 
 
 The copied bytes are read from the source when they land (like an MTE2 read): the
 kernels post SDMA copies only of GM that nothing writes during the call.
+
+`queued_copy` is the queue itself, shared with the NIC's send queues (npusim.hw.rdma): a
+copy's path says what it streams through, at what cap, with what setup and wire bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from npusim.hw.machine import Machine
 from npusim.hw.memory import Region
@@ -27,13 +31,19 @@ from npusim.hw.pipe import Op, TransferPipe
 KIND = "sdma"  # the core kind's and the pipe's name
 
 
+def queue_pipe(machine: Machine, rank: int, index: int, kind: str) -> TransferPipe:
+    """Queue `index` (modulo their number) of rank `rank`'s engines of `kind`: the one
+    transfer pipe of that engine (cores_of[kind])."""
+    engines = machine.ranks[rank].cores_of.get(kind)
+    if not engines:
+        raise KeyError(f"rank {rank} has no {kind} queue (the machine was built without the "
+                       f"{kind!r} kind)")
+    return engines[index % len(engines)].pipes[kind]  # type: ignore[return-value]
+
+
 def engine_pipe(machine: Machine, rank: int, engine: int) -> TransferPipe:
     """The queue of engine `engine` of rank `rank` (cores_of['sdma'])."""
-    engines = machine.ranks[rank].cores_of.get(KIND)
-    if not engines:
-        raise KeyError(f"rank {rank} has no SDMA engine (the machine was built without the "
-                       f"{KIND!r} kind)")
-    return engines[engine % len(engines)].pipes[KIND]  # type: ignore[return-value]
+    return queue_pipe(machine, rank, engine, KIND)
 
 
 def route(machine: Machine, rank: int, dst_rank: int, nbytes: int) -> tuple[tuple, float]:
@@ -59,21 +69,50 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
     shows it on lane "sdma" of `core`, the core that posted it. `via` (resources, flight
     latency) replaces the die-to-die route: a copy to or from host memory
     (npusim.hw.host), whose bytes are not counted as sent to another rank."""
-    pipe = engine_pipe(machine, rank, engine)
     if via is not None:
         path, latency = via[0], machine.cfg.sdma.latency_ns + via[1]
     else:
         path, latency = route(machine, rank, dst.rank, nbytes)
-    cap = machine.cfg.sdma.bandwidth_gbps
-    if dst.rank != rank and via is None:
+    return queued_copy(machine, engine_pipe(machine, rank, engine), KIND, rank, src,
+                       src_offset, dst, dst_offset, nbytes, at,
+                       Path(path, latency, machine.cfg.sdma.bandwidth_gbps), name,
+                       fenced=fenced, landed=landed, core=core, count=via is None)
+
+
+@dataclass(frozen=True)
+class Path:
+    """How an engine's copy travels: the resources it streams through, the latency after
+    its last byte, the engine's own rate cap; `wire` bytes cross the resources for each
+    copy of n bytes (a NIC's packet headers; None: n), `setup_ns` of the engine's time
+    before the first byte (a NIC fetching its work request)."""
+
+    resources: tuple
+    latency_ns: float
+    cap_gbps: float
+    wire: Callable[[int], int] | None = None
+    setup_ns: float = 0.0
+
+
+def queued_copy(machine: Machine, pipe: TransferPipe, kind: str, rank: int, src: Region,
+                src_offset: int, dst: Region, dst_offset: int, nbytes: int, at: float,
+                path: Path, name: str, fenced: bool = False,
+                landed: Callable[[float], None] | None = None, core: int = 0,
+                count: bool = True) -> Op:
+    """One copy on an engine's in-order queue `pipe` (an SDMA engine, a NIC's send
+    queue): it reaches the queue at `at`, waits for the copies ahead of it to stream
+    theirs (a fenced one: to land), spends the path's setup time, streams, and lands
+    the path's latency after its last byte; then the bytes are written, the op
+    completes and `landed(t)` runs. `count`: the bytes count as sent to another rank."""
+    if count and dst.rank != rank:
         machine.ranks[rank].bytes_out += nbytes
         machine.ranks[dst.rank].bytes_in += nbytes
-    op = Op(machine.env, name, KIND)
+    op = Op(machine.env, name, kind)
     pipe.issue(op)
     if fenced:
         pipe.fence()
     trace = machine.trace
     sent_at = [0.0]
+    size = path.wire(nbytes) if path.wire is not None else nbytes
 
     def sent() -> None:
         sent_at[0] = machine.env.now
@@ -81,7 +120,7 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
 
     def done(t: float) -> None:
         if trace.detailed:
-            trace.activity(rank, core, KIND, name, op.start_at, sent_at[0], nbytes, t)
+            trace.activity(rank, core, kind, name, op.start_at, sent_at[0], nbytes, t)
         dst.write(dst_offset, src.read(src_offset, nbytes))
         pipe.landed(op, t)
         op.complete(t)
@@ -89,9 +128,16 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
         if landed is not None:
             landed(t)
 
+    def stream() -> None:
+        machine.net.start(size, path.cap_gbps, path.resources, path.latency_ns, done, sent,
+                          op.event())
+
     def begin() -> None:
         pipe.began(op)
-        machine.net.start(nbytes, cap, path, latency, done, sent, op.event())
+        if path.setup_ns > 0:
+            pipe.later(machine.env.now + path.setup_ns, stream)
+        else:
+            stream()
 
     pipe.submit(at, begin)
     return op

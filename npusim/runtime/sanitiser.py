@@ -76,6 +76,22 @@ class Sanitiser:
                 return other
         return None
 
+    def _check_engine_put(self, dst: Region, offset: int, nbytes: int, what: str) -> None:
+        """A copy an engine makes for this core into another window (SDMA, RDMA): in range,
+        in a zone, and onto no bytes an earlier put of this call wrote."""
+        self._check_gm(dst, offset, nbytes, what)
+        if not isinstance(dst, SparseRegion):
+            return
+        problem = dst.zone_problem(offset, nbytes)
+        if problem:
+            raise self.error(f"{what} of {nbytes} B to the window of rank {dst.rank} "
+                             f"{problem}", address=offset, size=nbytes)
+        other = self._claim(dst, offset, nbytes, None)
+        if other:
+            raise self.error(f"{what} to the window of rank {dst.rank} overlaps the bytes an "
+                             f"earlier put of this call wrote ({other}): a race",
+                             address=offset, size=nbytes)
+
     def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
         if offset < 0 or offset + nbytes > region.nbytes:
             raise self.error(f"{what} of {nbytes} B at offset {offset} is outside "

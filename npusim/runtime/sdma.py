@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from npusim.hw import sdma as engine
-from npusim.hw.memory import DenseRegion, Region, SparseRegion
+from npusim.hw.memory import DenseRegion, Region
 from npusim.hw.ub import UBBuffer
 from npusim.runtime.conditions import Condition
 
@@ -142,17 +142,7 @@ class Sdma:
                             address=src_offset)
         ctx._check_gm(src, src_offset, nbytes, name)
         dst = ctx.window(pe)
-        ctx._check_gm(dst, dst_offset, nbytes, name)
-        if isinstance(dst, SparseRegion):
-            problem = dst.zone_problem(dst_offset, nbytes)
-            if problem:
-                raise ctx.error(f"{name} of {nbytes} B to the window of rank {pe} {problem}",
-                                address=dst_offset, size=nbytes)
-            other = dst.claim(dst_offset, nbytes, (ctx.rank_id, ctx.core_id, ctx.step))
-            if other:
-                raise ctx.error(f"{name} to the window of rank {pe} overlaps the bytes an "
-                                f"earlier put of this call wrote ({other}): a race",
-                                address=dst_offset, size=nbytes)
+        ctx._check_engine_put(dst, dst_offset, nbytes, name)
         yield from self._set_value(_line(_SEND), QUEUE_NUM, "sdma send flag")
         self._sq_tail()
         blocks = [(off, min(BLOCK_BYTES, nbytes - off)) for off in range(0, nbytes, BLOCK_BYTES)]
