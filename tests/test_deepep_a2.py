@@ -82,6 +82,24 @@ def test_a2_outputs_match_reference(tmp_path: Path, quant: str) -> None:
         assert comb[r]["combined_x"].tobytes() == want_x[r].tobytes(), r
 
 
+def test_a2_token_index_survives_dispatch_combine(tmp_path: Path) -> None:
+    """The test scripts' check on one A2 server: x[:, -128:] = token index; with weights
+    1/K the K returned copies sum back to it exactly (BF16 dispatch)."""
+    from unittest import mock
+
+    from npusim.kernels.deepep.family import FAMILY
+    sc = _scenario(tmp_path)
+    inputs = _inputs(sc)
+    for a in inputs:
+        a["x"][:, -128:] = np.arange(16, dtype=np.float32)[:, None].astype(a["x"].dtype)
+        a["topk_weights"][:] = np.float32(0.25)
+    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+        res = simulate(sc, workers=1)
+    want = np.repeat(np.arange(16, dtype=np.float32)[:, None], 128, 1)
+    for out in res.ops[-1].outputs:
+        assert np.array_equal(out["combined_x"][:, -128:].astype(np.float32), want)
+
+
 def test_a2_rounds_dispatch_matches_reference(tmp_path: Path) -> None:
     """Two long-sequence rounds: the A2 puts its round flags at dataState (not a per-round
     magic) and reads every round's offsets at once; the rows land the same."""
