@@ -136,3 +136,69 @@ def test_a_choice_default_outside_its_choices_is_an_incomplete_family(tmp_path):
         load_scenario(_write(tmp_path, "bad", kernel="bad.py"))
     assert info.value.key == "workload.kernel"
     assert "option 'mode': default 'c' is not one of its choices ['a', 'b']" in info.value.message
+
+
+# A user family derived from one that declares nothing optional (cann_gelu), with one
+# declaration or method changed: the registry refuses the disagreement in one line.
+DECLARED = """
+from npusim.kernels.cann_gelu.family import CannGelu, Gelu
+class Profiled(Gelu):
+    {kernel}
+class Own(CannGelu):
+    name = "own"
+    ops = (Profiled(),)
+    {family}
+FAMILY = Own()
+"""
+
+
+@pytest.mark.parametrize("family, kernel, says", [
+    ("references = True", "pass",
+     "kernel family 'own' declares references = True but implements no reference_outputs"),
+    ("def reference_outputs(self, kernel, tiling, inputs): return None", "pass",
+     "kernel family 'own' implements reference_outputs but does not declare references"),
+    ("chains = True", "pass",
+     "kernel family 'own' declares chains = True but implements no next_reads"),
+    ("def next_reads(self, *a): return b''", "pass",
+     "kernel family 'own' implements next_reads but does not declare chains"),
+    ("case_format = 'a folder'", "pass", "kernel family 'own' declares case_format = "
+     "'a folder' but implements no case_misfit, read_case, write_case"),
+    ("def read_case(self, *a): return []", "pass",
+     "kernel family 'own' implements read_case but does not declare case_format"),
+    ("pass", "profiles = True",
+     "kernel 'gelu' of family 'own' declares profiles = True but implements no "
+     "profile_fields"),
+    ("pass", "def profile_fields(self, tiling, frames): return {}",
+     "kernel 'gelu' of family 'own' implements profile_fields but does not declare profiles"),
+])
+def test_a_declaration_the_class_does_not_keep_is_refused(tmp_path, family, kernel, says):
+    path = tmp_path / "own.py"
+    path.write_text(DECLARED.format(family=family, kernel=kernel))
+    with pytest.raises(registry.FamilyError) as info:
+        registry.from_file(path)
+    assert str(info.value) == f"{path}: {says}"
+
+
+def test_a_kept_declaration_is_accepted_and_read_by_the_driver(tmp_path):
+    path = tmp_path / "own.py"
+    path.write_text(DECLARED.format(
+        family="references = True\n    def reference_outputs(self, *a): return None",
+        kernel="profiles = True\n    def profile_fields(self, tiling, frames): return {}"))
+    fam = registry.from_file(path)
+    assert (fam.references, fam.chains, fam.ops[0].profiles) == (True, False, True)
+
+
+def test_the_built_in_declarations():
+    """What each built-in family gives, as its sources have it: the MoE families with a
+    dispatch -> combine chain declare both the reference and the digest; the single-kernel
+    ones with a numpy reference only the reference; the SHMEM harness ports profile."""
+    declared = {n: (registry.get(n).references, registry.get(n).chains) for n in registry.names()}
+    chained = {"cann_sample", "deepep", "mc2", "pypto_shmem", "shmem_classic",
+               "shmem_doubleplane", "tilelang_shmem"}
+    assert {n for n, (r, c) in declared.items() if r and c} == chained
+    assert {n for n, (r, c) in declared.items() if r and not c} == {"kv_offload", "mega_moe",
+                                                                    "shmem_host"}
+    assert not any(c and not r for r, c in declared.values())
+    profiling = {n for n in registry.names() if any(k.profiles for k in registry.get(n).ops)}
+    assert profiling == {"hixl", "shmem_classic", "shmem_doubleplane", "shmem_host"}
+    assert [n for n in registry.names() if registry.get(n).case_format] == ["cann_sample"]

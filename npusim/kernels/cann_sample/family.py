@@ -125,6 +125,8 @@ class CannSample(Family):
     help = ("the CANN sample moe_dispatch_and_combine_story (MXFP8/INT8 dispatch, INT8 "
             "combine), with ops-transformer V2's shared experts")
     ops = (DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
     options = (

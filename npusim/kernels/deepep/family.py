@@ -208,6 +208,8 @@ class DeepEP(Family):
     help = ("DeepEP-Ascend normal mode (sgl-kernel-npu csrc/deepep/ops, A3): dispatch_layout, "
             "notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"layout": ("dispatch_layout",),
             "dispatch": ("dispatch_layout", "notify_dispatch", "dispatch"),
             "dispatch_combine": ("dispatch_layout", "notify_dispatch", "dispatch", "combine"),

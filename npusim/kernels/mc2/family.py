@@ -259,6 +259,8 @@ class Mc2(Family):
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
     variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
     dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}

@@ -104,6 +104,7 @@ class MegaMoe(Family):
     help = ("CANN SHMEM MegaMoE (examples/shmem_mega_moe): dispatch, GEMM1, SwiGLU, GEMM2 "
             "and combine fused in one MIX kernel (1 AIC : 2 AIV), Ascend 950 only")
     ops = (MEGA_MOE,)
+    references = True  # reference_outputs
     runs = {"mega_moe": ("mega_moe",)}
     options = (
         Option("ffn_dim", "int", 1024, "FFN_DIM: GEMM1's output width (gate + up), even; "
