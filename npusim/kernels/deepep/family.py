@@ -42,7 +42,8 @@ MAX_TOTAL_TOKENS = 131072  # deep_ep.cpp
 MAX_ROUNDS = 256
 PER_ROUND_RANGE = (32, 8192)
 A5_ONLY = ("mx_fp8_e4m3", "mx_fp8_e5m2", "mx_fp4_e2m1", "pertoken_fp8_e4m3")
-PLATFORM_OF_PRESET = {"atlas_a3": "a3", "atlas_a2": "a2", "ascend950": "a5"}
+# DeepEP's platform of a chip (the preset's chip.arch, a CANN SoC name)
+PLATFORM_OF_CHIP = {"ascend910_93": "a3", "ascend910b": "a2", "ascend950": "a5"}
 
 
 def _tok(t: DeepepTiling) -> np.dtype:
@@ -187,10 +188,8 @@ LAYOUT, NOTIFY, DISPATCH, COMBINE = (DispatchLayout(), NotifyDispatch(), CamMoeD
 
 
 def platform(hardware: Any) -> str | None:
-    for prefix, p in PLATFORM_OF_PRESET.items():
-        if hardware.name.startswith(prefix):
-            return p
-    return None
+    """DeepEP's platform of the preset's chip (a user's copy under any name included)."""
+    return PLATFORM_OF_CHIP.get(hardware.chip.arch)
 
 
 def buffsize_mb(shape: MoeShape, options: Mapping[str, Any]) -> int:

@@ -33,7 +33,7 @@ from npusim.kernels.mc2.dispatch import dispatch_program
 from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
 from npusim.kernels.mc2.limits import full_mesh_misfit, full_mesh_ub_misfit
 from npusim.kernels.mc2.options import Mc2Options
-from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling, workspace_ints
+from npusim.kernels.mc2.tiling import ARCH_OF_CHIP, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
@@ -206,10 +206,7 @@ DISPATCH, COMBINE = Dispatch(), Combine()
 def _arch(hardware: Any, o: Mc2Options) -> str | None:
     if o.arch != "auto":
         return o.arch
-    for prefix, arch in ARCH_OF_PRESET.items():
-        if hardware.name.startswith(prefix):
-            return arch
-    return None
+    return ARCH_OF_CHIP.get(hardware.chip.arch)
 
 
 def _bs_list(shape: MoeShape, o: Mc2Options) -> tuple[int, ...]:
@@ -307,8 +304,9 @@ class Mc2(Family):
         Option("performance_info", "bool", False, "dispatch and combine record each source "
                "rank's longest wait (us) in performance_info; the report's "
                "family_fields.performance_info_us"),
-        Option("arch", "choice", "auto", "kernel code path: auto (atlas_a3: arch22, "
-               "ascend950: arch35), arch22 or arch35", choices=("auto", "arch22", "arch35")),
+        Option("arch", "choice", "auto", "kernel code path: auto (from the preset's "
+               "chip.arch: ascend910_93: arch22, ascend950: arch35), arch22 or arch35",
+               choices=("auto", "arch22", "arch35")),
     )
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
@@ -347,8 +345,9 @@ class Mc2(Family):
         o = self.typed(options)
         arch = _arch(hardware, o)
         if arch is None:
-            return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
-                          "ascend950; allowed: arch22 (A3) or arch35 (950)")
+            return Misfit("workload.arch", f"auto: chip.arch {hardware.chip.arch} of preset "
+                          f"{hardware.name!r} is neither ascend910_93 (A3) nor ascend950; "
+                          "allowed: arch22 (A3) or arch35 (950)")
         refused = _quant_misfit(o, arch, hardware)
         if refused is not None:
             return refused

@@ -130,9 +130,9 @@ class MegaMoe(Family):
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        if not hardware.name.startswith("ascend950"):
-            return Misfit("hardware.name", f"mega_moe runs on the Ascend 950 only (the MIX "
-                          f"kernel of shmem_mega_moe is arch35); preset {hardware.name!r}; "
+        if hardware.chip.arch != "ascend950":
+            return Misfit("hardware.chip.arch", f"{hardware.chip.arch}: mega_moe runs on the "
+                          "Ascend 950 only (the MIX kernel of shmem_mega_moe is arch35); "
                           "allowed: ascend950")
         if shape.S:
             return Misfit("workload.shared_experts", "mega_moe has no shared experts; allowed: 0")
