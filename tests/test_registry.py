@@ -202,3 +202,54 @@ def test_the_built_in_declarations():
     profiling = {n for n in registry.names() if any(k.profiles for k in registry.get(n).ops)}
     assert profiling == {"hixl", "shmem_classic", "shmem_doubleplane", "shmem_host"}
     assert [n for n in registry.names() if registry.get(n).case_format] == ["cann_sample"]
+
+
+OWN_LIMITS = """
+from dataclasses import replace
+from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.shmem_classic.family import ShmemClassic
+class Own(ShmemClassic):
+    name = "own"
+    shape_limits = replace(DEFAULT_LIMITS, bs=(1, 2048), source="its own", why="own limit")
+FAMILY = Own()
+"""
+
+
+@pytest.mark.parametrize("kernel, bs, says", [
+    ("mc2", 600, "600 is out of range; allowed: 1..512 (kernel limit)"),
+    ("cann_sample", 600, "600 is out of range; allowed: 1..512 (kernel limit)"),
+    ("shmem_classic", 600, "600 is out of range; allowed: 1..512 (npusim's default limit)"),
+    ("own.py", 4096, "4096 is out of range; allowed: 1..2048 (own limit)"),
+])
+def test_bs_is_held_to_the_limits_its_family_declares(tmp_path, kernel, bs, says):
+    (tmp_path / "own.py").write_text(OWN_LIMITS)
+    with pytest.raises(InputError) as info:
+        load_scenario(_shape_only(tmp_path, kernel, bs))
+    assert (info.value.key, info.value.message) == ("workload.bs", says)
+
+
+def _shape_only(tmp: Path, kernel: str, bs: int, hardware: str = "ascend950",
+                dtype: str = "float16") -> Path:
+    """A scenario of the family with the generic keys only (its options: defaults)."""
+    generic = {k: v for k, v in WORKLOAD.items() if "quant" not in k}
+    p = tmp / "shape.yaml"
+    p.write_text(yaml.safe_dump({"name": "shape", "hardware": hardware,
+                                 "workload": {**generic, "kernel": kernel, "bs": bs,
+                                              "dtype": dtype}}))
+    return p
+
+
+def test_a_family_with_a_larger_bs_limit_takes_it(tmp_path):
+    """The V3 BS limit binds the families that declare it, not a family with its own."""
+    (tmp_path / "own.py").write_text(OWN_LIMITS)
+    assert load_scenario(_shape_only(tmp_path, "own.py", 1024)).workload.bs == 1024
+    deepep = _shape_only(tmp_path, "deepep", 4096, "atlas_a3", "bfloat16")
+    assert load_scenario(deepep).workload.bs == 4096
+
+
+def test_shape_limits_must_be_declared_as_shape_limits(tmp_path):
+    (tmp_path / "own.py").write_text(OWN_LIMITS.replace(
+        'replace(DEFAULT_LIMITS, bs=(1, 2048), source="its own", why="own limit")', "(1, 2048)"))
+    with pytest.raises(registry.FamilyError, match="shape_limits must be a npusim.kernels.shape"
+                       ".ShapeLimits, got"):
+        registry.from_file(tmp_path / "own.py")

@@ -35,7 +35,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.shape import MoeShape, ShapeLimits
 from npusim.workload.routing import Routing
 
 Arrays = dict[str, np.ndarray]
@@ -194,8 +195,9 @@ class Family:
     variants: ClassVar[tuple[Variant, ...]] = ()
     dispatch_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     combine_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
-    # workload.bs allowed: the kernels' token limit (None: the scenario's default range)
-    bs_range: ClassVar[tuple[int, int] | None] = None
+    # The MoE shapes its kernels take (workload.bs, h, k, ep_world_size, the experts): the
+    # scenario loader, `npusim lint` and docs/scenario.md read this one declaration
+    shape_limits: ClassVar[ShapeLimits] = DEFAULT_LIMITS
     # What the family gives beyond the required hooks, declared so the driver reads data
     # (the registry refuses a declaration the class does not implement, and the reverse):
     # references: reference_outputs, a numpy reference of a kernel's outputs;

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.kernels.family import Family, Kernel, Option
+from npusim.kernels.shape import ShapeLimits
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 
@@ -180,6 +181,9 @@ def _checked(obj: Any, ref: str) -> Family:
     wrong = _undeclared(fam, Family, FAMILY_DECLARES)
     if wrong:
         raise FamilyError(f"{ref}: kernel family {fam.name!r} {wrong}")
+    if not isinstance(fam.shape_limits, ShapeLimits):
+        raise FamilyError(f"{ref}: kernel family {fam.name!r}: shape_limits must be a "
+                          f"npusim.kernels.shape.ShapeLimits, got {fam.shape_limits!r}")
     for o in fam.options:
         if not isinstance(o, Option) or o.kind not in OPTION_KINDS:
             raise FamilyError(f"{ref}: options must be Option objects of kind "

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.combine import combine_program
 from npusim.kernels.deepep.dispatch import dispatch_program
@@ -213,7 +215,8 @@ class DeepEP(Family):
             "dispatch": ("dispatch_layout", "notify_dispatch", "dispatch"),
             "dispatch_combine": ("dispatch_layout", "notify_dispatch", "dispatch", "combine"),
             "combine": ("combine",)}
-    bs_range = (1, MAX_TOTAL_TOKENS)
+    shape_limits = replace(DEFAULT_LIMITS, bs=(1, MAX_TOTAL_TOKENS), why="kernel limit",
+                           source="deep_ep.cpp: MAX_TOTAL_TOKENS; the rest npusim's default")
     options = (
         Option("mode", "choice", "normal", "DeepEP's mode: normal (prefill: the four kernels); "
                "low_latency is not modelled yet", choices=("normal", "low_latency")),

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
+from npusim.kernels.common.limits import DISPATCH_V3_LIMITS as _V3
 from npusim.kernels.family import (
     Arrays,
     Family,
@@ -259,6 +260,7 @@ class Mc2(Family):
     references = True  # reference_outputs
     chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
+    shape_limits = _V3
     variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
     dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
     combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
@@ -288,17 +290,18 @@ class Mc2(Family):
                lo=0, hi=65536),
         Option("global_bs", "int", 0, "globalBs, a multiple of W and >= W * max BS; sizes the "
                "window (0: BS * W, or W * max(bs_per_rank) when those differ)", lo=0,
-               hi=512 * 768),
+               hi=_V3.bs[1] * _V3.ep_world_size[1]),
         Option("bs_per_rank", "ints", (), "BS of each rank, W entries, the largest equal to "
-               "bs (empty: every rank bs)", lo=1, hi=512),
+               "bs (empty: every rank bs)", lo=1, hi=_V3.bs[1]),
         Option("x_active_mask", "choice", "none", "none, 1d (an active prefix of the tokens) "
                "or 2d (per token and k)", choices=("none", "1d", "2d")),
         Option("active_fraction", "float", 0.75, "share of tokens (1d) or pairs (2d) active",
                lo=0.0, hi=1.0),
-        Option("zero_experts", "int", 0, "zero experts (ids E..)", lo=0, hi=1024),
-        Option("copy_experts", "int", 0, "copy experts (after the zero experts)", lo=0, hi=1024),
+        Option("zero_experts", "int", 0, "zero experts (ids E..)", lo=0, hi=_V3.experts),
+        Option("copy_experts", "int", 0, "copy experts (after the zero experts)", lo=0,
+               hi=_V3.experts),
         Option("const_experts", "int", 0, "const experts (after the copy experts)", lo=0,
-               hi=1024),
+               hi=_V3.experts),
         Option("expand_scales", "bool", False, "dispatch outputs each row's expert_scales"),
         Option("shared_expert_x", "bool", False, "combine adds a shared_expert_x input"),
         Option("performance_info", "bool", False, "dispatch and combine record each source "
