@@ -130,8 +130,9 @@ def cmd_lint(args: argparse.Namespace) -> int:
             status = EXIT_INPUT
             continue
         w = sc.workload
-        unchecked = "" if w.family is not None else \
-            "; its own options and window fit are checked when it runs (not imported)"
+        unchecked = "" if w.family is not None else ("; its own options, shape limits and "
+                                                     "window fit are checked when it runs "
+                                                     "(not imported)")
         print(
             f"ok  {path}  ({w.kernel} {w.op}, W={w.ep_world_size}, BS={w.bs}, H={w.h}, "
             f"K={w.k}, L={w.experts_per_rank}, on {sc.hardware.name}{unchecked})"

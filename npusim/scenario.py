@@ -21,7 +21,6 @@ from npusim.hw.config import HardwareConfig, load_hardware, preset_names
 from npusim.hw.cores import config_value
 from npusim.hw.cores import kind as core_kind
 from npusim.kernels import registry
-from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.family import Family, Misfit, Option
 from npusim.kernels.shape import MoeShape, ShapeLimits
 from npusim.paths import user_path
@@ -35,6 +34,13 @@ DTYPES = ("float16", "bfloat16")
 ROUTING_KINDS = DRAWN_KINDS + ("file",)
 
 SEED_RANGE = (0, 2**32 - 1)
+# The shape bounds `npusim lint` holds a user family it does not import to: any shape the
+# loader can represent; the family's own shape_limits are checked when it runs.
+_ANY = 2**31 - 1
+UNIMPORTED_LIMITS = ShapeLimits(bs=(1, _ANY), h=(1, _ANY), h_multiple=1, k=(1, _ANY),
+                                ep_world_size=(2, _ANY), experts=_ANY, shared_experts=(0, _ANY),
+                                source="the family's own, checked when it runs",
+                                why="the loader's bound")
 SIGMA_MAX = 10.0  # the hottest of 1024 experts outweighs the median by e^32: one expert
 
 WORKLOAD_REQUIRED = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank")
@@ -398,7 +404,7 @@ def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Wo
 
     op = _choice(src, k_("op"), doc["op"], tuple(fam.runs) if fam is not None
                  else (doc["op"],) if isinstance(doc["op"], str) else ())
-    lim: ShapeLimits = fam.shape_limits if fam is not None else DEFAULT_LIMITS
+    lim: ShapeLimits = fam.shape_limits if fam is not None else UNIMPORTED_LIMITS
     max_e = lim.experts
     bs = _int(src, k_("bs"), doc["bs"], *lim.bs, why=lim.why)
     h = _int(src, k_("h"), doc["h"], *lim.h, why=lim.why)
