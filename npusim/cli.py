@@ -86,10 +86,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _harness_csv(arg: str | None, scenario: object) -> Path | None:
     """--harness-csv FILE: a file path whose folder exists, for a family that profiles
-    its kernels' frames (Kernel.profile_fields), checked before the run."""
+    its kernels' frames (Kernel.profiles), checked before the run."""
     if arg is None:
         return None
-    from npusim.kernels.family import Kernel
     from npusim.outputs import output_file, refuse_special
     from npusim.report.harness_csv import csv_paths
 
@@ -99,7 +98,7 @@ def _harness_csv(arg: str | None, scenario: object) -> Path | None:
     w = scenario.workload  # type: ignore[attr-defined]
     fam = w.family
     ops = [k.name for k in (fam.kernels_of(w.op) if fam is not None else ())
-           if type(k).profile_fields is not Kernel.profile_fields]
+           if k.profiles]
     if not ops:
         raise InputError("command line", "--harness-csv", f"kernel family {w.kernel!r} "
                          "records no harness frames; allowed with shmem_classic (the SHMEM "
@@ -131,8 +130,9 @@ def cmd_lint(args: argparse.Namespace) -> int:
             status = EXIT_INPUT
             continue
         w = sc.workload
-        unchecked = "" if w.family is not None else \
-            "; its own options and window fit are checked when it runs (not imported)"
+        unchecked = "" if w.family is not None else ("; its own options, shape limits and "
+                                                     "window fit are checked when it runs "
+                                                     "(not imported)")
         print(
             f"ok  {path}  ({w.kernel} {w.op}, W={w.ep_world_size}, BS={w.bs}, H={w.h}, "
             f"K={w.k}, L={w.experts_per_rank}, on {sc.hardware.name}{unchecked})"

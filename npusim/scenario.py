@@ -3,8 +3,8 @@
 A scenario is the whole description of one run: hardware preset (+ dotted overrides),
 the MoE workload, an optional CANN-sample case directory and run limits. Users edit
 these files by hand, so every problem is an InputError naming the file, the dotted key
-and what is allowed; nothing is silently defaulted or ignored. Limits are the kernel's
-own (ops-transformer DispatchV3/CombineV3 docs); docs/scenario.md lists them all.
+and what is allowed; nothing is silently defaulted or ignored. The shape limits are the
+family's own declaration (Family.shape_limits); docs/scenario.md lists them all.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from npusim.hw.cores import config_value
 from npusim.hw.cores import kind as core_kind
 from npusim.kernels import registry
 from npusim.kernels.family import Family, Misfit, Option
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.shape import MoeShape, ShapeLimits
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 from npusim.useryaml import load_text
@@ -33,15 +33,14 @@ from npusim.workload.routing_file import read_routing_file
 DTYPES = ("float16", "bfloat16")
 ROUTING_KINDS = DRAWN_KINDS + ("file",)
 
-# Kernel limits (ops-transformer MoeDistributeDispatchV3 / CombineV3 docs, seeds/002).
-BS_RANGE = (1, 512)
-H_RANGE = (1024, 8192)
-H_MULTIPLE = 32  # one MX block (32 elements) and whole 32 B UB blocks per int8 row
-K_RANGE = (1, 16)
-W_RANGE = (2, 768)
-MAX_EXPERTS = 1024
-SHARED_RANGE = (0, 4)
 SEED_RANGE = (0, 2**32 - 1)
+# The shape bounds `npusim lint` holds a user family it does not import to: any shape the
+# loader can represent; the family's own shape_limits are checked when it runs.
+_ANY = 2**31 - 1
+UNIMPORTED_LIMITS = ShapeLimits(bs=(1, _ANY), h=(1, _ANY), h_multiple=1, k=(1, _ANY),
+                                ep_world_size=(2, _ANY), experts=_ANY, shared_experts=(0, _ANY),
+                                source="the family's own, checked when it runs",
+                                why="the loader's bound")
 SIGMA_MAX = 10.0  # the hottest of 1024 experts outweighs the median by e^32: one expert
 
 WORKLOAD_REQUIRED = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank")
@@ -405,31 +404,34 @@ def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Wo
 
     op = _choice(src, k_("op"), doc["op"], tuple(fam.runs) if fam is not None
                  else (doc["op"],) if isinstance(doc["op"], str) else ())
-    bs_range = (fam.bs_range if fam is not None else None) or BS_RANGE
-    bs = _int(src, k_("bs"), doc["bs"], *bs_range, why="kernel limit")
-    h = _int(src, k_("h"), doc["h"], *H_RANGE, why="kernel limit")
-    if h % H_MULTIPLE:
+    lim: ShapeLimits = fam.shape_limits if fam is not None else UNIMPORTED_LIMITS
+    max_e = lim.experts
+    bs = _int(src, k_("bs"), doc["bs"], *lim.bs, why=lim.why)
+    h = _int(src, k_("h"), doc["h"], *lim.h, why=lim.why)
+    if h % lim.h_multiple:
         raise InputError(
             src,
             k_("h"),
-            f"{h} is not a multiple of {H_MULTIPLE}; allowed: multiples of "
-            f"{H_MULTIPLE} in {H_RANGE[0]}..{H_RANGE[1]} (MX block and 32 B UB alignment)",
+            f"{h} is not a multiple of {lim.h_multiple}; allowed: multiples of "
+            f"{lim.h_multiple} in {lim.h[0]}..{lim.h[1]} ({lim.why}: MX blocks, whole 32 B "
+            "UB blocks)",
         )
-    k = _int(src, k_("k"), doc["k"], *K_RANGE, why="kernel limit")
-    w = _int(src, k_("ep_world_size"), doc["ep_world_size"], *W_RANGE, why="kernel limit")
-    shared, shared_ranks = _shared(src, k_, get("shared_experts"), get("shared_expert_ranks"), w)
+    k = _int(src, k_("k"), doc["k"], *lim.k, why=lim.why)
+    w = _int(src, k_("ep_world_size"), doc["ep_world_size"], *lim.ep_world_size, why=lim.why)
+    shared, shared_ranks = _shared(src, k_, get("shared_experts"), get("shared_expert_ranks"), w,
+                                   lim)
     moe_ranks = w - shared_ranks
     l_ = _int(
         src,
         k_("experts_per_rank"),
         doc["experts_per_rank"],
         1,
-        MAX_EXPERTS // 2,
-        why=f"and ep_world_size * experts_per_rank <= {MAX_EXPERTS}" if not shared_ranks
-        else f"and (ep_world_size - shared_expert_ranks) * experts_per_rank <= {MAX_EXPERTS}",
+        max_e // 2,
+        why=f"and ep_world_size * experts_per_rank <= {max_e}" if not shared_ranks
+        else f"and (ep_world_size - shared_expert_ranks) * experts_per_rank <= {max_e}",
     )
     e = moe_ranks * l_
-    if e > MAX_EXPERTS:
+    if e > max_e:
         if shared_ranks:
             what = f"(ep_world_size - shared_expert_ranks) * experts_per_rank = {moe_ranks} * "
         else:
@@ -438,7 +440,7 @@ def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Wo
             src,
             k_("experts_per_rank"),
             f"{what}{l_} = {e} experts; allowed: at most "
-            f"{MAX_EXPERTS} (kernel limit), so experts_per_rank <= {MAX_EXPERTS // moe_ranks}",
+            f"{max_e} ({lim.why}), so experts_per_rank <= {max_e // moe_ranks}",
         )
     if k > e:
         which = ("ep_world_size * experts_per_rank" if not shared_ranks
@@ -467,10 +469,12 @@ def _workload(src: str, raw: Any, base: Path, import_kernels: bool = True) -> Wo
     )
 
 
-def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int) -> tuple[int, int]:
-    """(S, S_r) under ops-transformer V2's rules: S in 0..4, S_r in 0..W-1, both zero or
-    both nonzero, S_r a multiple of S (each shared expert on R = S_r / S ranks)."""
-    shared = _int(src, k_("shared_experts"), raw_s, *SHARED_RANGE, why="kernel limit")
+def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int, lim: ShapeLimits
+            ) -> tuple[int, int]:
+    """(S, S_r) under ops-transformer V2's rules: S in the family's range (V2: 0..4), S_r
+    in 0..W-1, both zero or both nonzero, S_r a multiple of S (each shared expert on
+    R = S_r / S ranks)."""
+    shared = _int(src, k_("shared_experts"), raw_s, *lim.shared_experts, why=lim.why)
     ranks = _int(src, k_("shared_expert_ranks"), raw_sr, 0, w - 1,
                  why="ranks 0..S_r-1 hold the shared experts; at least one MoE rank remains")
     if shared and not ranks:
@@ -481,8 +485,8 @@ def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int) -> tuple[int, in
     if ranks and not shared:
         raise InputError(
             src, k_("shared_experts"),
-            f"0 with shared_expert_ranks: {ranks}; allowed: 1..4 dividing {ranks}, or set "
-            "shared_expert_ranks: 0")
+            f"0 with shared_expert_ranks: {ranks}; allowed: 1..{lim.shared_experts[1]} "
+            f"dividing {ranks}, or set shared_expert_ranks: 0")
     if shared and ranks % shared:
         raise InputError(
             src, k_("shared_expert_ranks"),

@@ -62,9 +62,10 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     the previous kernel's machine stopped: between dispatch and combine the hardware runs
     the experts, and a kernel reads nothing of the previous one but its output tensors.
 
-    workers >= 2 (two kernels or more, where os.fork exists, and the family gives a
-    reference of the first kernel's outputs): the second kernel is simulated in a forked
-    process while the first runs, on the reference outputs. It is kept only if the
+    workers >= 2 (two kernels or more, where os.fork exists, and the family declares a
+    reference of the first kernel's outputs and a digest of what the second reads): the
+    second kernel is simulated in a forked process while the first runs, on the reference
+    outputs. It is kept only if the
     simulated first kernel wrote exactly what the second reads of them (the family's
     digest); otherwise it is simulated again on what was written. So the result is the
     same as with workers = 1, byte for byte. `keep_inputs` keeps every kernel's input
@@ -127,9 +128,10 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
 def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list[Arrays],
                leg: Callable[[Kernel, list[Arrays] | None], Leg]) -> tuple[Forked | None, str]:
     """The second kernel forked on the reference outputs of the first, if the family
-    gives them; (None, why) when it does not or no process can be started."""
+    declares both the reference and the digest of what the next kernel reads (references,
+    chains); (None, why) when it does not or no process can be started."""
     first, second = kernels[0], kernels[1]
-    if type(fam).reference_outputs is Family.reference_outputs:
+    if not (fam.references and fam.chains):
         return None, ""
 
     def work() -> tuple[bytes, Leg] | None:

@@ -48,13 +48,14 @@ LEVEL_KEYS = {"pair": ("dies", "link_gbps", "latency_ns"),
 
 def numeric_keys(cls: type = HardwareConfig, prefix: str = "", name: str = "ascend950"
                  ) -> list[str]:
-    """Every value field of the config, by dotted key (the name is not a value); the
-    fabric's keys as the preset's form has them: flat, or per level by its sharing."""
+    """Every value field of the config, by dotted key (the name is not a value, a name
+    with a unit is: chip.arch); the fabric's keys as the preset's form has them: flat, or
+    per level by its sharing."""
     out = []
     for f in dataclasses.fields(cls):
         if f.name == "fabric":
             out += fabric_keys(name)
-        elif f.type in ("int", "float"):
+        elif f.type in ("int", "float") or (f.type == "str" and "unit" in f.metadata):
             out.append(prefix + f.name)
         elif f.type.endswith(" | None"):  # an optional section: the keys of presets with it
             doc = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())

@@ -136,3 +136,120 @@ def test_a_choice_default_outside_its_choices_is_an_incomplete_family(tmp_path):
         load_scenario(_write(tmp_path, "bad", kernel="bad.py"))
     assert info.value.key == "workload.kernel"
     assert "option 'mode': default 'c' is not one of its choices ['a', 'b']" in info.value.message
+
+
+# A user family derived from one that declares nothing optional (cann_gelu), with one
+# declaration or method changed: the registry refuses the disagreement in one line.
+DECLARED = """
+from npusim.kernels.cann_gelu.family import CannGelu, Gelu
+class Profiled(Gelu):
+    {kernel}
+class Own(CannGelu):
+    name = "own"
+    ops = (Profiled(),)
+    {family}
+FAMILY = Own()
+"""
+
+
+@pytest.mark.parametrize("family, kernel, says", [
+    ("references = True", "pass",
+     "kernel family 'own' declares references = True but implements no reference_outputs"),
+    ("def reference_outputs(self, kernel, tiling, inputs): return None", "pass",
+     "kernel family 'own' implements reference_outputs but does not declare references"),
+    ("chains = True", "pass",
+     "kernel family 'own' declares chains = True but implements no next_reads"),
+    ("def next_reads(self, *a): return b''", "pass",
+     "kernel family 'own' implements next_reads but does not declare chains"),
+    ("case_format = 'a folder'", "pass", "kernel family 'own' declares case_format = "
+     "'a folder' but implements no case_misfit, read_case, write_case"),
+    ("def read_case(self, *a): return []", "pass",
+     "kernel family 'own' implements read_case but does not declare case_format"),
+    ("pass", "profiles = True",
+     "kernel 'gelu' of family 'own' declares profiles = True but implements no "
+     "profile_fields"),
+    ("pass", "def profile_fields(self, tiling, frames): return {}",
+     "kernel 'gelu' of family 'own' implements profile_fields but does not declare profiles"),
+])
+def test_a_declaration_the_class_does_not_keep_is_refused(tmp_path, family, kernel, says):
+    path = tmp_path / "own.py"
+    path.write_text(DECLARED.format(family=family, kernel=kernel))
+    with pytest.raises(registry.FamilyError) as info:
+        registry.from_file(path)
+    assert str(info.value) == f"{path}: {says}"
+
+
+def test_a_kept_declaration_is_accepted_and_read_by_the_driver(tmp_path):
+    path = tmp_path / "own.py"
+    path.write_text(DECLARED.format(
+        family="references = True\n    def reference_outputs(self, *a): return None",
+        kernel="profiles = True\n    def profile_fields(self, tiling, frames): return {}"))
+    fam = registry.from_file(path)
+    assert (fam.references, fam.chains, fam.ops[0].profiles) == (True, False, True)
+
+
+def test_the_built_in_declarations():
+    """What each built-in family gives, as its sources have it: the MoE families with a
+    dispatch -> combine chain declare both the reference and the digest; the single-kernel
+    ones with a numpy reference only the reference; the SHMEM harness ports profile."""
+    declared = {n: (registry.get(n).references, registry.get(n).chains) for n in registry.names()}
+    chained = {"cann_sample", "deepep", "mc2", "pypto_shmem", "shmem_classic",
+               "shmem_doubleplane", "tilelang_shmem"}
+    assert {n for n, (r, c) in declared.items() if r and c} == chained
+    assert {n for n, (r, c) in declared.items() if r and not c} == {"kv_offload", "mega_moe",
+                                                                    "shmem_host"}
+    assert not any(c and not r for r, c in declared.values())
+    profiling = {n for n in registry.names() if any(k.profiles for k in registry.get(n).ops)}
+    assert profiling == {"hixl", "shmem_classic", "shmem_doubleplane", "shmem_host"}
+    assert [n for n in registry.names() if registry.get(n).case_format] == ["cann_sample"]
+
+
+OWN_LIMITS = """
+from dataclasses import replace
+from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.shmem_classic.family import ShmemClassic
+class Own(ShmemClassic):
+    name = "own"
+    shape_limits = replace(DEFAULT_LIMITS, bs=(1, 2048), source="its own", why="own limit")
+FAMILY = Own()
+"""
+
+
+@pytest.mark.parametrize("kernel, bs, says", [
+    ("mc2", 600, "600 is out of range; allowed: 1..512 (kernel limit)"),
+    ("cann_sample", 600, "600 is out of range; allowed: 1..512 (kernel limit)"),
+    ("shmem_classic", 600, "600 is out of range; allowed: 1..512 (npusim's default limit)"),
+    ("own.py", 4096, "4096 is out of range; allowed: 1..2048 (own limit)"),
+])
+def test_bs_is_held_to_the_limits_its_family_declares(tmp_path, kernel, bs, says):
+    (tmp_path / "own.py").write_text(OWN_LIMITS)
+    with pytest.raises(InputError) as info:
+        load_scenario(_shape_only(tmp_path, kernel, bs))
+    assert (info.value.key, info.value.message) == ("workload.bs", says)
+
+
+def _shape_only(tmp: Path, kernel: str, bs: int, hardware: str = "ascend950",
+                dtype: str = "float16") -> Path:
+    """A scenario of the family with the generic keys only (its options: defaults)."""
+    generic = {k: v for k, v in WORKLOAD.items() if "quant" not in k}
+    p = tmp / "shape.yaml"
+    p.write_text(yaml.safe_dump({"name": "shape", "hardware": hardware,
+                                 "workload": {**generic, "kernel": kernel, "bs": bs,
+                                              "dtype": dtype}}))
+    return p
+
+
+def test_a_family_with_a_larger_bs_limit_takes_it(tmp_path):
+    """The V3 BS limit binds the families that declare it, not a family with its own."""
+    (tmp_path / "own.py").write_text(OWN_LIMITS)
+    assert load_scenario(_shape_only(tmp_path, "own.py", 1024)).workload.bs == 1024
+    deepep = _shape_only(tmp_path, "deepep", 4096, "atlas_a3", "bfloat16")
+    assert load_scenario(deepep).workload.bs == 4096
+
+
+def test_shape_limits_must_be_declared_as_shape_limits(tmp_path):
+    (tmp_path / "own.py").write_text(OWN_LIMITS.replace(
+        'replace(DEFAULT_LIMITS, bs=(1, 2048), source="its own", why="own limit")', "(1, 2048)"))
+    with pytest.raises(registry.FamilyError, match="shape_limits must be a npusim.kernels.shape"
+                       ".ShapeLimits, got"):
+        registry.from_file(tmp_path / "own.py")

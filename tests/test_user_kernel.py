@@ -137,3 +137,17 @@ def test_lint_does_not_import_a_user_family(tmp_path, capsys):
     assert "RuntimeError: imported" in capsys.readouterr().err
     f.unlink()
     assert main(["lint", str(sc)]) == 2  # the file must still exist
+
+
+def test_lint_leaves_an_unimported_familys_shape_limits_to_the_run(tmp_path, capsys):
+    """lint cannot read the shape limits of a family it does not import: a bs beyond the
+    default limits is not refused there, and the run holds it to the family's own."""
+    f = tmp_path / "fam.py"
+    f.write_text("from npusim.kernels.shmem_classic.family import ShmemClassic\n"
+                 "class F(ShmemClassic):\n    name = 'f'\nFAMILY = F()\n")
+    sc = _scenario(tmp_path, "fam.py", bs=1000)
+    assert main(["lint", str(sc)]) == 0
+    assert "shape limits and window fit are checked when it runs" in capsys.readouterr().out
+    assert main(["run", str(sc), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "workload.bs: 1000 is out of range; allowed: 1..512 (npusim's default limit)" in err

@@ -25,8 +25,16 @@ from npusim.useryaml import load_text
 CONFIG_DIR = configs_dir()  # package data (npusim._data.configs), whatever the install
 
 
+# The chip architectures, by the CANN SoC names the kernels are built for (build.sh
+# --soc / SOC_VERSION_LIST): the A2 (Atlas 800T A2, 910B), the A3 (Atlas A3, 910C) and
+# the 950. Families choose their code paths from `chip.arch`, never from a preset's name.
+ARCHS = ("ascend910b", "ascend910_93", "ascend950")
+
+
 @dataclass(frozen=True)
 class ChipConfig:
+    # a name with its source (an entry with `sourced`, like a number's)
+    arch: str = field(metadata={"choices": ARCHS, "unit": "SoC"})
     clock_ghz: float = field(metadata={"unit": "GHz", "min": 0.1, "max": 10.0})
     aiv_cores: int = field(metadata={"unit": "cores", "min": 1, "max": 256})
     # GetSystemCycle()'s counter, which kernels' profiling frames read (ticks per us)
@@ -391,7 +399,9 @@ def _build(cls: type, doc: Any, source: str, key: str,
         if name not in doc:
             if f.default is not dataclasses.MISSING:  # an optional section
                 continue
-            raise InputError(source, full, "missing")
+            choices = f.metadata.get("choices")
+            raise InputError(source, full, "missing" + (f"; allowed: {', '.join(choices)}"
+                                                        if choices else ""))
         values[name] = _value(f, doc[name], source, full, prov)
     return cls(**values)
 
@@ -408,6 +418,10 @@ def _value(f: dataclasses.Field, raw: Any, source: str, key: str,
         return _build_fabric(raw, source, key, prov)
     if ftype in ("int", "float"):
         raw, origin = split_entry(raw, source, key)
+        if prov is not None:
+            prov[key] = (raw, f.metadata["unit"], origin)
+    if ftype == "str" and "unit" in f.metadata:  # a name with provenance
+        raw, origin = split_entry(raw, source, key, text=True)
         if prov is not None:
             prov[key] = (raw, f.metadata["unit"], origin)
     if ftype == "str":

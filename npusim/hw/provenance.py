@@ -13,9 +13,13 @@ entry ``{value: V, <kind>: {...}}`` whose kind is one of
 * ``assumed``: ``why``, ``range`` ([low, high], the plausible values, in the value's unit)
   and optional ``same_as`` (a preset whose value this one copies).
 
+A name (chip.arch) is an entry too, always sourced: its figure starts with the name as
+the source writes it.
+
 Loading checks the shape (one-line errors naming file and key); `problems` checks the
-content: a sourced value must be what its figure gives after the unit conversion, a
-calibrated one must be in its fit report, an assumed one inside its range.
+content: a sourced value must be what its figure gives after the unit conversion (a
+name: what the figure names), a calibrated one must be in its fit report, an assumed
+one inside its range.
 """
 
 from __future__ import annotations
@@ -75,8 +79,10 @@ def is_entry(raw: Any) -> bool:
     return isinstance(raw, dict) and "value" in raw
 
 
-def split_entry(raw: Any, source: str, key: str) -> tuple[Any, Provenance | None]:
-    """A preset value -> (the plain value, its provenance or None for a plain number)."""
+def split_entry(raw: Any, source: str, key: str, text: bool = False
+                ) -> tuple[Any, Provenance | None]:
+    """A preset value -> (the plain value, its provenance or None for a plain number);
+    text: the value is a name, sourced from a document that writes it."""
     if not is_entry(raw):
         return raw, None
     kinds = [k for k in raw if k in KINDS]
@@ -90,6 +96,9 @@ def split_entry(raw: Any, source: str, key: str) -> tuple[Any, Provenance | None
     kind = kinds[0]
     body = raw[kind]
     where = f"{key}.{kind}"
+    if text and kind != "sourced":
+        raise InputError(source, where, "a name is sourced (doc, a figure that starts with "
+                         "the name, conf); allowed: sourced")
     if not isinstance(body, dict):
         raise InputError(source, where, f"must be a mapping with {', '.join(REQUIRED[kind])}")
     for name in body:
@@ -99,14 +108,15 @@ def split_entry(raw: Any, source: str, key: str) -> tuple[Any, Provenance | None
     for name in REQUIRED[kind]:
         if name not in body:
             raise InputError(source, f"{where}.{name}", "missing")
-    _check_fields(kind, body, source, where)
+    _check_fields(kind, body, source, where, text)
     fields = dict(body)
     if "date" in fields:
         fields["date"] = str(fields["date"])  # YAML reads an unquoted date as a date
     return raw["value"], Provenance(kind, fields)
 
 
-def _check_fields(kind: str, body: dict[str, Any], source: str, where: str) -> None:
+def _check_fields(kind: str, body: dict[str, Any], source: str, where: str,
+                  text: bool = False) -> None:
     texts = [n for n in (*REQUIRED[kind], "note", "same_as")
              if n in body and n not in ("range", "date")]
     for name in texts:
@@ -117,7 +127,8 @@ def _check_fields(kind: str, body: dict[str, Any], source: str, where: str) -> N
             raise InputError(source, f"{where}.conf", f"{body['conf']!r}; allowed: H, M, L "
                              "or a span such as M-H")
         try:
-            parse_figure(body["figure"])
+            if not text:
+                parse_figure(body["figure"])
         except ValueError as exc:
             raise InputError(source, f"{where}.figure", str(exc)) from None
         if "scale" in body and not _positive(body["scale"]):
@@ -168,8 +179,12 @@ def convert(fig: Figure, unit: str, scale: float = 1.0) -> tuple[float, float]:
     return fig.low * factor, fig.high * factor
 
 
-def sourced_problem(value: float, unit: str, prov: Provenance) -> str | None:
+def sourced_problem(value: float | str, unit: str, prov: Provenance) -> str | None:
     """Why a sourced value is not what its figure gives, or None if it is."""
+    if isinstance(value, str):  # a name: the figure starts with it as the source writes it
+        named = str(prov.fields["figure"]).split()[0].lower()
+        return None if named == value.lower() else \
+            f"value {value!r} but the figure {prov.fields['figure']!r} names {named!r}"
     try:
         lo, hi = convert(parse_figure(prov.fields["figure"]), unit,
                          float(prov.fields.get("scale", 1.0)))
@@ -210,11 +225,14 @@ def assumed_problem(value: float, prov: Provenance, same: float | None) -> str |
     return None
 
 
-def describe(value: float, unit: str, prov: Provenance | None) -> str:
+def describe(value: float | str, unit: str, prov: Provenance | None) -> str:
     """One line of provenance for `npusim presets --explain`."""
     if prov is None:
         return "none (a plain value)"
     f = prov.fields
+    if isinstance(value, str):
+        note = f"; {f['note']}" if "note" in f else ""
+        return f"sourced ({f['conf']}): \"{f['figure']}\"; {f['doc']}{note}"
     if prov.kind == "sourced":
         lo, hi = convert(parse_figure(f["figure"]), unit, float(f.get("scale", 1.0)))
         given = _g(lo) if lo == hi else f"{_g(lo)}-{_g(hi)}"
@@ -231,8 +249,11 @@ def describe(value: float, unit: str, prov: Provenance | None) -> str:
     return f"assumed{same}, plausible {_g(lo)}-{_g(hi)} {unit}: {f['why']}{note}"
 
 
-def number(v: float) -> str:
-    """A value as a person writes it: whole numbers in full, others to 6 digits."""
+def number(v: float | str) -> str:
+    """A value as a person writes it: whole numbers in full, others to 6 digits (a name
+    as it is)."""
+    if isinstance(v, str):
+        return v
     return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else f"{v:.6g}"
 
 
@@ -252,7 +273,7 @@ def preset_problems(name_or_path: str, root: Path) -> list[str]:
             out.append(f"{key}: no provenance")
             continue
         if prov.kind == "sourced":
-            why = sourced_problem(float(value), unit, prov)
+            why = sourced_problem(value if isinstance(value, str) else float(value), unit, prov)
         elif prov.kind == "calibrated":
             why = calibrated_problem(key, float(value), prov, root)
         else:

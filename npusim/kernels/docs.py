@@ -1,4 +1,5 @@
-"""docs/scenario.md's option tables, generated from the families' declarations.
+"""docs/scenario.md's option tables and shape limits, generated from the families'
+declarations.
 
 Between the markers `<!-- options:<family> begin -->` and `<!-- options:<family> end -->`
 the doc holds exactly `option_table(family)`; tests/test_docs.py checks that, and
@@ -37,7 +38,8 @@ def _allowed(o: Option) -> str:
 
 
 def option_table(fam: Family) -> str:
-    """The family's options as a markdown table: key, type, default, allowed, meaning."""
+    """The family's ops, its shape limits (a MoE family) and its options as a markdown
+    table: key, type, default, allowed, meaning."""
     types = {"choice": "string", "bool": "bool", "int": "int", "float": "number",
              "ints": "list of int"}
     rows = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
@@ -45,7 +47,8 @@ def option_table(fam: Family) -> str:
         rows.append(f"| `{o.name}` | {types[o.kind]} | {_default(o)} | {_allowed(o)} | "
                     f"{o.help} |")
     ops = ", ".join(f"`{op}` ({' then '.join(k)})" for op, k in fam.runs.items())
-    return "\n".join([f"`workload.op`: {ops}.", "", *rows])
+    shape = [f"Shape limits: {fam.shape_limits.text()}.", ""] if fam.uses_moe_shape else []
+    return "\n".join([f"`workload.op`: {ops}.", "", *shape, *rows])
 
 
 def _markers(name: str) -> tuple[str, str]:

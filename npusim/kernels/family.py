@@ -18,7 +18,9 @@ and implements a few template methods (Vidur's abstract hooks, SimPy's `_do_put`
 `make_inputs` (seeded inputs), `op_inputs` (what a kernel reads of the run's inputs and
 the previous kernel's outputs) and, optionally, case-directory reading/writing, a
 reference of a kernel's outputs and a digest of what the next kernel reads of them (the
-driver then simulates the next kernel in a second process; see npusim/sim.py).
+driver then simulates the next kernel in a second process; see npusim/sim.py). The
+optional ones are declared (`references`, `chains`, `case_format`, a kernel's
+`profiles`), not detected: the registry checks each declaration against the class.
 
 Families know nothing of YAML: option values arrive validated, problems go back as a
 `Misfit` (dotted key + message) that the scenario loader turns into an InputError.
@@ -33,7 +35,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.shape import MoeShape, ShapeLimits
 from npusim.workload.routing import Routing
 
 Arrays = dict[str, np.ndarray]
@@ -125,6 +128,9 @@ class Kernel:
     engines: ClassVar[tuple[str, ...]] = ()
     # the option whose values calibration tables compare (cann_sample: the wire format)
     variant: ClassVar[str | None] = None
+    # True: the kernel turns its cores' profiling frames into figures (profile_fields);
+    # `npusim run --harness-csv` writes the frames of such kernels only
+    profiles: ClassVar[bool] = False
 
     def program(self, tiling: Any) -> Callable[..., Any]:
         """A generator function program(ctx) that every core of every rank runs once."""
@@ -189,8 +195,17 @@ class Family:
     variants: ClassVar[tuple[Variant, ...]] = ()
     dispatch_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     combine_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
-    # workload.bs allowed: the kernels' token limit (None: the scenario's default range)
-    bs_range: ClassVar[tuple[int, int] | None] = None
+    # The MoE shapes its kernels take (workload.bs, h, k, ep_world_size, the experts): the
+    # scenario loader, `npusim lint` and docs/scenario.md read this one declaration
+    shape_limits: ClassVar[ShapeLimits] = DEFAULT_LIMITS
+    # What the family gives beyond the required hooks, declared so the driver reads data
+    # (the registry refuses a declaration the class does not implement, and the reverse):
+    # references: reference_outputs, a numpy reference of a kernel's outputs;
+    # chains: next_reads, a digest of what the next kernel reads of them. With both, the
+    # driver may simulate the next kernel ahead on the reference (npusim/sim.py).
+    # A non-empty case_format promises case_misfit, read_case and write_case.
+    references: ClassVar[bool] = False
+    chains: ClassVar[bool] = False
 
     # ---- lookups
     def kernel(self, name: str) -> Kernel:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.kernels.family import Family, Kernel, Option
+from npusim.kernels.shape import ShapeLimits
 from npusim.paths import user_path
 from npusim.suggest import did_you_mean
 
@@ -144,6 +145,27 @@ def _where(exc: BaseException, path: Path | None) -> str:
 
 _HOOKS = ("tiling", "window", "make_inputs")
 OPTION_KINDS = ("choice", "bool", "int", "float", "ints")
+# A declared capability and the methods it promises (Family / Kernel class attributes)
+FAMILY_DECLARES = (("references", ("reference_outputs",)), ("chains", ("next_reads",)),
+                   ("case_format", ("case_misfit", "read_case", "write_case")))
+KERNEL_DECLARES = (("profiles", ("profile_fields",)),)
+
+
+def _undeclared(obj: Any, base: type, declares: tuple[tuple[str, tuple[str, ...]], ...]
+                ) -> str | None:
+    """Where obj's declarations and the methods its class implements disagree (one
+    clause), or None: a declared capability needs every method it promises, and a
+    method implemented needs its declaration."""
+    for attr, methods in declares:
+        own = [m for m in methods if getattr(type(obj), m) is not getattr(base, m)]
+        if getattr(obj, attr):
+            lacking = [m for m in methods if m not in own]
+            if lacking:
+                return (f"declares {attr} = {getattr(obj, attr)!r} but implements no "
+                        f"{', '.join(lacking)}")
+        elif own:
+            return f"implements {', '.join(own)} but does not declare {attr}"
+    return None
 
 
 def _checked(obj: Any, ref: str) -> Family:
@@ -156,6 +178,12 @@ def _checked(obj: Any, ref: str) -> Family:
     missing += [h for h in _HOOKS if getattr(type(fam), h) is getattr(Family, h)]
     if missing:
         raise FamilyError(f"{ref}: incomplete kernel family: no {', '.join(missing)}")
+    wrong = _undeclared(fam, Family, FAMILY_DECLARES)
+    if wrong:
+        raise FamilyError(f"{ref}: kernel family {fam.name!r} {wrong}")
+    if not isinstance(fam.shape_limits, ShapeLimits):
+        raise FamilyError(f"{ref}: kernel family {fam.name!r}: shape_limits must be a "
+                          f"npusim.kernels.shape.ShapeLimits, got {fam.shape_limits!r}")
     for o in fam.options:
         if not isinstance(o, Option) or o.kind not in OPTION_KINDS:
             raise FamilyError(f"{ref}: options must be Option objects of kind "
@@ -168,6 +196,9 @@ def _checked(obj: Any, ref: str) -> Family:
             raise FamilyError(f"{ref}: ops must be Kernel objects with a name, got {k!r}")
         if type(k).program is Kernel.program:
             raise FamilyError(f"{ref}: kernel {k.name!r} has no program")
+        wrong = _undeclared(k, Kernel, KERNEL_DECLARES)
+        if wrong:
+            raise FamilyError(f"{ref}: kernel {k.name!r} of family {fam.name!r} {wrong}")
     known = {k.name for k in fam.ops}
     for op, kernels in fam.runs.items():
         bad = [n for n in kernels if n not in known]

@@ -150,3 +150,28 @@ class OnShape:
     @property
     def world(self) -> int:
         return self.shape.W
+
+
+@dataclass(frozen=True)
+class ShapeLimits:
+    """The MoE shapes a family's kernels take, declared by the family (Family.shape_limits)
+    and read by the scenario loader (so by `npusim lint`) and by docs/scenario.md: ranges
+    are inclusive; `source` says whose limits they are, `why` ends an out-of-range message."""
+
+    bs: tuple[int, int]  # workload.bs, tokens per rank
+    h: tuple[int, int]  # workload.h
+    h_multiple: int  # h a multiple of it
+    k: tuple[int, int]  # workload.k (and k <= E always: a token's K experts are distinct)
+    ep_world_size: tuple[int, int]
+    experts: int  # E = (W - S_r) * L at most
+    shared_experts: tuple[int, int]
+    source: str
+    why: str = "kernel limit"
+
+    def text(self) -> str:
+        """The limits in one line, as docs/scenario.md lists them."""
+        return (f"`bs` {self.bs[0]}..{self.bs[1]}, `h` {self.h[0]}..{self.h[1]} (a multiple "
+                f"of {self.h_multiple}), `k` {self.k[0]}..{self.k[1]}, `ep_world_size` "
+                f"{self.ep_world_size[0]}..{self.ep_world_size[1]}, E <= {self.experts}, "
+                f"`shared_experts` {self.shared_experts[0]}..{self.shared_experts[1]} "
+                f"({self.source})")

@@ -18,6 +18,7 @@ from npusim.kernels.cann_sample.combine import combine_program
 from npusim.kernels.cann_sample.dispatch import dispatch_program
 from npusim.kernels.cann_sample.layout import WindowLayout
 from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
 from npusim.kernels.family import (
     Arrays,
     Family,
@@ -125,8 +126,11 @@ class CannSample(Family):
     help = ("the CANN sample moe_dispatch_and_combine_story (MXFP8/INT8 dispatch, INT8 "
             "combine), with ops-transformer V2's shared experts")
     ops = (DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
+    shape_limits = DISPATCH_V3_LIMITS  # the sample implements the V3 operators' algorithm
     options = (
         Option("dispatch_quant", "choice", "none",
                "quantisation before dispatch: none, per-token dynamic INT8 (ops-transformer "

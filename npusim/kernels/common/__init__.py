@@ -6,6 +6,7 @@
   CUMSUM_CAL_OFFSET, ...) as one object both window layouts ask;
 - :mod:`.drain`: the flag-drain round robin of LocalWindowCopy;
 - :mod:`.chain`: the dispatch -> combine chain and the digest of what combine reads.
+- :mod:`.limits`: the DispatchV3 / CombineV3 shape limits (DISPATCH_V3_LIMITS).
 
 The typed routing draw a family's make_inputs receives is :class:`npusim.workload.routing.Routing`.
 

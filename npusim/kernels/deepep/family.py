@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.combine import combine_program
 from npusim.kernels.deepep.dispatch import dispatch_program
@@ -44,7 +46,8 @@ MAX_TOTAL_TOKENS = 131072  # deep_ep.cpp
 MAX_ROUNDS = 256
 PER_ROUND_RANGE = (32, 8192)
 A5_ONLY = ("mx_fp8_e4m3", "mx_fp8_e5m2", "mx_fp4_e2m1", "pertoken_fp8_e4m3")
-PLATFORM_OF_PRESET = {"atlas_a3": "a3", "atlas_a2": "a2", "ascend950": "a5"}
+# DeepEP's platform of a chip (the preset's chip.arch, a CANN SoC name)
+PLATFORM_OF_CHIP = {"ascend910_93": "a3", "ascend910b": "a2", "ascend950": "a5"}
 MODELLED = ("a3", "a2")
 A2_MAX_HCCS_PEERS = 8  # deep_ep.cpp: ranks per A2 server; more go over RDMA
 # ops2 tiling (cam_moe_dispatch_normal_tiling.cc): the A2 build's shape limits, as
@@ -200,10 +203,8 @@ LAYOUT, NOTIFY, DISPATCH, COMBINE = (DispatchLayout(), NotifyDispatch(), CamMoeD
 
 
 def platform(hardware: Any) -> str | None:
-    for prefix, p in PLATFORM_OF_PRESET.items():
-        if hardware.name.startswith(prefix):
-            return p
-    return None
+    """DeepEP's platform of the preset's chip (a user's copy under any name included)."""
+    return PLATFORM_OF_CHIP.get(hardware.chip.arch)
 
 
 def buffsize_mb(shape: MoeShape, options: Mapping[str, Any], platform: str = "a3") -> int:
@@ -222,11 +223,14 @@ class DeepEP(Family):
             "server): dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
             "cam_moe_combine_normal")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"layout": ("dispatch_layout",),
             "dispatch": ("dispatch_layout", "notify_dispatch", "dispatch"),
             "dispatch_combine": ("dispatch_layout", "notify_dispatch", "dispatch", "combine"),
             "combine": ("combine",)}
-    bs_range = (1, MAX_TOTAL_TOKENS)
+    shape_limits = replace(DEFAULT_LIMITS, bs=(1, MAX_TOTAL_TOKENS), why="kernel limit",
+                           source="deep_ep.cpp: MAX_TOTAL_TOKENS; the rest npusim's default")
     options = (
         Option("mode", "choice", "normal", "DeepEP's mode: normal (prefill: the four kernels); "
                "low_latency is not modelled yet", choices=("normal", "low_latency")),

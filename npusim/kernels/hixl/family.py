@@ -79,6 +79,7 @@ def transfer_fields(t: HixlTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
 
 class _Transfer(Kernel):
     engines = ("sdma",)
+    profiles = True  # profile_fields: the transfer frames
 
     def cores(self, tiling: HixlTiling) -> int:
         return 1

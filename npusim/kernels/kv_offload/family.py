@@ -116,6 +116,7 @@ class KvOffload(Family):
             "gathered from the full MLA cache (HBM or host memory) into the device-side "
             "selection cache, reusing the rows the previous step left there")
     ops = (Gather(),)
+    references = True  # reference_outputs
     runs = {"gather": ("gather",)}
     options = (
         Option("batch", "int", 16, "B: sequences on the card", lo=1, hi=1024),

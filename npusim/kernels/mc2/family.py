@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
+from npusim.kernels.common.limits import DISPATCH_V3_LIMITS as _V3
 from npusim.kernels.family import (
     Arrays,
     Family,
@@ -33,7 +34,7 @@ from npusim.kernels.mc2.dispatch import dispatch_program
 from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
 from npusim.kernels.mc2.limits import full_mesh_misfit, full_mesh_ub_misfit
 from npusim.kernels.mc2.options import Mc2Options
-from npusim.kernels.mc2.tiling import ARCH_OF_PRESET, Mc2Tiling, workspace_ints
+from npusim.kernels.mc2.tiling import ARCH_OF_CHIP, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import MoeShape
@@ -206,10 +207,7 @@ DISPATCH, COMBINE = Dispatch(), Combine()
 def _arch(hardware: Any, o: Mc2Options) -> str | None:
     if o.arch != "auto":
         return o.arch
-    for prefix, arch in ARCH_OF_PRESET.items():
-        if hardware.name.startswith(prefix):
-            return arch
-    return None
+    return ARCH_OF_CHIP.get(hardware.chip.arch)
 
 
 def _bs_list(shape: MoeShape, o: Mc2Options) -> tuple[int, ...]:
@@ -259,7 +257,10 @@ class Mc2(Family):
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
+    shape_limits = _V3
     variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
     dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
     combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
@@ -289,24 +290,26 @@ class Mc2(Family):
                lo=0, hi=65536),
         Option("global_bs", "int", 0, "globalBs, a multiple of W and >= W * max BS; sizes the "
                "window (0: BS * W, or W * max(bs_per_rank) when those differ)", lo=0,
-               hi=512 * 768),
+               hi=_V3.bs[1] * _V3.ep_world_size[1]),
         Option("bs_per_rank", "ints", (), "BS of each rank, W entries, the largest equal to "
-               "bs (empty: every rank bs)", lo=1, hi=512),
+               "bs (empty: every rank bs)", lo=1, hi=_V3.bs[1]),
         Option("x_active_mask", "choice", "none", "none, 1d (an active prefix of the tokens) "
                "or 2d (per token and k)", choices=("none", "1d", "2d")),
         Option("active_fraction", "float", 0.75, "share of tokens (1d) or pairs (2d) active",
                lo=0.0, hi=1.0),
-        Option("zero_experts", "int", 0, "zero experts (ids E..)", lo=0, hi=1024),
-        Option("copy_experts", "int", 0, "copy experts (after the zero experts)", lo=0, hi=1024),
+        Option("zero_experts", "int", 0, "zero experts (ids E..)", lo=0, hi=_V3.experts),
+        Option("copy_experts", "int", 0, "copy experts (after the zero experts)", lo=0,
+               hi=_V3.experts),
         Option("const_experts", "int", 0, "const experts (after the copy experts)", lo=0,
-               hi=1024),
+               hi=_V3.experts),
         Option("expand_scales", "bool", False, "dispatch outputs each row's expert_scales"),
         Option("shared_expert_x", "bool", False, "combine adds a shared_expert_x input"),
         Option("performance_info", "bool", False, "dispatch and combine record each source "
                "rank's longest wait (us) in performance_info; the report's "
                "family_fields.performance_info_us"),
-        Option("arch", "choice", "auto", "kernel code path: auto (atlas_a3: arch22, "
-               "ascend950: arch35), arch22 or arch35", choices=("auto", "arch22", "arch35")),
+        Option("arch", "choice", "auto", "kernel code path: auto (from the preset's "
+               "chip.arch: ascend910_93: arch22, ascend950: arch35), arch22 or arch35",
+               choices=("auto", "arch22", "arch35")),
     )
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
@@ -345,8 +348,9 @@ class Mc2(Family):
         o = self.typed(options)
         arch = _arch(hardware, o)
         if arch is None:
-            return Misfit("workload.arch", f"preset {hardware.name!r} is neither atlas_a3 nor "
-                          "ascend950; allowed: arch22 (A3) or arch35 (950)")
+            return Misfit("workload.arch", f"auto: chip.arch {hardware.chip.arch} of preset "
+                          f"{hardware.name!r} is neither ascend910_93 (A3) nor ascend950; "
+                          "allowed: arch22 (A3) or arch35 (950)")
         refused = _quant_misfit(o, arch, hardware)
         if refused is not None:
             return refused

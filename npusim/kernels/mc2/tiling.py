@@ -15,9 +15,10 @@ from npusim.kernels.mc2.quant_modes import fp8_mode, input_bytes
 from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window
 from npusim.kernels.shape import MoeShape, OnShape
 
-ARCH_OF_PRESET = {"atlas_a3": "arch22", "ascend950": "arch35"}
+# the operators' kernel code path of a chip (the preset's chip.arch, a CANN SoC name)
+ARCH_OF_CHIP = {"ascend910_93": "arch22", "ascend950": "arch35"}
 
-__all__ = ["ARCH_OF_PRESET", "Mc2Tiling", "workspace_ints"]
+__all__ = ["ARCH_OF_CHIP", "Mc2Tiling", "workspace_ints"]
 
 
 @dataclass(frozen=True, kw_only=True)

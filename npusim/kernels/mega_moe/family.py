@@ -104,6 +104,7 @@ class MegaMoe(Family):
     help = ("CANN SHMEM MegaMoE (examples/shmem_mega_moe): dispatch, GEMM1, SwiGLU, GEMM2 "
             "and combine fused in one MIX kernel (1 AIC : 2 AIV), Ascend 950 only")
     ops = (MEGA_MOE,)
+    references = True  # reference_outputs
     runs = {"mega_moe": ("mega_moe",)}
     options = (
         Option("ffn_dim", "int", 1024, "FFN_DIM: GEMM1's output width (gate + up), even; "
@@ -129,9 +130,9 @@ class MegaMoe(Family):
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        if not hardware.name.startswith("ascend950"):
-            return Misfit("hardware.name", f"mega_moe runs on the Ascend 950 only (the MIX "
-                          f"kernel of shmem_mega_moe is arch35); preset {hardware.name!r}; "
+        if hardware.chip.arch != "ascend950":
+            return Misfit("hardware.chip.arch", f"{hardware.chip.arch}: mega_moe runs on the "
+                          "Ascend 950 only (the MIX kernel of shmem_mega_moe is arch35); "
                           "allowed: ascend950")
         if shape.S:
             return Misfit("workload.shared_experts", "mega_moe has no shared experts; allowed: 0")

@@ -21,6 +21,7 @@ import numpy as np
 
 from npusim.kernels.cann_sample import family as cann
 from npusim.kernels.common.align import ceil_div
+from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.cube import (
@@ -155,6 +156,7 @@ class MegaMoeUnfused(Family):
             "GEMMs as cube work, cann_sample combine (timing; y is not the layer's)")
     ops = (DISPATCH, GEMMS, COMBINE)
     runs = {"unfused": ("dispatch", "expert_gemms", "combine")}
+    shape_limits = DISPATCH_V3_LIMITS  # its dispatch and combine are cann_sample's
     options = MEGA.options
 
     def _cann_shape(self, shape: MoeShape) -> MoeShape:

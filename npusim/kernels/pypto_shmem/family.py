@@ -91,6 +91,8 @@ class PyptoShmem(Family):
             "scheduling AICPUs place on AIV/AIC cores; WaitUntil polled by the AICPU; the "
             "combine's weighted sum a cube Matmul")
     ops = (DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
 

@@ -62,6 +62,7 @@ RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.shape.
 
 class DispatchClassic(Kernel):
     name = "dispatch"
+    profiles = True  # profile_fields: the harness frames
     phases = (
         Phase("send", "every core c (dst_rank c): five scans of expert_ids, a row "
               "mte_put_nbi + quiet per routed (token, k), assist signal_ops, ready and count "
@@ -86,6 +87,7 @@ class DispatchClassic(Kernel):
 
 class CombineClassic(Kernel):
     name = "combine"
+    profiles = True  # profile_fields: the harness frames
     phases = (
         Phase("send", "every core c (src_rank c): per row of segments (le, c) a row "
               "mte_put_nbi + quiet and a 32 B status put + quiet (frame comm_only)"),
@@ -122,6 +124,8 @@ class ShmemClassic(Family):
     help = ("hicann/shmem's dispatch_classic / combine_classic examples: one core per peer, "
             "a put and a quiet per token, scalar element-by-element compaction and reduction")
     ops = (DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
     options = (

@@ -92,6 +92,7 @@ def _check(arrays: Sequence[Arrays], t: HostTiling, name: str) -> dict[str, Any]
 
 class _Sdma(Kernel):
     engines = ("sdma",)
+    profiles = True  # profile_fields: the transfer frames
 
     def cores(self, tiling: HostTiling) -> int:
         return tiling.cores
@@ -140,6 +141,7 @@ class Get(_Sdma):
 
 class Rma(Kernel):
     name = "rma"
+    profiles = True  # profile_fields: the transfer frames
     phases = (Phase("rma", "AIV 0: 10 x (aclshmem_int32_p to the next PE's HOST_SIDE input, "
                     "aclshmem_quiet, aclshmem_int32_g of it, aclshmem_quiet) (frame "
                     "transfer)"),)
@@ -186,6 +188,7 @@ class ShmemHost(Family):
             "device GM and every PE's HOST_SIDE heap: D2H, D2rH, H2D, rH2D) and rma_d2h_demo "
             "(scalar put / get to host memory); Atlas A3")
     ops = (PUT, GET, RMA)
+    references = True  # reference_outputs
     runs = {"put": ("put",), "get": ("get",), "all": ("put", "get"), "rma": ("rma",)}
     options = (
         Option("pes", "int", 2, "n_pes: PEs (the examples' default 2; rma_d2h_demo runs 8)",

@@ -116,6 +116,8 @@ class TileLangShmem(Family):
             "examples/dispatch_combine): every AIV sends its share of pairs as UB -> remote "
             "puts, float status flags, row-by-row window copies")
     ops = (DISPATCH, COMBINE)
+    references = True  # reference_outputs
+    chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
     options = (
