@@ -364,3 +364,45 @@ def test_round_robin_observer_hears_each_content_with_its_first_read(hw):
     k = -(-(arrival - 2 * period) // (3 * period))
     assert start[(2, True)] == pytest.approx(2 * period + k * 3 * period)
     assert (0, True) not in start and (1, True) not in start
+
+
+@pytest.mark.parametrize("completion, done", [("landed", 350.0), ("acked", 400.0)])
+def test_a_put_completes_when_it_lands_or_when_its_write_response_is_back(completion, done):
+    # 1000 B / 10 GB/s + 200 ns put latency + 50 ns link = lands at 350 ns; acked, the
+    # response takes the link's 50 ns back before the put completes
+    m = Machine(round_hw(mte__put_completion=completion), world=2)
+    seen = {}
+
+    def body(ctx):
+        if ctx.rank_id == 0:
+            buf = ctx.alloc("out", 1000)
+            ctx.ub_write(buf, 0, np.full(1000, 7, np.uint8), ops=0)
+            op = ctx.put(1, 4096, buf, 1000)
+            yield from ctx.wait(op)
+            seen["wait"] = ctx.t
+            ctx.put(1, 8192, buf, 1000)
+            yield from ctx.pipe_barrier("mte3")
+            seen["barrier"] = ctx.t
+        else:
+            ctx.t = 351.0
+            yield from ctx.sync()
+            seen["landed"] = ctx.window().read(4096, 1000).copy()
+
+    launch(m, _only({0}, body))
+    assert seen["wait"] == pytest.approx(done)
+    assert seen["barrier"] == pytest.approx(2 * done)
+    assert (seen["landed"] == 7).all()  # the bytes are in at landing either way
+
+
+def test_a_put_to_the_own_rank_has_no_response_trip():
+    m = Machine(round_hw(mte__put_completion="acked"), world=2)
+    seen = {}
+
+    def body(ctx):
+        buf = ctx.alloc("out", 1000)
+        ctx.ub_write(buf, 0, np.full(1000, 7, np.uint8), ops=0)
+        yield from ctx.wait(ctx.put(ctx.rank_id, 0, buf, 1000))
+        seen[ctx.rank_id] = ctx.t
+
+    launch(m, _only({0}, body))
+    assert seen[0] == pytest.approx(1000 / 10 + 100)  # UB -> own GM: port rate + MTE3 head

@@ -89,6 +89,10 @@ class MTEConfig:
     gm_to_ub_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
     ub_to_gm_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
     put_latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    # when a put to another die completes (what SyncFunc<MTE3_S>, PipeBarrier<PIPE_MTE3>
+    # and a queue's FreeTensor wait for): "landed" when its bytes land, "acked" when the
+    # remote die's write response is back, one link latency later (npusim.runtime.transfer)
+    put_completion: str = field(default="landed", metadata={"choices": ("landed", "acked")})
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,7 @@ def _send(ctx: KernelContext, dst: HostRegion, dst_offset: int, src: UBBuffer,
     send.dst, send.dst_offset, send.dst_span = dst, dst_offset, nbytes
     send.nbytes, send.path, send.cap, send.latency = nbytes, route.path, route.cap_gbps, \
         route.latency_ns
+    send.ack = route.ack_ns  # a host write completes at its landing (no response modelled)
     ctx._count(pipe, name, nbytes, remote)
     pipe.submit(ctx.t, send)
     return op

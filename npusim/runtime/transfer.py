@@ -23,12 +23,15 @@ from npusim.runtime.fault import past_time_limit
 
 class Route(NamedTuple):
     """Where an MTE3 transfer goes: the links it crosses (the landing die's L2 or HBM is
-    added per transfer: Rank.write_path), the issuing port's cap (GB/s) and the latency
-    after its last byte (ns)."""
+    added per transfer: Rank.write_path), the issuing port's cap (GB/s), the latency
+    after its last byte up to the landing (ns), and for a write to another die the time
+    its write response takes back (ns): the MTE retires the write, and a barrier or
+    SyncFunc<MTE3_S> on it returns, only when the response is in."""
 
     path: tuple
     cap_gbps: float
     latency_ns: float
+    ack_ns: float = 0.0
 
 # the per-core transfer counters' keys, one tuple per distinct key (interning, no state)
 _TRANSFER_KEYS: dict[tuple[str, str, str, bool], tuple[str, str, str, bool]] = {}
@@ -39,14 +42,17 @@ class _Send:
     W 768 dispatch has hundreds of thousands queued at once)."""
 
     __slots__ = ("ctx", "op", "pipe", "atomic", "strided", "src", "src_offset", "src_span",
-                 "dst", "dst_offset", "dst_span", "nbytes", "path", "cap", "latency")
+                 "dst", "dst_offset", "dst_span", "nbytes", "path", "cap", "latency", "ack")
 
     def __call__(self) -> None:
-        """Start it (the pipe's queue holds the object itself: no bound method each)."""
+        """Start it (the pipe's queue holds the object itself: no bound method each).
+        Without a write response the delivery event is the op's own; with one the op
+        completes later (retire), so the delivery gets no event of its own."""
         op, pipe = self.op, self.pipe
         pipe.began(op)
         self.ctx.machine.net.start(self.nbytes, self.cap, self.path, self.latency, self.done,
-                                   self.ctx._on_sent(pipe, op), op.event())
+                                   self.ctx._on_sent(pipe, op),
+                                   None if self.ack else op.event())
 
     def done(self, t: float) -> None:
         # the bytes are read from UB at delivery: the hazard checks guarantee nothing
@@ -64,7 +70,15 @@ class _Send:
             strided.scatter(span, payload)
             dst.write(self.dst_offset, span)
         src.read_busy = t
-        self.ctx._finish(self.pipe, self.op, t, self.nbytes)
+        if self.ack:  # the bytes are in; the write completes when its response is back
+            self.pipe.later(t + self.ack, self.retire)
+        else:
+            self.ctx._finish(self.pipe, self.op, t, self.nbytes)
+
+    def retire(self) -> None:
+        """The write response is back: the op completes (waiters and fences go on)."""
+        ctx = self.ctx
+        ctx._finish(self.pipe, self.op, ctx.env.now, self.nbytes)
 
 @dataclass(frozen=True)
 class Strided:
@@ -247,8 +261,8 @@ class TransferPath:
             return self._local
         links, link_latency = self.machine.fabric.route(self.rank_id, pe)
         mte = self.cfg.mte
-        return Route(tuple(links), mte.put_gbps,
-                     mte.put_latency_ns + link_latency)
+        return Route(tuple(links), mte.put_gbps, mte.put_latency_ns + link_latency,
+                     link_latency if mte.put_completion == "acked" else 0.0)
 
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
               name: str, route: Route, strided: Strided | None = None, remote: bool = False,
@@ -287,7 +301,7 @@ class TransferPath:
         op = Op(self.env, name, "mte3")
         pipe = self.core.mte3
         pipe.issue(op)
-        path, cap, latency = route
+        path, cap, latency, ack = route
         landing = self.machine.ranks[dst.rank].write_path(nbytes)
         if landing:
             path = (*path, *landing)
@@ -296,6 +310,7 @@ class TransferPath:
         send.src, send.src_offset, send.src_span = src, src_offset, src_span
         send.dst, send.dst_offset, send.dst_span = dst, dst_offset, dst_span
         send.nbytes, send.path, send.cap, send.latency = nbytes, path, cap, latency
+        send.ack = ack
         self._count(pipe, name, nbytes, remote)
         pipe.submit(self.t, send)
         return op

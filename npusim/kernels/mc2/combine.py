@@ -139,12 +139,11 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
             ctx.scalar(6)
             yield from one_row(_ % 2, i)
             i = (i + stride) % n
-    else:  # two rows, one MTE3 barrier, two flags
+    else:  # rows_per_barrier rows (1 or 2), one MTE3 barrier, their flags
         loop = 0
+        step = t.combine_rows_per_barrier
         while loop < n:
-            pair = [(loop + rank) % n]
-            if loop + 1 < n:
-                pair.append((loop + 1 + rank) % n)
+            pair = [(loop + j + rank) % n for j in range(min(step, n - loop))]
             ctx.scalar(6 * len(pair))
             sent = []
             for p, i in enumerate(pair):

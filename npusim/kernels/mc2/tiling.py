@@ -43,6 +43,7 @@ class Mc2Tiling(OnShape):
     performance_info: bool = False  # dispatch records each source's wait (us)
     comm_alg: str = "fullmesh_v1"  # fullmesh_v1 | fullmesh_v2 (MoeDistributeDispatchV2FullMesh)
     quant_dtype: str = "e5m2"  # the FP8 modes' element format: e5m2 | e4m3
+    combine_rows_per_barrier: int = 2  # A3 combine send: rows put per PipeBarrier<PIPE_MTE3>
 
     # ---- shape shorthands
     @property
