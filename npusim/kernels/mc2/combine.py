@@ -245,12 +245,13 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     blocks = cslot // WIN_ADDR_ALIGN
     has_es = t.expert_scales
     es = None
-    if has_es:  # ExpertScaleCopy: the scales of my first to last token
-        span = (last - first + 1) * K
+    if has_es:  # ExpertScaleCopy: the scales of my first to last token (or of all)
+        lo = 0 if t.whole_expert_scales else first
+        span = (bs if t.whole_expert_scales else last - first + 1) * K
         es_buf = ctx.alloc("expert_scales", align32(4 * span))
-        yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 4 * first * K,
+        yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 4 * lo * K,
                                         4 * span, name="copy_expert_scales"))
-        es = ctx.ub_read(es_buf, F32, span, ops=0).reshape(-1, K)
+        es = ctx.ub_read(es_buf, F32, span, ops=0).reshape(-1, K)[first - lo:]
     flag_bytes = KS * blocks * 32 if arch35 else KS * 32
     flags = ctx.alloc("state", align32(flag_bytes))
     zeros = ctx.alloc("state_reset", align32(blocks * 32 if arch35 else KS * 32))

@@ -42,6 +42,9 @@ class Mc2Tiling(OnShape):
     performance_info: bool = False  # dispatch records each source's wait (us)
     comm_alg: str = "fullmesh_v1"  # fullmesh_v1 | fullmesh_v2 (MoeDistributeDispatchV2FullMesh)
     quant_dtype: str = "e5m2"  # the FP8 modes' element format: e5m2 | e4m3
+    # combine's LocalWindowCopy loads all BS x K expert scales (DeepEP-Ascend's fork of
+    # CombineV2) rather than its cores' span (ExpertScaleCopy)
+    whole_expert_scales: bool = False
 
     # ---- shape shorthands
     @property
