@@ -19,7 +19,7 @@ from npusim.errors import InputError
 from npusim.kernels.deepep.family import FAMILY
 from npusim.kernels.mc2 import reference as mref
 from npusim.scenario import load_scenario
-from npusim.sim import simulate
+from npusim.sim import Forked, simulate
 
 W, BS, H, K, L = 4, 16, 1024, 4, 4
 SMALL = {"bs": BS, "h": H, "k": K, "ep_world_size": W, "experts_per_rank": L}
@@ -195,3 +195,19 @@ def test_set_switches_the_mode(tmp_path: Path) -> None:
     assert out.returncode == 0
     report = (tmp_path / "o" / "report.md").read_text()
     assert "low_latency_dispatch" in report and "dispatch_layout" not in report
+
+
+def test_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
+    """With two workers the combine runs ahead on the reference dispatch; the simulated
+    dispatch writes exactly what the combine reads of it, so the forked run is kept and the
+    result is the one of a single worker."""
+    sc = _scenario(tmp_path, quant="int8")
+    inputs = _inputs(sc)
+    one = _run(sc, inputs)
+    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+        two = simulate(sc, workers=2)
+    assert two.combine_ahead == ("kept" if Forked.available() else "")
+    for x, y in zip(one.ops, two.ops, strict=True):
+        assert x.end_ns - x.start_ns == y.end_ns - y.start_ns
+    assert [o["combined_x"].tobytes() for o in one.ops[-1].outputs] == \
+        [o["combined_x"].tobytes() for o in two.ops[-1].outputs]

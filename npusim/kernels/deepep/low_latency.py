@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.family import Arrays, Misfit, TensorSpec
+from npusim.kernels.mc2 import family as mc2
 from npusim.kernels.mc2.family import FAMILY as MC2
 from npusim.kernels.mc2.family import Combine, Dispatch
 from npusim.kernels.mc2.tiling import Mc2Tiling
@@ -55,6 +56,10 @@ QUANT = {"bf16": "none", "int8": "int8"}
 KEYS = {"workload.ccl_buffer_size": "workload.hccl_buffsize",
         "workload.dispatch_quant": "workload.quant",
         "workload.global_bs": "workload.num_max_dispatch_tokens_per_rank"}
+
+# mc2's kernels and the run that holds both, by mc2's own declarations
+MC2_DISPATCH, MC2_COMBINE = mc2.DISPATCH.name, mc2.COMBINE.name
+MC2_BOTH = next(op for op, ks in MC2.runs.items() if ks == (MC2_DISPATCH, MC2_COMBINE))
 
 RUNS = {"dispatch": ("low_latency_dispatch",),
         "dispatch_combine": ("low_latency_dispatch", "low_latency_combine"),
@@ -171,7 +176,7 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
         return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: "
                       f"num_max_dispatch_tokens_per_rank >= x.size(0) fails (deep_ep.cpp "
                       f"EP_HOST_ASSERT); allowed: 0 (bs) or at least bs = {shape.BS}")
-    m = MC2.misfit(shape, mc2_options(shape, options), hardware, "dispatch_combine")
+    m = MC2.misfit(shape, mc2_options(shape, options), hardware, MC2_BOTH)
     if m is None:
         return None
     return Misfit(KEYS.get(m.key, m.key), m.message)
@@ -203,7 +208,7 @@ def _mc2_dispatch_out(t: Mc2Tiling, inputs: list[Arrays],
                       previous: list[Arrays] | None) -> list[Arrays]:
     if previous is not None:
         return _to_mc2(DISPATCH.outputs, previous)
-    got = MC2.reference_outputs("dispatch", t, _mc2_inputs(t, inputs))
+    got = MC2.reference_outputs(MC2_DISPATCH, t, _mc2_inputs(t, inputs))
     assert got is not None
     return got
 
@@ -213,7 +218,7 @@ def op_inputs(kernel: str, t: Mc2Tiling, inputs: list[Arrays],
     m_in = _mc2_inputs(t, inputs)
     if kernel == DISPATCH.name:
         return _from_mc2(DISPATCH.inputs, m_in)
-    got = MC2.op_inputs("combine", t, m_in, _mc2_dispatch_out(t, inputs, previous))
+    got = MC2.op_inputs(MC2_COMBINE, t, m_in, _mc2_dispatch_out(t, inputs, previous))
     return _from_mc2(COMBINE.inputs, got)
 
 
@@ -224,5 +229,5 @@ def reference_outputs(kernel: str, t: Mc2Tiling, inputs: list[Arrays]) -> list[A
 
 
 def next_reads(kernel: str, t: Mc2Tiling, inputs: list[Arrays], outputs: list[Arrays]) -> bytes:
-    return MC2.next_reads("dispatch", t, _mc2_inputs(t, inputs),
+    return MC2.next_reads(MC2_DISPATCH, t, _mc2_inputs(t, inputs),
                           _to_mc2(DISPATCH.outputs, outputs))
