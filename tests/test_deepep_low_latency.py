@@ -181,6 +181,9 @@ def test_refusals(tmp_path: Path) -> None:
     assert "please use int8 or bf16" in _refused(tmp_path, quant="mx_fp8_e5m2")
     msg = _refused(tmp_path, hccl_buffsize=1, bs=512, h=7168, k=8)
     assert "hccl_buffsize" in msg
+    assert "normal mode's rounds" in _refused(tmp_path, long_seq_round=2)
+    msg = _refused(tmp_path, mode="normal", num_max_dispatch_tokens_per_rank=32)
+    assert "allowed with mode normal: 0" in msg
 
 
 def test_set_switches_the_mode(tmp_path: Path) -> None:

@@ -271,7 +271,16 @@ class DeepEP(Family):
             return Misfit("workload.dtype", f"{shape.dtype}: DeepEP's dispatch takes bf16 "
                           "tokens; allowed: bfloat16")
         if options["mode"] == "low_latency":
+            for key in ("long_seq_round", "per_round_tokens"):
+                if options[key] != self.option_defaults()[key]:
+                    return Misfit(f"workload.{key}", f"{options[key]}: DEEPEP_NORMAL_LONG_SEQ_* "
+                                  "set the normal mode's rounds; allowed with mode "
+                                  "low_latency: the default")
             return ll.misfit(shape, options, hardware, op)
+        top = options["num_max_dispatch_tokens_per_rank"]
+        if top:
+            return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: an argument of "
+                          "the low-latency calls; allowed with mode normal: 0")
         rounds, per_round = options["long_seq_round"], options["per_round_tokens"]
         if rounds * per_round > MAX_TOTAL_TOKENS:
             return Misfit("workload.long_seq_round", f"DEEPEP_NORMAL_LONG_SEQ_ROUND ({rounds}) * "
