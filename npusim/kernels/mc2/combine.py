@@ -139,12 +139,10 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
             ctx.scalar(6)
             yield from one_row(_ % 2, i)
             i = (i + stride) % n
-    else:  # two rows, one MTE3 barrier, two flags
+    else:  # two rows (DeepEP's fork: one), one MTE3 barrier, their flags
         loop = 0
         while loop < n:
-            pair = [(loop + rank) % n]
-            if loop + 1 < n:
-                pair.append((loop + 1 + rank) % n)
+            pair = [(loop + j + rank) % n for j in range(min(t.combine_send_rows, n - loop))]
             ctx.scalar(6 * len(pair))
             sent = []
             for p, i in enumerate(pair):
