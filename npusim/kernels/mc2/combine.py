@@ -278,7 +278,9 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         check += 6 * KS * ctx.issue_ns
     while pending:
         polls = []
-        for tok in pending:
+        # WaitDispatch(tokenIndex) of DeepEP's fork: the tokens in order, each waited for
+        waiting = pending[:1] if t.combine_tokens_in_order else pending
+        for tok in waiting:
             if arch35:
                 skip = [k < K and not (live[tok, k] and ids[tok, k] < t.shape.E)
                         for k in range(KS)]
@@ -291,8 +293,8 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
                                   SumEquals(F32, 8.0 * (valid[tok] + S), tolerance=0.49),
                                   flags,
                                   nbytes=KS * 32, check_ns=check))
-        seen = perf.a3_observer(pending, polls) if perf is not None and not arch35 else None
-        j = yield from ctx.poll_round_robin(polls, start % len(pending), name="wait_tokens",
+        seen = perf.a3_observer(waiting, polls) if perf is not None and not arch35 else None
+        j = yield from ctx.poll_round_robin(polls, start % len(waiting), name="wait_tokens",
                                             observe=seen)
         tok = pending.pop(j)
         start = j

@@ -53,6 +53,8 @@ class Mc2Tiling(OnShape):
     update_token_nums_out: bool = False
     # combine's send: rows per step before its PipeBarrier<PIPE_MTE3> and their flags
     combine_send_rows: int = 2
+    # combine's receive waits for its tokens in order, not round robin over the pending
+    combine_tokens_in_order: bool = False
 
     # ---- shape shorthands
     @property
