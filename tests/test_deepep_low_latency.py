@@ -87,6 +87,18 @@ def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
         assert comb[r]["combined_x"].tobytes() == want_x[r].tobytes(), r
 
 
+def test_one_local_expert_matches_reference(tmp_path: Path) -> None:
+    """L = 1: UpdateTokenNumsOut writes the last core's total without re-reading counts."""
+    sc = _scenario(tmp_path, quant="int8", experts_per_rank=1, k=2)
+    inputs = _inputs(sc)
+    disp = _run(sc, inputs).ops[0].outputs
+    shape = mref.mc2_shape(W, (BS,) * W, H, 2, W)
+    ins = [mref.DispatchInputs(a["x"], a["topk_idx"].astype(np.int32)) for a in inputs]
+    for got, want in zip(disp, mref.reference_dispatch(shape, ins, "int8", 1), strict=True):
+        assert np.array_equal(got["packed_recv_count"], want.expert_token_nums)
+        assert got["packed_recv_x"].tobytes() == want.expand_x.tobytes()
+
+
 def _calc_diff(x: np.ndarray, y: np.ndarray) -> float:
     """tests/python/deepep/utils.py calc_diff: 1 - the cosine-like similarity of x+1, y+1."""
     a, b = x.astype(np.float64) + 1, y.astype(np.float64) + 1
