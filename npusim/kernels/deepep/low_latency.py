@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Misfit, TensorSpec
+from npusim.kernels.family import Arrays, Misfit, Phase, TensorSpec
 from npusim.kernels.mc2 import family as mc2
 from npusim.kernels.mc2.family import FAMILY as MC2
 from npusim.kernels.mc2.family import Combine, Dispatch
@@ -100,6 +100,23 @@ def _selections(t: Mc2Tiling) -> list[int]:
     return [t.bs(r) * t.K for r in range(t.W)]
 
 
+# the phases whose cores work otherwise in the fork (the rest: mc2's words)
+DISPATCH_PHASES = {
+    "local_copy": "the cores with entries, one received row per copy",
+    "token_nums": "every core SyncAlls (L > 1); the last core with entries re-reads "
+                  "ep_recv_count (UpdateTokenNumsOut)",
+}
+COMBINE_PHASES = {
+    "send": "every core: its share of ep_recv_count[-1] rows, one row, barrier and flag "
+            "at a time",
+    "receive": "every core: its share of the tokens, each waited for in order",
+}
+
+
+def _phases(phases: Sequence[Phase], words: Mapping[str, str]) -> tuple[Phase, ...]:
+    return tuple(replace(p, cores=words.get(p.name, p.cores)) for p in phases)
+
+
 _d_in = _split(_exposed(Dispatch.inputs, DISPATCH_NAMES))[0]  # no expert scales passed
 _d_out, _d_hidden_out = _split(_exposed(Dispatch.outputs, DISPATCH_NAMES))
 _c_in = _exposed(Combine.inputs, COMBINE_NAMES)
@@ -111,6 +128,7 @@ class LowLatencyDispatch(Dispatch):
 
     name = "low_latency_dispatch"
     variant = "quant"
+    phases = _phases(Dispatch.phases, DISPATCH_PHASES)
     inputs = _d_in
     outputs = _d_out
     scratch = (*Dispatch.scratch, *_d_hidden_out)
@@ -128,6 +146,7 @@ class LowLatencyCombine(Combine):
 
     name = "low_latency_combine"
     variant = None
+    phases = _phases(Combine.phases, COMBINE_PHASES)
     inputs = _c_in
     outputs = _c_out
     scratch = (*Combine.scratch, *_c_hidden)
