@@ -44,8 +44,10 @@ DISPATCH_NAMES = {"topk_idx": "expert_ids", "packed_recv_x": "expand_x",
 COMBINE_NAMES = {"x": "expand_x", "topk_idx": "expert_ids", "topk_weights": "expert_scales",
                  "src_info": "assist_info_for_combine", "layout_range": "ep_recv_count",
                  "combined_x": "x"}
-# what DeepEP neither passes nor returns: declared as scratch (zero rows here)
-HIDDEN = ("expert_scales", "expand_scales", "performance_info", "performance_info_cores")
+# what DeepEP passes and returns; the operators' other tensors (optional, zero rows with
+# DeepEP's call) are declared as scratch
+DISPATCH_API = ("x", *DISPATCH_NAMES)
+COMBINE_API = tuple(COMBINE_NAMES)
 
 # The operators' options DeepEP's host code fixes (deep_ep.cpp low_latency_dispatch /
 # low_latency_combine on A3, MOE_ENABLE_CCU and MOE_EXPERT_TOKEN_NUMS_TYPE unset)
@@ -73,10 +75,11 @@ def _exposed(specs: Sequence[TensorSpec], names: Mapping[str, str]) -> tuple[Ten
                  for s in specs)
 
 
-def _split(specs: tuple[TensorSpec, ...]) -> tuple[tuple[TensorSpec, ...],
-                                                   tuple[TensorSpec, ...]]:
-    return (tuple(s for s in specs if s.name not in HIDDEN),
-            tuple(s for s in specs if s.name in HIDDEN))
+def _split(specs: tuple[TensorSpec, ...], api: Sequence[str]
+           ) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(the tensors DeepEP's API has, the operators' others)."""
+    return (tuple(s for s in specs if s.name in api),
+            tuple(s for s in specs if s.name not in api))
 
 
 def token_bytes(h: int, quant: str) -> int:
@@ -117,10 +120,11 @@ def _phases(phases: Sequence[Phase], words: Mapping[str, str]) -> tuple[Phase, .
     return tuple(replace(p, cores=words.get(p.name, p.cores)) for p in phases)
 
 
-_d_in = _split(_exposed(Dispatch.inputs, DISPATCH_NAMES))[0]  # no expert scales passed
-_d_out, _d_hidden_out = _split(_exposed(Dispatch.outputs, DISPATCH_NAMES))
-_c_in = _exposed(Combine.inputs, COMBINE_NAMES)
-_c_out, _c_hidden = _split(_exposed(Combine.outputs, COMBINE_NAMES))
+_d_in, _d_absent = _split(_exposed(Dispatch.inputs, DISPATCH_NAMES), DISPATCH_API)
+_d_absent = tuple(s for s in _d_absent if s.name != "expert_scales")  # not read: none passed
+_d_out, _d_hidden = _split(_exposed(Dispatch.outputs, DISPATCH_NAMES), DISPATCH_API)
+_c_in, _c_absent = _split(_exposed(Combine.inputs, COMBINE_NAMES), COMBINE_API)
+_c_out, _c_hidden = _split(_exposed(Combine.outputs, COMBINE_NAMES), COMBINE_API)
 
 
 class LowLatencyDispatch(Dispatch):
@@ -131,7 +135,7 @@ class LowLatencyDispatch(Dispatch):
     phases = _phases(Dispatch.phases, DISPATCH_PHASES)
     inputs = _d_in
     outputs = _d_out
-    scratch = (*Dispatch.scratch, *_d_hidden_out)
+    scratch = (*Dispatch.scratch, *_d_absent, *_d_hidden)
 
     def program(self, tiling: Mc2Tiling) -> Any:
         return super().program(replace(tiling, expert_scales=False))
@@ -149,7 +153,7 @@ class LowLatencyCombine(Combine):
     phases = _phases(Combine.phases, COMBINE_PHASES)
     inputs = _c_in
     outputs = _c_out
-    scratch = (*Combine.scratch, *_c_hidden)
+    scratch = (*Combine.scratch, *_c_absent, *_c_hidden)
 
     def timing_fields(self, tiling: Mc2Tiling, run: Any, contexts: Any) -> dict[str, Any]:
         return bandwidth_fields(_selections(tiling), token_bytes(tiling.H, "bf16"),
