@@ -4,13 +4,16 @@ moe_distribute_dispatch_v2.h, moe_distribute_combine_v2.h).
 
 They are DeepEP's forks of ops-transformer's MoeDistributeDispatchV2 / CombineV2, which the
 ``mc2`` family models with ``comm_alg: fullmesh_v1``. So this module runs mc2's programs on
-mc2's tiling and names what the fork changes (docs/kernels/deepep.md, "Low-latency mode"):
+mc2's tiling and names what differs (docs/kernels/deepep.md, "Low-latency mode"):
 
 - the call: deep_ep.cpp passes no expert scales to the dispatch (it copies none), global_bs =
   num_max_dispatch_tokens_per_rank x W, quant_mode 0 or 2, expert_token_nums_type 1, combine
   in BF16 (comm_quant_mode 0);
-- the combine's LocalWindowCopy loads all BS x K expert scales on every core with tokens
-  (``Mc2Tiling.whole_expert_scales``) where ops-transformer's ExpertScaleCopy loads its span.
+- the fork is an earlier state of the operators than mc2's: its dispatch copies received rows
+  one at a time and ends with UpdateTokenNumsOut, its combine sends one row per MTE3 barrier
+  and waits for its tokens in order (``Mc2Tiling`` fields, whose defaults are mc2's);
+- its own change: the combine's LocalWindowCopy loads all BS x K expert scales on every core
+  with tokens (``whole_expert_scales``) where ExpertScaleCopy loads the core's span.
 
 The tensors DeepEP returns carry its python API's names (packed_recv_x, packed_recv_x_scales,
 packed_recv_count, the handle's src_info and layout_range, combined_x); `TensorSpec.gm` keeps
