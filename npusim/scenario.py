@@ -105,7 +105,8 @@ class Workload:
     @property
     def ops(self) -> tuple[str, ...]:
         """Kernel calls in run order."""
-        return tuple(self.family.runs[self.op]) if self.family is not None else (self.op,)
+        return (tuple(self.family.runs_of(self.options)[self.op]) if self.family is not None
+                else (self.op,))
 
     @property
     def max_recv_rows(self) -> int:

@@ -76,7 +76,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     t = tiling_of(scenario)
     inputs = load_inputs(scenario)
     limit_ns = scenario.run.sim_time_limit_us * 1000.0
-    kernels = fam.kernels_of(scenario.workload.op)
+    kernels = fam.kernels_of(scenario.workload.op, scenario.workload.options)
 
     def leg(kernel: Kernel, previous: list[Arrays] | None) -> Leg:
         m = Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace),
@@ -212,17 +212,18 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     for r, (rank, arrays) in enumerate(zip(machine.ranks, op_inputs, strict=True)):
         for spec in kernel.inputs:
             a = arrays[spec.name]
-            rank.tensor(spec.name, a if isinstance(a, RowTable)
+            rank.tensor(spec.gm_name, a if isinstance(a, RowTable)
                         else np.ascontiguousarray(a, dtype=spec.np_dtype(t)))
         for spec in (*kernel.outputs, *kernel.scratch):
-            rank.tensor(spec.name, spec.nbytes(t, r))
+            rank.tensor(spec.gm_name, spec.nbytes(t, r))
     zones = fam.window(t).regions()  # every window access must stay in a zone
     for rank in machine.ranks:
         rank.window.set_zones(zones)
     res = launch(machine, kernel.program(t), time_limit_ns=limit_ns, cores=kernel.cores(t),
                  kind=kernel.core_kind, launch_ns=kernel.launch_ns(machine.cfg),
                  wall_limit_s=wall_limit_s)
-    outputs = [{spec.name: rank.tensors[spec.name].as_array(spec.np_dtype(t), spec.shape(t, r))
+    outputs = [{spec.name: rank.tensors[spec.gm_name].as_array(spec.np_dtype(t),
+                                                               spec.shape(t, r))
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)
     run.family_fields = kernel.report_fields(t, outputs)

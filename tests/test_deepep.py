@@ -164,7 +164,7 @@ def test_refusals(tmp_path: Path) -> None:
     assert "NEEDED_HCCL_BUFFSIZE" in msg and "= 213MB" in msg and "HCCL_BUFFSIZE" in msg
     assert "no SHMEM" in _refused(tmp_path, hardware="atlas_a2", context="shmem")
     assert "1024 MiB stride" in _refused(tmp_path, context="shmem", hccl_buffsize=1100)
-    assert "not modelled yet" in _refused(tmp_path, mode="low_latency")
+    assert "belongs to the normal mode" in _refused(tmp_path, mode="low_latency", op="layout")
 
 
 def test_combine_alone_runs_on_the_reference_dispatch(tmp_path: Path) -> None:

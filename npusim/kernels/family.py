@@ -68,6 +68,13 @@ class TensorSpec:
     dtype: Callable[[Any], Any]
     shape: Callable[[Any, int], tuple[int, ...]]
     help: str = ""
+    # the name the kernel's program reads it by, when the family exposes it under another
+    # (a forked kernel shown with its API's names); "": `name`
+    gm: str = ""
+
+    @property
+    def gm_name(self) -> str:
+        return self.gm or self.name
 
     def np_dtype(self, tiling: Any) -> np.dtype:
         return np.dtype(self.dtype(tiling))
@@ -214,9 +221,16 @@ class Family:
                 return k
         raise KeyError(name)
 
-    def kernels_of(self, op: str) -> tuple[Kernel, ...]:
-        """The kernels `workload.op: <op>` runs, in order."""
-        return tuple(self.kernel(n) for n in self.runs[op])
+    def runs_of(self, options: Mapping[str, Any] | None = None
+                ) -> Mapping[str, tuple[str, ...]]:
+        """The runs under these options: `runs`, unless an option picks other kernels
+        (a mode with kernels of its own); a family with such an option overrides this."""
+        return self.runs
+
+    def kernels_of(self, op: str, options: Mapping[str, Any] | None = None
+                   ) -> tuple[Kernel, ...]:
+        """The kernels `workload.op: <op>` runs under `options`, in order."""
+        return tuple(self.kernel(n) for n in self.runs_of(options)[op])
 
     def option_defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.options}

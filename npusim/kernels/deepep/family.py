@@ -1,9 +1,11 @@
-"""Family ``deepep``: DeepEP-Ascend's normal mode (sgl-project/sgl-kernel-npu, python/deep_ep,
-kernels in csrc/deepep/ops for the Atlas A3, csrc/deepep/ops2 for the Atlas A2):
+"""Family ``deepep``: DeepEP-Ascend (sgl-project/sgl-kernel-npu, python/deep_ep, kernels in
+csrc/deepep/ops for the Atlas A3, csrc/deepep/ops2 for the Atlas A2). Normal mode:
 Buffer.get_dispatch_layout -> dispatch -> combine as the four kernels it launches
-(dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal). On an A2
-these run inside one server of 8 ranks; with more ranks DeepEP switches to its internode
-kernels (notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2), not modelled.
+(dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal); on an
+A2 inside one server of 8 ranks (with more DeepEP switches to its internode kernels
+notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2, not modelled).
+Low-latency mode (``workload.mode``, A3): low_latency_dispatch / low_latency_combine, mc2's
+V2 programs (``low_latency.py``).
 
 Tensor names are deep_ep.cpp's. Between notify_dispatch and the dispatch kernel DeepEP's host
 reads max_bs and total_recv_token with `.item()` to size recv_x: a host sync that is not
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.combine import combine_program
 from npusim.kernels.deepep.dispatch import dispatch_program
@@ -37,6 +40,7 @@ from npusim.kernels.deepep.window import (
     needed_buffsize,
 )
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import uniform_tokens
 from npusim.workload.routing import make_routing
@@ -141,13 +145,10 @@ def _bandwidth(t: DeepepTiling, run: Any, rows_name: str, ll_bytes: int) -> dict
     ns = run.end_ns - run.start_ns
     rows = _selected(run, rows_name)
     recv_bytes = [n * 2 * t.H for n in rows]
-    selections = t.BS * t.K
     return {"recv_x_rows": rows, "intranode_bytes": recv_bytes,
             "bottleneck_bandwidth_gbps": round(recv_bytes[0] / ns, 2) if ns else 0.0,
             "intranode_avg_gbps": round(float(np.mean(recv_bytes)) / ns, 2) if ns else 0.0,
-            "low_latency_bytes": selections * ll_bytes,
-            "low_latency_gbps": round(selections * ll_bytes / ns, 2) if ns else 0.0,
-            "kernel_us": round(ns / 1000.0, 2)}
+            **ll.bandwidth_fields([t.BS * t.K] * t.W, ll_bytes, ns)}
 
 
 class CamMoeDispatchNormal(Kernel):
@@ -174,9 +175,7 @@ class CamMoeDispatchNormal(Kernel):
         return dispatch_program(tiling)
 
     def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
-        h = tiling.H
-        ll = h + h // 128 * 4 + 16 if tiling.quant == "int8" else 2 * h
-        return _bandwidth(tiling, run, "recv_x", ll)
+        return _bandwidth(tiling, run, "recv_x", ll.token_bytes(tiling.H, tiling.quant))
 
 
 class CamMoeCombineNormal(Kernel):
@@ -219,10 +218,11 @@ def buffsize_mb(shape: MoeShape, options: Mapping[str, Any], platform: str = "a3
 
 class DeepEP(Family):
     name = "deepep"
-    help = ("DeepEP-Ascend normal mode (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 "
-            "server): dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
-            "cam_moe_combine_normal")
-    ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
+    help = ("DeepEP-Ascend (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 server): "
+            "normal mode (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
+            "cam_moe_combine_normal) or, on A3, low latency (MoeLowLatencyDispatchV2 / "
+            "CombineV2, mc2's V2 programs)")
+    ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE, *ll.OPS)
     references = True  # reference_outputs
     chains = True  # next_reads
     runs = {"layout": ("dispatch_layout",),
@@ -232,8 +232,9 @@ class DeepEP(Family):
     shape_limits = replace(DEFAULT_LIMITS, bs=(1, MAX_TOTAL_TOKENS), why="kernel limit",
                            source="deep_ep.cpp: MAX_TOTAL_TOKENS; the rest npusim's default")
     options = (
-        Option("mode", "choice", "normal", "DeepEP's mode: normal (prefill: the four kernels); "
-               "low_latency is not modelled yet", choices=("normal", "low_latency")),
+        Option("mode", "choice", "normal", "DeepEP's mode: normal (prefill: the four kernels) "
+               "or low_latency (decode: low_latency_dispatch, low_latency_combine)",
+               choices=("normal", "low_latency")),
         Option("quant", "choice", "bf16", "dispatch's quant_mode: bf16, int8 (per-token dynamic); "
                "the A5-only modes are refused on A2 and A3 as DeepEP refuses them",
                choices=("bf16", "int8", *A5_ONLY)),
@@ -246,10 +247,21 @@ class DeepEP(Family):
         Option("long_seq_round", "int", 1, "DEEPEP_NORMAL_LONG_SEQ_ROUND", lo=1, hi=MAX_ROUNDS),
         Option("per_round_tokens", "int", 8192, "DEEPEP_NORMAL_LONG_SEQ_PER_ROUND_TOKENS",
                lo=PER_ROUND_RANGE[0], hi=PER_ROUND_RANGE[1]),
+        Option("num_max_dispatch_tokens_per_rank", "int", 0, "low_latency: the argument of "
+               "low_latency_dispatch / combine (global_bs = it x W sizes the window); 0: bs",
+               lo=0, hi=MAX_TOTAL_TOKENS),
     )
 
+    def runs_of(self, options: Mapping[str, Any] | None = None
+                ) -> Mapping[str, tuple[str, ...]]:
+        if options is not None and options.get("mode") == "low_latency":
+            return ll.RUNS
+        return self.runs
+
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
-               timing_only: bool = False) -> DeepepTiling:
+               timing_only: bool = False) -> DeepepTiling | Mc2Tiling:
+        if options["mode"] == "low_latency":
+            return ll.tiling(shape, options, hardware, timing_only)
         p = platform(hardware) or "a3"
         return DeepepTiling(shape, options["quant"], options["long_seq_round"],
                             options["per_round_tokens"], hardware.chip.aiv_cores,
@@ -269,23 +281,34 @@ class DeepEP(Family):
             return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
                           "kernels (csrc/deepep/ops) and the A2's (ops2) inside one server; "
                           "the A5 variants are not modelled yet; allowed: atlas_a3, atlas_a2")
-        if p == "a2":
+        if options["mode"] == "low_latency" and p != "a3":
+            return Misfit("workload.mode", "low_latency: the A2's low-latency kernels (ops2 a2 "
+                          "and layered) are not modelled yet; allowed on atlas_a2: normal")
+        if p == "a2" and options["mode"] == "normal":
             bad = self._a2_misfit(shape)
             if bad is not None:
                 return bad
-        if options["mode"] != "normal":
-            return Misfit("workload.mode", f"{options['mode']}: not modelled yet in the deepep "
-                          "family (the low-latency V2 kernels are mc2's); allowed: normal")
         if options["quant"] in A5_ONLY:
             return Misfit("workload.quant", f"{options['quant']} is not supported on this "
                           "device, please use int8 or bf16 instead (deep_ep.cpp, A2 and A3 "
                           "builds); allowed: bf16, int8")
         if shape.S:
-            return Misfit("workload.shared_experts", f"{shape.S}: DeepEP's normal mode has no "
-                          "shared-expert ranks; allowed: 0")
+            return Misfit("workload.shared_experts", f"{shape.S}: shared-expert ranks are not "
+                          "modelled in the deepep family; allowed: 0")
         if shape.dtype != "bfloat16":
-            return Misfit("workload.dtype", f"{shape.dtype}: DeepEP's normal dispatch takes "
-                          "bf16 tokens; allowed: bfloat16")
+            return Misfit("workload.dtype", f"{shape.dtype}: DeepEP's dispatch takes bf16 "
+                          "tokens; allowed: bfloat16")
+        if options["mode"] == "low_latency":
+            for key in ("long_seq_round", "per_round_tokens"):
+                if options[key] != self.option_defaults()[key]:
+                    return Misfit(f"workload.{key}", f"{options[key]}: DEEPEP_NORMAL_LONG_SEQ_* "
+                                  "set the normal mode's rounds; allowed with mode "
+                                  "low_latency: the default")
+            return ll.misfit(shape, options, hardware, op)
+        top = options["num_max_dispatch_tokens_per_rank"]
+        if top:
+            return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: an argument of "
+                          "the low-latency calls; allowed with mode normal: 0")
         rounds, per_round = options["long_seq_round"], options["per_round_tokens"]
         if rounds * per_round > MAX_TOTAL_TOKENS:
             return Misfit("workload.long_seq_round", f"DEEPEP_NORMAL_LONG_SEQ_ROUND ({rounds}) * "
@@ -357,7 +380,10 @@ class DeepEP(Family):
     def pair_bytes(self, tiling: DeepepTiling, op: str, timing_only: bool, workers: int) -> int:
         """Dispatch: the record's window slot and its recv_x row with scale and triple;
         combine: its window slot and, functional, its input row. Dispatch's machine is freed
-        before combine's (a second worker runs notify_dispatch, which holds no rows)."""
+        before combine's (a second worker runs notify_dispatch, which holds no rows). Low
+        latency: not estimated (as mc2)."""
+        if isinstance(tiling, Mc2Tiling):
+            return 0
         t, kernels = tiling, self.runs[op]
         kept = t.H * t.out_dtype.itemsize + 4 + 12
         dispatch = t.window.disp + kept if DISPATCH.name in kernels else 0
@@ -390,6 +416,8 @@ class DeepEP(Family):
 
     def op_inputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
+        if isinstance(tiling, Mc2Tiling):
+            return ll.op_inputs(kernel, tiling, inputs, previous)
         t = tiling
         chain = self._chain.setdefault(id(inputs), {})
         before = self.runs["dispatch_combine"]
@@ -439,12 +467,16 @@ class DeepEP(Family):
 
     def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
+        if isinstance(tiling, Mc2Tiling):
+            return ll.reference_outputs(kernel, tiling, inputs)
         if kernel != LAYOUT.name:
             return None
         return [ref.layout(a["topk_idx"], self._sizes(tiling)) for a in inputs]
 
     def next_reads(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
+        if isinstance(tiling, Mc2Tiling):
+            return ll.next_reads(kernel, tiling, inputs, outputs)
         h = hashlib.sha256()
         for o in outputs:
             for name in ("num_tokens_per_expert", "send_token_idx_small"):

@@ -139,11 +139,10 @@ def send(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
             ctx.scalar(6)
             yield from one_row(_ % 2, i)
             i = (i + stride) % n
-    else:  # rows_per_barrier rows (1 or 2), one MTE3 barrier, their flags
+    else:  # two rows (DeepEP's fork: one), one MTE3 barrier, their flags
         loop = 0
-        step = t.combine_rows_per_barrier
         while loop < n:
-            pair = [(loop + j + rank) % n for j in range(min(step, n - loop))]
+            pair = [(loop + j + rank) % n for j in range(min(t.combine_send_rows, n - loop))]
             ctx.scalar(6 * len(pair))
             sent = []
             for p, i in enumerate(pair):
@@ -244,12 +243,13 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
     blocks = cslot // WIN_ADDR_ALIGN
     has_es = t.expert_scales
     es = None
-    if has_es:  # ExpertScaleCopy: the scales of my first to last token
-        span = (last - first + 1) * K
+    if has_es:  # ExpertScaleCopy: the scales of my first to last token (or of all)
+        lo = 0 if t.whole_expert_scales else first
+        span = (bs if t.whole_expert_scales else last - first + 1) * K
         es_buf = ctx.alloc("expert_scales", align32(4 * span))
-        yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 4 * first * K,
+        yield from ctx.wait(ctx.copy_in(es_buf, ctx.tensor("expert_scales"), 4 * lo * K,
                                         4 * span, name="copy_expert_scales"))
-        es = ctx.ub_read(es_buf, F32, span, ops=0).reshape(-1, K)
+        es = ctx.ub_read(es_buf, F32, span, ops=0).reshape(-1, K)[first - lo:]
     flag_bytes = KS * blocks * 32 if arch35 else KS * 32
     flags = ctx.alloc("state", align32(flag_bytes))
     zeros = ctx.alloc("state_reset", align32(blocks * 32 if arch35 else KS * 32))
@@ -278,7 +278,9 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
         check += 6 * KS * ctx.issue_ns
     while pending:
         polls = []
-        for tok in pending:
+        # WaitDispatch(tokenIndex) of DeepEP's fork: the tokens in order, each waited for
+        waiting = pending[:1] if t.combine_tokens_in_order else pending
+        for tok in waiting:
             if arch35:
                 skip = [k < K and not (live[tok, k] and ids[tok, k] < t.shape.E)
                         for k in range(KS)]
@@ -291,8 +293,8 @@ def receive(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:
                                   SumEquals(F32, 8.0 * (valid[tok] + S), tolerance=0.49),
                                   flags,
                                   nbytes=KS * 32, check_ns=check))
-        seen = perf.a3_observer(pending, polls) if perf is not None and not arch35 else None
-        j = yield from ctx.poll_round_robin(polls, start % len(pending), name="wait_tokens",
+        seen = perf.a3_observer(waiting, polls) if perf is not None and not arch35 else None
+        j = yield from ctx.poll_round_robin(polls, start % len(waiting), name="wait_tokens",
                                             observe=seen)
         tok = pending.pop(j)
         start = j

@@ -53,8 +53,11 @@ def dispatch_program(t: Mc2Tiling):
         with ctx.phase("wait_dispatch"):
             counts = yield from wait_dispatch(ctx, t, state)
         with ctx.phase("local_copy"):
-            yield from local_window_copy(ctx, t, state, counts)
-        if ctx.core_id == 0:
+            total = yield from local_window_copy(ctx, t, state, counts)
+        if t.update_token_nums_out:
+            with ctx.phase("token_nums"):
+                yield from update_token_nums_out(ctx, t, total)
+        elif ctx.core_id == 0:
             with ctx.phase("token_nums"):
                 yield from set_expert_token_nums(ctx, t, state)
 
@@ -446,7 +449,8 @@ def wait_dispatch_clear_status(ctx: KernelContext, win, base: int, wait_buf, n: 
 
 # --------------------------------------------------------------------------- local copy
 def local_window_copy(ctx: KernelContext, t: Mc2Tiling, state: int, counts) -> Wait:
-    """LocalWindowCopy: my prefix, then the rows of my entries window -> UB -> outputs."""
+    """LocalWindowCopy: my prefix, then the rows of my entries window -> UB -> outputs.
+    Returns the prefix after my entries (totalCnt_), None for a core without entries."""
     rank, core, C = ctx.rank_id, ctx.core_id, t.cores
     dfx = ctx.alloc("run_pos", 32)
     ctx.ub_write(dfx, 0, np.array([2], np.uint32))
@@ -528,6 +532,40 @@ def local_window_copy(ctx: KernelContext, t: Mc2Tiling, state: int, counts) -> W
     ctx.copy_out(ctx.tensor("ep_recv_count"), 4 * s0, prefix_buf, 4 * len(prefix),
                  name="write_ep_recv_count")
     yield from ctx.drain()
+    return begin
+
+
+def update_token_nums_out(ctx: KernelContext, t: Mc2Tiling, total: int | None) -> Wait:
+    """UpdateTokenNumsOut (DeepEP's fork): with more than one local expert every core
+    SyncAlls; the last core with entries writes its totalCnt_, then per local expert
+    re-reads two ep_recv_count entries through the data cache (DataCacheCleanAndInvalid,
+    GetValue) and writes their difference (type 1; type 0 accumulates) with SetValue."""
+    rank = ctx.rank_id
+    le, W = t.local_experts(rank), t.W
+    if le > 1:
+        yield from ctx.sync_all()
+    if ctx.core_id != min(t.status_count(rank), t.cores) - 1 or total is None:
+        return
+    recv, out = ctx.tensor("ep_recv_count"), ctx.tensor("expert_token_nums")
+    cache = ctx.dcache
+
+    def put(i: int, value: int) -> None:
+        ctx.gm_write_scalar(out, 8 * i, value, np.int64)
+        cache.dcci_line(out, 8 * i)
+
+    put(0, total)
+    if le == 1:
+        return
+    cache.dcci_line(recv, 4 * (W - 1))
+    acc = int(ctx.gm_read_scalar(recv, 4 * (W - 1), I32))
+    put(0, acc)
+    for i in range(1, le):
+        pre, cur = 4 * (W * (i - 1) + W - 1), 4 * (W * i + W - 1)
+        cache.dcci_line(recv, pre)
+        cache.dcci_line(recv, cur)
+        step = int(ctx.gm_read_scalar(recv, cur, I32)) - int(ctx.gm_read_scalar(recv, pre, I32))
+        acc = (acc if t.expert_token_nums_type == 0 else 0) + step
+        put(i, acc)
 
 
 def set_expert_token_nums(ctx: KernelContext, t: Mc2Tiling, state: int) -> Wait:

@@ -310,10 +310,6 @@ class Mc2(Family):
         Option("arch", "choice", "auto", "kernel code path: auto (from the preset's "
                "chip.arch: ascend910_93: arch22, ascend950: arch35), arch22 or arch35",
                choices=("auto", "arch22", "arch35")),
-        Option("combine_rows_per_barrier", "int", 2, "A3 (arch22) combine send: rows put "
-               "between two PipeBarrier<PIPE_MTE3>, each followed by its flag; 2: "
-               "ops-transformer's arch22 kernel, 1: the kernel before it, which DeepEP-Ascend "
-               "forked as MoeLowLatencyCombineV2", lo=1, hi=2),
     )
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
@@ -338,8 +334,7 @@ class Mc2(Family):
             smooth_scales=smooth, timing_only=timing_only, x_active_mask=o.x_active_mask,
             expert_scales=True, shared_expert_x=o.shared_expert_x,
             static_scales=o.static_scales, active_fraction=o.active_fraction,
-            performance_info=o.performance_info, comm_alg=alg, quant_dtype=o.quant_dtype,
-            combine_rows_per_barrier=o.combine_rows_per_barrier)
+            performance_info=o.performance_info, comm_alg=alg, quant_dtype=o.quant_dtype)
 
     def typed(self, options: Mapping[str, Any]) -> Mc2Options:
         """The options as a Mc2Options (keys left out: their declared defaults)."""

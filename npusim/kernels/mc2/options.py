@@ -29,7 +29,6 @@ class Mc2Options:
     shared_expert_x: bool
     performance_info: bool
     arch: str  # auto | arch22 | arch35
-    combine_rows_per_barrier: int  # A3 combine send: rows between PipeBarrier<PIPE_MTE3>
 
     @classmethod
     def of(cls, options: Mapping[str, Any], defaults: Mapping[str, Any]) -> Mc2Options:

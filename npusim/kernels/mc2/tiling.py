@@ -43,7 +43,19 @@ class Mc2Tiling(OnShape):
     performance_info: bool = False  # dispatch records each source's wait (us)
     comm_alg: str = "fullmesh_v1"  # fullmesh_v1 | fullmesh_v2 (MoeDistributeDispatchV2FullMesh)
     quant_dtype: str = "e5m2"  # the FP8 modes' element format: e5m2 | e4m3
-    combine_rows_per_barrier: int = 2  # A3 combine send: rows put per PipeBarrier<PIPE_MTE3>
+    # What DeepEP-Ascend's forks of the V2 kernels (MoeLowLatencyDispatchV2 / CombineV2, an
+    # earlier state of the operators) do otherwise; the defaults are ops-transformer's.
+    # combine's LocalWindowCopy loads all BS x K expert scales, not its core's span
+    whole_expert_scales: bool = False
+    # dispatch's LocalWindowCopy moves one row per copy, not batches of rows
+    local_copy_batches: bool = True
+    # dispatch ends with UpdateTokenNumsOut (a SyncAll, then the last core re-reads
+    # ep_recv_count through the data cache), not core 0's SetExpertTokenNums
+    update_token_nums_out: bool = False
+    # combine's send: rows per step before its PipeBarrier<PIPE_MTE3> and their flags
+    combine_send_rows: int = 2
+    # combine's receive waits for its tokens in order, not round robin over the pending
+    combine_tokens_in_order: bool = False
 
     # ---- shape shorthands
     @property
@@ -142,6 +154,8 @@ class Mc2Tiling(OnShape):
 
     def local_copy_rows(self, rank: int) -> tuple[int, int]:
         """(bytes of each of the two tripleQueue buffers, rows per batch)."""
+        if not self.local_copy_batches:  # xQueue_: one row per buffer
+            return self.window.dispatch.ub_row, 1
         left = (self.ub_bytes - self.wait_ub_used(rank)) // 32 * 32
         size = left // 2 // 32 * 32
         return size, size // self.window.dispatch.ub_row

@@ -1,0 +1,261 @@
+"""DeepEP-Ascend's low-latency mode on the A3: Buffer.low_latency_dispatch / low_latency_combine,
+the kernels MoeLowLatencyDispatchV2 / CombineV2 (csrc/deepep/ops/op_kernel
+moe_distribute_dispatch_v2.h, moe_distribute_combine_v2.h).
+
+They are DeepEP's forks of ops-transformer's MoeDistributeDispatchV2 / CombineV2, which the
+``mc2`` family models with ``comm_alg: fullmesh_v1``. So this module runs mc2's programs on
+mc2's tiling and names what differs (docs/kernels/deepep.md, "Low-latency mode"):
+
+- the call: deep_ep.cpp passes no expert scales to the dispatch (it copies none), global_bs =
+  num_max_dispatch_tokens_per_rank x W, quant_mode 0 or 2, expert_token_nums_type 1, combine
+  in BF16 (comm_quant_mode 0);
+- the fork is an earlier state of the operators than mc2's: its dispatch copies received rows
+  one at a time and ends with UpdateTokenNumsOut, its combine sends one row per MTE3 barrier
+  and waits for its tokens in order (``Mc2Tiling`` fields, whose defaults are mc2's);
+- its own change: the combine's LocalWindowCopy loads all BS x K expert scales on every core
+  with tokens (``whole_expert_scales``) where ExpertScaleCopy loads the core's span.
+
+The tensors DeepEP returns carry its python API's names (packed_recv_x, packed_recv_x_scales,
+packed_recv_count, the handle's src_info and layout_range, combined_x); `TensorSpec.gm` keeps
+the operator's name the program reads them by. The conversions between the two namings are
+the only glue: inputs, the chain and the reference are mc2's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from npusim.kernels.family import Arrays, Misfit, Phase, TensorSpec
+from npusim.kernels.mc2 import family as mc2
+from npusim.kernels.mc2.family import FAMILY as MC2
+from npusim.kernels.mc2.family import Combine, Dispatch
+from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.kernels.shape import MoeShape
+
+BS_UPPER_BOUND = 512  # moe_distribute_dispatch_v2_tiling.cpp (DeepEP's fork), x.size(0)
+SRC_TILING = "moe_distribute_dispatch_v2_tiling.cpp"
+
+# DeepEP's python names -> the operator's (mc2's) names, per kernel
+DISPATCH_NAMES = {"topk_idx": "expert_ids", "packed_recv_x": "expand_x",
+                  "packed_recv_x_scales": "dynamic_scales",
+                  "src_info": "assist_info_for_combine",
+                  "packed_recv_count": "expert_token_nums", "layout_range": "ep_recv_count"}
+COMBINE_NAMES = {"x": "expand_x", "topk_idx": "expert_ids", "topk_weights": "expert_scales",
+                 "src_info": "assist_info_for_combine", "layout_range": "ep_recv_count",
+                 "combined_x": "x"}
+# what DeepEP passes and returns; the operators' other tensors (optional, zero rows with
+# DeepEP's call) are declared as scratch
+DISPATCH_API = ("x", *DISPATCH_NAMES)
+COMBINE_API = tuple(COMBINE_NAMES)
+
+# The operators' options DeepEP's host code fixes (deep_ep.cpp low_latency_dispatch /
+# low_latency_combine on A3, MOE_ENABLE_CCU and MOE_EXPERT_TOKEN_NUMS_TYPE unset)
+FIXED = {"comm_alg": "fullmesh_v1", "combine_quant": "none", "expert_token_nums_type": 1,
+         "x_active_mask": "none", "expand_scales": False, "shared_expert_x": False}
+QUANT = {"bf16": "none", "int8": "int8"}
+# the deepep key a mc2 refusal is reported on
+KEYS = {"workload.ccl_buffer_size": "workload.hccl_buffsize",
+        "workload.dispatch_quant": "workload.quant",
+        "workload.global_bs": "workload.num_max_dispatch_tokens_per_rank"}
+
+# mc2's kernels and the run that holds both, by mc2's own declarations
+MC2_DISPATCH, MC2_COMBINE = mc2.DISPATCH.name, mc2.COMBINE.name
+MC2_BOTH = next(op for op, ks in MC2.runs.items() if ks == (MC2_DISPATCH, MC2_COMBINE))
+
+RUNS = {"dispatch": ("low_latency_dispatch",),
+        "dispatch_combine": ("low_latency_dispatch", "low_latency_combine"),
+        "combine": ("low_latency_combine",)}
+
+
+def _exposed(specs: Sequence[TensorSpec], names: Mapping[str, str]) -> tuple[TensorSpec, ...]:
+    """mc2's specs under DeepEP's names (the program keeps reading the operator's)."""
+    back = {v: k for k, v in names.items()}
+    return tuple(replace(s, name=back[s.name], gm=s.name) if s.name in back else s
+                 for s in specs)
+
+
+def _split(specs: tuple[TensorSpec, ...], api: Sequence[str]
+           ) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """(the tensors DeepEP's API has, the operators' others)."""
+    return (tuple(s for s in specs if s.name in api),
+            tuple(s for s in specs if s.name not in api))
+
+
+def token_bytes(h: int, quant: str) -> int:
+    """test_low_latency.py's bytes per selection: num_fp8_bytes H + H/128 * 4 + 16 when the
+    dispatch is quantised (INT8 here), num_bf16_bytes 2H otherwise and for the combine."""
+    return h + h // 128 * 4 + 16 if quant == "int8" else 2 * h
+
+
+def bandwidth_fields(selections: Sequence[int], per_selection: int, ns: float
+                     ) -> dict[str, Any]:
+    """test_low_latency.py's figure: num_selections (topk_idx != -1, local included) x bytes
+    per selection over the kernel's time, averaged over the ranks (calculate_avg_stats)."""
+    nbytes = [n * per_selection for n in selections]
+    mean = float(np.mean(nbytes)) if nbytes else 0.0
+    return {"low_latency_bytes": int(round(mean)),
+            "low_latency_gbps": round(mean / ns, 2) if ns else 0.0,
+            "kernel_us": round(ns / 1000.0, 2)}
+
+
+def _selections(t: Mc2Tiling) -> list[int]:
+    return [t.bs(r) * t.K for r in range(t.W)]
+
+
+# the phases whose cores work otherwise in the fork (the rest: mc2's words)
+DISPATCH_PHASES = {
+    "local_copy": "the cores with entries, one received row per copy",
+    "token_nums": "every core SyncAlls (L > 1); the last core with entries re-reads "
+                  "ep_recv_count (UpdateTokenNumsOut)",
+}
+COMBINE_PHASES = {
+    "send": "every core: its share of ep_recv_count[-1] rows, one row, barrier and flag "
+            "at a time",
+    "receive": "every core: its share of the tokens, each waited for in order",
+}
+
+
+def _phases(phases: Sequence[Phase], words: Mapping[str, str]) -> tuple[Phase, ...]:
+    return tuple(replace(p, cores=words.get(p.name, p.cores)) for p in phases)
+
+
+_d_in, _d_absent = _split(_exposed(Dispatch.inputs, DISPATCH_NAMES), DISPATCH_API)
+_d_absent = tuple(s for s in _d_absent if s.name != "expert_scales")  # not read: none passed
+_d_out, _d_hidden = _split(_exposed(Dispatch.outputs, DISPATCH_NAMES), DISPATCH_API)
+_c_in, _c_absent = _split(_exposed(Combine.inputs, COMBINE_NAMES), COMBINE_API)
+_c_out, _c_hidden = _split(_exposed(Combine.outputs, COMBINE_NAMES), COMBINE_API)
+
+
+class LowLatencyDispatch(Dispatch):
+    """MoeLowLatencyDispatchV2: mc2's fullmesh_v1 dispatch without expert scales."""
+
+    name = "low_latency_dispatch"
+    variant = "quant"
+    phases = _phases(Dispatch.phases, DISPATCH_PHASES)
+    inputs = _d_in
+    outputs = _d_out
+    scratch = (*Dispatch.scratch, *_d_absent, *_d_hidden)
+
+    def program(self, tiling: Mc2Tiling) -> Any:
+        return super().program(replace(tiling, expert_scales=False))
+
+    def timing_fields(self, tiling: Mc2Tiling, run: Any, contexts: Any) -> dict[str, Any]:
+        return bandwidth_fields(_selections(tiling), token_bytes(tiling.H, _quant(tiling)),
+                                run.end_ns - run.start_ns)
+
+
+class LowLatencyCombine(Combine):
+    """MoeLowLatencyCombineV2: mc2's combine, all expert scales loaded per core."""
+
+    name = "low_latency_combine"
+    variant = None
+    phases = _phases(Combine.phases, COMBINE_PHASES)
+    inputs = _c_in
+    outputs = _c_out
+    scratch = (*Combine.scratch, *_c_absent, *_c_hidden)
+
+    def timing_fields(self, tiling: Mc2Tiling, run: Any, contexts: Any) -> dict[str, Any]:
+        return bandwidth_fields(_selections(tiling), token_bytes(tiling.H, "bf16"),
+                                run.end_ns - run.start_ns)
+
+
+DISPATCH, COMBINE = LowLatencyDispatch(), LowLatencyCombine()
+OPS = (DISPATCH, COMBINE)
+
+
+def _quant(t: Mc2Tiling) -> str:
+    return "int8" if t.dispatch_quant == "int8" else "bf16"
+
+
+def mc2_options(shape: MoeShape, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The operators' options as deep_ep.cpp sets them from DeepEP's."""
+    top = options["num_max_dispatch_tokens_per_rank"] or shape.BS
+    return {**FIXED, "dispatch_quant": QUANT[options["quant"]],
+            "ccl_buffer_size": options["hccl_buffsize"], "global_bs": top * shape.W}
+
+
+def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+           timing_only: bool) -> Mc2Tiling:
+    t = MC2.tiling(shape, mc2_options(shape, options), hardware, timing_only)
+    return replace(t, whole_expert_scales=True, local_copy_batches=False,
+                   update_token_nums_out=True, combine_send_rows=1,
+                   combine_tokens_in_order=True)
+
+
+def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
+           ) -> Misfit | None:
+    """deep_ep.cpp's asserts, the fork's BS bound, then mc2's checks on DeepEP's keys."""
+    if op not in RUNS:
+        return Misfit("workload.op", f"{op}: get_dispatch_layout belongs to the normal mode; "
+                      f"allowed with mode low_latency: {', '.join(RUNS)}")
+    if options["context"] != "hccl":
+        return Misfit("workload.context", f"{options['context']}: the low-latency kernels "
+                      "open HCCL windows (the shmem_ver kernels are the normal mode's); "
+                      "allowed: hccl")
+    if shape.BS > BS_UPPER_BOUND:
+        return Misfit("workload.bs", f"xDim0(BS) is invalid. Should be between [0, "
+                      f"{BS_UPPER_BOUND}], but got xDim0={shape.BS} ({SRC_TILING})")
+    top = options["num_max_dispatch_tokens_per_rank"]
+    if top and top < shape.BS:
+        return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: "
+                      f"num_max_dispatch_tokens_per_rank >= x.size(0) fails (deep_ep.cpp "
+                      f"EP_HOST_ASSERT); allowed: 0 (bs) or at least bs = {shape.BS}")
+    m = MC2.misfit(shape, mc2_options(shape, options), hardware, MC2_BOTH)
+    if m is None:
+        return None
+    return Misfit(KEYS.get(m.key, m.key), m.message)
+
+
+# ---- the chain, in mc2's names inside
+def _mc2_inputs(t: Mc2Tiling, inputs: list[Arrays]) -> list[Arrays]:
+    """The run's DeepEP inputs as mc2's run inputs (ids as int32: topk_idx.int())."""
+    empty = np.zeros((0, t.H), t.shape.np_dtype)
+    out = []
+    for a in inputs:
+        out.append({"x": a["x"], "expert_ids": a["topk_idx"].astype(np.int32),
+                    "expert_scales": a["topk_weights"],
+                    "x_active_mask": np.zeros(0, np.uint8), "scales": np.zeros(0, np.float32),
+                    "shared_expert_x": empty, "ori_x": empty, "const_expert_alpha_1": empty,
+                    "const_expert_alpha_2": empty, "const_expert_v": empty})
+    return out
+
+
+def _to_mc2(specs: Sequence[TensorSpec], arrays: list[Arrays]) -> list[Arrays]:
+    return [{s.gm_name: a[s.name] for s in specs if s.name in a} for a in arrays]
+
+
+def _from_mc2(specs: Sequence[TensorSpec], arrays: list[Arrays]) -> list[Arrays]:
+    return [{s.name: a[s.gm_name] for s in specs if s.gm_name in a} for a in arrays]
+
+
+def _mc2_dispatch_out(t: Mc2Tiling, inputs: list[Arrays],
+                      previous: list[Arrays] | None) -> list[Arrays]:
+    if previous is not None:
+        return _to_mc2(DISPATCH.outputs, previous)
+    got = MC2.reference_outputs(MC2_DISPATCH, t, _mc2_inputs(t, inputs))
+    assert got is not None
+    return got
+
+
+def op_inputs(kernel: str, t: Mc2Tiling, inputs: list[Arrays],
+              previous: list[Arrays] | None) -> list[Arrays]:
+    m_in = _mc2_inputs(t, inputs)
+    if kernel == DISPATCH.name:
+        return _from_mc2(DISPATCH.inputs, m_in)
+    got = MC2.op_inputs(MC2_COMBINE, t, m_in, _mc2_dispatch_out(t, inputs, previous))
+    return _from_mc2(COMBINE.inputs, got)
+
+
+def reference_outputs(kernel: str, t: Mc2Tiling, inputs: list[Arrays]) -> list[Arrays] | None:
+    if kernel != DISPATCH.name:
+        return None
+    return _from_mc2(DISPATCH.outputs, _mc2_dispatch_out(t, inputs, None))
+
+
+def next_reads(kernel: str, t: Mc2Tiling, inputs: list[Arrays], outputs: list[Arrays]) -> bytes:
+    return MC2.next_reads(MC2_DISPATCH, t, _mc2_inputs(t, inputs),
+                          _to_mc2(DISPATCH.outputs, outputs))
