@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,8 +47,8 @@ def option_columns() -> dict[str, Option]:
 def variant_option(w: dict[str, Any]) -> Option | None:
     """The option the row's kernel declares as its variant (None: it declares none)."""
     fam = _family(w)
-    run, i = timed_ops(fam)[w["op"]]
-    name = fam.kernel(fam.runs[run][i]).variant
+    run, i = timed_ops(fam, w)[w["op"]]
+    name = fam.kernel(fam.runs_of(w)[run][i]).variant
     return next((o for o in fam.options if o.name == name), None)
 
 
@@ -139,7 +140,7 @@ def read_table(path: str | Path) -> list[Measurement]:
         blank = [c for c in INT_FIELDS if c not in w]
         if blank and fam.uses_moe_shape:
             raise InputError(str(p), f"{where}.{blank[0]}", "must be an integer, got ''")
-        timed = timed_ops(fam)
+        timed = timed_ops(fam, w)
         if w["op"] not in timed:
             raise InputError(str(p), f"{where}.op", f"{w['op']!r}; allowed: {', '.join(timed)}")
         if rec.get("routing"):
@@ -187,13 +188,16 @@ def _option_value(v: str, o: Option | None, src: str, key: str) -> Any:
                          f", got {v!r}") from None
 
 
-def timed_ops(fam: Family) -> dict[str, tuple[str, int]]:
+def timed_ops(fam: Family, workload: Mapping[str, Any] | None = None
+              ) -> dict[str, tuple[str, int]]:
     """What a row's `op` may name, and how it is timed: (the `workload.op` run, the op's
     place in it). An op the family runs alone is its own run; an op it runs only inside
     a fused one (mc2's combine, after dispatch, which leaves it its inputs and window
-    state) is timed inside the shortest such run."""
-    out = {op: (op, 0) for op, kernels in fam.runs.items() if len(kernels) == 1}
-    for run, kernels in sorted(fam.runs.items(), key=lambda kv: len(kv[1])):
+    state) is timed inside the shortest such run. The runs are those of the row's options
+    (a mode that launches kernels of its own, such as deepep's low latency)."""
+    runs = fam.runs_of(workload)
+    out = {op: (op, 0) for op, kernels in runs.items() if len(kernels) == 1}
+    for run, kernels in sorted(runs.items(), key=lambda kv: len(kv[1])):
         for i, k in enumerate(kernels):
             out.setdefault(k, (run, i))
     return out
@@ -202,7 +206,7 @@ def timed_ops(fam: Family) -> dict[str, tuple[str, int]]:
 def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[str, Any]:
     """The scenario that times the row: its run (see timed_ops), timing only."""
     workload = dict(m.workload)
-    workload["op"] = timed_ops(_family(workload))[m.op][0]
+    workload["op"] = timed_ops(_family(workload), workload)[m.op][0]
     workload["timing_only"] = True
     return {"name": m.name, "hardware": hardware, "hardware_overrides": dict(overrides),
             "workload": workload}
@@ -243,7 +247,7 @@ def simulate_table(rows: list[Measurement], hardware: str, overrides: dict[str, 
             keys[key] = len(jobs)
             jobs.append((doc, src))
             cost.append(_cost(m))
-        where.append((keys[key], timed_ops(_family(m.workload))[m.op][1]))
+        where.append((keys[key], timed_ops(_family(m.workload), m.workload)[m.op][1]))
     n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     if n <= 1:
         results = [simulate_row(j) for j in jobs]

@@ -159,10 +159,11 @@ def read_measurements(summary: Path, mapping: Path) -> list[Any]:
         w = dict(read_scenario_file(path)[0]["workload"])
         run = sc.workload.op
         fam = registry.get(w.get("kernel", registry.DEFAULT))
-        op = e["op"] or fam.runs[run][0]
-        if op not in fam.runs[run] or op not in timed_ops(fam):
+        runs = fam.runs_of(w)
+        op = e["op"] or runs[run][0]
+        if op not in runs[run] or op not in timed_ops(fam, w):
             raise InputError(src, f"{where}.op", f"{op!r}; allowed: the ops of the "
-                             f"scenario's run {run!r}: {', '.join(fam.runs[run])}")
+                             f"scenario's run {run!r}: {', '.join(runs[run])}")
         w["op"] = op
         hits = [d for name, shapes, d in launches if name == e["op_name"]
                 and (e["input_shapes"] is None or shapes == e["input_shapes"])]

@@ -136,8 +136,9 @@ def test_the_a3_table_holds_the_published_rows_and_its_scenarios_build(tmp_path)
     assert {(m.op, m.workload["ep_world_size"]): m.measured_us for m in rows} == published
     for m in rows:
         w = m.workload
-        assert (w["bs"], w["h"], w["k"], w["kernel"], w["dispatch_quant"]) == \
-            (128, 7168, 8, "mc2", "int8")
+        # the kernels measured: DeepEP's MoeLowLatencyDispatchV2 / CombineV2
+        assert (w["bs"], w["h"], w["k"], w["kernel"], w["mode"], w["quant"]) == \
+            (128, 7168, 8, "deepep", "low_latency", "int8")
         assert w["ep_world_size"] * w["experts_per_rank"] == 256
         assert w["routing"]["kind"] == "uniform" and m.tolerance == pytest.approx(0.10)
         scenario_from_doc(row_doc(m, "atlas_a3", {}), "t", tmp_path)
