@@ -124,8 +124,9 @@ class DataCache:
         ctx.trace.activity(ctx.rank_id, ctx.core_id, "scalar", "dcci_cacheline", start, ctx.t)
         self.lines.discard(self._line(region, offset))
         line = int(self.cfg.line_bytes)
-        path, cap, latency = ctx.route(pe)
-        path = (*path, *ctx.machine.ranks[pe].write_path(line))
+        route = ctx.route(pe)  # the line lands with the put's path and latency (no response)
+        cap, latency = route.cap_gbps, route.latency_ns
+        path = (*route.path, *ctx.machine.ranks[pe].write_path(line))
         if pe != ctx.rank_id:
             ctx.bytes_put += line
             ctx.rank.bytes_out += line
