@@ -10,23 +10,18 @@ from unittest import mock
 
 import numpy as np
 import pytest
-import yaml
 
-from npusim.errors import InputError
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.family import FAMILY
 from npusim.scenario import load_scenario
 from npusim.sim import simulate
+from tests.deepephelp import bf16, refused, sizes, write_scenario
 
 SMALL = {"bs": 16, "h": 1024, "k": 4, "ep_world_size": 4, "experts_per_rank": 4}
 
 
 def _scenario(tmp: Path, hardware: str = "atlas_a3", name: str = "d", **workload: Any):
-    w = {"kernel": "deepep", "op": "dispatch_combine", "dtype": "bfloat16",
-         "routing": {"kind": "uniform", "seed": 3}, **SMALL, **workload}
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "hardware": hardware, "workload": w}))
-    return load_scenario(path)
+    return load_scenario(write_scenario(tmp, SMALL, hardware, name, 3, **workload))
 
 
 def _run(tmp: Path, inputs: Any = None, **workload: Any):
@@ -42,23 +37,12 @@ def _inputs(sc) -> list[dict[str, np.ndarray]]:
     return FAMILY.make_inputs(w.shape, w.options, w.op, {"routing": "uniform", "seed": 3}, True)
 
 
-def _sizes(sc) -> ref.Sizes:
-    s = sc.workload.shape
-    o = sc.workload.options
-    return ref.Sizes(s.W, s.E, s.K, o["long_seq_round"], o["per_round_tokens"])
-
-
-def _bf16() -> np.dtype:
-    from npusim.kernels.quant import token_dtype
-    return token_dtype("bfloat16")
-
-
 @pytest.mark.parametrize("quant", ["bf16", "int8"])
 def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
     sc = _scenario(tmp_path, quant=quant)
     inputs = _inputs(sc)
     _, res = _run(tmp_path, quant=quant)
-    s = _sizes(sc)
+    s = sizes(sc)
     lay, note, disp, comb = (r.outputs for r in res.ops)
     want_lay = [ref.layout(a["topk_idx"], s) for a in inputs]
     want_note = ref.notify([o["num_tokens_per_expert"] for o in want_lay], [16] * 4, s)
@@ -87,7 +71,7 @@ def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
     for d in want_disp:
         if quant == "int8":
             rows.append((d["recv_x"].astype(np.float32) * d["dynamic_scales"][:, None]).astype(
-                _bf16()))
+                bf16()))
         else:
             rows.append(d["recv_x"])
     want_x = ref.combine(rows, [d["expand_idx"] for d in want_disp],
@@ -116,7 +100,7 @@ def test_rounds_dispatch_matches_reference(tmp_path: Path) -> None:
     sc = _scenario(tmp_path, **kw)
     inputs = _inputs(sc)
     _, res = _run(tmp_path, **kw)
-    s = _sizes(sc)
+    s = sizes(sc)
     want = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs], s, "bf16")
     for r, out in enumerate(res.ops[-1].outputs):
         n = want[r]["recv_x"].shape[0]
@@ -136,7 +120,7 @@ def test_report_speaks_deepep(tmp_path: Path) -> None:
     d = next(r for r in res.ops if r.op == "dispatch")
     f = d.family_fields
     inputs = _inputs(sc)
-    want = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs], _sizes(sc),
+    want = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs], sizes(sc),
                         "bf16")
     rows = [w["recv_x"].shape[0] for w in want]
     assert f["recv_x_rows"] == rows
@@ -146,12 +130,8 @@ def test_report_speaks_deepep(tmp_path: Path) -> None:
     assert f["low_latency_bytes"] == 16 * 4 * 2 * 1024
 
 
-def _refused(tmp: Path, hardware: str = "atlas_a3", **workload: Any) -> str:
-    with pytest.raises(InputError) as exc:
-        _scenario(tmp, hardware=hardware, **workload)
-    msg = str(exc.value)
-    assert "\n" not in msg
-    return msg
+def _refused(tmp: Path, **workload: Any) -> str:
+    return refused(_scenario, tmp, **workload)
 
 
 def test_refusals(tmp_path: Path) -> None:

@@ -10,14 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from npusim.cli import main
-from npusim.errors import InputError
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.window import MiB, needed_buffsize
 from npusim.scenario import load_scenario
 from npusim.sim import simulate
+from tests.deepephelp import bf16, refused, sizes, write_scenario
 
 # one A2 server: 8 ranks, 2 experts each
 SMALL = {"bs": 16, "h": 1024, "k": 4, "ep_world_size": 8, "experts_per_rank": 2}
@@ -25,11 +24,7 @@ W, E = 8, 16
 
 
 def _write(tmp: Path, name: str = "a2", **workload: Any) -> Path:
-    w = {"kernel": "deepep", "op": "dispatch_combine", "dtype": "bfloat16",
-         "routing": {"kind": "uniform", "seed": 5}, **SMALL, **workload}
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "hardware": "atlas_a2", "workload": w}))
-    return path
+    return write_scenario(tmp, SMALL, "atlas_a2", name, 5, **workload)
 
 
 def _scenario(tmp: Path, **workload: Any):
@@ -42,22 +37,12 @@ def _inputs(sc) -> list[dict[str, np.ndarray]]:
     return FAMILY.make_inputs(w.shape, w.options, w.op, {"routing": "uniform", "seed": 5}, True)
 
 
-def _sizes(sc) -> ref.Sizes:
-    o = sc.workload.options
-    return ref.Sizes(W, E, sc.workload.shape.K, o["long_seq_round"], o["per_round_tokens"])
-
-
-def _bf16() -> np.dtype:
-    from npusim.kernels.quant import token_dtype
-    return token_dtype("bfloat16")
-
-
 @pytest.mark.parametrize("quant", ["bf16", "int8"])
 def test_a2_outputs_match_reference(tmp_path: Path, quant: str) -> None:
     sc = _scenario(tmp_path, quant=quant)
     inputs = _inputs(sc)
     res = simulate(sc, workers=1)
-    s = _sizes(sc)
+    s = sizes(sc)
     lay, note, disp, comb = (r.outputs for r in res.ops)
     want_lay = [ref.layout(a["topk_idx"], s) for a in inputs]
     want_note = ref.notify([o["num_tokens_per_expert"] for o in want_lay], [16] * W, s)
@@ -74,7 +59,7 @@ def test_a2_outputs_match_reference(tmp_path: Path, quant: str) -> None:
             assert disp[r]["recv_x"].dtype == np.int8
             want_s = want_disp[r]["dynamic_scales"]
             assert disp[r]["dynamic_scales"][:n].tobytes() == want_s.tobytes()
-    rows = [(d["recv_x"].astype(np.float32) * d["dynamic_scales"][:, None]).astype(_bf16())
+    rows = [(d["recv_x"].astype(np.float32) * d["dynamic_scales"][:, None]).astype(bf16())
             if quant == "int8" else d["recv_x"] for d in want_disp]
     want_x = ref.combine(rows, [d["expand_idx"] for d in want_disp],
                          [a["topk_idx"] for a in inputs], [a["topk_weights"] for a in inputs], E)
@@ -108,7 +93,7 @@ def test_a2_rounds_dispatch_matches_reference(tmp_path: Path) -> None:
     inputs = _inputs(sc)
     res = simulate(sc, workers=1)
     want = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs],
-                        _sizes(sc), "bf16")
+                        sizes(sc), "bf16")
     for r, out in enumerate(res.ops[-1].outputs):
         n = want[r]["recv_x"].shape[0]
         assert out["recv_x"][:n].tobytes() == want[r]["recv_x"].tobytes()
@@ -147,11 +132,7 @@ def test_a2_window_layout_by_hand(tmp_path: Path) -> None:
 
 
 def _refused(tmp: Path, **workload: Any) -> str:
-    with pytest.raises(InputError) as exc:
-        _scenario(tmp, **workload)
-    msg = str(exc.value)
-    assert "\n" not in msg
-    return msg
+    return refused(_scenario, tmp, **workload)
 
 
 def test_a2_refusals(tmp_path: Path) -> None:

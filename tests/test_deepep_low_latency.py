@@ -15,22 +15,19 @@ import numpy as np
 import pytest
 import yaml
 
-from npusim.errors import InputError
 from npusim.kernels.deepep.family import FAMILY
 from npusim.kernels.mc2 import reference as mref
 from npusim.scenario import load_scenario
 from npusim.sim import Forked, simulate
+from tests.deepephelp import refused, write_scenario
 
 W, BS, H, K, L = 4, 16, 1024, 4, 4
 SMALL = {"bs": BS, "h": H, "k": K, "ep_world_size": W, "experts_per_rank": L}
 
 
 def _scenario(tmp: Path, name: str = "ll", **workload: Any):
-    w = {"kernel": "deepep", "mode": "low_latency", "op": "dispatch_combine",
-         "dtype": "bfloat16", "routing": {"kind": "uniform", "seed": 5}, **SMALL, **workload}
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "hardware": "atlas_a3", "workload": w}))
-    return load_scenario(path)
+    return load_scenario(write_scenario(tmp, {"mode": "low_latency", **SMALL}, "atlas_a3", name,
+                                        5, **workload))
 
 
 def _inputs(sc) -> list[dict[str, np.ndarray]]:
@@ -177,11 +174,7 @@ def test_num_max_dispatch_tokens_sizes_global_bs(tmp_path: Path) -> None:
 
 
 def _refused(tmp: Path, **workload: Any) -> str:
-    with pytest.raises(InputError) as exc:
-        _scenario(tmp, **workload)
-    msg = str(exc.value)
-    assert "\n" not in msg
-    return msg
+    return refused(_scenario, tmp, **workload)
 
 
 def test_refusals(tmp_path: Path) -> None:
