@@ -406,3 +406,12 @@ def test_a_put_to_the_own_rank_has_no_response_trip():
 
     launch(m, _only({0}, body))
     assert seen[0] == pytest.approx(1000 / 10 + 100)  # UB -> own GM: port rate + MTE3 head
+
+
+@pytest.mark.parametrize("value", ["sent", 1, ""])
+def test_a_put_completion_other_than_landed_or_acked_is_one_line(value):
+    from npusim.errors import InputError
+    with pytest.raises(InputError) as exc:
+        round_hw(mte__put_completion=value)
+    msg = str(exc.value)
+    assert "mte.put_completion" in msg and "landed, acked" in msg and "\n" not in msg

@@ -429,9 +429,10 @@ def _value(f: dataclasses.Field, raw: Any, source: str, key: str,
         if prov is not None:
             prov[key] = (raw, f.metadata["unit"], origin)
     if ftype == "str":
-        if not isinstance(raw, str) or not raw:
-            raise InputError(source, key, "must be a non-empty string")
         choices = f.metadata.get("choices")
+        if not isinstance(raw, str) or not raw:
+            raise InputError(source, key, f"must be one of: {', '.join(choices)}" if choices
+                             else "must be a non-empty string")
         if choices and raw not in choices:
             raise InputError(source, key, f"{excerpt(raw)}{did_you_mean(raw, choices)}; "
                              f"allowed: {', '.join(choices)}")
