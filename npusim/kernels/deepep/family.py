@@ -4,8 +4,8 @@ Buffer.get_dispatch_layout -> dispatch -> combine as the four kernels it launche
 (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal); on an
 A2 inside one server of 8 ranks (with more DeepEP switches to its internode kernels
 notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2, not modelled).
-Low-latency mode (``workload.mode``, A3): low_latency_dispatch / low_latency_combine, mc2's
-V2 programs (``low_latency.py``).
+Low-latency mode (``workload.mode``): low_latency_dispatch / low_latency_combine, mc2's V2
+programs (``low_latency.py``) on the A3 and on one A2 server (ops2's single-server kernels).
 
 Tensor names are deep_ep.cpp's. Between notify_dispatch and the dispatch kernel DeepEP's host
 reads max_bs and total_recv_token with `.item()` to size recv_x: a host sync that is not
@@ -220,8 +220,8 @@ class DeepEP(Family):
     name = "deepep"
     help = ("DeepEP-Ascend (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 server): "
             "normal mode (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
-            "cam_moe_combine_normal) or, on A3, low latency (MoeLowLatencyDispatchV2 / "
-            "CombineV2, mc2's V2 programs)")
+            "cam_moe_combine_normal) or low latency (MoeLowLatencyDispatchV2 / CombineV2: "
+            "mc2's V2 programs on A3 and on one A2 server)")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE, *ll.OPS)
     references = True  # reference_outputs
     chains = True  # next_reads
@@ -281,9 +281,6 @@ class DeepEP(Family):
             return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
                           "kernels (csrc/deepep/ops) and the A2's (ops2) inside one server; "
                           "the A5 variants are not modelled yet; allowed: atlas_a3, atlas_a2")
-        if options["mode"] == "low_latency" and p != "a3":
-            return Misfit("workload.mode", "low_latency: the A2's low-latency kernels (ops2 a2 "
-                          "and layered) are not modelled yet; allowed on atlas_a2: normal")
         if p == "a2" and options["mode"] == "normal":
             bad = self._a2_misfit(shape)
             if bad is not None:
@@ -304,7 +301,7 @@ class DeepEP(Family):
                     return Misfit(f"workload.{key}", f"{options[key]}: DEEPEP_NORMAL_LONG_SEQ_* "
                                   "set the normal mode's rounds; allowed with mode "
                                   "low_latency: the default")
-            return ll.misfit(shape, options, hardware, op)
+            return ll.misfit(shape, options, hardware, op, p)
         top = options["num_max_dispatch_tokens_per_rank"]
         if top:
             return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: an argument of "
