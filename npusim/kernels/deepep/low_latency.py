@@ -201,9 +201,9 @@ def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str,
-           platform: str = "a3") -> Misfit | None:
+           platform: str = "a3", v2: bool = True) -> Misfit | None:
     """deep_ep.cpp's asserts, the fork's BS bound, then mc2's checks on DeepEP's keys."""
-    if op not in RUNS:
+    if v2 and op not in RUNS:
         return Misfit("workload.op", f"{op}: get_dispatch_layout belongs to the normal mode; "
                       f"allowed with mode low_latency: {', '.join(RUNS)}")
     if options["context"] != "hccl":
@@ -222,6 +222,8 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str,
         return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: "
                       f"num_max_dispatch_tokens_per_rank >= x.size(0) fails (deep_ep.cpp "
                       f"EP_HOST_ASSERT); allowed: 0 (bs) or at least bs = {shape.BS}")
+    if not v2:  # the layered kernel: its own window and checks
+        return None
     m = MC2.misfit(shape, mc2_options(shape, options), hardware, MC2_BOTH)
     if m is None:
         return None
