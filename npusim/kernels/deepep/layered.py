@@ -264,11 +264,11 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
         return Misfit("workload.hccl_buffsize", f"{mb}: the IPC area leaves "
                       f"{t.window.rank_size_on_ipc} B per (expert, source), less than BS "
                       f"token structs ({t.shape.BS * t.struct_len} B)")
-    if t.window.end > hardware.window.bytes:
-        return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: HCCL_BUFFSIZE "
-                      f"{t.window.total_size // MiB} MB puts the layered kernel's IPC area up "
-                      f"to {t.window.end} B; allowed: at least {t.window.end} "
-                      "(hardware_overrides window.bytes)")
+    size = max(t.window.total_size, t.window.end)
+    if size > hardware.window.bytes:
+        return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B cannot hold the "
+                      f"HCCL_BUFFSIZE {t.window.total_size // MiB} MB window the layered "
+                      f"kernel needs; allowed: at least {size}")
     if t.cores < 2 * t.server_num + 1 or t.cores < t.shape.L or t.cores < SERVER_RANK_SIZE:
         return Misfit("workload.ep_world_size", f"{shape.W}: {t.cores} AIV cores cannot give "
                       "every server a sender and a Win2Ipc core and every local expert an "
@@ -367,6 +367,8 @@ def reorder_tokens(ctx: KernelContext, t: LayeredTiling) -> Wait:
         n = min(per_ub, end - tok)
         ctx.ub.reset()
         structs = ctx.alloc("token_struct", align_up(n * rec, 32))
+        # the expert ids' padding and the scale lane hold whatever UB held; zeros here
+        ctx.ub_write(structs, 0, np.zeros(n * rec, np.uint8), ops=0)
         if quant:
             src = ctx.alloc("token_in", align_up(n * H * item, 32))
             yield from ctx.wait(ctx.copy_in(src, x, tok * H * item, n * H * item,
