@@ -94,11 +94,52 @@ def test_layered_refusals(tmp_path: Path) -> None:
     assert "workload.comm_alg" in msg and "BatchWrite" in msg and "allowed: hierarchy" in msg
     msg = no(ep_world_size=8)
     assert "workload.comm_alg" in msg and "allowed here: fullmesh" in msg
-    msg = no(op="dispatch_combine")
-    assert "workload.op" in msg and "combine_v2_layered" in msg
+    msg = no(op="layout")
+    assert "workload.op" in msg and "allowed with comm_alg hierarchy" in msg
     msg = no(hccl_buffsize=1000)
     assert "The HCCL_BUFFSIZE is 1000MB, the min value should be 1204MB" in msg
     msg = refused(_scenario, tmp_path, overrides={"window.bytes": 1 << 30})
     assert "window.bytes" in msg and "HCCL_BUFFSIZE 1205 MB" in msg
     msg = no(mode="normal", ep_world_size=8)
     assert "workload.comm_alg" in msg and "allowed with mode normal: fullmesh" in msg
+
+
+def test_layered_combine_matches_reference(tmp_path: Path) -> None:
+    """BF16: the experts' outputs are the received rows (the tokens themselves), so each
+    token comes back as its weighted sum, taken server by server."""
+    sc = _scenario(tmp_path, quant="bf16", op="dispatch_combine")
+    inputs, res = _run(sc)
+    assert [r.op for r in res.ops] == ["low_latency_dispatch_layered",
+                                       "low_latency_combine_layered"]
+    idxs = [a["topk_idx"] for a in inputs]
+    disp = ref.dispatch([a["x"] for a in inputs], idxs, ref.Sizes(W, E, K, 1, BS), "bf16")
+    want = ref.layered_combine([d["recv_x"] for d in disp], [d["expand_idx"] for d in disp],
+                               idxs, [a["topk_weights"] for a in inputs], L)
+    for r in range(W):
+        assert res.ops[1].outputs[r]["combined_x"].tobytes() == want[r].tobytes(), r
+
+
+def test_int8_token_index_survives_and_combine_alone_runs(tmp_path: Path) -> None:
+    """test_low_latency.py's check through the layered pair with an INT8 dispatch: x =
+    rank - 128 with the token index in x[:, -128:] comes back as x * sum(weights) within
+    DeepEP's calc_diff threshold; the combine alone runs on the references' dispatch and
+    gives the pair's bytes."""
+    sc = _scenario(tmp_path, quant="int8", op="dispatch_combine")
+    w = sc.workload
+    inputs = FAMILY.make_inputs(w.shape, w.options, w.op, {"routing": "uniform", "seed": 3},
+                                True)
+    dt = inputs[0]["x"].dtype
+    for r, a in enumerate(inputs):
+        x = np.full((BS, H), r - 128, np.float32)
+        x[:, -128:] = np.arange(BS, dtype=np.float32)[:, None]
+        a["x"] = x.astype(dt)
+    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+        both = simulate(sc)
+        alone = simulate(_scenario(tmp_path, name="alone", quant="int8", op="combine"))
+    for r in range(W):
+        got = both.ops[1].outputs[r]["combined_x"].astype(np.float64) + 1
+        want = (inputs[r]["x"].astype(np.float64)
+                * inputs[r]["topk_weights"].sum(axis=1)[:, None]) + 1
+        assert 1 - 2 * (got * want).sum() / (got * got + want * want).sum() < 3e-3, r
+        assert alone.ops[0].outputs[r]["combined_x"].tobytes() == \
+            both.ops[1].outputs[r]["combined_x"].tobytes(), r

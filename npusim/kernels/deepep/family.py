@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.deepep import layered
+from npusim.kernels.deepep import layered, layered_combine
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.combine import combine_program
@@ -223,7 +223,8 @@ class DeepEP(Family):
             "normal mode (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
             "cam_moe_combine_normal) or low latency (MoeLowLatencyDispatchV2 / CombineV2: "
             "mc2's V2 programs on A3 and on one A2 server)")
-    ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE, *ll.OPS, layered.DISPATCH)
+    ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE, *ll.OPS, layered.DISPATCH,
+           layered_combine.COMBINE)
     references = True  # reference_outputs
     chains = True  # next_reads
     runs = {"layout": ("dispatch_layout",),
@@ -451,7 +452,7 @@ class DeepEP(Family):
     def op_inputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
         if isinstance(tiling, layered.LayeredTiling):
-            return layered.op_inputs(tiling, inputs)
+            return layered.op_inputs(kernel, tiling, inputs, previous)
         if isinstance(tiling, Mc2Tiling):
             return ll.op_inputs(kernel, tiling, inputs, previous)
         t = tiling
@@ -504,7 +505,7 @@ class DeepEP(Family):
     def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
         if isinstance(tiling, layered.LayeredTiling):
-            return None  # the layered run is the dispatch alone: nothing runs ahead
+            return None  # no reference of the layered combine's inputs to run it ahead on
         if isinstance(tiling, Mc2Tiling):
             return ll.reference_outputs(kernel, tiling, inputs)
         if kernel != LAYOUT.name:

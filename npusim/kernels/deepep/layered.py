@@ -42,6 +42,7 @@ import numpy as np
 from npusim.kernels.common.align import align_up
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep import low_latency as ll
+from npusim.kernels.deepep import reference as ref
 from npusim.kernels.family import Arrays, Kernel, Misfit, Phase, TensorSpec, const
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.shape import MoeShape, OnShape
@@ -78,7 +79,9 @@ TBUF_SIZE = 190 * 1024
 TBUF_TEMP_OFFSET = 8 * 1024
 KERNEL = "moe_distribute_dispatch_v2_layered_custom.h"
 
-RUNS = {"dispatch": ("low_latency_dispatch_layered",)}
+RUNS = {"dispatch": ("low_latency_dispatch_layered",),
+        "dispatch_combine": ("low_latency_dispatch_layered", "low_latency_combine_layered"),
+        "combine": ("low_latency_combine_layered",)}
 
 
 def win_size_min(shape: MoeShape) -> int:
@@ -142,18 +145,18 @@ class LayeredWindow:
         return self.ipc_data(self.L, 0)
 
     def regions(self, state: int = 0) -> dict[str, tuple[int, int]]:
-        z = {"buffer_chosen": (self.buffer_chosen, self.buffer_chosen + 32)}
+        """The layered dispatch's and combine's areas (one layout for both kernels): per
+        RDMA half its data and its status MiB (bufferChosen, the end flags, the combine's
+        status and per-core toggles), then the IPC area's parts."""
+        z = {}
         for b in (0, 1):
-            z[f"rdma_tokens{b}"] = (self.rdma_tokens(b, 0), b * self.half_win + self.win_size)
-            z[f"rdma_status{b}"] = (self.rdma_status(b, 0),
-                                    self.rdma_status(b, self.server_num))
-        z["ipc_flags"] = (self.ipc(IPC_FLAG_OFFSET),
-                          self.ipc(IPC_FLAG_OFFSET) + SERVER_RANK_SIZE * UB_32B_ALIGN)
-        z["ipc_magic"] = (self.ipc(IPC_MAGIC_OFFSET),
-                          self.ipc(IPC_MAGIC_OFFSET) + self.cores * UB_32B_ALIGN)
-        z["ipc_token_cnt"] = (self.ipc(IPC_TOKEN_CNT_OFFSET), self.ipc(IPC_TOKEN_CNT_OFFSET)
-                              + self.L * self.W * UB_32B_ALIGN)
-        z["ipc_data"] = (self.ipc_data(0, 0), self.end)
+            z[f"rdma_data{b}"] = (self.rdma_tokens(b, 0), b * self.half_win + self.win_size)
+            z[f"rdma_status{b}"] = (self.rdma_status(b, 0), (b + 1) * self.half_win)
+        z["ipc_combine_flags"] = (self.ipc(0), self.ipc(IPC_FLAG_OFFSET))
+        z["ipc_flags_magic"] = (self.ipc(IPC_FLAG_OFFSET), self.ipc(IPC_TOKEN_CNT_OFFSET))
+        z["ipc_token_cnt"] = (self.ipc(IPC_TOKEN_CNT_OFFSET), self.ipc(IPC_DATA_OFFSET))
+        z["ipc_data"] = (self.ipc(IPC_DATA_OFFSET),
+                         max(self.end, self.total_size - NOTIFY_DATA_SIZE))
         return z
 
 
@@ -247,8 +250,7 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
            ) -> Misfit | None:
     """What the layered dispatch refuses beyond the A2 tiling's bounds."""
     if op not in RUNS:
-        return Misfit("workload.op", f"{op}: over 2+ A2 servers only the layered dispatch "
-                      "is modelled (moe_distribute_combine_v2_layered_custom.h is not yet); "
+        return Misfit("workload.op", f"{op}: get_dispatch_layout belongs to the normal mode; "
                       f"allowed with comm_alg hierarchy: {', '.join(RUNS)}")
     if hardware.rdma is None:
         return Misfit("hardware.rdma", f"{hardware.name}: the layered kernels post RDMA "
@@ -318,10 +320,15 @@ def layered_program(t: LayeredTiling):
     return program
 
 
+def buffer_chosen(ctx: KernelContext, t: LayeredTiling) -> int:
+    """bufferChosen: which half of the RDMA area this call uses (its word in half 0)."""
+    return int(ctx.gm_read_scalar(ctx.window(), t.window.buffer_chosen, U32))
+
+
 def init(ctx: KernelContext, t: LayeredTiling) -> Wait:
     """bufferChosen, the end-of-write flag (core 0), the core's magic in the own IPC area."""
     win, w = ctx.window(), t.window
-    buf_id = int(ctx.gm_read_scalar(win, w.buffer_chosen, U32))
+    buf_id = buffer_chosen(ctx, t)
     if ctx.core_id == 0:
         status = ctx.tensor("send_status")
         ctx.gm_write_scalar(status, 0, END_OF_WRITE_FLAG_VALUE, U64)
@@ -875,5 +882,30 @@ class LayeredDispatch(Kernel):
 DISPATCH = LayeredDispatch()
 
 
-def op_inputs(t: LayeredTiling, inputs: list[Arrays]) -> list[Arrays]:
-    return [{"x": a["x"], "topk_idx": a["topk_idx"].astype(I32)} for a in inputs]
+def op_inputs(kernel: str, t: LayeredTiling, inputs: list[Arrays],
+              previous: list[Arrays] | None) -> list[Arrays]:
+    """The dispatch: x and topk_idx. The combine: the experts' outputs are the received
+    rows (INT8 ones dequantised, fp32(q) * scale to BF16), with the dispatch's layout_range:
+    the simulated dispatch's, or the references' (mc2's V2 dispatch for the rows and
+    counts, the family's for the reduce info)."""
+    ids = [a["topk_idx"].astype(I32) for a in inputs]
+    if kernel == DISPATCH.name:
+        return [{"x": a["x"], "topk_idx": i} for a, i in zip(inputs, ids, strict=True)]
+    if previous is None:
+        got = ll.reference_outputs(ll.DISPATCH.name, t.v2, inputs)
+        assert got is not None
+        idxs = [a["topk_idx"] for a in inputs]
+        previous = []
+        for r, d in enumerate(got):
+            lr = ref.layered_reduce_info(idxs, r, t.shape.L, t.global_bs, t.cores)
+            lr[:t.shape.E] = d["layout_range"]
+            previous.append({**d, "layout_range": lr})
+    dt = t.shape.np_dtype
+    res = []
+    for a, i, d in zip(inputs, ids, previous, strict=True):
+        rows = d["packed_recv_x"]
+        if t.quant == "int8":
+            rows = (rows.astype(F32) * d["packed_recv_x_scales"][:, None]).astype(dt)
+        res.append({"x": rows, "topk_idx": i, "topk_weights": a["topk_weights"],
+                    "layout_range": d["layout_range"]})
+    return res

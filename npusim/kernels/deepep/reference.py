@@ -9,6 +9,7 @@ returned rows in k order, cast once with round-to-nearest-even.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,9 +125,11 @@ def dispatch(xs: list[np.ndarray], idxs: list[np.ndarray], s: Sizes, quant: str
     return out
 
 
-def combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
-            weights: list[np.ndarray], E: int) -> list[np.ndarray]:
-    """x[t] = cast(sum over valid k, in k order, of fp32(row sent back for (t, k)) * w[t, k])."""
+def _weighted_sums(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
+                   weights: list[np.ndarray], terms: Callable[[np.ndarray], list[int]]
+                   ) -> list[np.ndarray]:
+    """x[t] = cast(fp32 sum over k in terms(topk ids of t), in that order, of fp32(the row
+    sent back for (t, k)) * w[t, k]), one multiply and one add per term."""
     W = len(rows)
     back: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in range(W)]
     for r in range(W):
@@ -134,17 +137,23 @@ def combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndar
             back[int(src)][(int(t), int(k))] = rows[r][i]
     out = []
     for src in range(W):
-        bs, K = idx[src].shape
+        bs = idx[src].shape[0]
         h = rows[0].shape[1]
         x = np.zeros((bs, h), rows[0].dtype)
         for t in range(bs):
             acc = np.zeros(h, F32)
-            for k in range(K):
-                if 0 <= int(idx[src][t, k]) < E:
-                    acc = acc + back[src][(t, k)].astype(F32) * F32(weights[src][t, k])
+            for k in terms(idx[src][t]):
+                acc = acc + back[src][(t, k)].astype(F32) * F32(weights[src][t, k])
             x[t] = acc.astype(rows[0].dtype)
         out.append(x)
     return out
+
+
+def combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
+            weights: list[np.ndarray], E: int) -> list[np.ndarray]:
+    """The valid k (an expert id in [0, E)) in k order."""
+    return _weighted_sums(rows, triples, idx, weights,
+                          lambda ids: [k for k, e in enumerate(ids) if 0 <= int(e) < E])
 
 
 # ---- the A2 layered low-latency dispatch: the combine's reduce info in ep_recv_count
@@ -237,3 +246,13 @@ def layered_reduce_info(idxs: list[np.ndarray], me: int, L: int, global_bs: int,
     put(outer_idx, np.array([row[p] for p in pairs], np.int32))
     put(per_server_at, np.array([nhit[p] for p in pairs], np.int32))
     return out
+
+
+def layered_combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
+                    weights: list[np.ndarray], L: int) -> list[np.ndarray]:
+    """The A2 layered combine: the terms server by server (the servers of the experts
+    ascending) and in k order inside a server, as the rows come back grouped by server."""
+    per = SERVER * L
+    return _weighted_sums(rows, triples, idx, weights,
+                          lambda ids: sorted(range(len(ids)),
+                                             key=lambda k: (int(ids[k]) // per, k)))
