@@ -5,7 +5,8 @@ Buffer.get_dispatch_layout -> dispatch -> combine as the four kernels it launche
 A2 inside one server of 8 ranks (with more DeepEP switches to its internode kernels
 notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2, not modelled).
 Low-latency mode (``workload.mode``): low_latency_dispatch / low_latency_combine, mc2's V2
-programs (``low_latency.py``) on the A3 and on one A2 server (ops2's single-server kernels).
+programs (``low_latency.py``) on the A3 and on one A2 server (ops2's single-server kernels);
+on 2+ A2 servers the layered kernels (``layered.py``, ``layered_combine.py``).
 
 Tensor names are deep_ep.cpp's. Between notify_dispatch and the dispatch kernel DeepEP's host
 reads max_bs and total_recv_token with `.item()` to size recv_x: a host sync that is not
@@ -222,7 +223,8 @@ class DeepEP(Family):
     help = ("DeepEP-Ascend (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 server): "
             "normal mode (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
             "cam_moe_combine_normal) or low latency (MoeLowLatencyDispatchV2 / CombineV2: "
-            "mc2's V2 programs on A3 and on one A2 server)")
+            "mc2's V2 programs on A3 and on one A2 server, the layered kernels on 2+ A2 "
+            "servers)")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE, *ll.OPS, layered.DISPATCH,
            layered_combine.COMBINE)
     references = True  # reference_outputs
@@ -252,7 +254,7 @@ class DeepEP(Family):
         Option("comm_alg", "choice", "fullmesh", "low_latency on an A2 with more than 8 "
                "ranks: hierarchy runs the layered kernels (DeepEP with "
                "HCCL_INTRA_PCIE_ENABLE=1 and HCCL_INTRA_ROCE_ENABLE=0: RDMA between servers, "
-               "HCCS inside; the dispatch only), fullmesh the AICPU BatchWrite kernels (not "
+               "HCCS inside), fullmesh the AICPU BatchWrite kernels (not "
                "modelled); one server or the A3: fullmesh",
                choices=("fullmesh", "hierarchy")),
         Option("num_max_dispatch_tokens_per_rank", "int", 0, "low_latency: the argument of "

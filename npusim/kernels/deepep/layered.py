@@ -904,8 +904,11 @@ def op_inputs(kernel: str, t: LayeredTiling, inputs: list[Arrays],
     res = []
     for a, i, d in zip(inputs, ids, previous, strict=True):
         rows = d["packed_recv_x"]
-        if t.quant == "int8":
-            rows = (rows.astype(F32) * d["packed_recv_x_scales"][:, None]).astype(dt)
+        if t.quant == "int8":  # the valid rows only: the rest stays untouched zero pages
+            n = int(d["layout_range"][t.shape.E - 1])
+            q = rows
+            rows = np.zeros(q.shape, dt)
+            rows[:n] = (q[:n].astype(F32) * d["packed_recv_x_scales"][:n, None]).astype(dt)
         res.append({"x": rows, "topk_idx": i, "topk_weights": a["topk_weights"],
                     "layout_range": d["layout_range"]})
     return res
