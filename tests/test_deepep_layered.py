@@ -94,12 +94,16 @@ def test_layered_refusals(tmp_path: Path) -> None:
     assert "workload.comm_alg" in msg and "BatchWrite" in msg and "allowed: hierarchy" in msg
     msg = no(ep_world_size=8)
     assert "workload.comm_alg" in msg and "allowed here: fullmesh" in msg
+    assert "layered combine" not in no(ep_world_size=64, experts_per_rank=1, op="dispatch",
+                                       hccl_buffsize=100)
     msg = no(op="layout")
     assert "workload.op" in msg and "allowed with comm_alg hierarchy" in msg
     msg = no(hccl_buffsize=1000)
     assert "The HCCL_BUFFSIZE is 1000MB, the min value should be 1204MB" in msg
     msg = refused(_scenario, tmp_path, overrides={"window.bytes": 1 << 30})
     assert "window.bytes" in msg and "HCCL_BUFFSIZE 1205 MB" in msg
+    msg = no(ep_world_size=64, experts_per_rank=1, op="dispatch_combine")
+    assert "layered combine" in msg and "allowed: at most 56" in msg
     msg = no(mode="normal", ep_world_size=8)
     assert "workload.comm_alg" in msg and "allowed with mode normal: fullmesh" in msg
 

@@ -78,6 +78,10 @@ NOTIFY_DATA_SIZE = 400 * MiB
 TBUF_SIZE = 190 * 1024
 TBUF_TEMP_OFFSET = 8 * 1024
 KERNEL = "moe_distribute_dispatch_v2_layered_custom.h"
+# the layered combine's (moe_distribute_combine_v2_layered_custom.h): IPC_REDUCE_USED_CORE_NUM,
+# and FLAG_TOTAL_SIZE uint64 words of token flags per server, in bytes
+COMBINE_REDUCE_CORES = 32
+COMBINE_FLAGS_PER_SERVER = MAX_BS_NUM * SERVER_RANK_SIZE * 4 * 8
 
 RUNS = {"dispatch": ("low_latency_dispatch_layered",),
         "dispatch_combine": ("low_latency_dispatch_layered", "low_latency_combine_layered"),
@@ -271,6 +275,14 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
         return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B cannot hold the "
                       f"HCCL_BUFFSIZE {t.window.total_size // MiB} MB window the layered "
                       f"kernel needs; allowed: at least {size}")
+    if "combine" in op:
+        flags_end = (t.server_num + 1) * COMBINE_FLAGS_PER_SERVER
+        if t.cores < COMBINE_REDUCE_CORES + t.server_num or flags_end > IPC_FLAG_OFFSET:
+            most = SERVER_RANK_SIZE * (IPC_FLAG_OFFSET // COMBINE_FLAGS_PER_SERVER - 1)
+            return Misfit("workload.ep_world_size", f"{shape.W}: the layered combine needs "
+                          f"{COMBINE_REDUCE_CORES} + serverNum AIV cores ({t.cores} here) "
+                          "and its per-server token flags ((serverNum + 1) x 128 KiB) below "
+                          f"the IPC flags at 1 MiB; allowed: at most {most}")
     if t.cores < 2 * t.server_num + 1 or t.cores < t.shape.L or t.cores < SERVER_RANK_SIZE:
         return Misfit("workload.ep_world_size", f"{shape.W}: {t.cores} AIV cores cannot give "
                       "every server a sender and a Win2Ipc core and every local expert an "

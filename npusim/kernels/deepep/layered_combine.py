@@ -37,6 +37,7 @@ from npusim.kernels.common.align import align_up
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep.layered import (
+    COMBINE_REDUCE_CORES,
     IPC_DATA_OFFSET,
     NOTIFY_DATA_SIZE,
     RDMA_DATA_SIZE,
@@ -59,7 +60,7 @@ KiB = 1024
 UB_ALIGN = 32
 SELF_STATE_OFFSET = 512 * KiB
 MAGIC_OFFSET = 2 * 1024 * KiB - 32 * 32
-IPC_REDUCE_USED_CORE_NUM = 32
+IPC_REDUCE_USED_CORE_NUM = COMBINE_REDUCE_CORES
 GM2IPC_SYNC_FLAG = 12345
 RDMA_TOKEN_ARRIVED_FLAG = 123
 RDMA_TOKEN_END_FLAG = 321
