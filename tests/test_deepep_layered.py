@@ -17,7 +17,7 @@ from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.family import FAMILY
 from npusim.kernels.mc2 import reference as mref
 from npusim.scenario import load_scenario
-from npusim.sim import simulate
+from npusim.sim import Forked, simulate
 from tests.deepephelp import refused, write_scenario
 
 W, BS, H, K, L = 16, 8, 1024, 4, 2
@@ -147,3 +147,15 @@ def test_int8_token_index_survives_and_combine_alone_runs(tmp_path: Path) -> Non
         assert 1 - 2 * (got * want).sum() / (got * got + want * want).sum() < 3e-3, r
         assert alone.ops[0].outputs[r]["combined_x"].tobytes() == \
             both.ops[1].outputs[r]["combined_x"].tobytes(), r
+
+
+def test_layered_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
+    """With two workers the combine runs ahead on the references' dispatch; the simulated
+    dispatch writes what the combine reads of it, so the forked run is kept."""
+    sc = _scenario(tmp_path, quant="int8", op="dispatch_combine")
+    inputs, one = _run(sc)
+    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+        two = simulate(sc, workers=2)
+    assert two.combine_ahead == ("kept" if Forked.available() else "")
+    assert [o["combined_x"].tobytes() for o in one.ops[-1].outputs] == \
+        [o["combined_x"].tobytes() for o in two.ops[-1].outputs]

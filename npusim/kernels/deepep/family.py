@@ -507,7 +507,8 @@ class DeepEP(Family):
     def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
         if isinstance(tiling, layered.LayeredTiling):
-            return None  # no reference of the layered combine's inputs to run it ahead on
+            return (layered.reference_dispatch(tiling, inputs)
+                    if kernel == layered.DISPATCH.name else None)
         if isinstance(tiling, Mc2Tiling):
             return ll.reference_outputs(kernel, tiling, inputs)
         if kernel != LAYOUT.name:
@@ -517,7 +518,7 @@ class DeepEP(Family):
     def next_reads(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
         if isinstance(tiling, layered.LayeredTiling):
-            return b""
+            return layered.next_reads(tiling, outputs)
         if isinstance(tiling, Mc2Tiling):
             return ll.next_reads(kernel, tiling, inputs, outputs)
         h = hashlib.sha256()

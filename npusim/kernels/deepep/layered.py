@@ -32,6 +32,7 @@ three 64 B reads per try are two polls taken in turn (the next token's flag, the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -904,14 +905,7 @@ def op_inputs(kernel: str, t: LayeredTiling, inputs: list[Arrays],
     if kernel == DISPATCH.name:
         return [{"x": a["x"], "topk_idx": i} for a, i in zip(inputs, ids, strict=True)]
     if previous is None:
-        got = ll.reference_outputs(ll.DISPATCH.name, t.v2, inputs)
-        assert got is not None
-        idxs = [a["topk_idx"] for a in inputs]
-        previous = []
-        for r, d in enumerate(got):
-            lr = ref.layered_reduce_info(idxs, r, t.shape.L, t.global_bs, t.cores)
-            lr[:t.shape.E] = d["layout_range"]
-            previous.append({**d, "layout_range": lr})
+        previous = reference_dispatch(t, inputs)
     dt = t.shape.np_dtype
     res = []
     for a, i, d in zip(inputs, ids, previous, strict=True):
@@ -924,3 +918,32 @@ def op_inputs(kernel: str, t: LayeredTiling, inputs: list[Arrays],
         res.append({"x": rows, "topk_idx": i, "topk_weights": a["topk_weights"],
                     "layout_range": d["layout_range"]})
     return res
+
+
+def reference_dispatch(t: LayeredTiling, inputs: list[Arrays]) -> list[Arrays]:
+    """The layered dispatch's outputs by the references: mc2's V2 dispatch for the rows,
+    scales and counts (the same rows in the same order), the family's for the reduce
+    info."""
+    got = ll.reference_outputs(ll.DISPATCH.name, t.v2, inputs)
+    assert got is not None
+    idxs = [a["topk_idx"] for a in inputs]
+    out = []
+    for r, d in enumerate(got):
+        lr = ref.layered_reduce_info(idxs, r, t.shape.L, t.global_bs, t.cores)
+        lr[:t.shape.E] = d["layout_range"]
+        out.append({s.name: d[s.name] for s in DISPATCH.outputs if s.name in d}
+                   | {"layout_range": lr})
+    return out
+
+
+def next_reads(t: LayeredTiling, outputs: list[Arrays]) -> bytes:
+    """A digest of what the combine reads of the dispatch: its received rows (and INT8
+    scales) and layout_range."""
+    h = hashlib.sha256()
+    for o in outputs:
+        n = int(o["layout_range"][t.shape.E - 1])
+        h.update(np.ascontiguousarray(o["packed_recv_x"][:n]).tobytes())
+        if t.quant == "int8":
+            h.update(np.ascontiguousarray(o["packed_recv_x_scales"][:n]).tobytes())
+        h.update(np.ascontiguousarray(o["layout_range"], I32).tobytes())
+    return h.digest()
