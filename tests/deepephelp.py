@@ -16,12 +16,16 @@ from npusim.kernels.deepep import reference as ref
 
 
 def write_scenario(tmp: Path, base: dict[str, Any], hardware: str, name: str, seed: int,
-                   **workload: Any) -> Path:
-    """A deepep dispatch_combine scenario file: `base` (shape, mode), then `workload`."""
+                   overrides: dict[str, Any] | None = None, **workload: Any) -> Path:
+    """A deepep dispatch_combine scenario file: `base` (shape, mode), then `workload`;
+    `overrides`: its hardware_overrides."""
     w = {"kernel": "deepep", "op": "dispatch_combine", "dtype": "bfloat16",
          "routing": {"kind": "uniform", "seed": seed}, **base, **workload}
     path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "hardware": hardware, "workload": w}))
+    doc = {"name": name, "hardware": hardware, "workload": w}
+    if overrides:
+        doc["hardware_overrides"] = overrides
+    path.write_text(yaml.safe_dump(doc))
     return path
 
 

@@ -25,8 +25,8 @@ W, BS, H, K, L = 4, 16, 1024, 4, 4
 SMALL = {"bs": BS, "h": H, "k": K, "ep_world_size": W, "experts_per_rank": L}
 
 
-def _scenario(tmp: Path, name: str = "ll", **workload: Any):
-    return load_scenario(write_scenario(tmp, {"mode": "low_latency", **SMALL}, "atlas_a3", name,
+def _scenario(tmp: Path, name: str = "ll", hardware: str = "atlas_a3", **workload: Any):
+    return load_scenario(write_scenario(tmp, {"mode": "low_latency", **SMALL}, hardware, name,
                                         5, **workload))
 
 
@@ -56,9 +56,11 @@ def _reference(inputs: list[dict[str, np.ndarray]], quant: str):
     return disp, mref.reference_combine(shape, disp, comb_in)
 
 
-@pytest.mark.parametrize("quant", ["bf16", "int8"])
-def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
-    sc = _scenario(tmp_path, quant=quant)
+@pytest.mark.parametrize(("quant", "hardware"), [("bf16", "atlas_a3"), ("int8", "atlas_a3"),
+                                                 ("int8", "atlas_a2")])
+def test_outputs_match_reference(tmp_path: Path, quant: str, hardware: str) -> None:
+    """On the A2 with at most 8 ranks: the single-server kernels, the same V2 steps."""
+    sc = _scenario(tmp_path, quant=quant, hardware=hardware)
     inputs = _inputs(sc)
     res = _run(sc, inputs)
     assert [r.op for r in res.ops] == ["low_latency_dispatch", "low_latency_combine"]
@@ -189,6 +191,20 @@ def test_refusals(tmp_path: Path) -> None:
     assert "normal mode's rounds" in _refused(tmp_path, long_seq_round=2)
     msg = _refused(tmp_path, mode="normal", num_max_dispatch_tokens_per_rank=32)
     assert "allowed with mode normal: 0" in msg
+
+
+def test_a2_refusals(tmp_path: Path) -> None:
+    """ops2's A2 bounds and its whole servers beyond 8 ranks, each on its key."""
+    def a2(**w: Any) -> str:
+        return refused(_scenario, tmp_path, hardware="atlas_a2", **w)
+
+    msg = a2(ep_world_size=12, op="dispatch")
+    assert "workload.ep_world_size" in msg
+    assert "epWorldSize % 8" in msg and "allowed: 1..8 or a multiple of 8" in msg
+    assert "MAX_HIDDEN_SIZE_A2" in a2(h=8192)
+    assert "MAX_MOE_EXPERT_NUMS_A2" in a2(experts_per_rank=129)
+    assert "allowed: 1..16" in a2(k=17, experts_per_rank=8)
+    assert "[0, 512]" in a2(bs=513)
 
 
 def test_set_switches_the_mode(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ Buffer.get_dispatch_layout -> dispatch -> combine as the four kernels it launche
 (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, cam_moe_combine_normal); on an
 A2 inside one server of 8 ranks (with more DeepEP switches to its internode kernels
 notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2, not modelled).
-Low-latency mode (``workload.mode``, A3): low_latency_dispatch / low_latency_combine, mc2's
-V2 programs (``low_latency.py``).
+Low-latency mode (``workload.mode``): low_latency_dispatch / low_latency_combine, mc2's V2
+programs (``low_latency.py``) on the A3 and on one A2 server (ops2's single-server kernels);
+on 2+ A2 servers the layered kernels (``layered.py``, ``layered_combine.py``).
 
 Tensor names are deep_ep.cpp's. Between notify_dispatch and the dispatch kernel DeepEP's host
 reads max_bs and total_recv_token with `.item()` to size recv_x: a host sync that is not
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.deepep import layered, layered_combine
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.combine import combine_program
@@ -220,9 +222,11 @@ class DeepEP(Family):
     name = "deepep"
     help = ("DeepEP-Ascend (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 server): "
             "normal mode (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
-            "cam_moe_combine_normal) or, on A3, low latency (MoeLowLatencyDispatchV2 / "
-            "CombineV2, mc2's V2 programs)")
-    ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE, *ll.OPS)
+            "cam_moe_combine_normal) or low latency (MoeLowLatencyDispatchV2 / CombineV2: "
+            "mc2's V2 programs on A3 and on one A2 server, the layered kernels on 2+ A2 "
+            "servers)")
+    ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE, *ll.OPS, layered.DISPATCH,
+           layered_combine.COMBINE)
     references = True  # reference_outputs
     chains = True  # next_reads
     runs = {"layout": ("dispatch_layout",),
@@ -247,6 +251,12 @@ class DeepEP(Family):
         Option("long_seq_round", "int", 1, "DEEPEP_NORMAL_LONG_SEQ_ROUND", lo=1, hi=MAX_ROUNDS),
         Option("per_round_tokens", "int", 8192, "DEEPEP_NORMAL_LONG_SEQ_PER_ROUND_TOKENS",
                lo=PER_ROUND_RANGE[0], hi=PER_ROUND_RANGE[1]),
+        Option("comm_alg", "choice", "fullmesh", "low_latency on an A2 with more than 8 "
+               "ranks: hierarchy runs the layered kernels (DeepEP with "
+               "HCCL_INTRA_PCIE_ENABLE=1 and HCCL_INTRA_ROCE_ENABLE=0: RDMA between servers, "
+               "HCCS inside), fullmesh the AICPU BatchWrite kernels (not "
+               "modelled); one server or the A3: fullmesh",
+               choices=("fullmesh", "hierarchy")),
         Option("num_max_dispatch_tokens_per_rank", "int", 0, "low_latency: the argument of "
                "low_latency_dispatch / combine (global_bs = it x W sizes the window); 0: bs",
                lo=0, hi=MAX_TOTAL_TOKENS),
@@ -255,12 +265,14 @@ class DeepEP(Family):
     def runs_of(self, options: Mapping[str, Any] | None = None
                 ) -> Mapping[str, tuple[str, ...]]:
         if options is not None and options.get("mode") == "low_latency":
-            return ll.RUNS
+            return layered.RUNS if options.get("comm_alg") == "hierarchy" else ll.RUNS
         return self.runs
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> DeepepTiling | Mc2Tiling:
         if options["mode"] == "low_latency":
+            if options["comm_alg"] == "hierarchy":
+                return layered.tiling(shape, options, hardware, timing_only)
             return ll.tiling(shape, options, hardware, timing_only)
         p = platform(hardware) or "a3"
         return DeepepTiling(shape, options["quant"], options["long_seq_round"],
@@ -281,9 +293,6 @@ class DeepEP(Family):
             return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
                           "kernels (csrc/deepep/ops) and the A2's (ops2) inside one server; "
                           "the A5 variants are not modelled yet; allowed: atlas_a3, atlas_a2")
-        if options["mode"] == "low_latency" and p != "a3":
-            return Misfit("workload.mode", "low_latency: the A2's low-latency kernels (ops2 a2 "
-                          "and layered) are not modelled yet; allowed on atlas_a2: normal")
         if p == "a2" and options["mode"] == "normal":
             bad = self._a2_misfit(shape)
             if bad is not None:
@@ -304,7 +313,10 @@ class DeepEP(Family):
                     return Misfit(f"workload.{key}", f"{options[key]}: DEEPEP_NORMAL_LONG_SEQ_* "
                                   "set the normal mode's rounds; allowed with mode "
                                   "low_latency: the default")
-            return ll.misfit(shape, options, hardware, op)
+            return self._low_latency_misfit(shape, options, hardware, op, p)
+        if options["comm_alg"] != "fullmesh":
+            return Misfit("workload.comm_alg", f"{options['comm_alg']}: picks the A2's "
+                          "low-latency kernels; allowed with mode normal: fullmesh")
         top = options["num_max_dispatch_tokens_per_rank"]
         if top:
             return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: an argument of "
@@ -341,6 +353,31 @@ class DeepEP(Family):
                           f"{mb} MB {status} needs {t.window.end} B; "
                           f"allowed: at least {t.window.end}")
         return None
+
+    @staticmethod
+    def _low_latency_misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+                            op: str, p: str) -> Misfit | None:
+        """The V2 kernels' checks; on an A2 past one server, the layered kernel's
+        (MoeDistributeDispatchA2GetIsSingle, then CheckCommAlg)."""
+        if p == "a2":
+            bad = ll.a2_misfit(shape)
+            if bad is not None:
+                return bad
+        layered_alg = options["comm_alg"] == "hierarchy"
+        internode = p == "a2" and not ll.is_single_server(shape)
+        if layered_alg and not internode:
+            return Misfit("workload.comm_alg", "hierarchy: the layered kernels run on an A2 "
+                          f"with more than {ll.RANK_NUM_PER_NODE_A2} ranks (one server or the "
+                          "A3: the V2 kernels); allowed here: fullmesh")
+        if internode and not layered_alg:
+            return Misfit("workload.comm_alg", "fullmesh: over 2+ A2 servers the fullmesh "
+                          "kernel (AICPU BatchWrite, tiling key 2000001000) is not modelled; "
+                          "allowed: hierarchy (DeepEP with HCCL_INTRA_PCIE_ENABLE=1, "
+                          "HCCL_INTRA_ROCE_ENABLE=0, which A2_DEEPEP.md requires on 2 nodes)")
+        bad = ll.misfit(shape, options, hardware, op, p, v2=not layered_alg)
+        if bad is not None or not layered_alg:
+            return bad
+        return layered.misfit(shape, options, hardware, op)
 
     @staticmethod
     def _a2_misfit(shape: MoeShape) -> Misfit | None:
@@ -382,7 +419,7 @@ class DeepEP(Family):
         combine: its window slot and, functional, its input row. Dispatch's machine is freed
         before combine's (a second worker runs notify_dispatch, which holds no rows). Low
         latency: not estimated (as mc2)."""
-        if isinstance(tiling, Mc2Tiling):
+        if isinstance(tiling, Mc2Tiling | layered.LayeredTiling):
             return 0
         t, kernels = tiling, self.runs[op]
         kept = t.H * t.out_dtype.itemsize + 4 + 12
@@ -416,6 +453,8 @@ class DeepEP(Family):
 
     def op_inputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
+        if isinstance(tiling, layered.LayeredTiling):
+            return layered.op_inputs(kernel, tiling, inputs, previous)
         if isinstance(tiling, Mc2Tiling):
             return ll.op_inputs(kernel, tiling, inputs, previous)
         t = tiling
@@ -467,6 +506,9 @@ class DeepEP(Family):
 
     def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
+        if isinstance(tiling, layered.LayeredTiling):
+            return (layered.reference_dispatch(tiling, inputs)
+                    if kernel == layered.DISPATCH.name else None)
         if isinstance(tiling, Mc2Tiling):
             return ll.reference_outputs(kernel, tiling, inputs)
         if kernel != LAYOUT.name:
@@ -475,6 +517,8 @@ class DeepEP(Family):
 
     def next_reads(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
+        if isinstance(tiling, layered.LayeredTiling):
+            return layered.next_reads(tiling, outputs)
         if isinstance(tiling, Mc2Tiling):
             return ll.next_reads(kernel, tiling, inputs, outputs)
         h = hashlib.sha256()

@@ -38,6 +38,17 @@ from npusim.kernels.shape import MoeShape
 
 BS_UPPER_BOUND = 512  # moe_distribute_dispatch_v2_tiling.cpp (DeepEP's fork), x.size(0)
 SRC_TILING = "moe_distribute_dispatch_v2_tiling.cpp"
+# ops2 (the A2 build): moe_distribute_dispatch_v2_tiling.cc's A2 bounds, as (workload key,
+# what, the shape's value, hi, the tiling's constant); the lower bounds are 1
+A2_SRC_TILING = "ops2 moe_distribute_dispatch_v2_tiling.cc"
+RANK_NUM_PER_NODE_A2 = 8  # one server: MoeDistributeDispatchA2GetIsSingle, else layered
+A2_LL_LIMITS: tuple[tuple[str, str, Any, int, str], ...] = (
+    ("workload.ep_world_size", "epWorldSize", lambda s: s.W, 256, "MAX_EP_WORLD_SIZE_A2"),
+    ("workload.experts_per_rank", "moeExpertNum (ep_world_size * experts_per_rank)",
+     lambda s: s.E, 512, "MAX_MOE_EXPERT_NUMS_A2"),
+    ("workload.h", "H", lambda s: s.H, 7168, "MAX_HIDDEN_SIZE_A2"),
+    ("workload.k", "K", lambda s: s.K, 16, "MAX_K_VALUE_A2"),
+)
 
 # DeepEP's python names -> the operator's (mc2's) names, per kernel
 DISPATCH_NAMES = {"topk_idx": "expert_ids", "packed_recv_x": "expand_x",
@@ -53,9 +64,12 @@ DISPATCH_API = ("x", *DISPATCH_NAMES)
 COMBINE_API = tuple(COMBINE_NAMES)
 
 # The operators' options DeepEP's host code fixes (deep_ep.cpp low_latency_dispatch /
-# low_latency_combine on A3, MOE_ENABLE_CCU and MOE_EXPERT_TOKEN_NUMS_TYPE unset)
-FIXED = {"comm_alg": "fullmesh_v1", "combine_quant": "none", "expert_token_nums_type": 1,
-         "x_active_mask": "none", "expand_scales": False, "shared_expert_x": False}
+# low_latency_combine, MOE_ENABLE_CCU and MOE_EXPERT_TOKEN_NUMS_TYPE unset). arch22: the A3
+# fork's code path, which the A2's single-server kernels (ops2 moe_distribute_*_v2_single.h)
+# share step for step (no elastic ranks, no timeout probe)
+FIXED = {"arch": "arch22", "comm_alg": "fullmesh_v1", "combine_quant": "none",
+         "expert_token_nums_type": 1, "x_active_mask": "none", "expand_scales": False,
+         "shared_expert_x": False}
 QUANT = {"bf16": "none", "int8": "int8"}
 # the deepep key a mc2 refusal is reported on
 KEYS = {"workload.ccl_buffer_size": "workload.hccl_buffsize",
@@ -186,16 +200,20 @@ def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                    combine_tokens_in_order=True)
 
 
-def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
-           ) -> Misfit | None:
+def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str,
+           platform: str = "a3", v2: bool = True) -> Misfit | None:
     """deep_ep.cpp's asserts, the fork's BS bound, then mc2's checks on DeepEP's keys."""
-    if op not in RUNS:
+    if v2 and op not in RUNS:
         return Misfit("workload.op", f"{op}: get_dispatch_layout belongs to the normal mode; "
                       f"allowed with mode low_latency: {', '.join(RUNS)}")
     if options["context"] != "hccl":
         return Misfit("workload.context", f"{options['context']}: the low-latency kernels "
                       "open HCCL windows (the shmem_ver kernels are the normal mode's); "
                       "allowed: hccl")
+    if platform == "a2":
+        bad = a2_misfit(shape)
+        if bad is not None:
+            return bad
     if shape.BS > BS_UPPER_BOUND:
         return Misfit("workload.bs", f"xDim0(BS) is invalid. Should be between [0, "
                       f"{BS_UPPER_BOUND}], but got xDim0={shape.BS} ({SRC_TILING})")
@@ -204,10 +222,35 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
         return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: "
                       f"num_max_dispatch_tokens_per_rank >= x.size(0) fails (deep_ep.cpp "
                       f"EP_HOST_ASSERT); allowed: 0 (bs) or at least bs = {shape.BS}")
+    if not v2:  # the layered kernel: its own window and checks
+        return None
     m = MC2.misfit(shape, mc2_options(shape, options), hardware, MC2_BOTH)
     if m is None:
         return None
     return Misfit(KEYS.get(m.key, m.key), m.message)
+
+
+def is_single_server(shape: MoeShape) -> bool:
+    """MoeDistributeDispatchA2GetIsSingle: W <= 8 runs the single-server kernels (tiling
+    keys 2000011000 / 5000), more ranks the layered ones (2100001000 / 3000)."""
+    return shape.W <= RANK_NUM_PER_NODE_A2
+
+
+def a2_misfit(shape: MoeShape) -> Misfit | None:
+    """The A2 tiling's bounds (MAX_BATCH_SIZE_A2 is BS_UPPER_BOUND, checked after) and its
+    whole servers: more than 8 ranks come in servers of 8 (epWorldSize % 8)."""
+    for key, what, value, hi, name in A2_LL_LIMITS:
+        v = value(shape)
+        if v > hi:
+            return Misfit(key, f"{v}: the A2 low-latency kernels take {what} up to {hi} "
+                          f"({A2_SRC_TILING} {name}); allowed: 1..{hi}")
+    if not is_single_server(shape) and shape.W % RANK_NUM_PER_NODE_A2:
+        return Misfit("workload.ep_world_size", f"{shape.W}: epWorldSize is invalid (more "
+                      f"than {RANK_NUM_PER_NODE_A2} ranks run the layered kernels on whole "
+                      f"servers, epWorldSize % {RANK_NUM_PER_NODE_A2} == 0, {A2_SRC_TILING}); "
+                      f"allowed: 1..{RANK_NUM_PER_NODE_A2} or a multiple of "
+                      f"{RANK_NUM_PER_NODE_A2}")
+    return None
 
 
 # ---- the chain, in mc2's names inside

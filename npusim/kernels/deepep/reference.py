@@ -9,6 +9,7 @@ returned rows in k order, cast once with round-to-nearest-even.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,9 +125,11 @@ def dispatch(xs: list[np.ndarray], idxs: list[np.ndarray], s: Sizes, quant: str
     return out
 
 
-def combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
-            weights: list[np.ndarray], E: int) -> list[np.ndarray]:
-    """x[t] = cast(sum over valid k, in k order, of fp32(row sent back for (t, k)) * w[t, k])."""
+def _weighted_sums(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
+                   weights: list[np.ndarray], terms: Callable[[np.ndarray], list[int]]
+                   ) -> list[np.ndarray]:
+    """x[t] = cast(fp32 sum over k in terms(topk ids of t), in that order, of fp32(the row
+    sent back for (t, k)) * w[t, k]), one multiply and one add per term."""
     W = len(rows)
     back: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in range(W)]
     for r in range(W):
@@ -134,14 +137,122 @@ def combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndar
             back[int(src)][(int(t), int(k))] = rows[r][i]
     out = []
     for src in range(W):
-        bs, K = idx[src].shape
+        bs = idx[src].shape[0]
         h = rows[0].shape[1]
         x = np.zeros((bs, h), rows[0].dtype)
         for t in range(bs):
             acc = np.zeros(h, F32)
-            for k in range(K):
-                if 0 <= int(idx[src][t, k]) < E:
-                    acc = acc + back[src][(t, k)].astype(F32) * F32(weights[src][t, k])
+            for k in terms(idx[src][t]):
+                acc = acc + back[src][(t, k)].astype(F32) * F32(weights[src][t, k])
             x[t] = acc.astype(rows[0].dtype)
         out.append(x)
     return out
+
+
+def combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
+            weights: list[np.ndarray], E: int) -> list[np.ndarray]:
+    """The valid k (an expert id in [0, E)) in k order."""
+    return _weighted_sums(rows, triples, idx, weights,
+                          lambda ids: [k for k, e in enumerate(ids) if 0 <= int(e) < E])
+
+
+# ---- the A2 layered low-latency dispatch: the combine's reduce info in ep_recv_count
+SERVER = 8  # ranks per A2 server
+
+
+def _ranked(keys: list[tuple[int, ...]]) -> np.ndarray:
+    """Each item's index in the order of `keys` (ties kept in list order)."""
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    rank = np.empty(len(keys), np.int64)
+    rank[order] = np.arange(len(keys))
+    return rank
+
+
+def layered_reduce_info(idxs: list[np.ndarray], me: int, L: int, global_bs: int,
+                        cores: int) -> np.ndarray:
+    """ep_recv_count of rank `me` after its E counts (left 0 here), as int32 words.
+
+    Per source server s (rank src = s * 8 + me % 8 relays to `me`) the tokens of src with an
+    expert in me's server, in token order: innerCnt is the running count of their hits here,
+    the tokens taken by their lowest expert here, then in order (int16, min(tokens + cores,
+    global_bs) words); innerOffset is every hit's row in the combine's layout: the target
+    rank's block (rank in server * global_bs * K) plus its place among that rank's hits from
+    src ordered by (expert, token). Then of `me`'s own tokens: outerCnt, the running count
+    of the servers each goes to; per (token, server) in that order the row in the combine's
+    layout (server * BS * K plus the hits of server s's earlier (lowest expert, token)
+    pairs) and the hits there."""
+    W = len(idxs)
+    S = W // SERVER
+    bs, K = idxs[me].shape
+    E = W * L
+    per = SERVER * L
+    mine = me // SERVER
+    inner_cnt = E * 4
+    inner_idx = inner_cnt + global_bs * S * 2
+    outer_cnt = inner_idx + global_bs * K * S * 4
+    outer_idx = outer_cnt + bs * 4
+    per_server_at = outer_idx + bs * S * 4
+    out = np.zeros(E + 2 * global_bs * K * S, np.int32)
+    raw = out.view(np.uint8)
+
+    def put(at: int, values: np.ndarray) -> None:
+        b = np.ascontiguousarray(values).view(np.uint8)
+        raw[at:at + b.size] = b
+
+    for s in range(S):
+        src = s * SERVER + me % SERVER
+        ids = idxs[src]
+        here = [t for t in range(bs) if any(mine * per <= int(e) < (mine + 1) * per
+                                            for e in ids[t])]
+        hits = [(j, k, int(ids[t, k])) for j, t in enumerate(here) for k in range(K)
+                if mine * per <= int(ids[t, k]) < (mine + 1) * per]
+        n = len(here)
+        cnt = np.zeros(n + cores, np.int16)
+        if n:
+            first = [min(e for jj, _, e in hits if jj == j) for j in range(n)]
+            order = sorted(range(n), key=lambda j: (first[j], j))
+            per_tok = np.array([sum(1 for jj, _, _ in hits if jj == j) for j in order])
+            cnt[:n] = np.cumsum(per_tok)
+            # place of each hit among its target rank's hits by (expert, token)
+            place = {}
+            for rr in range(SERVER):
+                mine_hits = [h for h in hits if (h[2] % per) // L == rr]
+                ranks = _ranked([(h[2], h[0]) for h in mine_hits])
+                for h, r in zip(mine_hits, ranks, strict=True):
+                    place[h[:2]] = rr * global_bs * K + int(r)
+            offs = np.zeros(n * K, np.int32)
+            i = 0
+            for j in order:
+                for k in range(K):
+                    if (j, k) in place:
+                        offs[i] = place[(j, k)]
+                        i += 1
+            put(inner_idx + global_bs * K * s * 4, offs)
+        put(inner_cnt + global_bs * s * 2, cnt[:min(n + cores, global_bs)])
+    ids = idxs[me]
+    pairs = [(t, s) for t in range(bs) for s in range(S)
+             if any(int(e) // per == s for e in ids[t])]
+    low = {p: min(int(e) for e in ids[p[0]] if int(e) // per == p[1]) for p in pairs}
+    nhit = {p: sum(1 for e in ids[p[0]] if int(e) // per == p[1]) for p in pairs}
+    row = {}
+    for s in range(S):
+        mine_pairs = sorted((p for p in pairs if p[1] == s), key=lambda p: (low[p], p[0]))
+        acc = 0
+        for p in mine_pairs:
+            row[p] = s * bs * K + acc
+            acc += nhit[p]
+    servers = np.array([sum(1 for p in pairs if p[0] == t) for t in range(bs)], np.int32)
+    put(outer_cnt, np.cumsum(servers).astype(np.int32))
+    put(outer_idx, np.array([row[p] for p in pairs], np.int32))
+    put(per_server_at, np.array([nhit[p] for p in pairs], np.int32))
+    return out
+
+
+def layered_combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],
+                    weights: list[np.ndarray], L: int) -> list[np.ndarray]:
+    """The A2 layered combine: the terms server by server (the servers of the experts
+    ascending) and in k order inside a server, as the rows come back grouped by server."""
+    per = SERVER * L
+    return _weighted_sums(rows, triples, idx, weights,
+                          lambda ids: sorted(range(len(ids)),
+                                             key=lambda k: (int(ids[k]) // per, k)))

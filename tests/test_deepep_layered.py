@@ -1,0 +1,161 @@
+"""Family deepep, mode low_latency on two A2 servers (comm_alg hierarchy): the layered
+dispatch against mc2's numpy reference of the V2 dispatch (the same rows, scales and counts)
+and the family's reference of the combine's reduce info, the RDMA bytes between the servers
+by hand, and the one-line refusals. Small shapes only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from npusim.hw.rdma import wire_bytes
+from npusim.kernels.deepep import reference as ref
+from npusim.kernels.deepep.family import FAMILY
+from npusim.kernels.mc2 import reference as mref
+from npusim.scenario import load_scenario
+from npusim.sim import Forked, simulate
+from tests.deepephelp import refused, write_scenario
+
+W, BS, H, K, L = 16, 8, 1024, 4, 2
+E = W * L
+SMALL = {"mode": "low_latency", "comm_alg": "hierarchy", "op": "dispatch", "bs": BS, "h": H,
+         "k": K, "ep_world_size": W, "experts_per_rank": L}
+BIG_WINDOW = {"window.bytes": 2 << 30}  # HCCL_BUFFSIZE past the preset's 1 GiB
+MTU, HEADER = 4096, 82  # atlas_a2 rdma.mtu_bytes, rdma.header_bytes
+
+
+def _scenario(tmp: Path, name: str = "lay", overrides: dict | None = None, **workload: Any):
+    return load_scenario(write_scenario(tmp, SMALL, "atlas_a2", name, 3,
+                                        BIG_WINDOW if overrides is None else overrides,
+                                        **workload))
+
+
+def _run(sc):
+    w = sc.workload
+    inputs = FAMILY.make_inputs(w.shape, w.options, w.op, {"routing": "uniform", "seed": 3},
+                                True)
+    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+        return inputs, simulate(sc)
+
+
+def _struct_len(quant: str) -> int:
+    """| flag 32 B | token | expert ids Align8(K) x 4 B | scale 32 B |"""
+    token = H if quant == "int8" else 2 * H
+    return 32 + token + -(-K // 8) * 8 * 4 + 32
+
+
+@pytest.mark.parametrize("quant", ["int8", "bf16"])
+def test_layered_dispatch_matches_reference(tmp_path: Path, quant: str) -> None:
+    sc = _scenario(tmp_path, quant=quant)
+    inputs, res = _run(sc)
+    assert [r.op for r in res.ops] == ["low_latency_dispatch_layered"]
+    got = res.ops[0].outputs
+    shape = mref.mc2_shape(W, (BS,) * W, H, K, E)
+    ins = [mref.DispatchInputs(a["x"], a["topk_idx"].astype(np.int32)) for a in inputs]
+    want = mref.reference_dispatch(shape, ins, "int8" if quant == "int8" else "none", 1)
+    idxs = [a["topk_idx"] for a in inputs]
+    cores = sc.hardware.chip.aiv_cores
+    for r in range(W):
+        d, wv = got[r], want[r]
+        n = int(wv.ep_recv_count[-1])
+        assert d["packed_recv_x"][:n].tobytes() == wv.expand_x[:n].tobytes(), r
+        if quant == "int8":
+            assert d["packed_recv_x_scales"][:n].tobytes() == wv.dynamic_scales[:n].tobytes()
+        assert np.array_equal(d["packed_recv_count"], wv.expert_token_nums), r
+        assert np.array_equal(d["layout_range"][:E], wv.ep_recv_count), r
+        tail = ref.layered_reduce_info(idxs, r, L, W * BS, cores)
+        assert d["layout_range"][E:].tobytes() == tail[E:].tobytes(), r
+
+
+def test_rdma_bytes_between_the_servers_by_hand(tmp_path: Path) -> None:
+    """Each rank writes, per token with an expert in the other server, one struct to its
+    same-plane rank there, then a 64 B end flag: a WQE of n bytes puts n + ceil(n / MTU)
+    headers on the port."""
+    sc = _scenario(tmp_path, quant="int8")
+    inputs, res = _run(sc)
+    rec = _struct_len("int8")
+    egress = {x.rank: x.bytes for x in res.ops[0].links if x.kind == "cluster.egress"}
+    for r in range(W):
+        other = 1 - r // 8
+        ids = inputs[r]["topk_idx"]
+        n = int(sum(any(int(e) // (8 * L) == other for e in row) for row in ids))
+        assert egress[r] == n * wire_bytes(rec, MTU, HEADER) + wire_bytes(64, MTU, HEADER), r
+
+
+def test_layered_refusals(tmp_path: Path) -> None:
+    def no(**w: Any) -> str:
+        return refused(_scenario, tmp_path, **w)
+
+    msg = no(comm_alg="fullmesh")
+    assert "workload.comm_alg" in msg and "BatchWrite" in msg and "allowed: hierarchy" in msg
+    msg = no(ep_world_size=8)
+    assert "workload.comm_alg" in msg and "allowed here: fullmesh" in msg
+    assert "layered combine" not in no(ep_world_size=64, experts_per_rank=1, op="dispatch",
+                                       hccl_buffsize=100)
+    msg = no(op="layout")
+    assert "workload.op" in msg and "allowed with comm_alg hierarchy" in msg
+    msg = no(hccl_buffsize=1000)
+    assert "The HCCL_BUFFSIZE is 1000MB, the min value should be 1204MB" in msg
+    msg = refused(_scenario, tmp_path, overrides={"window.bytes": 1 << 30})
+    assert "window.bytes" in msg and "HCCL_BUFFSIZE 1205 MB" in msg
+    msg = no(ep_world_size=64, experts_per_rank=1, op="dispatch_combine")
+    assert "layered combine" in msg and "allowed: at most 56" in msg
+    msg = no(mode="normal", ep_world_size=8)
+    assert "workload.comm_alg" in msg and "allowed with mode normal: fullmesh" in msg
+
+
+def test_layered_combine_matches_reference(tmp_path: Path) -> None:
+    """BF16: the experts' outputs are the received rows (the tokens themselves), so each
+    token comes back as its weighted sum, taken server by server."""
+    sc = _scenario(tmp_path, quant="bf16", op="dispatch_combine")
+    inputs, res = _run(sc)
+    assert [r.op for r in res.ops] == ["low_latency_dispatch_layered",
+                                       "low_latency_combine_layered"]
+    idxs = [a["topk_idx"] for a in inputs]
+    disp = ref.dispatch([a["x"] for a in inputs], idxs, ref.Sizes(W, E, K, 1, BS), "bf16")
+    want = ref.layered_combine([d["recv_x"] for d in disp], [d["expand_idx"] for d in disp],
+                               idxs, [a["topk_weights"] for a in inputs], L)
+    for r in range(W):
+        assert res.ops[1].outputs[r]["combined_x"].tobytes() == want[r].tobytes(), r
+
+
+def test_int8_token_index_survives_and_combine_alone_runs(tmp_path: Path) -> None:
+    """test_low_latency.py's check through the layered pair with an INT8 dispatch: x =
+    rank - 128 with the token index in x[:, -128:] comes back as x * sum(weights) within
+    DeepEP's calc_diff threshold; the combine alone runs on the references' dispatch and
+    gives the pair's bytes."""
+    sc = _scenario(tmp_path, quant="int8", op="dispatch_combine")
+    w = sc.workload
+    inputs = FAMILY.make_inputs(w.shape, w.options, w.op, {"routing": "uniform", "seed": 3},
+                                True)
+    dt = inputs[0]["x"].dtype
+    for r, a in enumerate(inputs):
+        x = np.full((BS, H), r - 128, np.float32)
+        x[:, -128:] = np.arange(BS, dtype=np.float32)[:, None]
+        a["x"] = x.astype(dt)
+    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+        both = simulate(sc)
+        alone = simulate(_scenario(tmp_path, name="alone", quant="int8", op="combine"))
+    for r in range(W):
+        got = both.ops[1].outputs[r]["combined_x"].astype(np.float64) + 1
+        want = (inputs[r]["x"].astype(np.float64)
+                * inputs[r]["topk_weights"].sum(axis=1)[:, None]) + 1
+        assert 1 - 2 * (got * want).sum() / (got * got + want * want).sum() < 3e-3, r
+        assert alone.ops[0].outputs[r]["combined_x"].tobytes() == \
+            both.ops[1].outputs[r]["combined_x"].tobytes(), r
+
+
+def test_layered_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
+    """With two workers the combine runs ahead on the references' dispatch; the simulated
+    dispatch writes what the combine reads of it, so the forked run is kept."""
+    sc = _scenario(tmp_path, quant="int8", op="dispatch_combine")
+    inputs, one = _run(sc)
+    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+        two = simulate(sc, workers=2)
+    assert two.combine_ahead == ("kept" if Forked.available() else "")
+    assert [o["combined_x"].tobytes() for o in one.ops[-1].outputs] == \
+        [o["combined_x"].tobytes() for o in two.ops[-1].outputs]
