@@ -75,6 +75,9 @@ def test_ub_written_bits_agree_with_a_byte_per_byte_record():
                 n = int(rng.integers(0, 4096 - start))
                 ub.mark(start, n)
                 ref[start:start + n] = True
+                if n:  # a piece of the run just marked: every bit set, at any alignment
+                    a = start + int(rng.integers(0, n))
+                    assert ub.unwritten(a, int(rng.integers(1, start + n - a + 1))) == -1
             else:
                 length = int(rng.integers(1, 40))
                 pitch = length + int(rng.integers(1, 40))

@@ -62,6 +62,8 @@ cdef class FlowNetwork:
     cdef public dict _dirty
     cdef public long _batch
     cdef public list _calls
+    cdef public bint _alarm
+    cdef public object _tick_fn
 
     cpdef call_at(self, double t, object fn)
     @cython.locals(now=cython.double, cap=cython.double, f=Flow, r=Resource, g=Group)
@@ -75,6 +77,8 @@ cdef class FlowNetwork:
                    delay=cython.double, t=cython.double)
     cpdef _arm_groups(self, double now)
     cpdef _compact(self)
+    @cython.locals(delay=cython.double)
+    cpdef _arm_timer(self, double t)
     @cython.locals(now=cython.double, wakes=list, calls=list, group=Group, nxt=cython.double)
     cpdef _tick(self)
     @cython.locals(ev=object, g=Group)

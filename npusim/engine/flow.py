@@ -94,7 +94,7 @@ class Group:
         self.cap = cap
         self.rate = self.current_rate()
         self.clock = 0.0  # bytes every member has streamed since the group was made
-        self.t_last = net.env.now
+        self.t_last = net.env._now
         self.heap: list[tuple[float, int, Flow]] | None = []  # None while idle
         self.version = 0
 
@@ -112,7 +112,7 @@ class Group:
     def fire(self) -> None:
         """Finish the members that are done by now, then re-arm."""
         net = self.net
-        now = net.env.now
+        now = net.env._now
         self.settle(now)
         done = []
         rate = self.rate
@@ -154,7 +154,7 @@ class Flow:
     def __call__(self, event: simpy.Event) -> None:
         """The delivery: the flow is its delivery event's callback itself (a closure per
         flow cost 80 B more, for every transfer in flight)."""
-        self.on_done(event.env.now)
+        self.on_done(event.env._now)
 
 
 class FlowNetwork:
@@ -193,6 +193,9 @@ class FlowNetwork:
         # calls due at a time (a pipe starting its next transfer): (time, seq, fn), run by
         # the same timer as the wake-ups, inside the instant's batch
         self._calls: list[tuple[float, int, Callable[[], None]]] = []
+        # the timer is env's alarm (a SimEnv), set in place; the tick as one bound method
+        self._alarm = isinstance(env, SimEnv)
+        self._tick_fn = self._tick
 
     def call_at(self, t: float, fn: Callable[[], None]) -> None:
         """Run fn() at time t (> now) from the network's timer: no simulator event of its
@@ -209,7 +212,7 @@ class FlowNetwork:
         on_done(t) when the bytes are delivered (latency_ns later). If `event` is given
         it becomes the delivery event (on_done runs first among its callbacks), so a
         core waiting for the transfer costs no extra event."""
-        now = self.env.now
+        now = self.env._now
         cap = float(cap_gbps)
         self.active += 1
         for r in path:
@@ -240,7 +243,7 @@ class FlowNetwork:
         """Apply this instant's starts and finishes: move the levels, re-rate the groups
         that cross a resource whose level moved, re-arm the groups whose first finish
         moved."""
-        now = self.env.now
+        now = self.env._now
         old_levels: dict[Resource, float] = {}
         for g, delta in self._pending.items():
             if not delta:
@@ -318,11 +321,18 @@ class FlowNetwork:
 
     def _arm_timer(self, t: float) -> None:
         self._timer_at = t
-        delay = max(0.0, t - self.env.now)
-        if isinstance(self.env, SimEnv):
-            self.env.alarm(delay, self._tick)
+        env = self.env
+        delay = max(0.0, t - env._now)
+        if self._alarm:  # SimEnv.alarm(delay, self._tick), inlined: one per tick
+            env._alarm_at = env._now + delay
+            env._alarm_eid = next(env._eid)
+            env._alarm_fn = self._tick_fn
             return
-        # a plain simpy environment: a Timeout per setting, the superseded ones do nothing
+        self._timeout_tick(delay)
+
+    def _timeout_tick(self, delay: float) -> None:
+        """The timer on a plain simpy environment: a Timeout per setting, the superseded
+        ones do nothing."""
         self._timer_version += 1
         v = self._timer_version
         self.env.timeout(delay).callbacks.append(
@@ -330,7 +340,7 @@ class FlowNetwork:
 
     def _tick(self) -> None:
         self._timer_at = INF
-        now = self.env.now
+        now = self.env._now
         wakes = self._wakes
         calls = self._calls
         self._batch += 1
@@ -365,7 +375,7 @@ class FlowNetwork:
         elif f.latency > 0:
             env.timeout(f.latency).callbacks.append(f)
         else:
-            f.on_done(env.now)
+            f.on_done(env._now)
 
 
 if __name__ == "npusim.engine.flow":  # this module, not its compiled build: use the build

@@ -108,7 +108,7 @@ class TransferPipe:
 
     def began(self, op: Op) -> None:
         """`op` starts streaming now."""
-        t = self.env.now
+        t = self.env._now
         op.start_at = t
         if not self._flying:
             self._busy_since = t
@@ -163,7 +163,7 @@ class TransferPipe:
     def _start(self, earliest: float, begin: Callable[[], None]) -> None:
         self.streaming = True
         self.inflight += 1
-        if earliest > self.env.now:
+        if earliest > self.env._now:
             self.later(earliest, begin)
         else:
             begin()

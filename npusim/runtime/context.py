@@ -221,7 +221,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         kind's own: cube, FixPipe): issued by the scalar unit, run in pipe order, with the
         UB hazard checks of every instruction (a read waits for its writer, a write for
         every transfer still using the buffer)."""
-        p = self._pipe(pipe)
+        p = self.core.pipes.get(pipe) or self._pipe(pipe)  # (the lookup inlined: hot)
         self.t += self.issue_ns
         if self.t > self.t_limit:
             raise past_time_limit(self)
@@ -243,10 +243,12 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
                     f"transfer still uses it: missing wait", address=b.offset, size=b.nbytes)
         if fn is not None:
             fn()
-        for b in writes:
-            b.mark_written()
-            b.write_ready = end
-            b.writer = f"{pipe} {name}"
+        if writes:
+            writer = f"{pipe} {name}"
+            for b in writes:
+                b.mark_written()
+                b.write_ready = end
+                b.writer = writer
         for b in reads:
             if b.read_busy < end:
                 b.read_busy = end
@@ -414,8 +416,9 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         self.waiting = why
         yield event
         self.waiting = None
-        if self.env.now > self.t:
-            self.t = self.env.now
+        now = self.env._now
+        if now > self.t:
+            self.t = now
         if self.trace.detailed:
             if not label:
                 label = f"wait {why.name}" if isinstance(why, Op) else "wait"
@@ -449,7 +452,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         blocks: SyncFunc<X_S>, or PipeBarrier<PIPE_ALL> for every pipe). On an MTE pipe
         that is every open transfer, not only the last issued: with per-peer latencies
         an earlier put can land after it, and it reads its UB bytes until it lands."""
-        p = self._pipe(pipe)
+        p = self.core.pipes.get(pipe) or self._pipe(pipe)
         if isinstance(p, TransferPipe):
             while p.open:
                 yield from self.wait(next(iter(p.open)))

@@ -80,6 +80,38 @@ class _Send:
         ctx = self.ctx
         ctx._finish(self.pipe, self.op, ctx.env.now, self.nbytes)
 
+class _Copy:
+    """A DataCopy GM -> local buffer (MTE2), queued on its pipe or in flight: like _Send,
+    one slotted object instead of two closures and their cells."""
+
+    __slots__ = ("ctx", "op", "pipe", "strided", "src", "src_offset", "src_span", "dst",
+                 "dst_offset", "dst_span", "nbytes", "moved", "path", "cap", "latency")
+
+    def __call__(self) -> None:
+        """Start it (the pipe's queue holds the object itself)."""
+        op, pipe = self.op, self.pipe
+        pipe.began(op)
+        self.ctx.machine.net.start(self.moved, self.cap, self.path, self.latency, self.done,
+                                   self.ctx._on_sent(pipe, op), op.event())
+
+    def done(self, t: float) -> None:
+        """The bytes land: read from GM now, then mark the landing bytes written."""
+        dst, strided, nbytes = self.dst, self.strided, self.nbytes
+        local = dst.ub
+        at = dst.offset + self.dst_offset
+        if strided is None:
+            self.src.read_into(self.src_offset, local.data[at:at + nbytes])
+        else:
+            strided.scatter(local.data[at:at + self.dst_span],
+                            strided.gather(self.src.peek(self.src_offset, self.src_span)))
+        if strided is None and self.dst_offset == 0 and nbytes == dst.nbytes:
+            dst.mark_written()
+        elif not dst.all_written:
+            self.ctx._mark(at, self.dst_span, strided, dst_side=True, local=local)
+        dst.write_ready = t
+        self.ctx._finish(self.pipe, self.op, t, self.moved)
+
+
 @dataclass(frozen=True)
 class Strided:
     """A strided DataCopy (Ascend C DataCopyParams, in bytes): `count` blocks of `length`
@@ -149,7 +181,6 @@ class TransferPath:
         self.counters["SCALAR"] += 1
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
-        local = dst.ub
         moved = strided.charged(self._burst) if strided else nbytes
         self._check_local(dst, name)
         self._check_ub(dst, dst_offset, dst_span, name)
@@ -164,29 +195,13 @@ class TransferPath:
         op = Op(self.env, name, "mte2")
         pipe = self.core.mte2
         pipe.issue(op)
-        ub_data = local.data
-        at = dst.offset + dst_offset
-
-        def done(t: float) -> None:
-            if strided is None:
-                src.read_into(src_offset, ub_data[at:at + nbytes])
-            else:
-                strided.scatter(ub_data[at:at + dst_span],
-                                strided.gather(src.peek(src_offset, src_span)))
-            if strided is None and dst_offset == 0 and nbytes == dst.nbytes:
-                dst.mark_written()
-            elif not dst.all_written:
-                self._mark(at, dst_span, strided, dst_side=True, local=local)
-            dst.write_ready = t
-            self._finish(pipe, op, t, moved)
-
-        def begin() -> None:
-            pipe.began(op)
-            self.machine.net.start(moved, cap, path, latency, done, self._on_sent(pipe, op),
-                                   op.event())
-
+        copy = _Copy()
+        copy.ctx, copy.op, copy.pipe, copy.strided = self, op, pipe, strided
+        copy.src, copy.src_offset, copy.src_span = src, src_offset, src_span
+        copy.dst, copy.dst_offset, copy.dst_span, copy.nbytes = dst, dst_offset, dst_span, nbytes
+        copy.moved, copy.path, copy.cap, copy.latency = moved, path, cap, latency
         self._count(pipe, name, moved, remote)
-        pipe.submit(self.t, begin)
+        pipe.submit(self.t, copy)
         return op
 
     def copy_out(self, dst: Region, dst_offset: int, src: UBBuffer, nbytes: int,
