@@ -8,11 +8,14 @@ Run it before and after a change and compare:
     python benchmarks/fingerprint.py --save /tmp/before.json
     python benchmarks/fingerprint.py --compare /tmp/before.json   # exit 1 on a difference
     python benchmarks/fingerprint.py --only a3                     # scenarios named *a3*
+    python benchmarks/fingerprint.py --all --only deepep/          # the family folders too
 
 The set: every scenario under scenarios/ (shipped and examples), two detailed traces, and
 Atlas A3 timing-only and functional runs at W 16-64 with one expert per rank (the shape of
 the large-EP runs of benchmarks/run.py's scale group). Each runs in this process with one
-worker, so the fingerprints are those of `simulate(..., workers=1)`.
+worker, so the fingerprints are those of `simulate(..., workers=1)`. With --all the set also
+takes every family folder's scenarios (scenarios/<family>/*.yaml, named <family>/<stem>):
+some run for minutes (deepep's normal mode at 4096 tokens), so narrow it with --only.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ GENERATED = [
 DETAILED = ("dispatch_combine_bs8", "link_bound")  # also hashed with the detailed trace
 
 
-def scenarios() -> list[tuple[str, Any, bool]]:
+def scenarios(family_folders: bool = False) -> list[tuple[str, Any, bool]]:
     """(name, scenario, detailed) for the whole set, in a fixed order."""
     from npusim.scenario import load_scenario, scenario_from_doc
 
@@ -57,6 +60,12 @@ def scenarios() -> list[tuple[str, Any, bool]]:
             out.append((f"{path.stem}+detailed", sc, True))
     for doc in GENERATED:
         out.append((doc["name"], scenario_from_doc(doc, "fingerprint", ROOT), False))
+    if family_folders:
+        skip = {"examples", "sweeps"}
+        for folder in sorted(p for p in (ROOT / "scenarios").iterdir()
+                             if p.is_dir() and p.name not in skip):
+            for path in sorted(folder.glob("*.yaml")):
+                out.append((f"{folder.name}/{path.stem}", load_scenario(path), False))
     return out
 
 
@@ -99,6 +108,8 @@ def parts(result: Any) -> dict[str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="scenarios whose name contains this text")
+    ap.add_argument("--all", action="store_true",
+                    help="also the family folders' scenarios (scenarios/<family>/)")
     ap.add_argument("--save", help="write the fingerprints to this JSON file")
     ap.add_argument("--compare", help="compare with fingerprints saved by --save (exit 1 if "
                                       "any part differs)")
@@ -110,7 +121,7 @@ def main() -> int:
     ref = json.loads(Path(args.compare).read_text()) if args.compare else None
     found: dict[str, dict[str, Any]] = {}
     bad = 0
-    for name, sc, detailed in scenarios():
+    for name, sc, detailed in scenarios(args.all):
         if args.only and args.only not in name:
             continue
         t0 = time.perf_counter()
