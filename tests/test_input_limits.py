@@ -13,7 +13,8 @@ from npusim.cli import main
 from npusim.errors import EXCERPT_CHARS, InputError, excerpt
 from npusim.hw.config import CONFIG_DIR, load_hardware
 from npusim.kernels import registry
-from npusim.scenario import _option, load_scenario
+from npusim.scenario import load_scenario
+from npusim.scenario.schema import option_value
 
 ROOT = Path(__file__).resolve().parents[1]
 DISPATCH = ROOT / "scenarios" / "dispatch_bs8_mxfp8.yaml"  # ascend950
@@ -71,7 +72,7 @@ def _float_options() -> list[tuple[str, str]]:
 def test_every_float_option_of_every_family_refuses_non_finite(family, name, value):
     o = next(o for o in registry.get(family).options if o.name == name)
     with pytest.raises(InputError) as e:
-        _option("s.yaml", o, value)
+        option_value("s.yaml", o, value)
     assert e.value.key == f"workload.{name}" and "out of range" in e.value.message
 
 
