@@ -64,11 +64,8 @@ def fake_sim(monkeypatch: pytest.MonkeyPatch, behaviour: Any = None) -> dict[str
         op = OpRun("dispatch", 100.0, 5000.0, 2, 2, spans, [], [10, 20], [20, 10], [])
         return RunResult(scenario.to_dict(), scenario.hardware.to_dict(), [op], 42, 0.5)
 
-    from npusim.sim import tiling_of  # the real one: the memory check sizes the run with it
-
     module = types.ModuleType("npusim.sim")
     module.simulate = simulate  # type: ignore[attr-defined]
-    module.tiling_of = tiling_of  # type: ignore[attr-defined]
     module.default_workers = lambda: 7  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "npusim.sim", module)
     return calls

@@ -16,7 +16,7 @@ from npusim.cli import main
 from npusim.kernels import registry
 from npusim.report.build import build_report
 from npusim.scenario import load_scenario
-from npusim.sim import load_inputs, simulate, tiling_of
+from npusim.sim import load_inputs, simulate
 from tests.simhelp import assert_bytes_equal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def test_outputs_match_the_familys_own_reference(tmp_path, scale):
     sc = load_scenario(_scenario(tmp_path, scale_by_weight=scale))
     toy = _toy_module()
     result = simulate(sc)
-    t, inputs = tiling_of(sc), load_inputs(sc)
+    t, inputs = sc.tiling, load_inputs(sc)
     want = toy.reference_dispatch(t, inputs)
     dispatch, combine = result.ops
     for r in range(t.world):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,15 @@ class Scenario:
     workload: Workload
     data: DataSource
     run: RunOptions
+
+    @cached_property
+    def tiling(self) -> Any:
+        """The family's tiling of this scenario (its own type), built on first use and
+        then carried: the memory estimate and every kernel of the run read this one."""
+        w = self.workload
+        if w.family is None:
+            raise ValueError("a scenario linted without its kernel family has no tiling")
+        return w.family.tiling(w.shape, w.options, self.hardware, timing_only=w.timing_only)
 
     def to_dict(self) -> dict[str, Any]:
         """The fully resolved scenario (defaults filled) for reports."""
