@@ -280,14 +280,43 @@ def workload_of(src: str, raw: Any, base: Path, import_kernels: bool = True) -> 
         doc = {**NEUTRAL_SHAPE, **doc}
 
     def get(name: str) -> Any:
-        return doc[name] if name in doc else WORKLOAD_DEFAULTS[name]
+        return _given(doc, name)
 
-    def k_(name: str) -> str:
-        return f"{key}.{name}"
-
-    op = choice(src, k_("op"), doc["op"], tuple(fam.runs) if fam is not None
+    op = choice(src, f"{key}.op", doc["op"], tuple(fam.runs) if fam is not None
                 else (doc["op"],) if isinstance(doc["op"], str) else ())
     lim: ShapeLimits = fam.shape_limits if fam is not None else UNIMPORTED_LIMITS
+    bs, h, k, w, l_, shared, shared_ranks = _moe_shape(src, doc, lim)
+    return Workload(
+        op=op,
+        bs=bs,
+        h=h,
+        k=k,
+        ep_world_size=w,
+        experts_per_rank=l_,
+        dtype=option_value(src, _GENERIC["dtype"], get("dtype")),
+        shared_experts=shared,
+        timing_only=option_value(src, _GENERIC["timing_only"], get("timing_only")),
+        routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
+        shared_expert_ranks=shared_ranks,
+        kernel=get("kernel"),
+        options=_options(src, fam, doc),
+        family=fam,
+    )
+
+
+def _given(doc: Mapping[str, Any], name: str) -> Any:
+    """A generic key as the document gives it, else its declared default."""
+    return doc[name] if name in doc else WORKLOAD_DEFAULTS[name]
+
+
+def _moe_shape(src: str, doc: Mapping[str, Any], lim: ShapeLimits
+               ) -> tuple[int, int, int, int, int, int, int]:
+    """(BS, H, K, W, L, S, S_r) within the family's shape limits, E = (W - S_r) * L at most
+    its experts and K at most E."""
+
+    def k_(name: str) -> str:
+        return f"workload.{name}"
+
     max_e = lim.experts
     bs = integer(src, k_("bs"), doc["bs"], *lim.bs, why=lim.why)
     h = integer(src, k_("h"), doc["h"], *lim.h, why=lim.why)
@@ -301,8 +330,8 @@ def workload_of(src: str, raw: Any, base: Path, import_kernels: bool = True) -> 
         )
     k = integer(src, k_("k"), doc["k"], *lim.k, why=lim.why)
     w = integer(src, k_("ep_world_size"), doc["ep_world_size"], *lim.ep_world_size, why=lim.why)
-    shared, shared_ranks = _shared(src, k_, get("shared_experts"), get("shared_expert_ranks"), w,
-                                   lim)
+    shared, shared_ranks = _shared(src, k_, _given(doc, "shared_experts"),
+                                   _given(doc, "shared_expert_ranks"), w, lim)
     moe_ranks = w - shared_ranks
     l_ = integer(
         src,
@@ -334,22 +363,7 @@ def workload_of(src: str, raw: Any, base: Path, import_kernels: bool = True) -> 
             f"top-k {k} exceeds the {e} experts ({which}); a token's K experts are distinct, "
             f"so allowed: k <= {e}",
         )
-    return Workload(
-        op=op,
-        bs=bs,
-        h=h,
-        k=k,
-        ep_world_size=w,
-        experts_per_rank=l_,
-        dtype=option_value(src, _GENERIC["dtype"], get("dtype")),
-        shared_experts=shared,
-        timing_only=option_value(src, _GENERIC["timing_only"], get("timing_only")),
-        routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
-        shared_expert_ranks=shared_ranks,
-        kernel=get("kernel"),
-        options=_options(src, fam, doc),
-        family=fam,
-    )
+    return bs, h, k, w, l_, shared, shared_ranks
 
 
 def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int, lim: ShapeLimits
