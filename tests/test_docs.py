@@ -6,7 +6,8 @@ from pathlib import Path
 
 from npusim.kernels import registry
 from npusim.kernels.docs import option_table
-from npusim.scenario.docs import render
+from npusim.scenario import GENERIC
+from npusim.scenario.docs import render, workload_table
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "scenario.md"
 
@@ -19,3 +20,11 @@ def test_scenario_doc_tables_match_the_declarations():
         assert f"<!-- options:{name} begin -->\n{option_table(fam)}\n" in text
         for o in fam.options:  # every option appears with its default
             assert f"| `{o.name}` |" in text
+
+
+def test_generic_workload_keys_are_rendered_from_their_declaration():
+    text = DOC.read_text()
+    assert f"<!-- options:workload begin -->\n{workload_table()}\n" in text
+    for o in GENERIC:  # required ones say so, the others give their default
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{o.name}` |"))
+        assert ("| required |" in row) == o.required
