@@ -46,7 +46,7 @@ def copy_us(nbytes: int, overrides: dict[str, Any]) -> tuple[float, int]:
                 yield from ctx.wait(op)
 
     res = launch(m, program, launch_ns=cfg.kernel.task_launch_ns)
-    return (res.end_ns - res.start_ns) / 1e3, rank.l2.absorbed
+    return (res.end_ns - res.start_ns) / 1e3, rank.stats().l2_held
 
 
 def main() -> None:

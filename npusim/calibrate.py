@@ -8,7 +8,7 @@ cann_sample) / `tolerance_pct` (the row's own target, e.g. 10 for the nine 950 v
 rows; `npusim validate --tolerance` for the others) and the family's options. A kernel's
 `variant` option (cann_sample: its quantisation) pairs rows into speed-ups: a row
 against its twin at the option's default. Rows are simulated in timing-only mode (no
-payload numerics; the timing is identical, see tests/test_timing_only.py) in parallel
+payload numerics; the timing is identical, see tests/sim/test_timing_only.py) in parallel
 processes.
 """
 

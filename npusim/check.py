@@ -4,7 +4,7 @@ A baseline (reports/baselines/<scenario name>.json, schema npusim.baseline/1) ho
 what the check judges: each op's latency and op-level phase spans, plus digests of the
 scenario and hardware preset so a failure can say whether an input changed. Scenarios
 without a case directory run timing-only (no payload numerics): the times are identical
-(tests/test_timing_only.py) and the check is several times faster.
+(tests/sim/test_timing_only.py) and the check is several times faster.
 """
 
 from __future__ import annotations

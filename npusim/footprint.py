@@ -18,7 +18,6 @@ import os
 from dataclasses import dataclass
 
 from npusim.scenario import Scenario
-from npusim.sim import tiling_of
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -48,7 +47,7 @@ def estimate(scenario: Scenario, workers: int = 2) -> Footprint:
     workers >= 2 a dispatch_combine run holds both ops' machines at once (two processes,
     the child with the reference dispatch's rows); with 1, dispatch's outputs and
     combine's machine (or dispatch's machine, the larger)."""
-    t = tiling_of(scenario)
+    t = scenario.tiling
     w = scenario.workload
     shape, cores = w.shape, scenario.hardware.chip.aiv_cores
     world = shape.W

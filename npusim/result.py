@@ -7,34 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from npusim.engine.stats import LinkStats, TransferStat
 from npusim.engine.trace import Sample, Span
 
-
-@dataclass
-class LinkStats:
-    """Bytes and busy time of one shared resource (a die's egress, HBM, ...)."""
-
-    name: str
-    kind: str  # "egress" | "ingress" | "d2d" | "hbm", or a level's ("server.egress")
-    rank: int
-    bandwidth_gbps: float
-    bytes: int = 0
-
-
-@dataclass(frozen=True)
-class TransferStat:
-    """What one core moved with one kind of transfer in one phase (per kernel call).
-
-    phase is the kernel phase the transfer was issued in ("start" outside any phase);
-    pipe "mte2" (GM -> UB) or "mte3" (UB -> GM, puts); remote: a put over the fabric
-    to another rank; bytes as charged to the pipe (strided blocks rounded to 32 B)."""
-
-    phase: str
-    pipe: str
-    name: str
-    remote: bool
-    count: int
-    bytes: int
+__all__ = ["LinkStats", "OpRun", "RunResult", "TransferStat"]
 
 
 @dataclass

@@ -13,7 +13,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -22,17 +21,10 @@ from npusim.fork import Forked
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
-from npusim.hw.pipe import TransferPipe
 from npusim.kernels.family import Arrays, Family, Kernel
-from npusim.result import LinkStats, OpRun, RunResult, TransferStat
+from npusim.result import OpRun, RunResult
 from npusim.runtime.launch import LaunchResult, launch
 from npusim.scenario import Scenario
-
-
-def tiling_of(scenario: Scenario) -> Any:
-    """The family's tiling of the scenario (its own type)."""
-    w = scenario.workload
-    return w.family.tiling(w.shape, w.options, scenario.hardware, timing_only=w.timing_only)
 
 
 def load_inputs(scenario: Scenario) -> list[Arrays]:
@@ -73,7 +65,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     """
     wall0 = time.perf_counter()
     fam = scenario.workload.family
-    t = tiling_of(scenario)
+    t = scenario.tiling  # built once, by the scenario
     inputs = load_inputs(scenario)
     limit_ns = scenario.run.sim_time_limit_us * 1000.0
     kernels = fam.kernels_of(scenario.workload.op, scenario.workload.options)
@@ -174,33 +166,28 @@ def shifted(run: OpRun, offset: float) -> OpRun:
 
 def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
             outputs: list[Arrays]) -> OpRun:
-    """The op's figures: its machine ran this op alone, so every counter is the op's."""
+    """The op's figures, as the machine's ranks, links and launched cores report them: the
+    machine ran this op alone, so every counter is the op's."""
+    ranks = [rank.stats() for rank in machine.ranks]
+    cores = [[ctx.stats() for ctx in row] for row in res.contexts]
     return OpRun(
         op=kernel.name, phase_order=kernel.phase_order(), core_kind=kernel.core_kind,
         engines=tuple(kernel.engines),
         start_ns=res.start_ns, end_ns=res.end_ns, ranks=machine.world,
         cores_per_rank=len(machine.ranks[0].cores_of[kernel.core_kind]),
         spans=machine.trace.spans, outputs=outputs,
-        bytes_sent=[r.bytes_out for r in machine.ranks],
-        bytes_received=[r.bytes_in for r in machine.ranks],
-        l2_held=[r.l2.absorbed for r in machine.ranks],
-        links=[LinkStats(link.name, link.kind, link.rank, link.bandwidth, link.bytes)
-               for link in machine.resources()],
-        core_bytes_put=[[ctx.bytes_put for ctx in row] for row in res.contexts],
+        bytes_sent=[r.bytes_sent for r in ranks],
+        bytes_received=[r.bytes_received for r in ranks],
+        l2_held=[r.l2_held for r in ranks],
+        links=machine.link_stats(),
+        core_bytes_put=[[c.bytes_put for c in row] for row in cores],
         core_end_ns=[list(row) for row in res.core_end_ns],
-        core_transfers=[[[TransferStat(*key, *val) for key, val in ctx.transfers.items()]
-                         for ctx in row] for row in res.contexts],
-        core_busy_ns=[[_busy(ctx) for ctx in row] for row in res.contexts],
-        core_counters=[[dict(ctx.counters) for ctx in row] for row in res.contexts],
-        core_labels=[f"{ctx.core.kind.name} {ctx.kind_index}" for ctx in res.contexts[0]]
-        if core_kind(kernel.core_kind).parts and res.contexts else [],
+        core_transfers=[[c.transfers for c in row] for row in cores],
+        core_busy_ns=[[c.busy_ns for c in row] for row in cores],
+        core_counters=[[c.counters for c in row] for row in cores],
+        core_labels=[c.label for c in cores[0]]
+        if core_kind(kernel.core_kind).parts and cores else [],
     )
-
-
-def _busy(ctx: Any) -> dict[str, float]:
-    """Per pipe of the core: busy time (a transfer pipe: time with a transfer in flight)."""
-    return {name: pipe.busy_union_ns if isinstance(pipe, TransferPipe) else pipe.busy_ns
-            for name, pipe in ctx.core.pipes.items()}
 
 
 def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
@@ -229,8 +216,7 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     run.family_fields = kernel.report_fields(t, outputs)
     run.family_fields.update(kernel.timing_fields(t, run, res.contexts))
     run.family_fields.update(kernel.transfer_fields(t, run.core_transfers))
-    frames = [[{f: (a - res.start_ns, b - res.start_ns) for f, (a, b) in ctx.frames.items()}
-               for ctx in row] for row in res.contexts]
+    frames = [[ctx.frames_from(res.start_ns) for ctx in row] for row in res.contexts]
     if any(f for row in frames for f in row):
         run.family_fields.update(kernel.profile_fields(t, frames))
     if keep_inputs:  # shared rows made dense: the tensor as the kernel read it

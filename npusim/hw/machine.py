@@ -11,6 +11,7 @@ import simpy
 
 from npusim.engine.env import SimEnv
 from npusim.engine.flow import FlowNetwork, Resource
+from npusim.engine.stats import LinkStats, RankStats
 from npusim.engine.trace import Trace
 from npusim.hw.config import HardwareConfig
 from npusim.hw.cores import AIV, CoreKind, config_value
@@ -46,6 +47,11 @@ class Core:
         self.buffers = buffers
         for name, buf in buffers.items():
             setattr(self, name, buf)
+
+    def busy_ns(self) -> dict[str, float]:
+        """Per pipe, its busy time (a transfer pipe: time with a transfer in flight)."""
+        return {name: pipe.busy_union_ns if isinstance(pipe, TransferPipe) else pipe.busy_ns
+                for name, pipe in self.pipes.items()}
 
 
 class Barrier:
@@ -99,6 +105,10 @@ class Rank:
         self.barriers: dict[str, Barrier] = {}
         self.bytes_out = 0  # bytes this rank put into other ranks' windows
         self.bytes_in = 0  # bytes other ranks put into this rank's window
+
+    def stats(self) -> RankStats:
+        """The die's window traffic and the writes its L2 held, since it was built."""
+        return RankStats(self.bytes_out, self.bytes_in, self.l2.absorbed)
 
     def read_path(self, nbytes: int) -> tuple[Resource, ...]:
         """The resources a GM read of `nbytes` from this die crosses: its HBM."""
@@ -172,3 +182,8 @@ class Machine:
     def resources(self) -> list[Resource]:
         host = self.host.resources() if self.host is not None else []
         return [*(r.hbm for r in self.ranks), *self.fabric.resources(), *host]
+
+    def link_stats(self) -> list[LinkStats]:
+        """Every shared resource's bytes since the machine was built."""
+        return [LinkStats(r.name, r.kind, r.rank, r.bandwidth, r.bytes)
+                for r in self.resources()]

@@ -4,22 +4,23 @@ declarations.
 Between the markers `<!-- options:<family> begin -->` and `<!-- options:<family> end -->`
 the doc holds exactly `option_table(family)`; tests/test_docs.py checks that, and
 
-    python -m npusim.kernels.docs docs/scenario.md
+    python -m npusim.scenario.docs docs/scenario.md
 
-rewrites the tables after a family's options change.
+rewrites them (and the generic workload keys' table) after a declaration changes.
 """
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
+from collections.abc import Iterable
 
 from npusim.kernels import registry
 from npusim.kernels.family import Family, Option
 
 
 def _default(o: Option) -> str:
+    if o.required:
+        return "required"
     if isinstance(o.default, (list, tuple)):
         return f"`{list(o.default)}`"
     if isinstance(o.default, bool):
@@ -28,6 +29,8 @@ def _default(o: Option) -> str:
 
 
 def _allowed(o: Option) -> str:
+    if o.allowed:
+        return o.allowed
     if o.kind == "choice":
         return ", ".join(f"`{c}`" for c in o.choices)
     if o.kind == "bool":
@@ -37,18 +40,29 @@ def _allowed(o: Option) -> str:
     return f"{o.lo:g}..{o.hi:g}"
 
 
-def option_table(fam: Family) -> str:
-    """The family's ops, its shape limits (a MoE family) and its options as a markdown
-    table: key, type, default, allowed, meaning."""
+def option_rows(options: Iterable[Option]) -> list[str]:
+    """Options as a markdown table: key, type, default, allowed, meaning."""
     types = {"choice": "string", "bool": "bool", "int": "int", "float": "number",
-             "ints": "list of int"}
+             "ints": "list of int", "str": "string"}
     rows = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
-    for o in fam.options:
+    for o in options:
         rows.append(f"| `{o.name}` | {types[o.kind]} | {_default(o)} | {_allowed(o)} | "
                     f"{o.help} |")
+    return rows
+
+
+def option_table(fam: Family) -> str:
+    """The family's ops, its shape limits (a MoE family) and its options' table."""
     ops = ", ".join(f"`{op}` ({' then '.join(k)})" for op, k in fam.runs.items())
     shape = [f"Shape limits: {fam.shape_limits.text()}.", ""] if fam.uses_moe_shape else []
-    return "\n".join([f"`workload.op`: {ops}.", "", *shape, *rows])
+    return "\n".join([f"`workload.op`: {ops}.", "", *shape, *option_rows(fam.options)])
+
+
+def replace_block(text: str, name: str, block: str) -> str:
+    """`text` with what stands between the `options:<name>` markers set to `block`."""
+    begin, end = _markers(name)
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    return pattern.sub(lambda _m: f"{begin}\n{block}\n{end}", text)
 
 
 def _markers(name: str) -> tuple[str, str]:
@@ -58,19 +72,5 @@ def _markers(name: str) -> tuple[str, str]:
 def render(text: str) -> str:
     """The doc with every built-in family's table between its markers replaced."""
     for name in registry.names():
-        begin, end = _markers(name)
-        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-        block = f"{begin}\n{option_table(registry.get(name))}\n{end}"
-        text = pattern.sub(lambda _m, b=block: b, text)
+        text = replace_block(text, name, option_table(registry.get(name)))
     return text
-
-
-def main(argv: list[str]) -> int:
-    for path in argv or ["docs/scenario.md"]:
-        p = Path(path)
-        p.write_text(render(p.read_text()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

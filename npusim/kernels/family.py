@@ -47,8 +47,12 @@ Arrays = dict[str, np.ndarray]
 class Option:
     """One workload option of a family: `workload.<name>` in a scenario.
 
-    kind is "choice" (one of `choices`), "bool", "int" or "float" (within [lo, hi]), or
-    "ints" (a YAML list of integers each within [lo, hi]; a tuple once validated)."""
+    kind is "choice" (one of `choices`), "bool", "int" or "float" (within [lo, hi]; (lo, hi]
+    with lo_open), "ints" (a YAML list of integers each within [lo, hi]; a tuple once
+    validated) or "str" (a non-empty string). The scenario's generic workload keys are
+    declared the same way (npusim.scenario.workload.GENERIC): `required` ones have no
+    default, and `allowed` words what docs/scenario.md lists when the bounds are not
+    fixed (the family's shape limits)."""
 
     name: str
     kind: str
@@ -57,6 +61,9 @@ class Option:
     choices: tuple[str, ...] = ()
     lo: float | None = None
     hi: float | None = None
+    lo_open: bool = False
+    required: bool = False
+    allowed: str = ""
 
 
 @dataclass(frozen=True)

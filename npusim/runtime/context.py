@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from npusim.engine.stats import CoreStats, TransferStat
 from npusim.errors import KernelError
 from npusim.hw.cores import config_value, pipe_cap
 from npusim.hw.machine import Machine, Rank
@@ -376,6 +377,18 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
                         dtype: str | np.dtype | type) -> None:
         """A scalar store into this rank's GM (SetValue): one slot (npusim.runtime.dcache)."""
         self.dcache.store(region, offset, value, dtype)
+
+    # -- what the core reports -------------------------------------------------------
+    def stats(self) -> CoreStats:
+        """What this core did in its launch: puts, transfers, its pipes' busy time and
+        its instruction counters."""
+        return CoreStats(f"{self.core.kind.name} {self.kind_index}", self.bytes_put,
+                         [TransferStat(*key, *val) for key, val in self.transfers.items()],
+                         self.core.busy_ns(), dict(self.counters))
+
+    def frames_from(self, start_ns: float) -> dict[str, tuple[float, float]]:
+        """The profiling frames this core recorded, from `start_ns` (the op's start)."""
+        return {f: (a - start_ns, b - start_ns) for f, (a, b) in self.frames.items()}
 
     # -- profiling frames and SHMEM ----------------------------------------------------
     def prof_start(self, frame: str) -> None:

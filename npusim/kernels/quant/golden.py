@@ -10,11 +10,11 @@ values, emax, NaN bytes). So each golden is independent of the kernels it checks
 * :func:`mx_row` and :func:`pergroup_row` (one token, block by block, frexp and fp32
   scalars) check ``recipes.mxfp8_quantize`` (quant_mode 4 and 5) and
   ``recipes.pergroup_quantize`` (quant_mode 3) through the mc2 reference and
-  tests/test_mc2_quant_modes.py; :func:`mx_combine_row` the 950's MX combine round trip.
+  tests/kernels/mc2/test_mc2_quant_modes.py; :func:`mx_combine_row` the 950's MX combine round trip.
 
 The CANN sample's reference (npusim/kernels/cann_sample/reference.py) does not use a golden
 here: it reproduces the sample's own golden script, which ``recipes.mxfp8_quantize`` equals
-bit for bit (tests/test_quant.py checks it against a float64 re-derivation of the script).
+bit for bit (tests/kernels/test_quant.py checks it against a float64 re-derivation of the script).
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""Checks across sections, once each is valid on its own: the family's fit (its misfit,
+its core kinds on the preset) and the ranks within the preset's topology."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from npusim.errors import InputError
+from npusim.hw.config import HardwareConfig
+from npusim.hw.cores import config_value
+from npusim.hw.cores import kind as core_kind
+from npusim.kernels.family import Misfit
+from npusim.scenario.workload import Workload
+
+
+def misfit(src: str, m: Misfit | None, overrides: Mapping[str, Any]) -> None:
+    """A family's misfit as an InputError: a hardware key is reported on its override if
+    the scenario overrides it, else on `hardware`."""
+    if m is None:
+        return
+    key = m.key
+    if key.startswith("hardware."):
+        hw_key = key[len("hardware."):]
+        key = f"hardware_overrides.{hw_key}" if hw_key in overrides else "hardware"
+    raise InputError(src, key, m.message)
+
+
+def check_cores(src: str, fam: Any, op: str, hw: HardwareConfig) -> None:
+    """Every core kind the op's kernels run on must exist on the preset (the AIC cores of
+    a MIX kernel need its `aic` section)."""
+    for kernel in fam.kernels_of(op):
+        try:
+            kind = core_kind(kernel.core_kind)
+        except KeyError as exc:
+            raise InputError(src, "workload.kernel", f"{fam.name}'s {kernel.name}: "
+                             f"{exc.args[0]}") from None
+        for part in [p for p, _ in kind.parts] or [kind]:
+            if config_value(hw, part.count_key) is None:
+                raise InputError(src, "hardware", f"{hw.name} has no {part.name.upper()} "
+                                 f"cores ({part.count_key} is not in the preset); "
+                                 f"{fam.name}'s {kernel.name} runs on {kind.name}")
+
+
+def check_topology(src: str, w: Workload, hw: HardwareConfig) -> None:
+    """Every rank must sit in the topology: W at most the outermost level's dies."""
+    if not hw.fabric.levels:
+        return
+    outer = hw.fabric.levels[-1]
+    if w.ep_world_size > outer.dies:
+        raise InputError(
+            src, "workload.ep_world_size",
+            f"{w.ep_world_size} ranks do not fit {hw.name}'s topology: its outermost level, "
+            f"{outer.name}, holds {outer.dies} dies; allowed: 2..{outer.dies}")
+
