@@ -18,7 +18,7 @@ from npusim.kernels.deepep.family import FAMILY
 from npusim.kernels.mc2 import reference as mref
 from npusim.scenario import load_scenario
 from npusim.sim import Forked, simulate
-from tests.deepephelp import refused, write_scenario
+from tests.kernels.deepep.deepephelp import refused, write_scenario
 
 W, BS, H, K, L = 16, 8, 1024, 4, 2
 E = W * L
