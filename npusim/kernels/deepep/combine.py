@@ -1,5 +1,6 @@
 """CamMoeCombineNormal (csrc/deepep/ops/op_kernel/cam_moe_combine_normal.h, tiling key
-13000: one round) as a per-core program.
+13000: one round configured) as a per-core program; with more rounds configured the host
+tiling picks the multi-round kernel (combine_rounds.py), which shares the per-token step.
 
 InitMagic flips the core's magic_ (windowsExp + 975 KiB + core * 512); the window half is
 magic_. selfSendCnt = ep_recv_count[E - 1] (the handle's send_head: rows this rank received).
