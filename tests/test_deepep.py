@@ -80,18 +80,21 @@ def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
         assert comb[r]["combined_x"].tobytes() == want_x[r].tobytes(), r
 
 
-def test_token_index_survives_dispatch_combine(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kw", [{}, {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32}],
+                         ids=["one_round", "multi_round"])
+def test_token_index_survives_dispatch_combine(tmp_path: Path, kw: dict[str, Any]) -> None:
     """test_low_latency.py's check: x[:, -128:] = token index; with weights 1/K the K returned
-    copies sum back to it exactly."""
-    sc = _scenario(tmp_path)
+    copies sum back to it exactly (also through the multi-round combine's three rounds)."""
+    sc = _scenario(tmp_path, **kw)
+    bs = sc.workload.shape.BS
     inputs = _inputs(sc)
     for a in inputs:
-        a["x"][:, -128:] = np.arange(16, dtype=np.float32)[:, None].astype(a["x"].dtype)
+        a["x"][:, -128:] = np.arange(bs, dtype=np.float32)[:, None].astype(a["x"].dtype)
         a["topk_weights"][:] = np.float32(0.25)
-    _, res = _run(tmp_path, inputs=inputs)
+    _, res = _run(tmp_path, inputs=inputs, **kw)
     for out in res.ops[-1].outputs:
         tail = out["combined_x"][:, -128:].astype(np.float32)
-        assert np.array_equal(tail, np.repeat(np.arange(16, dtype=np.float32)[:, None], 128, 1))
+        assert np.array_equal(tail, np.repeat(np.arange(bs, dtype=np.float32)[:, None], 128, 1))
 
 
 def test_rounds_dispatch_matches_reference(tmp_path: Path) -> None:
