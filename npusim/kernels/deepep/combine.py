@@ -1,5 +1,6 @@
 """CamMoeCombineNormal (csrc/deepep/ops/op_kernel/cam_moe_combine_normal.h, tiling key
-13000: one round) as a per-core program.
+13000: one round configured) as a per-core program; with more rounds configured the host
+tiling picks the multi-round kernel (combine_rounds.py), which shares the per-token step.
 
 InitMagic flips the core's magic_ (windowsExp + 975 KiB + core * 512); the window half is
 magic_. selfSendCnt = ep_recv_count[E - 1] (the handle's send_head: rows this rank received).
@@ -16,7 +17,8 @@ magic_. selfSendCnt = ep_recv_count[E - 1] (the handle's send_head: rows this ra
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -91,17 +93,9 @@ def read_buffer_from_remote(ctx: KernelContext, t: DeepepTiling, half: int) -> W
     if t1 <= t0:
         return
     n = t1 - t0
-    K, H, E = t.K, t.H, t.E
-    dt = t.shape.np_dtype
-    row = 2 * H
+    K = t.K
     ctx.ub.reset()
-    x_out = ctx.alloc("x_out", align(row, 32))
-    token_float = ctx.alloc("token_float", align(4 * H, 32))
-    mul = ctx.alloc("weighted_mul", align(4 * H, 256))
-    acc = ctx.alloc("sum_float", align(4 * H, 32))
-    queue = [ctx.alloc(f"weighted_sum{p}", align(row, 32)) for p in range(2)]
-    state = ctx.alloc("state", 32 * K)
-    ctx.alloc("temp_state", 32 * K)
+    b = recv_buffers(ctx, t)
     w_buf = ctx.alloc("topk_weights", align(4 * n * K, 32))
     i_buf = ctx.alloc("token_idx", align(4 * n * K, 32))
     ctx.copy_in(w_buf, ctx.tensor("topk_weights"), 4 * t0 * K, 4 * n * K)
@@ -110,42 +104,77 @@ def read_buffer_from_remote(ctx: KernelContext, t: DeepepTiling, half: int) -> W
     weights = ctx.ub_read(w_buf, F32, n * K, ops=0).reshape(n, K)
     ids = ctx.ub_read(i_buf, I32, n * K, ops=0).reshape(n, K)
     win = t.window
-    functional = not t.timing_only
-    out_x = ctx.tensor("combined_x")
     for i in range(n):
         tok = t0 + i
-        valid = [k for k in range(K) if 0 <= int(ids[i, k]) < E]
-        ctx.loop(K)
-        ctx.scalar(2 * K)
-        at = win.combine_status(half, tok * K)
-        yield from ctx.wait_until(ctx.window(), at, 32 * K, SumEquals(F32, 8.0 * len(valid)),
-                                  state, name="wait_buff_copy")
-        ctx.vector("sum", 8 * K, F32, reads=[state])
-        ctx.vector("duplicate", 8 * K, F32, writes=[state],
-                   fn=lambda: state.bytes_at(0, 32 * K).fill(0))
-        yield from ctx.pipe_barrier("vector")
-        ctx.copy_out(ctx.window(), at, state, 32 * K, name="clear_status")
-        ctx.vector("duplicate", H, F32, writes=[acc],
-                   fn=lambda: acc.bytes_at(0, 4 * H).fill(0))
-        for j, k in enumerate(valid):
-            buf = queue[j & 1]
-            yield from ctx.pipe_barrier("vector")  # the queue buffer is free again
-            yield from ctx.wait(ctx.copy_in(buf, ctx.window(), win.combine_data(half, tok * K + k),
-                                            row, name="read_row"))
-            w = F32(weights[i, k])
-
-            def add(b: Any = buf, w: F32 = w) -> None:
-                s = acc.bytes_at(0, 4 * H).view(F32)
-                s[:] = s + b.bytes_at(0, row).view(dt).astype(F32) * w
-
-            ctx.vector_seq("weighted_sum", [("cast", H, F32), ("muls", H, F32), ("add", H, F32)],
-                           reads=[buf], writes=[token_float, mul, acc],
-                           fn=add if functional else None)
-        yield from ctx.pipe_barrier("mte3")  # x_out of the previous token has left
-        ctx.vector("cast_rint", H, F32, reads=[acc], writes=[x_out],
-                   fn=(lambda: x_out.bytes_at(0, row).__setitem__(
-                       slice(None), acc.bytes_at(0, 4 * H).view(F32).astype(dt).view(np.uint8)))
-                   if functional else None)
-        yield from ctx.pipe_barrier("vector")
-        ctx.copy_out(out_x, tok * row, x_out, row, name="x")
+        yield from receive_token(ctx, t, b, ids[i], weights[i], win.combine_status(half, tok * K),
+                                 lambda k, tok=tok: win.combine_data(half, tok * K + k), tok)
     yield from ctx.pipe_barrier("mte3")
+
+
+@dataclass(frozen=True)
+class RecvBuffers:
+    """ReadBufferFromRemote's UB: x_out, the fp32 row buffers, the weighted-sum queue and
+    the K status entries WaitBuffCopy polls."""
+
+    x_out: Any
+    token_float: Any
+    mul: Any
+    acc: Any
+    queue: tuple[Any, Any]
+    state: Any
+
+
+def recv_buffers(ctx: KernelContext, t: DeepepTiling) -> RecvBuffers:
+    H, K = t.H, t.K
+    row = 2 * H
+    x_out = ctx.alloc("x_out", align(row, 32))
+    token_float = ctx.alloc("token_float", align(4 * H, 32))
+    mul = ctx.alloc("weighted_mul", align(4 * H, 256))
+    acc = ctx.alloc("sum_float", align(4 * H, 32))
+    queue = (ctx.alloc("weighted_sum0", align(row, 32)), ctx.alloc("weighted_sum1", align(row, 32)))
+    state = ctx.alloc("state", 32 * K)
+    ctx.alloc("temp_state", 32 * K)
+    return RecvBuffers(x_out, token_float, mul, acc, queue, state)
+
+
+def receive_token(ctx: KernelContext, t: DeepepTiling, b: RecvBuffers, ids: Any, weights: Any,
+                  status_at: int, data_at: Callable[[int], int], x_row: int) -> Wait:
+    """WaitBuffCopy (the K entries at `status_at` sum to 8 * validK, then cleared),
+    SyncFunc<MTE3_V>, ReadBufferAndWeightedSum (each valid k's row at data_at(k)) into
+    row `x_row` of x."""
+    K, H, E = t.K, t.H, t.E
+    dt = t.shape.np_dtype
+    row = 2 * H
+    state, acc, x_out = b.state, b.acc, b.x_out
+    valid = [k for k in range(K) if 0 <= int(ids[k]) < E]
+    ctx.loop(K)
+    ctx.scalar(2 * K)
+    yield from ctx.wait_until(ctx.window(), status_at, 32 * K,
+                              SumEquals(F32, 8.0 * len(valid)), state, name="wait_buff_copy")
+    ctx.vector("sum", 8 * K, F32, reads=[state])
+    ctx.vector("duplicate", 8 * K, F32, writes=[state],
+               fn=lambda: state.bytes_at(0, 32 * K).fill(0))
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(ctx.window(), status_at, state, 32 * K, name="clear_status")
+    ctx.vector("duplicate", H, F32, writes=[acc], fn=lambda: acc.bytes_at(0, 4 * H).fill(0))
+    functional = not t.timing_only
+    for j, k in enumerate(valid):
+        buf = b.queue[j & 1]
+        yield from ctx.pipe_barrier("vector")  # the queue buffer is free again
+        yield from ctx.wait(ctx.copy_in(buf, ctx.window(), data_at(k), row, name="read_row"))
+        w = F32(weights[k])
+
+        def add(q: Any = buf, w: F32 = w) -> None:
+            s = acc.bytes_at(0, 4 * H).view(F32)
+            s[:] = s + q.bytes_at(0, row).view(dt).astype(F32) * w
+
+        ctx.vector_seq("weighted_sum", [("cast", H, F32), ("muls", H, F32), ("add", H, F32)],
+                       reads=[buf], writes=[b.token_float, b.mul, acc],
+                       fn=add if functional else None)
+    yield from ctx.pipe_barrier("mte3")  # x_out of the previous token has left
+    ctx.vector("cast_rint", H, F32, reads=[acc], writes=[x_out],
+               fn=(lambda: x_out.bytes_at(0, row).__setitem__(
+                   slice(None), acc.bytes_at(0, 4 * H).view(F32).astype(dt).view(np.uint8)))
+               if functional else None)
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(ctx.tensor("combined_x"), x_row * row, x_out, row, name="x")

@@ -21,7 +21,7 @@ window is half dataState, after the combine area. Per round (Process 764-786):
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -55,8 +55,10 @@ def dispatch_program(t: DeepepTiling):
                 with ctx.phase("round_sync"):
                     yield from ctx.sync_all()
                     if ctx.core_id == 0:
+                        magic = state if t.window.round_flags_by_state else round_magic
                         yield from round_status(
-                            ctx, t, state if t.window.round_flags_by_state else round_magic)
+                            ctx, t, lambda src, m=magic: t.window.round_status(m, src),
+                            ctx.alloc("round_status", 32), ctx.alloc("round_poll", 32 * t.W))
                     round_magic ^= 1
                     yield from ctx.sync_all()
 
@@ -269,20 +271,20 @@ def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, cou
             last[p] = ops
 
 
-def round_status(ctx: KernelContext, t: DeepepTiling, magic: int) -> Wait:
-    """SetRoundStatus and WaitRoundStatus (core 0)."""
+def round_status(ctx: KernelContext, t: DeepepTiling, flag_at: Callable[[int], int],
+                 buf: Any, poll: Any) -> Wait:
+    """SetRoundStatus and WaitRoundStatus (core 0): a 1.0 flag at flag_at(me) of every rank,
+    then the W flags at flag_at(0) of the own window polled until all are set, cleared.
+    The dispatch's and the multi-round combine's are the same steps at their own offsets."""
     W = t.W
-    buf = ctx.alloc("round_status", 32)
     ctx.vector("duplicate", 8, F32, writes=[buf],
                fn=lambda: buf.bytes_at(0, 32).view(F32).fill(1.0))
     yield from ctx.pipe_barrier("vector")
-    win = t.window
     for i in range(W):
         ctx.scalar(2)
-        ctx.put(i, win.round_status(magic, ctx.rank_id), buf, 32, name="set_round_status")
+        ctx.put(i, flag_at(ctx.rank_id), buf, 32, name="set_round_status")
     yield from ctx.pipe_barrier("mte3")
-    poll = ctx.alloc("round_poll", 32 * W)
-    at = win.round_status(magic, 0)
+    at = flag_at(0)
     yield from ctx.wait_until(ctx.window(), at, 32 * W, SumEquals(F32, 8.0 * W), poll,
                               name="wait_round_status")
     ctx.vector("duplicate", 8 * W, F32, writes=[poll], fn=lambda: poll.bytes_at(0, 32 * W).fill(0))

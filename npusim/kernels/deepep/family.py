@@ -28,6 +28,7 @@ from npusim.kernels.deepep import layered, layered_combine
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.combine import combine_program
+from npusim.kernels.deepep.combine_rounds import combine_rounds_program
 from npusim.kernels.deepep.dispatch import dispatch_program
 from npusim.kernels.deepep.dispatch_layout import dispatch_layout_program
 from npusim.kernels.deepep.notify import notify_program
@@ -184,7 +185,9 @@ class CamMoeCombineNormal(Kernel):
     name = "combine"
     phases = (Phase("copy_to_share", "every core: its received rows to their sources' windows "
                     "and a flag each"),
-              Phase("read_from_remote", "every core: its tokens' K flags, weighted sum"))
+              Phase("read_from_remote", "every core: its tokens' K flags, weighted sum"),
+              Phase("round_sync", "multi-round kernel, more than one round: core 0's round "
+                    "flags"))
     inputs = (TensorSpec("x", _tok, lambda t, r: (_rows(t, r), t.H), "[rows, H] expert outputs"),
               _i32("expand_idx", lambda t, r: (3 * _rows(t, r),), "the handle's recv_src_idx"),
               _i32("ep_recv_count", lambda t, r: (t.E,), "the handle's send_head"),
@@ -193,6 +196,9 @@ class CamMoeCombineNormal(Kernel):
     outputs = (TensorSpec("combined_x", _tok, lambda t, r: (t.BS, t.H), "[BS, H]"),)
 
     def program(self, tiling: DeepepTiling) -> Any:
+        """The kernel the host tiling's key selects (13000 / 13001 on the A3)."""
+        if tiling.combine_multi_round:
+            return combine_rounds_program(tiling)
         return combine_program(tiling)
 
     def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
@@ -330,10 +336,6 @@ class DeepEP(Family):
             return Misfit("workload.bs", f"num_tokens ({shape.BS}) must not exceed the "
                           f"configured capacity ({rounds * per_round}), calculated as round "
                           f"({rounds}) * per_round_tokens ({per_round})")
-        if op in ("combine", "dispatch_combine") and shape.BS > per_round:
-            return Misfit("workload.bs", f"{shape.BS} tokens over rounds of {per_round}: "
-                          "combine's multi-round form (cam_moe_combine_normal_multi_round.h) "
-                          f"is not modelled yet; allowed: bs <= per_round_tokens ({per_round})")
         mb = buffsize_mb(shape, options, p)
         try:
             check_buffsize(min(shape.BS, per_round), shape.H, shape.K, rounds, mb, p)

@@ -63,6 +63,17 @@ class DeepepTiling(OnShape):
         return max(0, min(self.per_round_tokens, self.BS - r * self.per_round_tokens))
 
     @property
+    def combine_tiling_key(self) -> int:
+        """cam_moe_combine_normal_tiling.cc: INIT_TILINGKEY 10000, + 1 when maxRound > 1
+        (the multi-round kernel, however many rounds run), + TILING_KEY_A3_TYPE 3000 on the
+        A3; ops2's (A2) stays at 10000 / 10001."""
+        return 10000 + (self.round > 1) + (3000 if self.platform == "a3" else 0)
+
+    @property
+    def combine_multi_round(self) -> bool:
+        return self.combine_tiling_key % 10 == 1
+
+    @property
     def max_bs(self) -> int:
         """min(realMaxBs, perRoundTokens): what the dispatch and combine windows hold."""
         return min(self.BS, self.per_round_tokens)

@@ -8,22 +8,26 @@ half:
 
     [0, 2 MiB)                  notify flags: 32 B per source rank (a u64 magic * 2 + 1)
     [2 MiB, 102 MiB)            notify data: each rank's assembled counts
-    [102 MiB, 106 MiB)          combine status: 32 B per (token, k)
-    [106 MiB, +maxBs K comb)    combine data: Align512(2H) per (token, k)
+    [102 MiB, 106 MiB)          combine status: 32 B per (token, k); multi-round: per roundMagic
+                                the half of it at + roundMagic * 2 MiB
+    [106 MiB, +maxBs K comb)    combine data: Align512(2H) per (token, k); multi-round (comb
+                                doubled): per roundMagic maxBs K Align512(2H)
     [.., +maxBs K disp)         dispatch data: one record slot per sent (token, k)
 
 The status window (HCCL's windowsExp) holds the dispatch status halves (500 KiB apart), the
-round flags (450 KiB + roundMagic * 4 KiB) and the per-core call counters (notify 900 KiB,
-dispatch 950 KiB, combine 975 KiB). npusim has one window per rank: with `context: hccl`
-windowsExp follows windowsIn; with `context: shmem` both are one aclshmem allocation with the
-status at GetShmemSignalAddr = data + 1022 MiB inside a 1 GiB region per die (cann-samples
-moe_dispatch_and_combine_story, STATUS_REGION_OFFSET; hicann/shmem's 1 GiB heap stride).
+round flags (dispatch 450 KiB, the multi-round combine 458 KiB, each + roundMagic * 4 KiB)
+and the per-core call counters (notify 900 KiB, dispatch 950 KiB, combine 975 KiB). npusim
+has one window per rank: with `context: hccl` windowsExp follows windowsIn; with `context:
+shmem` both are one aclshmem allocation with the status at GetShmemSignalAddr = data + 1022
+MiB inside a 1 GiB region per die (cann-samples moe_dispatch_and_combine_story,
+STATUS_REGION_OFFSET; hicann/shmem's 1 GiB heap stride).
 
 The A2 builds (csrc/deepep/ops2, the same four kernels inside one server) lay the window out
 differently: there is no windowsExp, the status lives in the last 4 STATE_SIZE (2 MiB each)
 of windowsIn (notify's counters at total - 3 STATE_SIZE, dispatch's status, round flags and
 counters at total - 2 STATE_SIZE, combine's counters at total - STATE_SIZE), the two data
-halves split what is left, (total - 8 MiB) / 2 each, and the areas inside a half are larger:
+halves split what is left, (total - 8 MiB) / 2 each (the multi-round combine's round flags
+at total - STATE_SIZE + 458 KiB), and the areas inside a half are larger:
 notify data [2, 202 MiB), combine status [202, 210 MiB), then combine and dispatch data.
 """
 
@@ -43,6 +47,8 @@ COMBINE_STATE_WIN_OFFSET = 4 * MiB
 WIN_STATE_OFFSET = 500 * KiB  # dispatch status half
 BASE_ROUND_STATE_OFFSET = 450 * KiB
 ROUND_STATE_MAX_SIZE = 4 * KiB
+# the multi-round combine's round flags: BASE_ROUND_STATE_OFFSET + ROUND_STATE_MAX_SIZE * 2
+COMBINE_ROUND_STATE_OFFSET = BASE_ROUND_STATE_OFFSET + 2 * ROUND_STATE_MAX_SIZE
 NOTIFY_STATE_WIN_OFFSET = 900 * KiB  # comm_args.h STATE_WIN_OFFSET (notify's magic)
 DISPATCH_STATE_WIN_OFFSET = 950 * KiB  # cam_moe_dispatch_normal.h STATE_WIN_OFFSET
 MAGIC_WIN_OFFSET = 975 * KiB  # cam_moe_combine_normal.h
@@ -191,6 +197,24 @@ class DeepepWindow:
         return (half * self.half + lay.notify_buff + lay.combine_state
                 + self.max_bs * self.k * self.comb + slot * self.disp)
 
+    # ---- the multi-round combine (cam_moe_combine_normal_multi_round.h): two buffers
+    def combine_round_status(self, half: int, round_magic: int, slot: int) -> int:
+        """GetStateAddrByRankId + roundMagic * STATE_WIN_SIZE_HALF + slot * 32: each
+        roundMagic has half of the combine status area."""
+        return self.combine_status(half, slot) + round_magic * (self.layout.combine_state // 2)
+
+    def combine_round_data(self, half: int, round_magic: int, slot: int) -> int:
+        """GetBufferAddrByRankId: + STATE_WIN_SIZE + roundMagic * combineDataBuffSize
+        (perRoundTokens K Align512(2H)). roundMagic reaches 1 only with more than one round
+        run, when maxBs is perRoundTokens."""
+        return self.combine_data(half, slot) + round_magic * self.max_bs * self.k * self.combine_row
+
+    def combine_round_flag(self, round_magic: int, src: int) -> int:
+        """GetRoundStateAddrByRankId + src * 32: the combine's own round flags (458 KiB +
+        roundMagic * 4 KiB), in windowsExp on the A3, in combine's STATE_SIZE on the A2."""
+        return (self._status_base(1) + COMBINE_ROUND_STATE_OFFSET
+                + round_magic * ROUND_STATE_MAX_SIZE + src * STATE_OFFSET)
+
     # ---- windowsExp
     def dispatch_status(self, state: int, entry: int) -> int:
         return self.exp_base + state * WIN_STATE_OFFSET + entry * STATE_OFFSET
@@ -231,6 +255,8 @@ class DeepepWindow:
             z["round_status"] = (e + BASE_ROUND_STATE_OFFSET, e + WIN_STATE_OFFSET)
             z["dispatch_status1"] = (e + WIN_STATE_OFFSET, e + DISPATCH_STATE_WIN_OFFSET)
             z["dispatch_state"] = (e + DISPATCH_STATE_WIN_OFFSET, c)
+            z["combine_round_status"] = (c + COMBINE_ROUND_STATE_OFFSET,
+                                         c + COMBINE_ROUND_STATE_OFFSET + 2 * ROUND_STATE_MAX_SIZE)
             z["combine_magic"] = (c + MAGIC_WIN_OFFSET, self.total)
             return z
         z["dispatch_status0"] = (e, e + BASE_ROUND_STATE_OFFSET)

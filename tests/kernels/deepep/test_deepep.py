@@ -80,18 +80,21 @@ def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
         assert comb[r]["combined_x"].tobytes() == want_x[r].tobytes(), r
 
 
-def test_token_index_survives_dispatch_combine(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kw", [{}, {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32}],
+                         ids=["one_round", "multi_round"])
+def test_token_index_survives_dispatch_combine(tmp_path: Path, kw: dict[str, Any]) -> None:
     """test_low_latency.py's check: x[:, -128:] = token index; with weights 1/K the K returned
-    copies sum back to it exactly."""
-    sc = _scenario(tmp_path)
+    copies sum back to it exactly (also through the multi-round combine's three rounds)."""
+    sc = _scenario(tmp_path, **kw)
+    bs = sc.workload.shape.BS
     inputs = _inputs(sc)
     for a in inputs:
-        a["x"][:, -128:] = np.arange(16, dtype=np.float32)[:, None].astype(a["x"].dtype)
+        a["x"][:, -128:] = np.arange(bs, dtype=np.float32)[:, None].astype(a["x"].dtype)
         a["topk_weights"][:] = np.float32(0.25)
-    _, res = _run(tmp_path, inputs=inputs)
+    _, res = _run(tmp_path, inputs=inputs, **kw)
     for out in res.ops[-1].outputs:
         tail = out["combined_x"][:, -128:].astype(np.float32)
-        assert np.array_equal(tail, np.repeat(np.arange(16, dtype=np.float32)[:, None], 128, 1))
+        assert np.array_equal(tail, np.repeat(np.arange(bs, dtype=np.float32)[:, None], 128, 1))
 
 
 def test_rounds_dispatch_matches_reference(tmp_path: Path) -> None:
@@ -106,6 +109,50 @@ def test_rounds_dispatch_matches_reference(tmp_path: Path) -> None:
         n = want[r]["recv_x"].shape[0]
         assert out["recv_x"][:n].tobytes() == want[r]["recv_x"].tobytes()
         assert np.array_equal(out["expand_idx"][:3 * n], want[r]["expand_idx"])
+
+
+def _want_combined(sc, inputs: list[dict[str, np.ndarray]], quant: str) -> list[np.ndarray]:
+    """combined_x from the reference's dispatch: rows dequantised as per_token_cast_back."""
+    s = sizes(sc)
+    disp = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs], s, quant)
+    rows = [(d["recv_x"].astype(np.float32) * d["dynamic_scales"][:, None]).astype(bf16())
+            if quant == "int8" else d["recv_x"] for d in disp]
+    return ref.combine(rows, [d["expand_idx"] for d in disp], [a["topk_idx"] for a in inputs],
+                       [a["topk_weights"] for a in inputs], s.E)
+
+
+@pytest.mark.parametrize(("hardware", "quant"), [("atlas_a3", "bf16"), ("atlas_a2", "int8")])
+def test_multi_round_combine_matches_reference(tmp_path: Path, hardware: str,
+                                               quant: str) -> None:
+    """cam_moe_combine_normal_multi_round.h: 80 tokens in rounds of 32 (32, 32, 16), fewer
+    per round than cores, so some cores sit out every round; x byte for byte."""
+    kw = {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32, "quant": quant}
+    sc = _scenario(tmp_path, hardware=hardware, **kw)
+    w = sc.workload
+    t = FAMILY.tiling(w.shape, w.options, sc.hardware)
+    # the host tiling's key: 10000 + 1 (maxRound > 1) + 3000 on the A3
+    assert t.combine_tiling_key == (13001 if hardware == "atlas_a3" else 10001)
+    inputs = _inputs(sc)
+    _, res = _run(tmp_path, hardware=hardware, **kw)
+    comb = res.ops[-1]
+    flags = [s for s in comb.spans if s.name == "round_sync"]
+    for rank in range(4):  # ceil(80 / 32) = 3 rounds, each closed by the round flags
+        assert len([s for s in flags if s.rank == rank and s.core == 0]) == 3
+    for r, want in enumerate(_want_combined(sc, inputs, quant)):
+        assert comb.outputs[r]["combined_x"].tobytes() == want.tobytes(), r
+
+
+def test_multi_round_kernel_with_one_round(tmp_path: Path) -> None:
+    """long_seq_round 2 selects the multi-round kernel even when the 16 tokens fit one round:
+    its expert-block send split, no round flags; x byte for byte."""
+    kw = {"long_seq_round": 2, "per_round_tokens": 32}
+    sc = _scenario(tmp_path, **kw)
+    inputs = _inputs(sc)
+    _, res = _run(tmp_path, **kw)
+    comb = res.ops[-1]
+    assert not [s for s in comb.spans if s.name == "round_sync"]
+    for r, want in enumerate(_want_combined(sc, inputs, "bf16")):
+        assert comb.outputs[r]["combined_x"].tobytes() == want.tobytes(), r
 
 
 def test_shmem_context_same_outputs(tmp_path: Path) -> None:
