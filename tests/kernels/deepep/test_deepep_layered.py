@@ -92,6 +92,7 @@ def test_layered_refusals(tmp_path: Path) -> None:
 
     msg = no(comm_alg="fullmesh")
     assert "workload.comm_alg" in msg and "BatchWrite" in msg and "allowed: hierarchy" in msg
+    assert "AICPU side is not public" in msg and "layered kernels across servers" in msg
     msg = no(ep_world_size=8)
     assert "workload.comm_alg" in msg and "allowed here: fullmesh" in msg
     assert "layered combine" not in no(ep_world_size=64, experts_per_rank=1, op="dispatch",
@@ -159,3 +160,20 @@ def test_layered_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
     assert two.combine_ahead == ("kept" if Forked.available() else "")
     assert [o["combined_x"].tobytes() for o in one.ops[-1].outputs] == \
         [o["combined_x"].tobytes() for o in two.ops[-1].outputs]
+
+
+def test_layered_combine_after_int8_dispatch_sends_bf16(tmp_path: Path) -> None:
+    """deep_ep.cpp's low_latency_combine passes comm_quant_mode 0, so after an INT8
+    dispatch the layered combine (key 3000) still moves BF16 rows: on rank r's port, per
+    token of its same-plane rank p in the other server with n > 0 experts in r's server,
+    one WRITE of n rows of 2H bytes, then the 32 B status; INT8 rows (H + scales) would be
+    about half of that."""
+    sc = _scenario(tmp_path, quant="int8", op="dispatch_combine")
+    inputs, res = _run(sc)
+    assert res.ops[1].op == "low_latency_combine_layered"
+    egress = {x.rank: x.bytes for x in res.ops[1].links if x.kind == "cluster.egress"}
+    for r in range(W):
+        here, p = r // 8, (r + 8) % W
+        rows = [sum(int(e) // (8 * L) == here for e in row) for row in inputs[p]["topk_idx"]]
+        want = sum(wire_bytes(n * 2 * H, MTU, HEADER) for n in rows if n)
+        assert egress[r] == want + wire_bytes(32, MTU, HEADER), r
