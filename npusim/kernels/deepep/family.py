@@ -350,7 +350,7 @@ class DeepEP(Family):
                               f"{SHMEM_DIE_STRIDE // MiB} MiB stride between dies; allowed: at "
                               f"most {SHMEM_SIGNAL_OFFSET // MiB}")
         if t.window.end > hardware.window.bytes:
-            status = ("its status inside" if p == "a2" else "plus the 1 MiB status window")
+            status = ("with its status inside" if p == "a2" else "plus the 1 MiB status window")
             return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: HCCL_BUFFSIZE "
                           f"{mb} MB {status} needs {t.window.end} B; "
                           f"allowed: at least {t.window.end}")
