@@ -109,16 +109,21 @@ def test_layered_refusals(tmp_path: Path) -> None:
     assert "workload.comm_alg" in msg and "allowed with mode normal: fullmesh" in msg
 
 
-def test_layered_combine_matches_reference(tmp_path: Path) -> None:
-    """BF16: the experts' outputs are the received rows (the tokens themselves), so each
-    token comes back as its weighted sum, taken server by server."""
-    sc = _scenario(tmp_path, quant="bf16", op="dispatch_combine")
+@pytest.mark.parametrize("quant", ["bf16", "int8"])
+def test_layered_combine_matches_reference(tmp_path: Path, quant: str) -> None:
+    """The experts' outputs are the received rows (the tokens themselves; after an INT8
+    dispatch fp32(q) * scale in BF16), so each token comes back as its weighted sum, taken
+    server by server; the combine is BF16 either way."""
+    sc = _scenario(tmp_path, quant=quant, op="dispatch_combine")
     inputs, res = _run(sc)
     assert [r.op for r in res.ops] == ["low_latency_dispatch_layered",
                                        "low_latency_combine_layered"]
     idxs = [a["topk_idx"] for a in inputs]
-    disp = ref.dispatch([a["x"] for a in inputs], idxs, ref.Sizes(W, E, K, 1, BS), "bf16")
-    want = ref.layered_combine([d["recv_x"] for d in disp], [d["expand_idx"] for d in disp],
+    disp = ref.dispatch([a["x"] for a in inputs], idxs, ref.Sizes(W, E, K, 1, BS), quant)
+    dt = inputs[0]["x"].dtype
+    rows = [(d["recv_x"].astype(np.float32) * d["dynamic_scales"][:, None]).astype(dt)
+            if quant == "int8" else d["recv_x"] for d in disp]
+    want = ref.layered_combine(rows, [d["expand_idx"] for d in disp],
                                idxs, [a["topk_weights"] for a in inputs], L)
     for r in range(W):
         assert res.ops[1].outputs[r]["combined_x"].tobytes() == want[r].tobytes(), r
