@@ -175,66 +175,79 @@ def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
             a = int(np.count_nonzero(raw))
             tokens = np.arange(a)
             pair[a:] = False
-        else:  # ExpertActiveMaskCal: strided + dense reads, Sum over K, GatherMask twice
-            yield from ctx.wait(
-                ctx.copy_in(
-                    scratch,
-                    mt,
-                    0,
-                    0,
-                    name="copy_mask_rows",
-                    strided=Strided(bs, K, dst_gap=align32(K) - K),
-                )
-            )
-            ctx.vector_seq(
-                "valid_bs",
-                [
-                    ("cast", bs * align32(K), np.float16),
-                    ("sum_k", bs * align32(K), np.float16),
-                    ("mins", bs, np.float16),
-                    ("compare", bs, np.float16),
-                    ("vec_index", bs, I32),
-                    ("gather_mask", bs, I32),
-                ],
-                reads=[scratch],
-            )
-            yield from ctx.pipe_barrier("vector")
-            yield from ctx.wait(ctx.copy_in(scratch, mt, 0, n, name="copy_mask"))
-            ctx.vector_seq(
-                "valid_pairs",
-                [
-                    ("dup", n, np.float16),
-                    ("cast", n, np.float16),
-                    ("dup_mask", n // 8 + 1, np.uint8),
-                    ("compare", n, np.float16),
-                    ("vec_index", n, I32),
-                    ("gather_mask", n, I32),
-                ],
-                reads=[scratch],
-            )
-            yield from ctx.pipe_barrier("vector")
-            m = raw.reshape(bs, K)
+        else:  # ExpertActiveMaskCal
+            m = yield from expert_active_mask_cal(ctx, scratch, mt, bs, K)
             pair &= m
             tokens = np.flatnonzero(m.any(axis=1))
-    if t.shape.special_experts:  # MaskZeroComputeExpert: ids < E, And, GatherMask
-        yield from ctx.wait(
-            ctx.copy_in(scratch, ctx.tensor("expert_ids"), 0, 4 * n, name="copy_ids_special")
-        )
-        ctx.vector_seq(
-            "special_mask",
-            [
-                ("cast", n, I32),
-                ("dup", n // 8 + 1, np.uint8),
-                ("compare", n, np.float16),
-                ("and", n // 8 + 1, np.uint16),
-                ("vec_index", n, I32),
-                ("gather_mask", n, I32),
-            ],
-            reads=[scratch],
-        )
-        yield from ctx.pipe_barrier("vector")
+    if t.shape.special_experts:
+        yield from mask_zero_compute_expert(ctx, scratch, n)
     pair &= ids < E
     return tokens, np.flatnonzero(pair.reshape(-1))
+
+
+def expert_active_mask_cal(ctx: KernelContext, scratch, mt, bs: int, K: int) -> Wait:
+    """ExpertActiveMaskCal: strided + dense reads of the 2-D mask, Sum over K, GatherMask
+    twice. Returns the live pairs (BS, K)."""
+    n = bs * K
+    yield from ctx.wait(
+        ctx.copy_in(
+            scratch,
+            mt,
+            0,
+            0,
+            name="copy_mask_rows",
+            strided=Strided(bs, K, dst_gap=align32(K) - K),
+        )
+    )
+    ctx.vector_seq(
+        "valid_bs",
+        [
+            ("cast", bs * align32(K), np.float16),
+            ("sum_k", bs * align32(K), np.float16),
+            ("mins", bs, np.float16),
+            ("compare", bs, np.float16),
+            ("vec_index", bs, I32),
+            ("gather_mask", bs, I32),
+        ],
+        reads=[scratch],
+    )
+    yield from ctx.pipe_barrier("vector")
+    yield from ctx.wait(ctx.copy_in(scratch, mt, 0, n, name="copy_mask"))
+    ctx.vector_seq(
+        "valid_pairs",
+        [
+            ("dup", n, np.float16),
+            ("cast", n, np.float16),
+            ("dup_mask", n // 8 + 1, np.uint8),
+            ("compare", n, np.float16),
+            ("vec_index", n, I32),
+            ("gather_mask", n, I32),
+        ],
+        reads=[scratch],
+    )
+    yield from ctx.pipe_barrier("vector")
+    return mt.as_array(np.uint8).astype(bool).reshape(bs, K)
+
+
+def mask_zero_compute_expert(ctx: KernelContext, scratch, n: int) -> Wait:
+    """MaskZeroComputeExpert: the ids compared with E, And, GatherMask (the pairs to special
+    experts do not travel)."""
+    yield from ctx.wait(
+        ctx.copy_in(scratch, ctx.tensor("expert_ids"), 0, 4 * n, name="copy_ids_special")
+    )
+    ctx.vector_seq(
+        "special_mask",
+        [
+            ("cast", n, I32),
+            ("dup", n // 8 + 1, np.uint8),
+            ("compare", n, np.float16),
+            ("and", n // 8 + 1, np.uint16),
+            ("vec_index", n, I32),
+            ("gather_mask", n, I32),
+        ],
+        reads=[scratch],
+    )
+    yield from ctx.pipe_barrier("vector")
 
 
 def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict) -> Wait:
