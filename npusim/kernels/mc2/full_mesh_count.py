@@ -197,18 +197,46 @@ def wait_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, m: int) -> Wait:
 def cal_recv_and_set_flag(
     ctx: KernelContext, t: Mc2Tiling, m: int, counts: np.ndarray, s0: int
 ) -> Wait:
-    """CalRecvAndSetFlag: GetCumSum (poll column m of the partial sums until every count
-    core's 1.0 is in, sum the earlier ones, clear the column), my slice of ep_recv_count,
-    copied into every core's row of the workspace, then my ready flag into every core's
-    row at 876 KiB."""
+    """CalRecvAndSetFlag: GetCumSum, my slice of ep_recv_count, copied into every core's
+    row of the workspace, then my ready flag into every core's row at 876 KiB."""
     rank = ctx.rank_id
     n_cs = tl.count_cores(t, rank)
     C = t.cores
     wl = t.status_count(rank)
     win = ctx.window()
+    status = t.window.status
+    before = yield from get_cum_sum(ctx, t, m)
+    n = counts.size
+    prefix = ctx.alloc("prefix", max(align32(4 * n), align32(4 * wl)))
+    ctx.ub_write(prefix, 0, (before + np.cumsum(counts)).astype(I32), ops=2 * n)
+    ctx.copy_out(ctx.tensor("ep_recv_count"), 4 * s0, prefix, 4 * n, name="write_ep_recv_count")
+    ws = ctx.tensor("workspace")
+    for c in range(C):  # "copy aivNum_ times": my slice into every core's prefix table
+        ctx.copy_out(ws, 4 * (c * wl + s0), prefix, 4 * n, name="write_workspace")
+    ones = ctx.alloc("sync_on_core", 32 * C)
+    ctx.vector(
+        "dup_ready", repeats=ceil_div(C, 8), writes=[ones], fn=lambda: ones.view(I32).fill(1)
+    )
+    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
+    yield from ctx.pipe_barrier("mte3")  # PipeBarrier<PIPE_MTE3>: the table before the flag
+    ctx.copy_out(
+        win,
+        status.cumsum_flag(n_cs, 0, m),
+        ones,
+        0,
+        strided=Strided(C, 32, dst_gap=(n_cs - 1) * 32),
+        name="set_cumsum_flag",
+    )
+    yield from ctx.drain()
+
+
+def get_cum_sum(ctx: KernelContext, t: Mc2Tiling, m: int) -> Wait:
+    """GetCumSum: poll column m of the partial sums until every count core's 1.0 is in,
+    sum the earlier ones, clear the column. Returns that sum."""
+    n_cs, C = tl.count_cores(t, ctx.rank_id), t.cores
+    win, status = ctx.window(), t.window.status
     col = ctx.alloc("sum_local", 32 * C)
     gather = ctx.alloc("sum_continue", align32(4 * C))
-    status = t.window.status
     yield from ctx.wait_until(
         win,
         status.cumsum_cal(n_cs, 0, m),
@@ -242,25 +270,4 @@ def cal_recv_and_set_flag(
         strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32),
         name="clear_partials",
     )
-    n = counts.size
-    prefix = ctx.alloc("prefix", max(align32(4 * n), align32(4 * wl)))
-    ctx.ub_write(prefix, 0, (before + np.cumsum(counts)).astype(I32), ops=2 * n)
-    ctx.copy_out(ctx.tensor("ep_recv_count"), 4 * s0, prefix, 4 * n, name="write_ep_recv_count")
-    ws = ctx.tensor("workspace")
-    for c in range(C):  # "copy aivNum_ times": my slice into every core's prefix table
-        ctx.copy_out(ws, 4 * (c * wl + s0), prefix, 4 * n, name="write_workspace")
-    ones = ctx.alloc("sync_on_core", 32 * C)
-    ctx.vector(
-        "dup_ready", repeats=ceil_div(C, 8), writes=[ones], fn=lambda: ones.view(I32).fill(1)
-    )
-    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE3>
-    yield from ctx.pipe_barrier("mte3")  # PipeBarrier<PIPE_MTE3>: the table before the flag
-    ctx.copy_out(
-        win,
-        status.cumsum_flag(n_cs, 0, m),
-        ones,
-        0,
-        strided=Strided(C, 32, dst_gap=(n_cs - 1) * 32),
-        name="set_cumsum_flag",
-    )
-    yield from ctx.drain()
+    return before
