@@ -79,3 +79,13 @@ def test_e8m0_bytes_and_values():
         0, 127, 130, 254, 255]
     v = e8m0_values(np.array([127, 128, 126, 0, 255], np.uint8))
     assert list(v[:4]) == [1.0, 2.0, 0.5, 2.0**-127] and math.isnan(v[4])
+
+
+def test_which_runs_build_the_table_before_a_fork():
+    from npusim.kernels.quant.formats import may_need_tables
+
+    none = {"dispatch_quant": "none", "combine_quant": "none", "mxfp8_saturate": False}
+    assert not may_need_tables("float16", none)
+    assert may_need_tables("bfloat16", none)
+    assert may_need_tables("float16", dict(none, dispatch_quant="mxfp8"))
+    assert may_need_tables("float16", dict(none, combine_quant="int8"))
