@@ -22,6 +22,7 @@ from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
 from npusim.kernels.family import Arrays, Family, Kernel
+from npusim.kernels.quant.formats import may_need_tables, tables
 from npusim.result import OpRun, RunResult
 from npusim.runtime.launch import LaunchResult, launch
 from npusim.scenario import Scenario
@@ -80,6 +81,8 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     ahead: Forked | None = None
     how_ahead = ""
     if workers >= 2 and len(kernels) >= 2 and Forked.available():
+        if may_need_tables(scenario.workload.dtype, scenario.workload.options):
+            tables()  # built once here rather than once in each process
         ahead, how_ahead = _speculate(fam, kernels, t, inputs, leg)
     legs: list[Leg] = []
     previous: list[Arrays] | None = None
