@@ -197,7 +197,7 @@ def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
     t = MC2.tiling(shape, mc2_options(shape, options), hardware, timing_only)
     return replace(t, whole_expert_scales=True, local_copy_batches=False,
                    update_token_nums_out=True, combine_send_rows=1,
-                   combine_tokens_in_order=True)
+                   combine_tokens_in_order=True, fill_triple_waits_mte3=True)
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str,

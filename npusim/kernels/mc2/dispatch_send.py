@@ -60,7 +60,8 @@ def process_token(
     offset: int,
     expert_scale: float | None,
 ) -> Wait:
-    """ProcessToken: load the row, [quantise], FillTriple, one put of the slot's bytes."""
+    """ProcessToken: load the row, [quantise], FillTriple ([wait for the core's puts],
+    the triplet), one put of the slot's bytes."""
     slot = t.window.dispatch
     p = q.i % len(q.outs)
     q.i += 1
@@ -79,6 +80,8 @@ def process_token(
         yield from ctx.wait(ctx.copy_in(src, x, token * 2 * h, 2 * h, name="load_token"))
         _quantise(ctx, t, src, out, memo, token, scale_row)
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
+    if t.fill_triple_waits_mte3:  # FillTriple's SyncFunc<MTE3_S>
+        yield from ctx.pipe_barrier("mte3")
     trip = np.array([ctx.rank_id, token, k], I32)
     ctx.ub_write(out, slot.triplet_offset, trip, ops=3)
     if slot.expert_scale_offset is not None:

@@ -56,6 +56,9 @@ class Mc2Tiling(OnShape):
     combine_send_rows: int = 2
     # combine's receive waits for its tokens in order, not round robin over the pending
     combine_tokens_in_order: bool = False
+    # dispatch's FillTriple starts with SyncFunc<MTE3_S>: every put of the core has landed
+    # before the next triplet is written (one put in flight), not only the buffer's own
+    fill_triple_waits_mte3: bool = False
 
     # ---- shape shorthands
     @property
