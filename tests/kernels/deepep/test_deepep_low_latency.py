@@ -235,3 +235,38 @@ def test_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
         assert x.end_ns - x.start_ns == y.end_ns - y.start_ns
     assert [o["combined_x"].tobytes() for o in one.ops[-1].outputs] == \
         [o["combined_x"].tobytes() for o in two.ops[-1].outputs]
+
+
+def _token_puts(tmp: Path, fill_triple_waits: bool | None) -> list:
+    """The put_token spans of rank 0's core 0 (two pairs at BS K = 64 over 48 cores);
+    `fill_triple_waits` None: the family's own tiling."""
+    from dataclasses import replace
+
+    from npusim.kernels.deepep import low_latency as ll
+
+    plain = ll.tiling
+    sc = _scenario(tmp, quant="int8", op="dispatch")
+    if fill_triple_waits is None:
+        run = simulate(sc, detailed_trace=True).ops[0]
+    else:
+        with mock.patch.object(
+            ll, "tiling", lambda *a: replace(plain(*a), fill_triple_waits_mte3=fill_triple_waits)
+        ):
+            run = simulate(sc, detailed_trace=True).ops[0]
+    return sorted(
+        (s for s in run.spans if s.rank == 0 and s.core == 0 and s.name == "put_token"),
+        key=lambda s: s.start_ns,
+    )
+
+
+def test_fill_triple_waits_for_the_cores_puts(tmp_path: Path) -> None:
+    """The fork's FillTriple starts with SyncFunc<MTE3_S> (moe_distribute_dispatch_v2.h):
+    a core's next put starts only once its previous one has landed. Without that wait
+    (ops-transformer's later ProcessToken) the second put leaves while the first flies."""
+    one = _token_puts(tmp_path, None)
+    assert len(one) == 2
+    assert one[1].start_ns >= one[0].delivered_ns - 1e-9
+    assert [s.start_ns for s in one] == [s.start_ns for s in _token_puts(tmp_path, True)]
+    two = _token_puts(tmp_path, False)
+    assert len(two) == 2
+    assert two[1].start_ns < two[0].delivered_ns
