@@ -14,7 +14,8 @@ A family (one package under npusim/kernels/<family>/, or a user's .py file) is o
 
 and implements a few template methods (Vidur's abstract hooks, SimPy's `_do_put`):
 `tiling` from (shape, options, hardware), `window` (the window layout object, with
-`regions()`), `misfit` (the layout's fit check: one line on a workload or hardware key),
+`regions()`), `misfit` and `tiling_misfit` (the fit checks before and after the tiling is
+built: one line on a workload or hardware key),
 `make_inputs` (seeded inputs), `op_inputs` (what a kernel reads of the run's inputs and
 the previous kernel's outputs) and, optionally, case-directory reading/writing, a
 reference of a kernel's outputs and a digest of what the next kernel reads of them (the
@@ -255,7 +256,15 @@ class Family:
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        """The fit check of the layout and core roles (None: it fits)."""
+        """The fit checks that need no tiling (None: it fits): they run first, so `tiling`
+        may take for granted what they refuse."""
+        return None
+
+    def tiling_misfit(self, tiling: Any, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        """The fit checks that read the tiling (its window, UB and core needs), once
+        `misfit` passed. The scenario loader builds the tiling once, asks this and carries
+        that tiling into the run (Scenario.tiling); None: it fits."""
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,

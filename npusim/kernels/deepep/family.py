@@ -341,7 +341,18 @@ class DeepEP(Family):
             check_buffsize(min(shape.BS, per_round), shape.H, shape.K, rounds, mb, p)
         except WindowTooSmall as exc:
             return Misfit("workload.hccl_buffsize", str(exc))
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: DeepepTiling | Mc2Tiling | layered.LayeredTiling,
+                      shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
+                      ) -> Misfit | None:
+        if options["mode"] == "low_latency":
+            if options["comm_alg"] == "hierarchy":
+                return layered.tiling_misfit(tiling, shape, options, hardware, op)
+            return None  # the V2 kernels: mc2's checks, in misfit
+        t = tiling
+        p = platform(hardware)
+        mb = buffsize_mb(shape, options, p)
         if t.context == "shmem":
             if mb * MiB > SHMEM_SIGNAL_OFFSET:
                 return Misfit("workload.hccl_buffsize", f"{mb} MB: with context shmem the data "

@@ -266,7 +266,13 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
         return Misfit("workload.hccl_buffsize", f"The HCCL_BUFFSIZE is {mb}MB, the min value "
                       f"should be {need // MiB}MB ({KERNEL} Init); allowed: at least "
                       f"{-(-need // MiB)}")
-    t = tiling(shape, options, hardware, True)
+    return None
+
+
+def tiling_misfit(t: LayeredTiling, shape: MoeShape, options: Mapping[str, Any],
+                  hardware: Any, op: str) -> Misfit | None:
+    """What the layered kernels refuse of their window and cores, from the run's tiling."""
+    mb = options["hccl_buffsize"]
     if t.window.rank_size_on_ipc < t.shape.BS * t.struct_len:
         return Misfit("workload.hccl_buffsize", f"{mb}: the IPC area leaves "
                       f"{t.window.rank_size_on_ipc} B per (expert, source), less than BS "

@@ -147,9 +147,9 @@ class KvOffload(Family):
     def window(self, tiling: KvTiling) -> NoWindow:
         return NoWindow()
 
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
-               op: str) -> Misfit | None:
-        t = self.tiling(shape, options, hardware)
+    def tiling_misfit(self, tiling: KvTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if t.topk > t.seq_len:
             return Misfit("workload.topk", f"{t.topk} is above the sequence length "
                           f"{t.seq_len}: the indexer selects topk distinct tokens of it; "

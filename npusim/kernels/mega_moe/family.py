@@ -149,7 +149,11 @@ class MegaMoe(Family):
         if mr and mr < cap:
             return Misfit("workload.max_received_tokens", f"{mr} is below BS * W * min(K, L) = "
                           f"{cap}; allowed: 0 (that capacity) or at least {cap}")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: MegaTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if t.row_bytes > RING_BYTES:
             return Misfit("workload.h", f"a quantised row of H = {shape.H} is {t.row_bytes} B, "
                           f"more than the {RING_BYTES} B pull buffer; allowed: H <= 7936")

@@ -117,7 +117,11 @@ class PyptoShmem(Family):
                               ("aicpu", "the scheduling AICPUs that place the tile tasks")):
             if getattr(hardware, section, None) is None:
                 return Misfit("hardware", f"the preset has no {section} section: {what}")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: PyptoTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         ub, h = int(hardware.ub.bytes), -(-shape.K // 2)
         if 6 * h * shape.H > ub:
             return Misfit("workload.h", f"{shape.H}: the receive's Cast tile [K/2, H] = "

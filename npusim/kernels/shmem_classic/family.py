@@ -168,7 +168,11 @@ class ShmemClassic(Family):
         if shape.L > MAX_LOCAL_EXPERTS:
             return Misfit("workload.experts_per_rank", f"{shape.L}: allowed at most "
                           f"{MAX_LOCAL_EXPERTS} (DISPATCH_MAX_LOCAL_EXPERT_NUM)")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: ClassicTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if UB_TMP_OFFSET + t.ub_size > hardware.ub.bytes:
             return Misfit("hardware.ub.bytes", f"{hardware.ub.bytes} B: tmp_buff holds "
                           f"UB_DMA_MAX_SIZE = {t.ub_size} B at UB offset {UB_TMP_OFFSET}; "

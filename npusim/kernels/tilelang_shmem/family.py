@@ -153,7 +153,11 @@ class TileLangShmem(Family):
             return Misfit("workload.ai_core_num", f"{n}: T.Kernel(ai_core_num) takes one AIC "
                           f"and two AIVs per block; allowed: at most {min(aic, aiv // 2)} "
                           f"(aic.cores {aic}, chip.aiv_cores {aiv})")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: TileLangTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         ub = int(hardware.ub.bytes)
         if t.ub_size < t.x_ub_elems:
             return Misfit("workload.ub_size", f"{t.ub_size}: a win_data row must hold x_ub's "
@@ -167,7 +171,7 @@ class TileLangShmem(Family):
         if need > ub:
             def fits(h: int) -> bool:
                 s = MoeShape(shape.W, shape.BS, h, shape.K, shape.L, dtype=shape.dtype)
-                u = TileLangTiling(s, n, max(_ub_size(s, {}), h + 22))
+                u = TileLangTiling(s, t.ai_core_num, max(_ub_size(s, {}), h + 22))
                 return max(u.dispatch_ub(), u.combine_ub() if op != "dispatch" else 0) <= ub
             return Misfit("workload.h", f"{shape.H}: the kernels' alloc_ub buffers (x_ub of "
                           f"H + 22 bf16, the combine's bf16 and fp32 rows) need {need} B of "
