@@ -124,6 +124,17 @@ QUANTS = ("none", "int8", "mxfp8")
 token; combine: the family's INT8 communication quantisation), MXFP8 (dispatch)."""
 
 
+@dataclass(frozen=True)
+class CoreTiming:
+    """What `Kernel.timing_fields` reads of one launched core once the launch is over:
+    its kind, its place in a MIX block and what its program noted (the contexts
+    themselves stay with the driver)."""
+
+    kind: str  # its core kind's name: "aiv", "aic"
+    sub_block: int  # its sub-block in a MIX block (AIV 0 or 1; 0 elsewhere)
+    notes: Any = None  # what the kernel's program left in KernelContext.notes
+
+
 def const(value: Any) -> Callable[..., Any]:
     """A TensorSpec dtype or shape that does not depend on the tiling."""
     return lambda *_args: value
@@ -169,11 +180,11 @@ class Kernel:
         The report renders them without knowing the family."""
         return {}
 
-    def timing_fields(self, tiling: Any, run: Any, contexts: Sequence[Sequence[Any]]
+    def timing_fields(self, tiling: Any, run: Any, cores: Sequence[Sequence[CoreTiming]]
                       ) -> dict[str, Any]:
         """Family figures that need the call's timing (merged into family_fields): from
-        the OpRun (phase spans) and every core's KernelContext ([rank][core]) after the
-        launch; {} by default."""
+        the OpRun (phase spans, busy times, transfers) and every core's CoreTiming
+        ([rank][core]) after the launch; {} by default."""
         return {}
 
     def transfer_fields(self, tiling: Any, transfers: Sequence[Sequence[Sequence[Any]]]

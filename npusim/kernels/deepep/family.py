@@ -177,7 +177,7 @@ class CamMoeDispatchNormal(Kernel):
     def program(self, tiling: DeepepTiling) -> Any:
         return dispatch_program(tiling)
 
-    def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: DeepepTiling, run: Any, cores: Any) -> dict[str, Any]:
         return _bandwidth(tiling, run, "recv_x", ll.token_bytes(tiling.H, tiling.quant))
 
 
@@ -201,7 +201,7 @@ class CamMoeCombineNormal(Kernel):
             return combine_rounds_program(tiling)
         return combine_program(tiling)
 
-    def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: DeepepTiling, run: Any, cores: Any) -> dict[str, Any]:
         return _bandwidth(tiling, run, "load_row", 2 * tiling.H)
 
 

@@ -892,7 +892,7 @@ class LayeredDispatch(Kernel):
     def program(self, tiling: LayeredTiling) -> Any:
         return layered_program(tiling)
 
-    def timing_fields(self, tiling: LayeredTiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: LayeredTiling, run: Any, cores: Any) -> dict[str, Any]:
         return ll.bandwidth_fields([tiling.shape.BS * tiling.shape.K] * tiling.W,
                                    ll.token_bytes(tiling.shape.H, tiling.quant),
                                    run.end_ns - run.start_ns)

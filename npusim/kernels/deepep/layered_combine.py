@@ -442,7 +442,7 @@ class LayeredCombine(Kernel):
     def program(self, tiling: LayeredTiling) -> Any:
         return combine_program(tiling)
 
-    def timing_fields(self, tiling: LayeredTiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: LayeredTiling, run: Any, cores: Any) -> dict[str, Any]:
         s = tiling.shape
         return ll.bandwidth_fields([s.BS * s.K] * tiling.W, ll.token_bytes(s.H, "bf16"),
                                    run.end_ns - run.start_ns)

@@ -14,7 +14,17 @@ import numpy as np
 
 from npusim.kernels.common.align import align_up, ceil_div
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    CoreTiming,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    const,
+)
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields
@@ -94,9 +104,9 @@ class MegaMoeKernel(Kernel):
         return {"expert_token_counts": [[int(v) for v in o["expert_token_counts"]]
                                         for o in outputs]}
 
-    def timing_fields(self, tiling: MegaTiling, run: Any, contexts: Sequence[Sequence[Any]]
-                      ) -> dict[str, Any]:
-        return timing_fields(tiling, run, contexts)
+    def timing_fields(self, tiling: MegaTiling, run: Any,
+                      cores: Sequence[Sequence[CoreTiming]]) -> dict[str, Any]:
+        return timing_fields(tiling, run, cores)
 
 
 MEGA_MOE = MegaMoeKernel()
