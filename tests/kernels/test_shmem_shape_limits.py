@@ -25,19 +25,38 @@ SCENARIOS = ROOT / "scenarios"
 #   H = 7936 needs 7936 + 248 = 8184 -> 8192 B (fits); H = 7968 needs 8192 + 249 (does not)
 # - no shared experts in the classic, TileLang or pyPTO kernels, nor in MegaMoE
 CASES = [
-    ("shmem_classic/a3_bs8_ep8.yaml", {"experts_per_rank": 1025},
-     "workload.experts_per_rank", "1..1024"),
-    ("shmem_classic/950_bs8_ep8.yaml", {"ep_world_size": 49},
-     "workload.ep_world_size", "2..48"),
-    ("shmem_doubleplane/a3_balanced_mte.yaml", {"experts_per_rank": 1025},
-     "workload.experts_per_rank", "1..1024"),
+    (
+        "shmem_classic/a3_bs8_ep8.yaml",
+        {"experts_per_rank": 1025},
+        "workload.experts_per_rank",
+        "1..1024",
+    ),
+    ("shmem_classic/950_bs8_ep8.yaml", {"ep_world_size": 49}, "workload.ep_world_size", "2..48"),
+    (
+        "shmem_doubleplane/a3_balanced_mte.yaml",
+        {"experts_per_rank": 1025},
+        "workload.experts_per_rank",
+        "1..1024",
+    ),
     ("mega_moe/w2_e4m3_random.yaml", {"h": 7968}, "workload.h", "1024..7936"),
-    ("mega_moe/w2_e4m3_random.yaml", {"shared_experts": 1, "shared_expert_ranks": 1},
-     "workload.shared_experts", "0..0"),
-    ("frameworks/tilelang_a3_w16_bs8.yaml", {"shared_experts": 1, "shared_expert_ranks": 1},
-     "workload.shared_experts", "0..0"),
-    ("frameworks/pypto_a3_w16_bs8.yaml", {"shared_experts": 1, "shared_expert_ranks": 1},
-     "workload.shared_experts", "0..0"),
+    (
+        "mega_moe/w2_e4m3_random.yaml",
+        {"shared_experts": 1, "shared_expert_ranks": 1},
+        "workload.shared_experts",
+        "0..0",
+    ),
+    (
+        "frameworks/tilelang_a3_w16_bs8.yaml",
+        {"shared_experts": 1, "shared_expert_ranks": 1},
+        "workload.shared_experts",
+        "0..0",
+    ),
+    (
+        "frameworks/pypto_a3_w16_bs8.yaml",
+        {"shared_experts": 1, "shared_expert_ranks": 1},
+        "workload.shared_experts",
+        "0..0",
+    ),
 ]
 
 
@@ -51,8 +70,13 @@ def _variant(tmp: Path, shipped: str, change: dict[str, Any]) -> Path:
 
 @pytest.mark.parametrize("shipped, change, key, allowed", CASES)
 def test_a_shape_past_the_source_limit_is_one_line_at_lint(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], shipped: str,
-        change: dict[str, Any], key: str, allowed: str) -> None:
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    shipped: str,
+    change: dict[str, Any],
+    key: str,
+    allowed: str,
+) -> None:
     p = _variant(tmp_path, shipped, change)
     assert main(["lint", str(p)]) == 2
     err = capsys.readouterr().err
@@ -61,7 +85,8 @@ def test_a_shape_past_the_source_limit_is_one_line_at_lint(
 
 
 def test_keys_the_source_leaves_open_say_they_are_the_default(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """classic's main.cpp asks bs only to be positive: its bound stays npusim's default."""
     p = _variant(tmp_path, "shmem_classic/a3_bs8_ep8.yaml", {"bs": 600})
     assert main(["lint", str(p)]) == 2
@@ -75,8 +100,9 @@ def test_the_shipped_scenarios_stay_within_the_limits(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("shipped", sorted({c[0] for c in CASES}))
-def test_the_tiling_is_built_once_and_carried(shipped: str,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tiling_is_built_once_and_carried(
+    shipped: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The loader's fit checks and the run read one tiling: the family builds it once."""
     doc = yaml.safe_load((SCENARIOS / shipped).read_text())
     fam = registry.get(doc["workload"]["kernel"])
