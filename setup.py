@@ -22,6 +22,18 @@ COMPILED = {"npusim.engine._env": "npusim/engine/env.py",
             "npusim.hw._pipe": "npusim/hw/pipe.py"}
 
 
+def data_packages() -> dict[str, str]:
+    """Every folder under configs/ and scenarios/ as its own npusim._data package, so each is
+    declared (setuptools installs only declared packages' files)."""
+    found = {}
+    for pkg, root in DATA.items():
+        for folder, subdirs, _files in os.walk(root):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith((".", "__")))
+            rel = os.path.relpath(folder, root)
+            found[pkg if rel == "." else f"{pkg}.{rel.replace(os.sep, '.')}"] = folder
+    return found
+
+
 def extensions() -> list:
     if os.environ.get("NPUSIM_PURE_PYTHON", "") not in ("", "0"):
         return []
@@ -38,11 +50,12 @@ def extensions() -> list:
     return exts
 
 
+DATA_FILES = ["*.yaml", "*.yml", "*.csv", "*.npy", "*.bin", "*.json"]
+
 setup(
-    packages=find_packages(include=["npusim", "npusim.*"]) + list(DATA),
-    package_dir=DATA,
-    package_data={**{pkg: ["**/*.yaml", "**/*.yml", "**/*.csv", "**/*.npy", "**/*.bin",
-                           "**/*.json"] for pkg in DATA},
+    packages=find_packages(include=["npusim", "npusim.*"]) + list(data_packages()),
+    package_dir=data_packages(),
+    package_data={**{pkg: DATA_FILES for pkg in data_packages()},
                   "npusim.engine": ["*.pxd"], "npusim.hw": ["*.pxd"]},
     ext_modules=extensions(),
 )

@@ -115,7 +115,10 @@ def main() -> int:
                                       "any part differs)")
     args = ap.parse_args()
     from npusim.engine.compiled import in_use
+    from npusim.kernels.quant.formats import tables
     from npusim.sim import simulate
+
+    tables()  # ml_dtypes, built on first use: imported before the timing
 
     print("compiled core: " + (", ".join(in_use()) or "none (pure Python)"), flush=True)
     ref = json.loads(Path(args.compare).read_text()) if args.compare else None

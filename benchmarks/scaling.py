@@ -73,9 +73,11 @@ def ep_point(w: int, bs: int) -> dict:
     """Child process: one A3 large-EP run (benchmarks/run.py's case), its figures."""
     import resource
 
+    from npusim.kernels.quant.formats import tables
     from npusim.sim import simulate
 
     sc = ep_scenario(w, bs)
+    tables()  # ml_dtypes, built on first use: imported before the timing
     t0, c0 = time.perf_counter(), time.process_time()
     r = simulate(sc, workers=1)
     transfers = sum(s.count for op in r.ops for row in op.core_transfers for core in row
@@ -168,9 +170,11 @@ def main() -> int:
             print("benchmarks/scaling.py: error: --plot needs matplotlib; allowed: "
                   "pip install 'npusim[plot]', or run without --plot", file=sys.stderr)
             return 2
+    from npusim.kernels.quant.formats import tables
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
+    tables()  # ml_dtypes, built on first use: imported before the timing
     rows = []
 
     print("| W | BS | K | BS*K*W | events | wall s | events per BS*K*W | us wall per BS*K*W |")

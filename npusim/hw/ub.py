@@ -34,6 +34,16 @@ def strided_blocks(span: np.ndarray, count: int, length: int, pitch: int) -> np.
 _ALL_SET = [b""]  # a run of 0xFF mark bytes, grown on demand
 
 
+_ITEMSIZE: dict[object, int] = {}
+"""Bytes per element by the dtype (or scalar type) a view was asked for: np.dtype() of it
+costs more than the rest of a small view."""
+
+
+def _itemsize(dtype: np.dtype | type) -> int:
+    item = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
+    return item
+
+
 def _all_set(n: int) -> bytes:
     """n mark bytes with every bit set."""
     if len(_ALL_SET[0]) < n:
@@ -60,7 +70,7 @@ class UBBuffer:
     def view(self, dtype: np.dtype | type, count: int | None = None, byte_offset: int = 0
              ) -> np.ndarray:
         """A numpy view of (part of) the buffer's bytes."""
-        item = np.dtype(dtype).itemsize
+        item = _ITEMSIZE.get(dtype) or _itemsize(dtype)
         if count is None:
             count = (self.nbytes - byte_offset) // item
         end = byte_offset + count * item

@@ -15,7 +15,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from npusim.report.io import write_bytes_atomic
@@ -24,7 +23,7 @@ from npusim.result import RunResult
 
 def _npy(arr: np.ndarray) -> bytes:
     a = np.ascontiguousarray(arr)
-    if a.dtype == ml_dtypes.bfloat16:
+    if a.dtype.name == "bfloat16":  # ml_dtypes' (numpy has none of its own)
         a = a.view(np.uint16)
     buf = io.BytesIO()
     np.save(buf, a, allow_pickle=False)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from npusim.hw.memory import Region
@@ -32,8 +31,11 @@ INT8 = ("int8",)
 
 
 def np_dtype(name: str) -> np.dtype:
-    """numpy dtype of an operand type name (ml_dtypes for bfloat16 and the fp8s)."""
+    """numpy dtype of an operand type name (ml_dtypes for bfloat16 and the fp8s, imported
+    here: it costs a process over a second of CPU, paid only by runs that name them)."""
     if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        import ml_dtypes
+
         return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 

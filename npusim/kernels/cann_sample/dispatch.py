@@ -64,8 +64,9 @@ def dispatch_program(tiling: MoeTiling):
                 yield from all_to_all_dispatch(ctx, tiling, state, memo)
         elif ctx.core_id >= first_shared:
             with ctx.phase("send_data"):
-                yield from send_to_shared_expert(ctx, tiling, state, ctx.core_id - first_shared,
-                                                 memo)
+                yield from send_to_shared_expert(
+                    ctx, tiling, state, ctx.core_id - first_shared, memo
+                )
         else:
             m = ctx.core_id - tiling.n_all_to_all
             with ctx.phase("send_status"):
@@ -96,8 +97,7 @@ def _load_expert_ids(ctx: KernelContext, t: MoeTiling, name: str) -> Wait:
     n = t.bs * t.k
     buf = ctx.alloc(name, align256(4 * n))
     count = align256(4 * n) // 4
-    ctx.vector("dup_ids", count, np.int32, writes=[buf],
-               fn=lambda: buf.view(np.int32).fill(-1))
+    ctx.vector("dup_ids", count, np.int32, writes=[buf], fn=lambda: buf.view(np.int32).fill(-1))
     yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
     yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("expert_ids"), 0, 4 * n, name="copy_ids"))
     ids = ctx.ub_read(buf, np.int32, n, ops=0)  # SyncFunc<MTE2_S>
@@ -126,8 +126,10 @@ class SendBuffers:
         # UB, in the sample's order: input queue, output halves (then the caller's ids),
         # record, scratch.
         if t.dispatch_quant == "none":
-            self.in_slots = [(ctx.alloc(f"in{p}", align32(2 * h)),
-                              ctx.alloc(f"in{p}_triplet", 32)) for p in range(2)]
+            self.in_slots = [
+                (ctx.alloc(f"in{p}", align32(2 * h)), ctx.alloc(f"in{p}_triplet", 32))
+                for p in range(2)
+            ]
         else:
             self.in_slots = [(ctx.alloc(f"in{p}", align_up(h, 128) * 2), None) for p in range(2)]
         self.outs = [ctx.alloc(f"out{p}", rec.slot_bytes) for p in range(2)]
@@ -146,12 +148,25 @@ class SendBuffers:
     def dup_flags(self, ctx: KernelContext, t: MoeTiling) -> None:
         """Duplicate 1.0f over both output halves: the per-block "arrived" flags."""
         outs = self.outs
-        ctx.vector("dup_flags", 2 * t.record.slot_bytes // 4, np.float32, writes=outs,
-                   fn=lambda: [o.view(np.float32).fill(ONE_F32) for o in outs])
+        ctx.vector(
+            "dup_flags",
+            2 * t.record.slot_bytes // 4,
+            np.float32,
+            writes=outs,
+            fn=lambda: [o.view(np.float32).fill(ONE_F32) for o in outs],
+        )
 
 
-def send_token(ctx: KernelContext, t: MoeTiling, b: SendBuffers, memo: dict[bytes, np.ndarray],
-               token: int, k: int, dst: int, offset: int) -> Wait:
+def send_token(
+    ctx: KernelContext,
+    t: MoeTiling,
+    b: SendBuffers,
+    memo: dict[bytes, np.ndarray],
+    token: int,
+    k: int,
+    dst: int,
+    offset: int,
+) -> Wait:
     """One token to one expert: (zero-fill,) load, (quantise,) triplet (rank, token, k)
     once the previous put has read the record, pack 480/512, put to ``dst`` at ``offset``."""
     h = t.h
@@ -165,8 +180,13 @@ def send_token(ctx: KernelContext, t: MoeTiling, b: SendBuffers, memo: dict[byte
         ctx.ub_write(trip_in, 0, np.array([ctx.rank_id, token, k], np.int32), ops=3)
         src_bufs = [slot_in, trip_in]
     else:
-        ctx.vector("dup_zero", align_up(h, 128) * 2, np.uint8, writes=[slot_in],
-                   fn=lambda s=slot_in: s.view(np.uint8).fill(0))
+        ctx.vector(
+            "dup_zero",
+            align_up(h, 128) * 2,
+            np.uint8,
+            writes=[slot_in],
+            fn=lambda s=slot_in: s.view(np.uint8).fill(0),
+        )
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
         yield from ctx.wait(load)  # EnQue/DeQue (MTE2 -> V)
@@ -182,8 +202,9 @@ def send_token(ctx: KernelContext, t: MoeTiling, b: SendBuffers, memo: dict[byte
     b.parity ^= 1
 
 
-def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
-                        memo: dict[bytes, np.ndarray]) -> Wait:
+def all_to_all_dispatch(
+    ctx: KernelContext, t: MoeTiling, state: int, memo: dict[bytes, np.ndarray]
+) -> Wait:
     rec = t.record
     lay = t.window
     b = SendBuffers(ctx, t)
@@ -195,8 +216,9 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
 
     # CalExpertSendNum: a bit mask and a count per owned expert.
     compare_count = align256(4 * t.bs * t.k) // 4
-    ctx.vector("dup_mask", mask.nbytes, np.uint8, writes=[mask],
-               fn=lambda: mask.view(np.uint8).fill(0))
+    ctx.vector(
+        "dup_mask", mask.nbytes, np.uint8, writes=[mask], fn=lambda: mask.view(np.uint8).fill(0)
+    )
     yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
     positions = []
     for e, _, _ in owned:
@@ -228,8 +250,9 @@ def all_to_all_dispatch(ctx: KernelContext, t: MoeTiling, state: int,
     yield from ctx.pipe_barrier("mte3")
 
 
-def send_to_shared_expert(ctx: KernelContext, t: MoeTiling, state: int, c: int,
-                          memo: dict[bytes, np.ndarray]) -> Wait:
+def send_to_shared_expert(
+    ctx: KernelContext, t: MoeTiling, state: int, c: int, memo: dict[bytes, np.ndarray]
+) -> Wait:
     """SendToSharedExpert (ops-transformer V2; the sample has no shared experts).
 
     Shared-send core ``c`` takes a contiguous share (SplitToCore) of the BS*S items
@@ -245,13 +268,22 @@ def send_to_shared_expert(ctx: KernelContext, t: MoeTiling, state: int, c: int,
     for v in range(v0, v1):
         j, token = divmod(v, t.bs)
         ctx.scalar(4)  # token / expert index, destination rank, slot offset
-        yield from send_token(ctx, t, b, memo, token, t.k + j, t.shared_dst(ctx.rank_id, j),
-                              block + token * t.record.slot_bytes)
+        yield from send_token(
+            ctx,
+            t,
+            b,
+            memo,
+            token,
+            t.k + j,
+            t.shared_dst(ctx.rank_id, j),
+            block + token * t.record.slot_bytes,
+        )
     yield from ctx.pipe_barrier("mte3")
 
 
-def _quantise(ctx: KernelContext, t: MoeTiling, slot, record,
-              memo: dict[bytes, np.ndarray]) -> None:
+def _quantise(
+    ctx: KernelContext, t: MoeTiling, slot, record, memo: dict[bytes, np.ndarray]
+) -> None:
     """Quantise the token in `slot` into `record` on the vector unit.
 
     A token is sent to K experts and quantised K times by the kernel; the result is a
@@ -271,11 +303,11 @@ def _quantise(ctx: KernelContext, t: MoeTiling, slot, record,
             if t.dispatch_quant == "mxfp8":
                 data, scales = q.mxfp8_quantize(x, saturate=t.mxfp8_saturate)
                 out[:h] = data[0]
-                out[rec.scale_offset:payload] = scales[0]
+                out[rec.scale_offset : payload] = scales[0]
             else:
                 qv, scale = q.int8_token_quantize(x)
                 out[:h] = qv[0].view(np.uint8)
-                out[rec.scale_offset:payload] = scale.view(np.uint8)
+                out[rec.scale_offset : payload] = scale.view(np.uint8)
             memo[key] = out
         record.view(np.uint8, payload)[:] = out
 
@@ -283,19 +315,37 @@ def _quantise(ctx: KernelContext, t: MoeTiling, slot, record,
     if t.dispatch_quant == "mxfp8":
         iters = ceil_div(h, 256)
         # three VFs back to back: the block max exponents, the E8M0 scales, the data
-        ctx.vector_function("mxfp8_quant", [
-            iters * MAXEXP_INSTRS + MAXEXP_SETUP,
-            ceil_div(rec.scale_bytes, 128) * SCALE_INSTRS + SCALE_SETUP,
-            iters * DATA_INSTRS,
-        ], reads=[slot], writes=[record], fn=fn)
+        ctx.vector_function(
+            "mxfp8_quant",
+            [
+                iters * MAXEXP_INSTRS + MAXEXP_SETUP,
+                ceil_div(rec.scale_bytes, 128) * SCALE_INSTRS + SCALE_SETUP,
+                iters * DATA_INSTRS,
+            ],
+            reads=[slot],
+            writes=[record],
+            fn=fn,
+        )
     else:  # per-token dynamic INT8 (ops-transformer QuantDynamicPerToken)
         f32 = np.float32
-        ctx.vector_seq("int8_max", [("cast_f32", h, f32), ("abs", h, f32),
-                                    ("reduce_max", h, f32)], reads=[slot])
+        ctx.vector_seq(
+            "int8_max",
+            [("cast_f32", h, f32), ("abs", h, f32), ("reduce_max", h, f32)],
+            reads=[slot],
+        )
         ctx.scalar(12)  # SyncFunc<V_S>, d = 127 / max
-        ctx.vector_seq("int8_scale", [("muls", h, f32), ("cast_i32", h, f32),
-                                      ("cast_f16", h, f32), ("cast_i8", h, np.float16)],
-                       reads=[slot], writes=[record], fn=fn)
+        ctx.vector_seq(
+            "int8_scale",
+            [
+                ("muls", h, f32),
+                ("cast_i32", h, f32),
+                ("cast_f16", h, f32),
+                ("cast_i8", h, np.float16),
+            ],
+            reads=[slot],
+            writes=[record],
+            fn=fn,
+        )
 
 
 def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
@@ -306,15 +356,20 @@ def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
 
     def effect() -> None:
         ub = first.ub.data
-        payload = ub[first.offset:first.offset + nbytes].reshape(rec.blocks, SPLIT_BLOCK_DATA)
+        payload = ub[first.offset : first.offset + nbytes].reshape(rec.blocks, SPLIT_BLOCK_DATA)
         o = out.view(np.uint8).reshape(rec.blocks, SPLIT_BLOCK_BYTES)
         o[:, :SPLIT_BLOCK_DATA] = payload
 
     # one repeat per 512 B block each; always applied, also timing-only: the triplet
     # travels in the record
     per_copy = rec.blocks * ctx.cfg.vector.bytes_per_cycle
-    ctx.vector_seq("pack_copy", [("copy_a", per_copy, np.uint8), ("copy_b", per_copy, np.uint8)],
-                   reads=src_bufs, writes=[out], fn=effect)
+    ctx.vector_seq(
+        "pack_copy",
+        [("copy_a", per_copy, np.uint8), ("copy_b", per_copy, np.uint8)],
+        reads=src_bufs,
+        writes=[out],
+        fn=effect,
+    )
 
 
 # --------------------------------------------------------------------------- counts
@@ -372,8 +427,6 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
     n_cs = t.n_cumsum
     s0, s1 = split_to_core(wl, n_cs, m)
     n_s = s1 - s0
-    win = ctx.window()
-    status_base = t.window.dispatch_status_entry(state, 0, 0)
     wait_buf = ctx.alloc("wait_status", align256(32 * max(n_s, 1)))
     handoff = ctx.alloc("partial_sums", 32 * n_cs)
     row_buf = ctx.alloc("prefix_slice", align32(4 * max(n_s, 1)))
@@ -381,28 +434,55 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
     column = ctx.alloc("handoff_column", 32 * n_cs)
     all_status = ctx.alloc("all_status", 32 * wl)
     token_nums = ctx.alloc("expert_token_nums", align32(8 * n_local))
+    counts = yield from wait_dispatch(ctx, t, state, s0, n_s, wait_buf)
+    yield from gather_sum_recv_cnt(ctx, t, m, int(counts.sum()), max(n_s, 1), wait_buf, handoff)
+    before = yield from get_cum_sum(ctx, t, m, column)
+    yield from cal_recv_and_set_flag(ctx, t, m, s0, before, counts, row_buf, ones)
+    if m == 0:
+        yield from set_expert_token_nums(ctx, t, state, all_status, token_nums)
+    yield from ctx.drain()
+
+
+def wait_dispatch(
+    ctx: KernelContext, t: MoeTiling, state: int, s0: int, n_s: int, wait_buf
+) -> Wait:
+    """WaitDispatch: poll my n_s statuses until every flag is 1.0 (ReduceSum of the flags
+    == n_s), then clear the flags (word 0 of each entry), keep the counts and write back.
+    Returns the counts."""
+    win = ctx.window()
+    status_base = t.window.dispatch_status_entry(state, 0, 0)
     check_ns = ctx.check_ns(max(1, ceil_div(n_s, 8)))
+    if not n_s:
+        return np.zeros(0, np.int64)
+    yield from ctx.wait_until(
+        win,
+        status_base + 32 * s0,
+        32 * n_s,
+        SumEquals(np.float32, float(n_s), stride=32),
+        wait_buf,
+        name="wait_status",
+        check_ns=check_ns,
+    )
+    counts = wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 1].astype(np.int64)
 
-    counts = np.zeros(0, np.int64)
-    if n_s:
-        # Poll my statuses until every flag is 1.0 (ReduceSum of the flags == n_s).
-        yield from ctx.wait_until(win, status_base + 32 * s0, 32 * n_s,
-                                  SumEquals(np.float32, float(n_s), stride=32), wait_buf,
-                                  name="wait_status", check_ns=check_ns)
-        counts = wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 1].astype(np.int64)
-        # Clear the flags (word 0 of each entry), keep the counts; write back.
+    def clear_flags() -> None:
+        wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 0] = 0
 
-        def clear_flags() -> None:
-            wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 0] = 0
+    ctx.vector("clear_flags", repeats=n_s, writes=[wait_buf], fn=clear_flags)
+    yield from ctx.pipe_barrier("vector")
+    yield from ctx.wait(
+        ctx.copy_out(win, status_base + 32 * s0, wait_buf, 32 * n_s, name="clear_status")
+    )
+    return counts
 
-        ctx.vector("clear_flags", repeats=n_s, writes=[wait_buf], fn=clear_flags)
-        yield from ctx.pipe_barrier("vector")
-        yield from ctx.wait(ctx.copy_out(win, status_base + 32 * s0, wait_buf, 32 * n_s,
-                                         name="clear_status"))
-    # GatherSumRecvCnt: my partial sum, sent to every cum-sum core (row m of the matrix).
-    partial = int(counts.sum())
-    ctx.vector("gather_counts", repeats=max(n_s, 1), reads=[wait_buf])
-    ctx.vector("sum_counts", max(n_s, 1), np.float32)
+
+def gather_sum_recv_cnt(
+    ctx: KernelContext, t: MoeTiling, m: int, partial: int, repeats: int, wait_buf, handoff
+) -> Wait:
+    """GatherSumRecvCnt: my partial sum, sent to every cum-sum core (row m of the matrix)."""
+    n_cs = t.n_cumsum
+    ctx.vector("gather_counts", repeats=repeats, reads=[wait_buf])
+    ctx.vector("sum_counts", repeats, np.float32)
     yield from ctx.pipe_barrier("vector")
     ctx.scalar(2)
 
@@ -414,52 +494,110 @@ def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) ->
 
     ctx.vector("dup_partial", n_cs * 8, np.int32, writes=[handoff], fn=fill_handoff)
     yield from ctx.pipe_barrier("vector")
-    status = t.window.status
-    ctx.copy_out(win, status.cumsum_cal(n_cs, m), handoff, 32 * n_cs, name="put_partial")
-    # GetCumSum: poll column m (one entry from each cum-sum core) until every flag is 1.0.
+    ctx.copy_out(
+        ctx.window(), t.window.status.cumsum_cal(n_cs, m), handoff, 32 * n_cs, name="put_partial"
+    )
+
+
+def get_cum_sum(ctx: KernelContext, t: MoeTiling, m: int, column) -> Wait:
+    """GetCumSum: poll column m (one entry from each cum-sum core) until every flag is 1.0,
+    clear it; returns the partial sums of the cum-sum cores before m."""
+    n_cs, win, status = t.n_cumsum, ctx.window(), t.window.status
     col = Strided(n_cs, 32, src_gap=(n_cs - 1) * 32)
-    yield from ctx.wait_until(win, status.cumsum_cal(n_cs, 0, m), 0,
-                              SumEquals(np.float32, float(n_cs), stride=32, offset=4), column,
-                              strided=col, name="wait_partials",
-                              check_ns=ctx.check_ns(max(1, ceil_div(n_cs, 8))))
+    yield from ctx.wait_until(
+        win,
+        status.cumsum_cal(n_cs, 0, m),
+        0,
+        SumEquals(np.float32, float(n_cs), stride=32, offset=4),
+        column,
+        strided=col,
+        name="wait_partials",
+        check_ns=ctx.check_ns(max(1, ceil_div(n_cs, 8))),
+    )
     cells = column.view(np.int32).reshape(n_cs, 8)
     before = int(cells[:m, 0].sum())
     ctx.vector("gather_prefix", repeats=max(m, 1), reads=[column])
     yield from ctx.pipe_barrier("vector")
-    ctx.vector("clear_column", repeats=ceil_div(n_cs, 8), writes=[column],
-               fn=lambda: column.view(np.uint8).fill(0))
+    ctx.vector(
+        "clear_column",
+        repeats=ceil_div(n_cs, 8),
+        writes=[column],
+        fn=lambda: column.view(np.uint8).fill(0),
+    )
     yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, status.cumsum_cal(n_cs, 0, m), column, 0,
-                 strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32), name="clear_partials")
-    # The inclusive prefix over index le*W + src for my slice, by the scalar unit.
+    ctx.copy_out(
+        win,
+        status.cumsum_cal(n_cs, 0, m),
+        column,
+        0,
+        strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32),
+        name="clear_partials",
+    )
+    return before
+
+
+def cal_recv_and_set_flag(
+    ctx: KernelContext,
+    t: MoeTiling,
+    m: int,
+    s0: int,
+    before: int,
+    counts: np.ndarray,
+    row_buf,
+    ones,
+) -> Wait:
+    """CalRecvAndSetFlag: the inclusive prefix over index le*W + src for my slice (by the
+    scalar unit) into ep_recv_count and every core's copy of the table, then every core's
+    ready flag raised."""
+    n_s, n_cs, wl = len(counts), t.n_cumsum, t.status_count(ctx.rank_id)
     prefix = (before + np.cumsum(counts)).astype(np.int32)
     if n_s:
         ctx.ub_write(row_buf, 0, prefix, ops=2 * n_s)
-        ctx.copy_out(ctx.tensor("ep_recv_count"), 4 * s0, row_buf, 4 * n_s,
-                     name="write_ep_recv_count")
+        ctx.copy_out(
+            ctx.tensor("ep_recv_count"), 4 * s0, row_buf, 4 * n_s, name="write_ep_recv_count"
+        )
         workspace = ctx.tensor("workspace")
         for c in range(ctx.num_cores):  # my slice into every core's copy of the table
             ctx.copy_out(workspace, 4 * (c * wl + s0), row_buf, 4 * n_s, name="write_workspace")
-    ctx.vector("dup_ready", ctx.num_cores * 8, np.int32, writes=[ones],
-               fn=lambda: ones.view(np.int32).fill(1))
+    ctx.vector(
+        "dup_ready",
+        ctx.num_cores * 8,
+        np.int32,
+        writes=[ones],
+        fn=lambda: ones.view(np.int32).fill(1),
+    )
     yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, status.cumsum_flag(n_cs, 0, m), ones, 0,
-                 strided=Strided(ctx.num_cores, 32, dst_gap=(n_cs - 1) * 32),
-                 name="set_ready")
-    if m == 0:  # SetExpertTokenNums: re-read all statuses (flag + count) of this state
-        yield from ctx.wait(ctx.copy_in(all_status, win, status_base, 32 * wl,
-                                        name="read_all_status"))
-        per_le = all_status.view(np.int32).reshape(n_local, t.world, 8)[:, :, 1]
-        nums = per_le.sum(axis=1).astype(np.int64)
-        for _ in range(n_local):
-            ctx.vector("reduce_sum", 2 * t.world, np.float32, reads=[all_status])
-        yield from ctx.pipe_barrier("vector")
-        if t.expert_token_nums_type == "cumsum":
-            nums = np.cumsum(nums)
-        ctx.ub_write(token_nums, 0, nums.astype(np.int64), ops=2 * n_local)
-        ctx.copy_out(ctx.tensor("expert_token_nums"), 0, token_nums, 8 * n_local,
-                     name="write_expert_token_nums")
-    yield from ctx.drain()
+    ctx.copy_out(
+        ctx.window(),
+        t.window.status.cumsum_flag(n_cs, 0, m),
+        ones,
+        0,
+        strided=Strided(ctx.num_cores, 32, dst_gap=(n_cs - 1) * 32),
+        name="set_ready",
+    )
+
+
+def set_expert_token_nums(
+    ctx: KernelContext, t: MoeTiling, state: int, all_status, token_nums
+) -> Wait:
+    """SetExpertTokenNums (cum-sum core 0): re-read all statuses (flag + count) of this
+    state, reduce over the sources, write int64 (cumsum or counts)."""
+    n_local, wl = t.local_experts(ctx.rank_id), t.status_count(ctx.rank_id)
+    status_base = t.window.dispatch_status_entry(state, 0, 0)
+    yield from ctx.wait(
+        ctx.copy_in(all_status, ctx.window(), status_base, 32 * wl, name="read_all_status")
+    )
+    per_le = all_status.view(np.int32).reshape(n_local, t.world, 8)[:, :, 1]
+    nums = per_le.sum(axis=1).astype(np.int64)
+    for _ in range(n_local):
+        ctx.vector("reduce_sum", 2 * t.world, np.float32, reads=[all_status])
+    yield from ctx.pipe_barrier("vector")
+    if t.expert_token_nums_type == "cumsum":
+        nums = np.cumsum(nums)
+    ctx.ub_write(token_nums, 0, nums.astype(np.int64), ops=2 * n_local)
+    ctx.copy_out(
+        ctx.tensor("expert_token_nums"), 0, token_nums, 8 * n_local, name="write_expert_token_nums"
+    )
 
 
 # --------------------------------------------------------------------------- local copy
@@ -468,86 +606,148 @@ def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
     ctx.ub.reset()
     n_cs = t.n_cumsum
     wl = t.status_count(ctx.rank_id)
-    rec = t.record
-    win = ctx.window()
     ready = ctx.alloc("ready", 32 * n_cs)
     cum_buf = ctx.alloc("cumsum", align32(4 * wl))
     zero = ctx.alloc("ready_clear", 32 * n_cs)
-    # WaitCumSumFlag: every cum-sum core has raised my ready flag (8 x int32 1 each).
-    ready_off = t.window.status.cumsum_flag(n_cs, ctx.core_id)
-    yield from ctx.wait_until(win, ready_off, 32 * n_cs, SumEquals(np.int32, 8.0 * n_cs), ready,
-                              name="wait_ready", check_ns=ctx.check_ns(n_cs))
-    ctx.vector("dup_zero", 8 * n_cs, np.int32, writes=[zero],
-               fn=lambda: zero.view(np.uint8).fill(0))
-    yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, ready_off, zero, 32 * n_cs, name="clear_ready")
-
+    yield from wait_cum_sum_flag(ctx, t, ready, zero)
     i0, i1 = split_to_core(wl, ctx.num_cores, ctx.core_id)
     if i1 <= i0:
         return
-    n_idx = i1 - i0
     budget = UB_BUDGET_NON_QUANT if t.dispatch_quant == "none" else UB_USABLE_FOR_LOCAL_COPY
     # The sample's budget is sized for 256 KiB of UB; on a smaller UB (Atlas A3, 192 KiB)
     # keep the same 16 KiB of headroom below the capacity (docs/kernels/cann_sample.md).
     budget = min(budget, ctx.ub.capacity - UB_HEADROOM)
-    small = 32 + align32(4 * wl) + 64 * n_cs + 3 * align32(4 * n_idx) + 64
+    small = 32 + align32(4 * wl) + 64 * n_cs + 3 * align32(4 * (i1 - i0)) + 64
     tbuf_bytes = budget - small
-    max_tokens = tbuf_bytes // rec.slot_bytes
+    max_tokens = tbuf_bytes // t.record.slot_bytes
     tbuf = ctx.alloc("tokens", tbuf_bytes)
     flag_zero = ctx.alloc("flag_zero", 32)
     # SetValidExpertInfo: my copy of the prefix table, then per index the rows left.
-    yield from ctx.wait(ctx.copy_in(cum_buf, ctx.tensor("workspace"), 4 * ctx.core_id * wl,
-                                    4 * wl, name="read_prefix"))
+    yield from ctx.wait(
+        ctx.copy_in(
+            cum_buf, ctx.tensor("workspace"), 4 * ctx.core_id * wl, 4 * wl, name="read_prefix"
+        )
+    )
     cum = ctx.ub_read(cum_buf, np.int32, wl, ops=0).astype(np.int64)
-    ctx.scalar(4 * n_idx)
+    ctx.scalar(4 * (i1 - i0))
     valid = valid_expert_info(cum, i0, i1)
     if not valid:
         return
-    ctx.vector("dup_pattern", 16, np.int32, writes=[flag_zero],
-               fn=lambda: flag_zero.view(np.uint8).fill(0))
-    yield from ctx.pipe_barrier("vector")
+    yield from wait_and_format_output(ctx, t, state, valid, tbuf, max_tokens, flag_zero)
 
-    out_x = ctx.tensor("expand_x")
-    out_scales = ctx.tensor("dynamic_scales")
-    out_assist = ctx.tensor("assist_info_for_combine")
-    row_bytes = rec.data_bytes
-    scale_bytes = rec.scale_bytes
-    stride = rec.blocks * SPLIT_BLOCK_DATA  # a token's bytes in UB once the flags are gone
+
+def wait_cum_sum_flag(ctx: KernelContext, t: MoeTiling, ready, zero) -> Wait:
+    """WaitCumSumFlag: every cum-sum core has raised my ready flag (8 x int32 1 each);
+    then cleared."""
+    n_cs, win = t.n_cumsum, ctx.window()
+    ready_off = t.window.status.cumsum_flag(n_cs, ctx.core_id)
+    yield from ctx.wait_until(
+        win,
+        ready_off,
+        32 * n_cs,
+        SumEquals(np.int32, 8.0 * n_cs),
+        ready,
+        name="wait_ready",
+        check_ns=ctx.check_ns(n_cs),
+    )
+    ctx.vector(
+        "dup_zero", 8 * n_cs, np.int32, writes=[zero], fn=lambda: zero.view(np.uint8).fill(0)
+    )
+    yield from ctx.pipe_barrier("vector")
+    ctx.copy_out(win, ready_off, zero, 32 * n_cs, name="clear_ready")
+
+
+def wait_and_format_output(
+    ctx: KernelContext, t: MoeTiling, state: int, valid: list, tbuf, max_tokens: int, flag_zero
+) -> Wait:
+    """WaitAndFormatOutput: round robin over my indices with rows left; arrived rows copied
+    out (CopyInAndOut), a drained index's block flags cleared for the next call."""
+    rec, win = t.record, ctx.window()
+    ctx.vector(
+        "dup_pattern", 16, np.int32, writes=[flag_zero], fn=lambda: flag_zero.view(np.uint8).fill(0)
+    )
+    yield from ctx.pipe_barrier("vector")
 
     def block_of(idx: int) -> int:
         return _block_base(t, state, idx, ctx.rank_id)
 
     def copy_rows(src: int, row: int, n: int) -> Wait:
-        """CopyInAndOut: strip the flags on the way in, then three strided copies out."""
-        yield from ctx.wait(ctx.copy_in(tbuf, win, src, 0, name="copy_tokens",
-                                        strided=Strided(rec.blocks * n, SPLIT_BLOCK_DATA,
-                                                        src_gap=32)))
-        if scale_bytes and t.dispatch_quant == "mxfp8":
-            ctx.copy_out(out_scales, row * scale_bytes, tbuf, 0, src_offset=rec.scale_offset,
-                         strided=Strided(n, scale_bytes, src_gap=stride - scale_bytes),
-                         name="write_scales")
-        elif t.dispatch_quant == "int8":
-            ctx.copy_out(out_scales, row * 4, tbuf, 0, src_offset=rec.scale_offset,
-                         strided=Strided(n, 4, src_gap=stride - 4), name="write_scales")
-        ctx.copy_out(out_x, row * row_bytes, tbuf, 0,
-                     strided=Strided(n, row_bytes, src_gap=stride - row_bytes),
-                     name="write_expand_x")
-        ctx.copy_out(out_assist, row * 12, tbuf, 0, src_offset=rec.triplet_offset,
-                     strided=Strided(n, 12, src_gap=stride - 12), name="write_assist_info")
+        yield from copy_in_and_out(ctx, t, tbuf, src, row, n)
 
     def after(block: int, finish: int, drained: bool) -> Wait:
         if drained:  # clear every block flag of this index for the next call
             yield from ctx.pipe_barrier("mte3")
             ctx.vector("dup_zero", 8, np.int32, writes=[flag_zero])
             yield from ctx.pipe_barrier("vector")
-            ctx.copy_out(win, block + SPLIT_BLOCK_DATA, flag_zero, 0,
-                         strided=Strided(rec.blocks * finish, 4, src_gap=-4,
-                                         dst_gap=SPLIT_BLOCK_BYTES - 4),
-                         name="clear_block_flags")
+            ctx.copy_out(
+                win,
+                block + SPLIT_BLOCK_DATA,
+                flag_zero,
+                0,
+                strided=Strided(rec.blocks * finish, 4, src_gap=-4, dst_gap=SPLIT_BLOCK_BYTES - 4),
+                name="clear_block_flags",
+            )
         yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
 
-    yield from drain_round_robin(ctx, valid, max_tokens, block_of, rec.slot_bytes, rec.blocks,
-                                 tbuf, copy_rows, after)
+    yield from drain_round_robin(
+        ctx, valid, max_tokens, block_of, rec.slot_bytes, rec.blocks, tbuf, copy_rows, after
+    )
+
+
+def copy_in_and_out(ctx: KernelContext, t: MoeTiling, tbuf, src: int, row: int, n: int) -> Wait:
+    """CopyInAndOut: strip the flags on the way in, then three strided copies out."""
+    rec = t.record
+    stride = rec.blocks * SPLIT_BLOCK_DATA  # a token's bytes in UB once the flags are gone
+    yield from ctx.wait(
+        ctx.copy_in(
+            tbuf,
+            ctx.window(),
+            src,
+            0,
+            name="copy_tokens",
+            strided=Strided(rec.blocks * n, SPLIT_BLOCK_DATA, src_gap=32),
+        )
+    )
+    scale_bytes = rec.scale_bytes
+    out_scales = ctx.tensor("dynamic_scales")
+    if scale_bytes and t.dispatch_quant == "mxfp8":
+        ctx.copy_out(
+            out_scales,
+            row * scale_bytes,
+            tbuf,
+            0,
+            src_offset=rec.scale_offset,
+            strided=Strided(n, scale_bytes, src_gap=stride - scale_bytes),
+            name="write_scales",
+        )
+    elif t.dispatch_quant == "int8":
+        ctx.copy_out(
+            out_scales,
+            row * 4,
+            tbuf,
+            0,
+            src_offset=rec.scale_offset,
+            strided=Strided(n, 4, src_gap=stride - 4),
+            name="write_scales",
+        )
+    row_bytes = rec.data_bytes
+    ctx.copy_out(
+        ctx.tensor("expand_x"),
+        row * row_bytes,
+        tbuf,
+        0,
+        strided=Strided(n, row_bytes, src_gap=stride - row_bytes),
+        name="write_expand_x",
+    )
+    ctx.copy_out(
+        ctx.tensor("assist_info_for_combine"),
+        row * 12,
+        tbuf,
+        0,
+        src_offset=rec.triplet_offset,
+        strided=Strided(n, 12, src_gap=stride - 12),
+        name="write_assist_info",
+    )
 
 
 def _block_base(t: MoeTiling, state: int, idx: int, rank: int) -> int:

@@ -60,13 +60,16 @@ def check_shared(W: int, S: int, S_r: int) -> int:
     """R = S_r / S ranks per shared expert (0 without shared experts); ValueError if the
     V2 rules do not hold: S in 0..4, S_r in 0..W-1, both zero or both not, S_r % S == 0."""
     if not 0 <= S <= 4 or not 0 <= S_r < W or (S == 0) != (S_r == 0) or (S and S_r % S):
-        raise ValueError(f"shared experts S={S} on S_r={S_r} of W={W} ranks: need S in 0..4, "
-                         "S_r in 0..W-1, both zero or both nonzero, S_r % S == 0")
+        raise ValueError(
+            f"shared experts S={S} on S_r={S_r} of W={W} ranks: need S in 0..4, "
+            "S_r in 0..W-1, both zero or both nonzero, S_r % S == 0"
+        )
     return S_r // S if S else 0
 
 
-def dispatch_plan(expert_ids_per_rank: list[np.ndarray], L: int, S: int = 0, S_r: int = 0
-                  ) -> list[RecvPlan]:
+def dispatch_plan(
+    expert_ids_per_rank: list[np.ndarray], L: int, S: int = 0, S_r: int = 0
+) -> list[RecvPlan]:
     """Who receives which (src, token, k), in output order; needs only the routing.
 
     ``S`` shared experts live on ranks 0..S_r-1; the MoE experts E = L * (W - S_r) on
@@ -99,8 +102,15 @@ def dispatch_plan(expert_ids_per_rank: list[np.ndarray], L: int, S: int = 0, S_r
         t_r = np.tile(np.arange(BS, dtype=np.int64), senders.size)
         counts = np.zeros(W, dtype=np.int64)
         counts[senders] = BS
-        plans.append(RecvPlan(s_r, t_r, np.full(s_r.size, K + r // R, dtype=np.int64),
-                              np.zeros(s_r.size, dtype=np.int64), counts))
+        plans.append(
+            RecvPlan(
+                s_r,
+                t_r,
+                np.full(s_r.size, K + r // R, dtype=np.int64),
+                np.zeros(s_r.size, dtype=np.int64),
+                counts,
+            )
+        )
     for r in range(S_r, W):
         m = dst == r
         s_r, f_r, le_r = src[m], flat[m], le[m]
@@ -261,11 +271,37 @@ def reference_combine(
     """
     if quant not in COMBINE_QUANTS:
         raise ValueError(f"combine quant {quant!r} not one of {COMBINE_QUANTS}")
+    if len(expand_x_per_rank) != shape.W:
+        raise ValueError(f"{len(expand_x_per_rank)} ranks of expand_x for W={shape.W}")
+    slots, filled = _return_rows(
+        expand_x_per_rank, assist_info_per_rank, ep_recv_count_per_rank, shape, quant, recip
+    )
+    return [
+        _weighted_sum(
+            slots[s],
+            filled[s],
+            expert_ids_per_rank[s],
+            expert_scales_per_rank[s],
+            s,
+            shape,
+            compact_weights,
+        )
+        for s in range(shape.W)
+    ]
+
+
+def _return_rows(
+    expand_x_per_rank: list[np.ndarray],
+    assist_info_per_rank: list[np.ndarray],
+    ep_recv_count_per_rank: list[np.ndarray],
+    shape: MoeShape,
+    quant: str,
+    recip: bool,
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every expert rank's received rows (after the INT8 round trip) back to their source
+    rank's (token, k) slot: per rank the [BS * (K + S), H] slots and which were filled."""
     dt = shape.np_dtype
-    W, BS, H, K, S, E = shape.W, shape.BS, shape.H, shape.K, shape.S, shape.E
-    if len(expand_x_per_rank) != W:
-        raise ValueError(f"{len(expand_x_per_rank)} ranks of expand_x for W={W}")
-    KS = K + S  # slots per token
+    W, BS, H, KS = shape.W, shape.BS, shape.H, shape.K + shape.S
     slots = [np.zeros((BS * KS, H), dtype=dt) for _ in range(W)]
     filled = [np.zeros(BS * KS, dtype=bool) for _ in range(W)]
     for r in range(W):
@@ -294,30 +330,42 @@ def reference_combine(
                 raise ValueError(f"two rows of expert ranks address the same slot of rank {s}")
             slots[s][slot_idx] = rows[m]
             filled[s][slot_idx] = True
+    return slots, filled
 
-    outs = []
-    for s in range(W):
-        ids = np.asarray(expert_ids_per_rank[s]).astype(np.int64)
-        w = np.asarray(expert_scales_per_rank[s], dtype=np.float32)
-        valid = (ids >= 0) & (ids < E)
-        if compact_weights:
-            widx = np.cumsum(valid, axis=1) - 1
-            w = np.take_along_axis(w, np.clip(widx, 0, K - 1), axis=1)
-        got = filled[s].reshape(BS, KS)
-        missing = valid & ~got[:, :K]
-        if missing.any():
-            t, k = (int(v[0]) for v in np.nonzero(missing))
-            raise ValueError(f"rank {s} token {t} k {k} (expert {ids[t, k]}) received no row")
-        if not got[:, K:].all():
-            t, j = (int(v[0]) for v in np.nonzero(~got[:, K:]))
-            raise ValueError(f"rank {s} token {t} received no row from shared expert {j}")
-        acc = np.zeros((BS, H), dtype=np.float32)
-        sl = slots[s].reshape(BS, KS, H)
-        for k in range(K):
-            m = valid[:, k]
-            if m.any():
-                acc[m] = acc[m] + sl[m, k, :].astype(np.float32) * w[m, k][:, None]
-        for j in range(S):  # shared experts: weight 1, no multiply
-            acc = acc + sl[:, K + j, :].astype(np.float32)
-        outs.append(acc.astype(dt))
-    return outs
+
+def _weighted_sum(
+    slots: np.ndarray,
+    filled: np.ndarray,
+    expert_ids: np.ndarray,
+    expert_scales: np.ndarray,
+    s: int,
+    shape: MoeShape,
+    compact_weights: bool,
+) -> np.ndarray:
+    """Rank s's x: per token the fp32 sum of its valid rows times their weights, then its
+    shared experts' rows, cast to the token dtype."""
+    BS, H, K, S, E = shape.BS, shape.H, shape.K, shape.S, shape.E
+    KS = K + S
+    ids = np.asarray(expert_ids).astype(np.int64)
+    w = np.asarray(expert_scales, dtype=np.float32)
+    valid = (ids >= 0) & (ids < E)
+    if compact_weights:
+        widx = np.cumsum(valid, axis=1) - 1
+        w = np.take_along_axis(w, np.clip(widx, 0, K - 1), axis=1)
+    got = filled.reshape(BS, KS)
+    missing = valid & ~got[:, :K]
+    if missing.any():
+        t, k = (int(v[0]) for v in np.nonzero(missing))
+        raise ValueError(f"rank {s} token {t} k {k} (expert {ids[t, k]}) received no row")
+    if not got[:, K:].all():
+        t, j = (int(v[0]) for v in np.nonzero(~got[:, K:]))
+        raise ValueError(f"rank {s} token {t} received no row from shared expert {j}")
+    acc = np.zeros((BS, H), dtype=np.float32)
+    sl = slots.reshape(BS, KS, H)
+    for k in range(K):
+        m = valid[:, k]
+        if m.any():
+            acc[m] = acc[m] + sl[m, k, :].astype(np.float32) * w[m, k][:, None]
+    for j in range(S):  # shared experts: weight 1, no multiply
+        acc = acc + sl[:, K + j, :].astype(np.float32)
+    return acc.astype(shape.np_dtype)

@@ -361,7 +361,7 @@ class DeepEP(Family):
                               f"{SHMEM_DIE_STRIDE // MiB} MiB stride between dies; allowed: at "
                               f"most {SHMEM_SIGNAL_OFFSET // MiB}")
         if t.window.end > hardware.window.bytes:
-            status = ("its status inside" if p == "a2" else "plus the 1 MiB status window")
+            status = ("with its status inside" if p == "a2" else "plus the 1 MiB status window")
             return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: HCCL_BUFFSIZE "
                           f"{mb} MB {status} needs {t.window.end} B; "
                           f"allowed: at least {t.window.end}")
@@ -384,9 +384,11 @@ class DeepEP(Family):
                           "A3: the V2 kernels); allowed here: fullmesh")
         if internode and not layered_alg:
             return Misfit("workload.comm_alg", "fullmesh: over 2+ A2 servers the fullmesh "
-                          "kernel (AICPU BatchWrite, tiling key 2000001000) is not modelled; "
-                          "allowed: hierarchy (DeepEP with HCCL_INTRA_PCIE_ENABLE=1, "
-                          "HCCL_INTRA_ROCE_ENABLE=0, which A2_DEEPEP.md requires on 2 nodes)")
+                          "kernels (tiling keys 2000001000 / 2000) send through hccl "
+                          "BatchWrite, whose AICPU side is not public, so they are not "
+                          "modelled; allowed: hierarchy, the layered kernels across servers "
+                          "(DeepEP with HCCL_INTRA_PCIE_ENABLE=1, HCCL_INTRA_ROCE_ENABLE=0, "
+                          "which A2_DEEPEP.md requires on 2 nodes)")
         bad = ll.misfit(shape, options, hardware, op, p, v2=not layered_alg)
         if bad is not None or not layered_alg:
             return bad
@@ -400,8 +402,10 @@ class DeepEP(Family):
             return Misfit("workload.ep_world_size", f"{shape.W}: on an A2, DeepEP runs more "
                           f"than {A2_MAX_HCCS_PEERS} ranks (one server) with its internode "
                           "kernels (notify_dispatch_a2, dispatch_normal_a2, "
-                          "moe_distribute_combine_a2), not modelled; allowed: at most "
-                          f"{A2_MAX_HCCS_PEERS}")
+                          "moe_distribute_combine_a2), which send through hccl BatchWrite, "
+                          "whose AICPU side is not public, so they are not modelled; allowed: "
+                          f"at most {A2_MAX_HCCS_PEERS} (across servers: mode low_latency, "
+                          "comm_alg hierarchy)")
         for key, what, value, lo, hi, name in A2_LIMITS:
             v = value(shape)
             if not lo <= v <= hi:

@@ -49,16 +49,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 
 from npusim.kernels.common.align import ceil_div
 from npusim.kernels.quant import (
-    FP8_FORMATS,
+    fp8_format,
     int8_block_round_trip,
     int8_token_quantize,
     token_dtype,
 )
+from npusim.kernels.quant.formats import tables
 from npusim.kernels.quant.golden import mx_combine_row, mx_row, pergroup_row
 from npusim.kernels.shape import MoeShape
 
@@ -290,13 +290,13 @@ def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str, quant_dtype: 
     n = out.n
     rows = np.zeros(out.expand_x.shape, dtype=dt)
     if quant in FP8_QUANTS:
-        ty = FP8_FORMATS[quant_dtype][0]
+        ty = fp8_format(quant_dtype)[0]
         v = np.ascontiguousarray(out.expand_x[:n]).view(ty).astype(np.float32)
         sc = np.asarray(out.dynamic_scales[:n])
         if quant == "pergroup":
             f = np.repeat(sc, 128, axis=1)
         else:
-            f = np.repeat(sc.view(ml_dtypes.float8_e8m0fnu).astype(np.float32), 32, axis=1)
+            f = np.repeat(sc.view(tables().e8m0).astype(np.float32), 32, axis=1)
         with np.errstate(invalid="ignore", over="ignore"):
             rows[:n] = (v * f[:, :v.shape[1]]).astype(dt)
         return rows

@@ -11,13 +11,14 @@ Which golden is independent of which kernel is written in :mod:`.golden`: golden
 recipes share only the format table. The names below are the package's API.
 """
 
+from typing import Any
+
+from npusim.kernels.quant import formats
 from npusim.kernels.quant.formats import (
-    BF16,
     E8M0_NAN,
     E8M0_PAD,
-    FP8_FORMATS,
     MXFP8_BLOCK,
-    TOKEN_DTYPES,
+    TOKEN_DTYPE_NAMES,
     dtype_name,
     e8m0_bytes,
     e8m0_values,
@@ -53,5 +54,11 @@ __all__ = [
     "int8_block_round_trip", "int8_block_scale_count", "int8_token_dequantize",
     "int8_token_quantize", "mx_quantize_bf16", "mx_values", "mxfp8_dequantize",
     "mxfp8_quantize", "mxfp8_scale_count", "pergroup_dequantize", "pergroup_quantize",
-    "pergroup_scale_count", "token_dtype",
+    "pergroup_scale_count", "token_dtype", "TOKEN_DTYPE_NAMES",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """BF16, TOKEN_DTYPES and FP8_FORMATS: ml_dtypes types, built on first use
+    (:func:`.formats.tables`)."""
+    return getattr(formats, name)

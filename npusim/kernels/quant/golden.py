@@ -19,11 +19,10 @@ bit for bit (tests/kernels/test_quant.py checks it against a float64 re-derivati
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from npusim.kernels.common.align import ceil_div
-from npusim.kernels.quant.formats import BF16, FP8_NAN_BYTE, MXFP8_BLOCK, fp8_format
+from npusim.kernels.quant.formats import FP8_NAN_BYTE, MXFP8_BLOCK, fp8_format, tables
 
 
 def fp8_max(mode: str) -> float:
@@ -66,7 +65,7 @@ def mx_dequantize(codes: np.ndarray, scales: np.ndarray, mode: str) -> np.ndarra
 
 def bf16(x: np.ndarray) -> np.ndarray:
     """Round to bf16 (RNE, through fp32 as the hardware's fp32 -> bf16 casts do)."""
-    return np.asarray(x, np.float32).astype(BF16)
+    return np.asarray(x, np.float32).astype(tables().bf16)
 
 
 def mx_dequantize_k(codes: np.ndarray, scales: np.ndarray, mode: str) -> np.ndarray:
@@ -131,7 +130,7 @@ def mx_row(x: np.ndarray, fp8: str, clip: bool) -> tuple[np.ndarray, np.ndarray]
         if not zero:
             y = np.clip(seg / big, -fmax, fmax)
             q[32 * b:32 * b + seg.size] = y.astype(ty).view(np.uint8)
-        scales[b] = np.array([big], np.float32).astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)[0]
+        scales[b] = np.array([big], np.float32).astype(tables().e8m0).view(np.uint8)[0]
     return q, scales
 
 

@@ -21,17 +21,18 @@ import numpy as np
 
 from npusim.kernels.common.align import align_up, ceil_div
 from npusim.kernels.quant.formats import (
-    BF16,
     E8M0_NAN,
     E8M0_PAD,
     FP8_NAN_BYTE,
     MXFP8_BLOCK,
     POW2_F32,
-    TOKEN_DTYPES,
+    TOKEN_DTYPE_NAMES,
     e8m0_bytes,
     e8m0_values,
     fp8_format,
     fp8_values,
+    tables,
+    token_dtype,
 )
 
 INT8_BLOCK = 8
@@ -279,8 +280,8 @@ def pergroup_dequantize(q: np.ndarray, scales: np.ndarray, out_dtype: np.dtype |
 
 
 def _out_dtype(dt: np.dtype | str) -> np.dtype:
-    if isinstance(dt, str) and dt in TOKEN_DTYPES:
-        return TOKEN_DTYPES[dt]
+    if isinstance(dt, str) and dt in TOKEN_DTYPE_NAMES:
+        return token_dtype(dt)
     return np.dtype(dt)
 
 
@@ -405,10 +406,11 @@ def mx_quantize_bf16(x: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
     saturated, cast to FP8 round-to-nearest-even). -> (codes [n, D] uint8, E8M0 [n, D/32])."""
     dt8, fmax, emax = fp8_format(mode)
     n, d = x.shape
-    bits = np.ascontiguousarray(x, BF16).view(np.uint16).reshape(n, d // 32, 32)
+    bf16 = tables().bf16
+    bits = np.ascontiguousarray(x, bf16).view(np.uint16).reshape(n, d // 32, 32)
     maxexp = ((bits & np.uint16(0x7F80)) >> np.uint16(7)).max(axis=-1).astype(np.int32)
     s = np.clip(maxexp - emax, 0, 253)
-    inverse = ((254 - s).astype(np.uint16) << np.uint16(7)).view(BF16).astype(np.float32)
+    inverse = ((254 - s).astype(np.uint16) << np.uint16(7)).view(bf16).astype(np.float32)
     scaled = x.astype(np.float32).reshape(n, d // 32, 32) * inverse[..., None]
     np.clip(scaled, -np.float32(fmax), np.float32(fmax), out=scaled)
     codes = scaled.astype(dt8).view(np.uint8).reshape(n, d)

@@ -162,6 +162,18 @@ def test_shmem_context_same_outputs(tmp_path: Path) -> None:
         assert x["combined_x"].tobytes() == y["combined_x"].tobytes()
 
 
+def test_shmem_context_shares_one_allocation(tmp_path: Path) -> None:
+    """context shmem: data from 0, the status at GetShmemSignalAddr = data + 1022 MiB, the
+    whole below the 1 GiB between dies; hccl: windowsExp right after HCCL_BUFFSIZE."""
+    mib = 1 << 20
+    for context, status in (("shmem", 1022 * mib), ("hccl", 700 * mib)):
+        sc = _scenario(tmp_path, context=context, hccl_buffsize=700)
+        win = FAMILY.tiling(sc.workload.shape, sc.workload.options, sc.hardware).window
+        assert win.total == 700 * mib and win.exp_base == status, context
+        assert win.end == status + mib, context  # the 1 MiB status window
+    assert 1022 * mib + mib <= 1 << 30
+
+
 def test_report_speaks_deepep(tmp_path: Path) -> None:
     sc, res = _run(tmp_path)
     d = next(r for r in res.ops if r.op == "dispatch")

@@ -138,6 +138,7 @@ def _refused(tmp: Path, **workload: Any) -> str:
 def test_a2_refusals(tmp_path: Path) -> None:
     msg = _refused(tmp_path, ep_world_size=16)
     assert "internode" in msg and "not modelled" in msg and "at most 8" in msg
+    assert "AICPU side is not public" in msg and "comm_alg hierarchy" in msg
     assert "please use int8 or bf16" in _refused(tmp_path, quant="mx_fp8_e4m3")
     assert "please use int8 or bf16" in _refused(tmp_path, quant="pertoken_fp8_e4m3")
     assert "65536" in _refused(tmp_path, op="dispatch", bs=65537, long_seq_round=9,

@@ -92,6 +92,7 @@ def test_layered_refusals(tmp_path: Path) -> None:
 
     msg = no(comm_alg="fullmesh")
     assert "workload.comm_alg" in msg and "BatchWrite" in msg and "allowed: hierarchy" in msg
+    assert "AICPU side is not public" in msg and "layered kernels across servers" in msg
     msg = no(ep_world_size=8)
     assert "workload.comm_alg" in msg and "allowed here: fullmesh" in msg
     assert "layered combine" not in no(ep_world_size=64, experts_per_rank=1, op="dispatch",
@@ -108,16 +109,21 @@ def test_layered_refusals(tmp_path: Path) -> None:
     assert "workload.comm_alg" in msg and "allowed with mode normal: fullmesh" in msg
 
 
-def test_layered_combine_matches_reference(tmp_path: Path) -> None:
-    """BF16: the experts' outputs are the received rows (the tokens themselves), so each
-    token comes back as its weighted sum, taken server by server."""
-    sc = _scenario(tmp_path, quant="bf16", op="dispatch_combine")
+@pytest.mark.parametrize("quant", ["bf16", "int8"])
+def test_layered_combine_matches_reference(tmp_path: Path, quant: str) -> None:
+    """The experts' outputs are the received rows (the tokens themselves; after an INT8
+    dispatch fp32(q) * scale in BF16), so each token comes back as its weighted sum, taken
+    server by server; the combine is BF16 either way."""
+    sc = _scenario(tmp_path, quant=quant, op="dispatch_combine")
     inputs, res = _run(sc)
     assert [r.op for r in res.ops] == ["low_latency_dispatch_layered",
                                        "low_latency_combine_layered"]
     idxs = [a["topk_idx"] for a in inputs]
-    disp = ref.dispatch([a["x"] for a in inputs], idxs, ref.Sizes(W, E, K, 1, BS), "bf16")
-    want = ref.layered_combine([d["recv_x"] for d in disp], [d["expand_idx"] for d in disp],
+    disp = ref.dispatch([a["x"] for a in inputs], idxs, ref.Sizes(W, E, K, 1, BS), quant)
+    dt = inputs[0]["x"].dtype
+    rows = [(d["recv_x"].astype(np.float32) * d["dynamic_scales"][:, None]).astype(dt)
+            if quant == "int8" else d["recv_x"] for d in disp]
+    want = ref.layered_combine(rows, [d["expand_idx"] for d in disp],
                                idxs, [a["topk_weights"] for a in inputs], L)
     for r in range(W):
         assert res.ops[1].outputs[r]["combined_x"].tobytes() == want[r].tobytes(), r
@@ -159,3 +165,20 @@ def test_layered_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
     assert two.combine_ahead == ("kept" if Forked.available() else "")
     assert [o["combined_x"].tobytes() for o in one.ops[-1].outputs] == \
         [o["combined_x"].tobytes() for o in two.ops[-1].outputs]
+
+
+def test_layered_combine_after_int8_dispatch_sends_bf16(tmp_path: Path) -> None:
+    """deep_ep.cpp's low_latency_combine passes comm_quant_mode 0, so after an INT8
+    dispatch the layered combine (key 3000) still moves BF16 rows: on rank r's port, per
+    token of its same-plane rank p in the other server with n > 0 experts in r's server,
+    one WRITE of n rows of 2H bytes, then the 32 B status; INT8 rows (H + scales) would be
+    about half of that."""
+    sc = _scenario(tmp_path, quant="int8", op="dispatch_combine")
+    inputs, res = _run(sc)
+    assert res.ops[1].op == "low_latency_combine_layered"
+    egress = {x.rank: x.bytes for x in res.ops[1].links if x.kind == "cluster.egress"}
+    for r in range(W):
+        here, p = r // 8, (r + 8) % W
+        rows = [sum(int(e) // (8 * L) == here for e in row) for row in inputs[p]["topk_idx"]]
+        want = sum(wire_bytes(n * 2 * H, MTU, HEADER) for n in rows if n)
+        assert egress[r] == want + wire_bytes(32, MTU, HEADER), r

@@ -57,7 +57,7 @@ def _reference(inputs: list[dict[str, np.ndarray]], quant: str):
 
 
 @pytest.mark.parametrize(("quant", "hardware"), [("bf16", "atlas_a3"), ("int8", "atlas_a3"),
-                                                 ("int8", "atlas_a2")])
+                                                 ("bf16", "atlas_a2"), ("int8", "atlas_a2")])
 def test_outputs_match_reference(tmp_path: Path, quant: str, hardware: str) -> None:
     """On the A2 with at most 8 ranks: the single-server kernels, the same V2 steps."""
     sc = _scenario(tmp_path, quant=quant, hardware=hardware)
