@@ -76,7 +76,8 @@ def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path
 
 def cmd_advise(args: argparse.Namespace) -> int:
     from npusim import advise
-    from npusim.cli import EXIT_OK, _workers
+    from npusim.cli.common import EXIT_OK
+    from npusim.cli.common import workers as _workers
     from npusim.report.advice import format_advice
 
     shape, src, base = _shape(args.scenario, args.set)

@@ -97,13 +97,10 @@ def _axis_values(src: str, key: str, spec: Any) -> list[Any]:
             for v in vals]
 
 
-def load_sweep(path: str | Path, max_points: int = MAX_POINTS) -> tuple[str, list[Point]]:
-    """Expand a sweep file into validated points; InputError, before any point is built,
-    if there are more than max_points."""
+def _read_sweep(p: Path) -> dict[str, Any]:
+    """A sweep file's mapping, its keys checked (the axes' values are checked later)."""
     from npusim.hw.config import read_yaml_mapping
-    from npusim.scenario import scenario_from_doc
 
-    p = Path(path)
     src = str(p)
     doc = read_yaml_mapping(p)
     for k in doc:
@@ -119,6 +116,41 @@ def load_sweep(path: str | Path, max_points: int = MAX_POINTS) -> tuple[str, lis
         raise InputError(src, "description", "must be a string")
     if not isinstance(axes, dict) or not axes:
         raise InputError(src, "axes", "must map dotted scenario keys to values")
+    return doc
+
+
+def _set_axes(pdoc: dict[str, Any], keys: list[str], combo: tuple, src: str
+              ) -> dict[str, Any]:
+    """Set one combination of axis values on a point's document; returns each axis's
+    label (a zipped axis: its `label`, else its values joined by '/')."""
+    labels = {}
+    for k, v in zip(keys, combo, strict=True):
+        # a mapping sets several keys together (a zipped axis named freely)
+        sets = {kk: vv for kk, vv in v.items() if kk != "label"} if isinstance(v, dict) \
+            else {k: v}
+        labels[k] = (v.get("label") or "/".join(str(x) for x in sets.values())) \
+            if isinstance(v, dict) else v
+        for kk, vv in sets.items():
+            try:
+                set_dotted(pdoc, kk, vv)
+            except ValueError:
+                raise InputError(src, f"axes.{k}", f"{kk!r} names no scenario key"
+                                 ) from None
+    return labels
+
+
+def load_sweep(path: str | Path, max_points: int = MAX_POINTS,
+               import_kernels: bool = True) -> tuple[str, list[Point]]:
+    """Expand a sweep file into validated points; InputError, before any point is built,
+    if there are more than max_points. import_kernels=False (`npusim lint`) validates the
+    points without importing a user's kernel file."""
+    from npusim.hw.config import read_yaml_mapping
+    from npusim.scenario import scenario_from_doc
+
+    p = Path(path)
+    src = str(p)
+    doc = _read_sweep(p)
+    name, axes = doc["name"], doc["axes"]
     base_path = (p.parent / str(doc["base"])).resolve()
     if not base_path.is_file():
         raise InputError(src, "base", f"scenario file {base_path} not found")
@@ -134,21 +166,10 @@ def load_sweep(path: str | Path, max_points: int = MAX_POINTS) -> tuple[str, lis
         pdoc = copy.deepcopy(base)
         pname = f"{name}-{i:04d}"
         pdoc["name"] = pname
-        labels = {}
-        for k, v in zip(keys, combo, strict=True):
-            # a mapping sets several keys together (a zipped axis named freely)
-            sets = {kk: vv for kk, vv in v.items() if kk != "label"} if isinstance(v, dict) \
-                else {k: v}
-            labels[k] = (v.get("label") or "/".join(str(x) for x in sets.values())) \
-                if isinstance(v, dict) else v
-            for kk, vv in sets.items():
-                try:
-                    set_dotted(pdoc, kk, vv)
-                except ValueError:
-                    raise InputError(src, f"axes.{k}", f"{kk!r} names no scenario key"
-                                     ) from None
+        labels = _set_axes(pdoc, keys, combo, src)
         try:
-            scenario_from_doc(pdoc, f"{src} (point {pname})", base_path.parent)
+            scenario_from_doc(pdoc, f"{src} (point {pname})", base_path.parent,
+                              import_kernels=import_kernels)
         except InputError as exc:
             raise InputError(exc.source, exc.key, exc.message) from None
         digest = hashlib.sha256(json.dumps(pdoc, sort_keys=True).encode()).hexdigest()[:16]

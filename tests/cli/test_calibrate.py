@@ -366,7 +366,7 @@ def test_fit_steps_every_parameter_by_two_percent(monkeypatch):
     reach a * b = 9000 from a = 1 (its lower bound) and b = 3000."""
     import math
 
-    import npusim.calibrate as cal
+    import npusim.calibrate.fitting as cal
 
     seen: list[dict[str, float]] = []
 

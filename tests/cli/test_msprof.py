@@ -145,7 +145,7 @@ def test_the_a3_table_holds_the_published_rows_and_its_scenarios_build(tmp_path)
 
 
 def test_rows_of_one_run_share_its_simulation_and_read_their_own_op(monkeypatch, tmp_path):
-    import npusim.calibrate as cal
+    import npusim.calibrate.simulate as cal
 
     table = tmp_path / "t.csv"
     row = "8,1024,4,4,2,bfloat16,int8,none,{us},mc2,{label}\n"
