@@ -17,8 +17,10 @@ class Comparison:
     speedups: list[dict[str, Any]] = field(default_factory=list)
 
     def errors(self) -> list[float]:
-        return [(s - m.measured_us) / m.measured_us for s, m in
-                zip(self.simulated, self.rows, strict=True)]
+        return [
+            (s - m.measured_us) / m.measured_us
+            for s, m in zip(self.simulated, self.rows, strict=True)
+        ]
 
     def mape(self) -> float:
         errs = self.errors()
@@ -36,12 +38,16 @@ def compare(rows: list[Measurement], simulated: list[float]) -> Comparison:
         j = index.get(_key(m, m.base_quant))
         if j is None:
             continue
-        cmp.speedups.append({
-            "op": m.op, "bs": m.workload.get("bs"), "quant": m.quant,
-            "label": _speedup_label(m, rows[j]),
-            "measured": rows[j].measured_us / m.measured_us,
-            "simulated": simulated[j] / simulated[i],
-        })
+        cmp.speedups.append(
+            {
+                "op": m.op,
+                "bs": m.workload.get("bs"),
+                "quant": m.quant,
+                "label": _speedup_label(m, rows[j]),
+                "measured": rows[j].measured_us / m.measured_us,
+                "simulated": simulated[j] / simulated[i],
+            }
+        )
     return cmp
 
 

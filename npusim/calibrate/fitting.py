@@ -32,8 +32,9 @@ def parse_param(spec: str) -> FreeParameter:
         keys, rng = spec.split("=")
         lo, hi = (float(v) for v in rng.split(":"))
     except ValueError:
-        raise InputError("command line", "--param", f"{spec!r}: expected KEY[,KEY...]=LOW:HIGH"
-                         ) from None
+        raise InputError(
+            "command line", "--param", f"{spec!r}: expected KEY[,KEY...]=LOW:HIGH"
+        ) from None
     if not 0 < lo < hi:
         raise InputError("command line", "--param", f"{spec!r}: need 0 < LOW < HIGH")
     return FreeParameter(tuple(k.strip() for k in keys.split(",")), lo, hi)
@@ -68,6 +69,7 @@ FD_STEP = 0.02  # finite-difference step of the fit, in log space (2% of each va
 def point_key(x: Any) -> tuple:
     """The key of a parameter point (log values) in a fit's table of simulations."""
     import numpy as np
+
     return tuple(np.round(x, 12))
 
 
@@ -87,9 +89,19 @@ class _Objective:
     """The fit's residuals and Jacobian at a point (log values), each point's table
     simulated once (cached by point) and every new point told to `progress`."""
 
-    def __init__(self, rows: list[Measurement], hardware: str, params: list[FreeParameter],
-                 source: str, x0: Any, hi: Any, prior_weight: float, speedup_weight: float,
-                 workers: int | None, progress: Any) -> None:
+    def __init__(
+        self,
+        rows: list[Measurement],
+        hardware: str,
+        params: list[FreeParameter],
+        source: str,
+        x0: Any,
+        hi: Any,
+        prior_weight: float,
+        speedup_weight: float,
+        workers: int | None,
+        progress: Any,
+    ) -> None:
         self.rows, self.hardware, self.params, self.source = rows, hardware, params, source
         self.x0, self.hi, self.workers, self.progress = x0, hi, workers, progress
         self.prior_weight, self.speedup_weight = prior_weight, speedup_weight
@@ -104,8 +116,9 @@ class _Objective:
         if key not in self.cache:
             self.count += 1
             values = expand(self.params, list(np.exp(x)))
-            self.cache[key] = simulate_table(self.rows, self.hardware, values, self.source,
-                                             self.workers)
+            self.cache[key] = simulate_table(
+                self.rows, self.hardware, values, self.source, self.workers
+            )
             cost = float(np.sum(np.square(log_residuals(self.rows, self.cache[key]))))
             improved = cost < self.best
             self.best = min(self.best, cost)
@@ -118,8 +131,9 @@ class _Objective:
 
         sim = self.sim_at(x)
         data = np.array(log_residuals(self.rows, sim))
-        ratios = np.array([math.log(sp["simulated"] / sp["measured"])
-                           for sp in compare(self.rows, sim).speedups])
+        ratios = np.array(
+            [math.log(sp["simulated"] / sp["measured"]) for sp in compare(self.rows, sim).speedups]
+        )
         prior = self.prior_weight * (x - self.x0)
         return np.concatenate([data, self.speedup_weight * ratios, prior])
 
@@ -137,11 +151,19 @@ class _Objective:
         return jac
 
 
-def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
-        start: dict[str, float], source: str, *, prior_weight: float = 0.02,
-        speedup_weight: float = 1.0,
-        max_evals: int = 200, workers: int | None = None,
-        progress: Any = None) -> FitResult:
+def fit(
+    rows: list[Measurement],
+    hardware: str,
+    params: list[FreeParameter],
+    start: dict[str, float],
+    source: str,
+    *,
+    prior_weight: float = 0.02,
+    speedup_weight: float = 1.0,
+    max_evals: int = 200,
+    workers: int | None = None,
+    progress: Any = None,
+) -> FitResult:
     """Least squares on log(simulated / measured) of every row and of every quantisation
     speed-up the table implies, with a weak prior pulling each value towards its
     starting point (keeps under-determined parameters where they were),
@@ -151,25 +173,43 @@ def fit(rows: list[Measurement], hardware: str, params: list[FreeParameter],
         import numpy as np
         from scipy.optimize import least_squares
     except ModuleNotFoundError:
-        raise InputError("npusim calibrate", None, "needs scipy: pip install 'npusim[calibrate]'"
-                         ) from None
+        raise InputError(
+            "npusim calibrate", None, "needs scipy: pip install 'npusim[calibrate]'"
+        ) from None
     lo = np.log([p.low for p in params])
     hi = np.log([p.high for p in params])
     x0 = np.log([min(max(start[p.name], p.low), p.high) for p in params])
-    obj = _Objective(rows, hardware, params, source, x0, hi, prior_weight, speedup_weight,
-                     workers, progress)
-    res = least_squares(obj.residuals, x0, jac=obj.jacobian, bounds=(lo, hi), x_scale=1.0,
-                        max_nfev=max_evals, method="trf")
+    obj = _Objective(
+        rows, hardware, params, source, x0, hi, prior_weight, speedup_weight, workers, progress
+    )
+    res = least_squares(
+        obj.residuals,
+        x0,
+        jac=obj.jacobian,
+        bounds=(lo, hi),
+        x_scale=1.0,
+        max_nfev=max_evals,
+        method="trf",
+    )
     values = {p.name: float(np.exp(v)) for p, v in zip(params, res.x, strict=True)}
     sim = obj.sim_at(res.x)
     # measured rows only: a speed-up is two of them again, not more evidence
-    pinned = pinned_by(params, [m.name for m in rows], np.abs(np.asarray(res.jac))[:len(rows)])
-    return FitResult(params, values, {p.name: start[p.name] for p in params}, sim, obj.count,
-                     pinned_by=pinned, sims=obj.cache, x=tuple(float(v) for v in res.x))
+    pinned = pinned_by(params, [m.name for m in rows], np.abs(np.asarray(res.jac))[: len(rows)])
+    return FitResult(
+        params,
+        values,
+        {p.name: start[p.name] for p in params},
+        sim,
+        obj.count,
+        pinned_by=pinned,
+        sims=obj.cache,
+        x=tuple(float(v) for v in res.x),
+    )
 
 
-def pinned_by(params: list[FreeParameter], names: list[str], elasticity: Any
-              ) -> list[dict[str, Any]]:
+def pinned_by(
+    params: list[FreeParameter], names: list[str], elasticity: Any
+) -> list[dict[str, Any]]:
     """Which rows pin each parameter: the share of |d log(sim/measured) / d log(value)|
     (at the solution) that each measured row contributes. A parameter that one row
     pins alone is predicted by nothing else (leave that row out and it drifts); one with
@@ -180,7 +220,13 @@ def pinned_by(params: list[FreeParameter], names: list[str], elasticity: Any
         total = sum(col)
         shares = {n: v / total for n, v in zip(names, col, strict=True)} if total > 0 else {}
         top = max(shares, key=shares.__getitem__) if shares else None
-        out.append({"parameter": p.name, "total_elasticity": total,
-                    "shares": shares, "top_row": top,
-                    "top_share": shares[top] if top else 0.0})
+        out.append(
+            {
+                "parameter": p.name,
+                "total_elasticity": total,
+                "shares": shares,
+                "top_row": top,
+                "top_share": shares[top] if top else 0.0,
+            }
+        )
     return out

@@ -26,21 +26,26 @@ def current_values(hw_doc: dict[str, Any], params: list[FreeParameter]) -> dict[
     return out
 
 
-def fit_provenance(params: list[FreeParameter], table: str, report: str, day: str
-                   ) -> dict[str, dict[str, str]]:
+def fit_provenance(
+    params: list[FreeParameter], table: str, report: str, day: str
+) -> dict[str, dict[str, str]]:
     """The `calibrated` provenance of every fitted key: its fit report, date and method."""
     out = {}
     for p in params:
         for k in p.keys:
             tied = [t.split(".")[-1] for t in p.keys if t != k]
-            method = f"npusim calibrate to {table}" + (
-                f", tied with {', '.join(tied)}" if tied else "") + f", bounds {p.low:g}-{p.high:g}"
+            method = (
+                f"npusim calibrate to {table}"
+                + (f", tied with {', '.join(tied)}" if tied else "")
+                + f", bounds {p.low:g}-{p.high:g}"
+            )
             out[k] = {"fit": report, "date": day, "method": method}
     return out
 
 
-def rewrite_preset(text: str, values: dict[str, float],
-                   provenance: dict[str, dict[str, str]]) -> str:
+def rewrite_preset(
+    text: str, values: dict[str, float], provenance: dict[str, dict[str, str]]
+) -> str:
     """The preset's YAML with each fitted value put in place as
     `{value: V, calibrated: provenance[key]}` (a plain value becomes such an entry too;
     the note of a value calibrated before is kept); every other line, value, provenance
@@ -78,8 +83,9 @@ def rewrite_preset(text: str, values: dict[str, float],
 def _entry_end(lines: list[str], i: int, indent: int) -> int:
     """Where the entry whose first line is just before line i ends: its deeper-indented
     lines, and blank lines only where the entry continues after them."""
-    while i < len(lines) and (not lines[i].strip() or
-                              len(lines[i]) - len(lines[i].lstrip()) > indent):
+    while i < len(lines) and (
+        not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent
+    ):
         if not lines[i].strip():  # a blank line ends the entry unless it continues
             j = i
             while j < len(lines) and not lines[j].strip():
@@ -90,8 +96,9 @@ def _entry_end(lines: list[str], i: int, indent: int) -> int:
     return i
 
 
-def _entry_lines(key: str, indent: int, value: float, provenance: dict[str, str],
-                 block: list[str]) -> list[str]:
+def _entry_lines(
+    key: str, indent: int, value: float, provenance: dict[str, str], block: list[str]
+) -> list[str]:
     """The fitted entry that replaces `block` (the old entry's lines), at its indent."""
     calibrated = dict(provenance)
     note = _calibrated_note(block, indent)

@@ -16,8 +16,12 @@ def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[st
     workload = dict(m.workload)
     workload["op"] = timed_ops(family_of(workload), workload)[m.op][0]
     workload["timing_only"] = True
-    return {"name": m.name, "hardware": hardware, "hardware_overrides": dict(overrides),
-            "workload": workload}
+    return {
+        "name": m.name,
+        "hardware": hardware,
+        "hardware_overrides": dict(overrides),
+        "workload": workload,
+    }
 
 
 def simulate_row(args: tuple[dict[str, Any], str]) -> list[float]:
@@ -37,8 +41,13 @@ def _job_key(doc: dict[str, Any]) -> str:
     return repr(sorted((k, repr(v)) for k, v in doc.items() if k != "name"))
 
 
-def simulate_table(rows: list[Measurement], hardware: str, overrides: dict[str, Any],
-                   source: str, workers: int | None = None) -> list[float]:
+def simulate_table(
+    rows: list[Measurement],
+    hardware: str,
+    overrides: dict[str, Any],
+    source: str,
+    workers: int | None = None,
+) -> list[float]:
     """Simulated latency of every row (validates every row's scenario first, here)."""
     from npusim.scenario import scenario_from_doc
 
@@ -60,8 +69,9 @@ def simulate_table(rows: list[Measurement], hardware: str, overrides: dict[str, 
     return [results[j][k] for j, k in where]
 
 
-def _run_jobs(jobs: list[tuple[dict[str, Any], str]], cost: list[float],
-              workers: int | None) -> list[list[float]]:
+def _run_jobs(
+    jobs: list[tuple[dict[str, Any], str]], cost: list[float], workers: int | None
+) -> list[list[float]]:
     """Every job's latencies, in job order: here with one worker, else in a process pool."""
     n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     if n <= 1:

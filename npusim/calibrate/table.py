@@ -31,8 +31,7 @@ def option_columns() -> dict[str, Option]:
     return {o.name: o for n in registry.names() for o in registry.get(n).options}
 
 
-def timed_ops(fam: Family, workload: Mapping[str, Any] | None = None
-              ) -> dict[str, tuple[str, int]]:
+def timed_ops(fam: Family, workload: Mapping[str, Any] | None = None) -> dict[str, tuple[str, int]]:
     """What a row's `op` may name, and how it is timed: (the `workload.op` run, the op's
     place in it). An op the family runs alone is its own run; an op it runs only inside
     a fused one (mc2's combine, after dispatch, which leaves it its inputs and window
@@ -114,8 +113,12 @@ def _check_columns(src: str, cols: list[str]) -> None:
     """Every needed column present, none unknown."""
     missing = [c for c in (*WORKLOAD_FIELDS, "measured_us") if c not in cols]
     if missing:
-        raise InputError(src, None, f"missing column(s) {', '.join(missing)}; needed: "
-                         f"{', '.join((*WORKLOAD_FIELDS, 'measured_us'))}")
+        raise InputError(
+            src,
+            None,
+            f"missing column(s) {', '.join(missing)}; needed: "
+            f"{', '.join((*WORKLOAD_FIELDS, 'measured_us'))}",
+        )
     known = (*WORKLOAD_FIELDS, "measured_us", *OPTIONAL, *option_columns())
     extra = [c for c in cols if c not in known]
     if extra:
@@ -130,13 +133,18 @@ def _measurement(rec: dict[str, Any], cols: list[str], src: str, where: str) -> 
     try:
         measured = float(rec["measured_us"])
     except (TypeError, ValueError):
-        raise InputError(src, f"{where}.measured_us",
-                         f"must be a number, got {rec['measured_us']!r}") from None
+        raise InputError(
+            src, f"{where}.measured_us", f"must be a number, got {rec['measured_us']!r}"
+        ) from None
     if not measured > 0:
         raise InputError(src, f"{where}.measured_us", "must be > 0")
-    return Measurement(w, measured, (rec.get("source") or "").strip(),
-                       (rec.get("label") or "").strip(),
-                       _row_tolerance(rec.get("tolerance_pct"), src, where))
+    return Measurement(
+        w,
+        measured,
+        (rec.get("source") or "").strip(),
+        (rec.get("label") or "").strip(),
+        _row_tolerance(rec.get("tolerance_pct"), src, where),
+    )
 
 
 def _workload(rec: dict[str, Any], cols: list[str], src: str, where: str) -> dict[str, Any]:
@@ -152,8 +160,7 @@ def _workload(rec: dict[str, Any], cols: list[str], src: str, where: str) -> dic
             try:
                 w[c] = int(v)
             except ValueError:
-                raise InputError(src, f"{where}.{c}", f"must be an integer, got {v!r}"
-                                 ) from None
+                raise InputError(src, f"{where}.{c}", f"must be an integer, got {v!r}") from None
         else:
             w[c] = v
     for c in (c for c in cols if c in options or c == "kernel"):
@@ -183,8 +190,11 @@ def _row_tolerance(cell: str | None, src: str, where: str) -> float | None:
     except ValueError:
         pct = math.nan
     if not 0 < pct <= 100:
-        raise InputError(src, f"{where}.tolerance_pct", f"{v!r}; allowed: a percentage in "
-                         "(0, 100], or blank for validate's --tolerance")
+        raise InputError(
+            src,
+            f"{where}.tolerance_pct",
+            f"{v!r}; allowed: a percentage in (0, 100], or blank for validate's --tolerance",
+        )
     return pct / 100
 
 
@@ -197,5 +207,6 @@ def _option_value(v: str, o: Option | None, src: str, key: str) -> Any:
     try:
         return int(v) if o.kind == "int" else float(v)
     except ValueError:
-        raise InputError(src, key, f"must be {'an integer' if o.kind == 'int' else 'a number'}"
-                         f", got {v!r}") from None
+        raise InputError(
+            src, key, f"must be {'an integer' if o.kind == 'int' else 'a number'}, got {v!r}"
+        ) from None

@@ -17,5 +17,4 @@ from npusim.cli.common import workers as _workers
 from npusim.cli.entry import main
 from npusim.cli.parser import build_parser
 
-__all__ = ["EXIT_FAIL", "EXIT_INPUT", "EXIT_KERNEL", "EXIT_OK", "_workers", "build_parser",
-           "main"]
+__all__ = ["EXIT_FAIL", "EXIT_INPUT", "EXIT_KERNEL", "EXIT_OK", "_workers", "build_parser", "main"]

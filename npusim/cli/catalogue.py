@@ -11,14 +11,23 @@ from npusim.errors import InputError
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
-    pre = add("presets", help="list the hardware presets in configs/, or explain "
-                         "one: every value with its unit and provenance")
-    pre.add_argument("--explain", metavar="NAME", help="a preset name or YAML path: print "
-                     "every value with its unit and provenance (docs/presets.md)")
+    pre = add(
+        "presets",
+        help="list the hardware presets in configs/, or explain "
+        "one: every value with its unit and provenance",
+    )
+    pre.add_argument(
+        "--explain",
+        metavar="NAME",
+        help="a preset name or YAML path: print "
+        "every value with its unit and provenance (docs/presets.md)",
+    )
     pre.set_defaults(func=cmd_presets)
 
-    scn = add("scenarios", help="list the shipped scenarios and sweeps (name and "
-                         "description), to run by name")
+    scn = add(
+        "scenarios",
+        help="list the shipped scenarios and sweeps (name and description), to run by name",
+    )
     scn.set_defaults(func=cmd_scenarios)
 
 
@@ -76,8 +85,10 @@ def _explain_preset(name: str) -> int:
 def cmd_scenarios(args: argparse.Namespace) -> int:
     from npusim import shipped
 
-    groups = (("scenarios (npusim run NAME)", shipped.scenarios()),
-              ("sweeps (npusim sweep NAME)", shipped.sweeps()))
+    groups = (
+        ("scenarios (npusim run NAME)", shipped.scenarios()),
+        ("sweeps (npusim sweep NAME)", shipped.sweeps()),
+    )
     width = max(len(n) for _, table in groups for n in table)
     print(f"shipped with npusim, in {shipped.scenarios_dir()}")
     for title, table in groups:

@@ -24,11 +24,15 @@ def tolerance(text: str, option: str) -> float:
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
-        raise InputError("command line", option, f"{text!r}: expected a number or a percentage"
-                         ) from None
+        raise InputError(
+            "command line", option, f"{text!r}: expected a number or a percentage"
+        ) from None
     if not math.isfinite(value) or value < 0:
-        raise InputError("command line", option, f"{text[:40]!r}: allowed: a finite number "
-                         ">= 0 or a percentage (5%)")
+        raise InputError(
+            "command line",
+            option,
+            f"{text[:40]!r}: allowed: a finite number >= 0 or a percentage (5%)",
+        )
     return value
 
 
@@ -39,8 +43,7 @@ def count(text: str, option: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise InputError("command line", option, f"{text[:40]!r}: allowed: a whole number "
-                         ">= 1")
+        raise InputError("command line", option, f"{text[:40]!r}: allowed: a whole number >= 1")
     return value
 
 

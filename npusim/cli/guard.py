@@ -41,8 +41,11 @@ def one_line_of(exc: BaseException) -> tuple[str, int | None]:
         return f"npusim: error: {one_line(str(exc))}", EXIT_KERNEL
     if isinstance(exc, MemoryError):
         why = one_line(str(exc)) or "the run needs more memory"
-        return (f"npusim: error: out of memory: {why}; allowed: a smaller workload (BS, W, H) "
-                "on this machine", EXIT_FAIL)
+        return (
+            f"npusim: error: out of memory: {why}; allowed: a smaller workload (BS, W, H) "
+            "on this machine",
+            EXIT_FAIL,
+        )
     if isinstance(exc, OSError):
         where = f" {exc.filename}" if exc.filename else ""
         return f"npusim: error: cannot write or read{where}: {exc.strerror or exc}", EXIT_FAIL

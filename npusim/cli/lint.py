@@ -12,12 +12,21 @@ from npusim.errors import InputError
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     lint = add("lint", help="check scenario and sweep files without running them")
-    lint.add_argument("scenarios", nargs="+", metavar="SCENARIO",
-                      help="scenario or sweep files, or names of shipped ones")
+    lint.add_argument(
+        "scenarios",
+        nargs="+",
+        metavar="SCENARIO",
+        help="scenario or sweep files, or names of shipped ones",
+    )
     lint.add_argument("--case-dir", metavar="CASE", help="check against this case directory")
-    lint.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                      help="set a dotted scenario key in every scenario file (as npusim run "
-                      "--set; not with a sweep file)")
+    lint.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a dotted scenario key in every scenario file (as npusim run "
+        "--set; not with a sweep file)",
+    )
     lint.set_defaults(func=cmd_lint)
 
 
@@ -26,8 +35,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
     for path in args.scenarios:
         try:
             sweep = sweep_path(path)
-            line = _lint_scenario(path, args) if sweep is None else _lint_sweep(sweep, path,
-                                                                                 args)
+            line = _lint_scenario(path, args) if sweep is None else _lint_sweep(sweep, path, args)
         except InputError as exc:
             err(f"npusim: error: {one_line(str(exc))}")
             status = EXIT_INPUT
@@ -60,14 +68,21 @@ def _lint_scenario(path: str, args: argparse.Namespace) -> str:
     from npusim.dotted import load_scenario_set
     from npusim.shipped import resolve
 
-    sc = load_scenario_set(resolve(path), args.set, case_dir_override=args.case_dir,
-                           import_kernels=False)
+    sc = load_scenario_set(
+        resolve(path), args.set, case_dir_override=args.case_dir, import_kernels=False
+    )
     w = sc.workload
-    unchecked = "" if w.family is not None else ("; its own options, shape limits and "
-                                                 "window fit are checked when it runs "
-                                                 "(not imported)")
-    return (f"ok  {path}  ({w.kernel} {w.op}, W={w.ep_world_size}, BS={w.bs}, H={w.h}, "
-            f"K={w.k}, L={w.experts_per_rank}, on {sc.hardware.name}{unchecked})")
+    unchecked = (
+        ""
+        if w.family is not None
+        else (
+            "; its own options, shape limits and window fit are checked when it runs (not imported)"
+        )
+    )
+    return (
+        f"ok  {path}  ({w.kernel} {w.op}, W={w.ep_world_size}, BS={w.bs}, H={w.h}, "
+        f"K={w.k}, L={w.experts_per_rank}, on {sc.hardware.name}{unchecked})"
+    )
 
 
 def _lint_sweep(sweep: str, path: str, args: argparse.Namespace) -> str:
@@ -77,8 +92,12 @@ def _lint_sweep(sweep: str, path: str, args: argparse.Namespace) -> str:
 
     for option, given in (("--set", args.set), ("--case-dir", args.case_dir)):
         if given:
-            raise InputError("command line", option, f"applies to scenario files; {path} is a "
-                             "sweep file (set the key in its base or as an axis)")
+            raise InputError(
+                "command line",
+                option,
+                f"applies to scenario files; {path} is a "
+                "sweep file (set the key in its base or as an axis)",
+            )
     name, points = load_sweep(sweep, MAX_POINTS, import_kernels=False)
     axes = ", ".join(points[0].values) if points else ""
     return f"ok  {path}  (sweep {name}: {len(points)} point(s) over {axes})"

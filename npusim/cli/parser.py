@@ -13,9 +13,12 @@ from npusim.cli import calibrate, catalogue, lint, regress, run, sweeps, tables
 def _common() -> argparse.ArgumentParser:
     """The options of every command (a parent parser)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true",
-                        help="on an error, print the Python traceback before the one-line "
-                        "message (a kernel error: the traceback of the kernel's exception)")
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, print the Python traceback before the one-line "
+        "message (a kernel error: the traceback of the kernel's exception)",
+    )
     return common
 
 

@@ -11,22 +11,37 @@ from npusim.errors import InputError
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
-    swp = add("sweep", help="run a base scenario over axes of values in parallel; "
-                         "resumes, writes one report per point and results.csv")
+    swp = add(
+        "sweep",
+        help="run a base scenario over axes of values in parallel; "
+        "resumes, writes one report per point and results.csv",
+    )
     swp.add_argument("sweep", metavar="SWEEP", help="a sweep file, or the name of a shipped one")
     swp.add_argument("--out", metavar="DIR", help="output folder (default out/sweeps/<file>)")
     swp.add_argument("--workers", default=None, help="parallel processes")
-    swp.add_argument("--backend", default="processes", help="processes (default) or ray "
-                     "(the cluster in RAY_ADDRESS, else a local Ray instance)")
-    swp.add_argument("--quiet", action="store_true",
-                     help="no progress on stderr (finished points, points done of total)")
-    swp.add_argument("--max-points", metavar="N",
-                     help="refuse a sweep of more points, counted before any is built "
-                     "(default 10,000: npusim.sweep.MAX_POINTS)")
+    swp.add_argument(
+        "--backend",
+        default="processes",
+        help="processes (default) or ray (the cluster in RAY_ADDRESS, else a local Ray instance)",
+    )
+    swp.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (finished points, points done of total)",
+    )
+    swp.add_argument(
+        "--max-points",
+        metavar="N",
+        help="refuse a sweep of more points, counted before any is built "
+        "(default 10,000: npusim.sweep.MAX_POINTS)",
+    )
     swp.set_defaults(func=cmd_sweep)
 
-    plo = add("plot", help="figure from a sweep results.csv (latency vs an axis, "
-                         "phases stacked) or a report.json (per-rank phase bars)")
+    plo = add(
+        "plot",
+        help="figure from a sweep results.csv (latency vs an axis, "
+        "phases stacked) or a report.json (per-rank phase bars)",
+    )
     plo.add_argument("input", metavar="results.csv|report.json")
     plo.add_argument("--axis", help="sweep axis for the x axis (default: the first)")
     plo.add_argument("--group", help="sweep axis that splits the panels")
@@ -42,11 +57,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     n_workers = workers(args.workers)
     path = resolve(args.sweep, sweep=True)
-    out = output_folder(Path("out") / "sweeps" / Path(path).stem if args.out is None
-                        else args.out, "--out", ("results.csv",))
-    csv_path = run_sweep(path, out, n_workers, args.backend, quiet=args.quiet,
-                         max_points=MAX_POINTS if args.max_points is None else
-                         count(args.max_points, "--max-points"))
+    out = output_folder(
+        Path("out") / "sweeps" / Path(path).stem if args.out is None else args.out,
+        "--out",
+        ("results.csv",),
+    )
+    csv_path = run_sweep(
+        path,
+        out,
+        n_workers,
+        args.backend,
+        quiet=args.quiet,
+        max_points=MAX_POINTS
+        if args.max_points is None
+        else count(args.max_points, "--max-points"),
+    )
     print(f"results: {csv_path}")
     return EXIT_OK
 
@@ -68,8 +93,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
         try:
             report = json.loads(src.read_text())
         except ValueError:
-            raise InputError(str(src), None, "not JSON: expected results.csv or report.json"
-                             ) from None
+            raise InputError(
+                str(src), None, "not JSON: expected results.csv or report.json"
+            ) from None
         if not isinstance(report, dict) or "ops" not in report:
             raise InputError(str(src), None, "not a report.json (no ops)")
         path = plot_report(report, out)

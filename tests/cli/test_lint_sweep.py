@@ -11,16 +11,26 @@ import yaml
 from npusim import shipped
 from npusim.cli import main
 
-BASE = {"name": "base", "hardware": "ascend950",
-        "workload": {"op": "dispatch", "bs": 4, "h": 1024, "k": 2, "ep_world_size": 2,
-                     "experts_per_rank": 2, "dispatch_quant": "mxfp8", "timing_only": True}}
+BASE = {
+    "name": "base",
+    "hardware": "ascend950",
+    "workload": {
+        "op": "dispatch",
+        "bs": 4,
+        "h": 1024,
+        "k": 2,
+        "ep_world_size": 2,
+        "experts_per_rank": 2,
+        "dispatch_quant": "mxfp8",
+        "timing_only": True,
+    },
+}
 
 
 def sweep_file(tmp_path: Path, axes: dict, base: dict | None = None) -> Path:
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base or BASE))
     p = tmp_path / "s.yaml"
-    p.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml", "axes": axes},
-                                sort_keys=False))
+    p.write_text(yaml.safe_dump({"name": "s", "base": "base.yaml", "axes": axes}, sort_keys=False))
     return p
 
 
@@ -36,10 +46,13 @@ def test_a_good_sweep_passes_with_its_point_count(tmp_path, capsys, monkeypatch)
     import npusim.sim
 
     monkeypatch.setattr(npusim.sim, "simulate", lambda *a, **k: pytest.fail("simulated"))
-    p = sweep_file(tmp_path, {"workload.bs": [1, 2, 3],
-                              "hardware_overrides.fabric.egress_gbps": {"start": 100,
-                                                                        "stop": 200,
-                                                                        "step": 100}})
+    p = sweep_file(
+        tmp_path,
+        {
+            "workload.bs": [1, 2, 3],
+            "hardware_overrides.fabric.egress_gbps": {"start": 100, "stop": 200, "step": 100},
+        },
+    )
     assert main(["lint", str(p)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"ok  {p}  (sweep s: 6 point(s) over workload.bs, ")
@@ -68,11 +81,14 @@ def test_a_bad_axis_value_names_the_point(tmp_path, capsys):
     assert f"{p} (point s-0001): workload.bs" in err
 
 
-@pytest.mark.parametrize("axes, key", [
-    ({"workload.bs": []}, "axes.workload.bs: empty list"),
-    ({"workload.bs": {"start": 4, "stop": 1}}, "axes.workload.bs: a range needs"),
-    ([1, 2], "axes: must map dotted scenario keys"),
-])
+@pytest.mark.parametrize(
+    "axes, key",
+    [
+        ({"workload.bs": []}, "axes.workload.bs: empty list"),
+        ({"workload.bs": {"start": 4, "stop": 1}}, "axes.workload.bs: a range needs"),
+        ([1, 2], "axes: must map dotted scenario keys"),
+    ],
+)
 def test_a_malformed_axis_is_one_line_exit_2(tmp_path, capsys, axes, key):
     p = sweep_file(tmp_path, axes)
     assert main(["lint", str(p)]) == 2
@@ -90,8 +106,7 @@ def test_an_unknown_sweep_key_is_one_line_exit_2(tmp_path, capsys):
     p = sweep_file(tmp_path, {"workload.bs": [1]})
     p.write_text(p.read_text() + "extra: 1\n")
     assert main(["lint", str(p)]) == 2
-    assert f"{p}: extra: unknown key; allowed: name, description, base, axes" in \
-        _one_error(capsys)
+    assert f"{p}: extra: unknown key; allowed: name, description, base, axes" in _one_error(capsys)
 
 
 def test_set_is_refused_for_a_sweep_file_only(tmp_path, capsys):
@@ -105,9 +120,18 @@ def test_set_is_refused_for_a_sweep_file_only(tmp_path, capsys):
 def test_lint_does_not_import_a_user_family_of_a_sweep(tmp_path, capsys):
     # importing the file would fail the lint (a run says "RuntimeError: imported")
     (tmp_path / "fam.py").write_text("raise RuntimeError('imported')\n")
-    base = {"name": "toy", "workload": {"kernel": "fam.py", "op": "dispatch_combine",
-                                        "bs": 5, "h": 1024, "k": 3, "ep_world_size": 4,
-                                        "experts_per_rank": 2}}
+    base = {
+        "name": "toy",
+        "workload": {
+            "kernel": "fam.py",
+            "op": "dispatch_combine",
+            "bs": 5,
+            "h": 1024,
+            "k": 3,
+            "ep_world_size": 4,
+            "experts_per_rank": 2,
+        },
+    }
     p = sweep_file(tmp_path, {"workload.bs": [1, 2]}, base)
     assert main(["lint", str(p)]) == 0, capsys.readouterr().err
     assert "sweep s: 2 point(s)" in capsys.readouterr().out
