@@ -28,6 +28,10 @@ The AIV scope, step by step (the seed's comments are the phase names):
 - token_nums (UpdateTokenNumsOut): T.sync_all, then the last core derives
   expert_token_nums_out from ep_receive_count with scalar loads between dcci's.
 
+main_dispatch runs one step per phase, each named after its Ascend C moe_distribute_dispatch
+stage: alltoall_dispatch, set_status, wait_dispatch, get_cum_sum, local_window_copy,
+update_token_nums.
+
 Where the seed elides code ("..."), the steps follow the public example; the docs page
 (docs/kernels/tilelang_shmem.md) says which is which.
 """
