@@ -16,35 +16,77 @@ SET_PREFIXES = ("name", "hardware", "hardware_overrides.", "run.")
 
 
 def add_parser(sub: Any) -> None:
-    adv = sub.add_parser("advise", help="rank every kernel family, variant and quantisation "
-                         "that runs a shape (fastest first), and say why the winner wins")
-    adv.add_argument("scenario", nargs="?", metavar="SHAPE", help="a scenario file or shipped "
-                     "name giving the shape (its family and family options are ignored); "
-                     "default: the CANN sample's shape on ascend950")
-    adv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="set a shape key: hardware=atlas_a3, workload.bs=128, "
-                     "workload.ep_world_size=16, workload.experts_per_rank=16, ... (repeatable)")
-    adv.add_argument("--dispatch-quant", metavar="LIST", help="allowed dispatch "
-                     "quantisations, comma-separated: none, int8, mxfp8 (default none)")
-    adv.add_argument("--combine-quant", metavar="LIST", help="allowed combine "
-                     "quantisations, comma-separated: none, int8 (default none)")
-    adv.add_argument("--family", action="append", default=[], metavar="NAME",
-                     help="rank only this family's variants: a built-in name, a .py file or "
-                     "module:attr (repeatable; default: every built-in family that declares "
-                     "variants)")
-    adv.add_argument("--over", metavar="AXIS=V1,V2,...", help="rank at each value of one "
-                     "axis (bs=8,32,128 or any dotted key) and say where the winner changes")
-    adv.add_argument("--out", metavar="DIR", help="where the runs are kept, to resume "
-                     "(default out/advise/<shape name>)")
+    adv = sub.add_parser(
+        "advise",
+        help="rank every kernel family, variant and quantisation "
+        "that runs a shape (fastest first), and say why the winner wins",
+    )
+    _add_choice_options(adv)
+    adv.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where the runs are kept, to resume (default out/advise/<shape name>)",
+    )
     adv.add_argument("--workers", default=None, help="parallel processes")
     adv.add_argument("--backend", default="processes", help="processes (default) or ray")
     adv.add_argument("--ray", action="store_true", help="the same as --backend ray")
-    adv.add_argument("--json", action="store_true", help="print the advice as JSON "
-                     "(npusim.advice/1) instead of the table")
-    adv.add_argument("--plot", metavar="PNG", help="also draw the ranking (or, with --over, "
-                     "latency against the axis) into PNG")
+    adv.add_argument(
+        "--json",
+        action="store_true",
+        help="print the advice as JSON (npusim.advice/1) instead of the table",
+    )
+    adv.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="also draw the ranking (or, with --over, latency against the axis) into PNG",
+    )
     adv.add_argument("--quiet", action="store_true", help="no progress on stderr")
     adv.set_defaults(func=cmd_advise)
+
+
+def _add_choice_options(adv: argparse.ArgumentParser) -> None:
+    """The shape and what advise may choose for it (families, quantisations, an axis)."""
+    adv.add_argument(
+        "scenario",
+        nargs="?",
+        metavar="SHAPE",
+        help="a scenario file or shipped "
+        "name giving the shape (its family and family options are ignored); "
+        "default: the CANN sample's shape on ascend950",
+    )
+    adv.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a shape key: hardware=atlas_a3, workload.bs=128, "
+        "workload.ep_world_size=16, workload.experts_per_rank=16, ... (repeatable)",
+    )
+    adv.add_argument(
+        "--dispatch-quant",
+        metavar="LIST",
+        help="allowed dispatch quantisations, comma-separated: none, int8, mxfp8 (default none)",
+    )
+    adv.add_argument(
+        "--combine-quant",
+        metavar="LIST",
+        help="allowed combine quantisations, comma-separated: none, int8 (default none)",
+    )
+    adv.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="rank only this family's variants: a built-in name, a .py file or "
+        "module:attr (repeatable; default: every built-in family that declares "
+        "variants)",
+    )
+    adv.add_argument(
+        "--over",
+        metavar="AXIS=V1,V2,...",
+        help="rank at each value of one "
+        "axis (bs=8,32,128 or any dotted key) and say where the winner changes",
+    )
 
 
 def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path]:
@@ -60,23 +102,31 @@ def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path
     shape = advise.shape_doc(doc)
     shape_keys = tuple(f"workload.{k}" for k in advise.SHAPE_KEYS)
     for key, value in parse_sets(items):
-        if not (key in SET_PREFIXES or key.startswith(SET_PREFIXES[2:])
-                or key in shape_keys or key.startswith(tuple(k + "." for k in shape_keys))):
-            raise InputError("command line", f"--set {key}", "is not a shape key; allowed: "
-                             "name, hardware, hardware_overrides.*, run.*, workload."
-                             f"{{{','.join(advise.SHAPE_KEYS)}}} (advise chooses the kernel "
-                             "family and its options)")
+        if not (
+            key in SET_PREFIXES
+            or key.startswith(SET_PREFIXES[2:])
+            or key in shape_keys
+            or key.startswith(tuple(k + "." for k in shape_keys))
+        ):
+            raise InputError(
+                "command line",
+                f"--set {key}",
+                "is not a shape key; allowed: "
+                "name, hardware, hardware_overrides.*, run.*, workload."
+                f"{{{','.join(advise.SHAPE_KEYS)}}} (advise chooses the kernel "
+                "family and its options)",
+            )
         try:
             set_dotted(shape, key, value)
         except ValueError:
-            raise InputError("command line", f"--set {key}", "names no scenario key"
-                             ) from None
+            raise InputError("command line", f"--set {key}", "names no scenario key") from None
     return shape, src, base
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
     from npusim import advise
-    from npusim.cli import EXIT_OK, _workers
+    from npusim.cli.common import EXIT_OK
+    from npusim.cli.common import workers as _workers
     from npusim.report.advice import format_advice
 
     shape, src, base = _shape(args.scenario, args.set)
@@ -87,8 +137,10 @@ def cmd_advise(args: argparse.Namespace) -> int:
     workers = _workers(args.workers)
     from npusim.outputs import output_file, output_folder
 
-    out = output_folder(args.out if args.out is not None else
-                        Path("out") / "advise" / str(shape.get("name")), "--out")
+    out = output_folder(
+        args.out if args.out is not None else Path("out") / "advise" / str(shape.get("name")),
+        "--out",
+    )
     plot = output_file(args.plot, "--plot") if args.plot is not None else None
     cands, missing = advise.candidates(dq, cq, args.family)
     p = advise.plan(shape, src, base, cands, missing, axis, values)

@@ -21,7 +21,7 @@ from npusim.fork import Forked
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
-from npusim.kernels.family import Arrays, Family, Kernel
+from npusim.kernels.family import Arrays, CoreTiming, Family, Kernel
 from npusim.kernels.quant.formats import may_need_tables, tables
 from npusim.result import OpRun, RunResult
 from npusim.runtime.launch import LaunchResult, launch
@@ -232,7 +232,9 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)
     run.family_fields = kernel.report_fields(t, outputs)
-    run.family_fields.update(kernel.timing_fields(t, run, res.contexts))
+    timing = [[CoreTiming(ctx.core.kind.name, ctx.sub_block_idx, ctx.notes) for ctx in row]
+              for row in res.contexts]
+    run.family_fields.update(kernel.timing_fields(t, run, timing))
     run.family_fields.update(kernel.transfer_fields(t, run.core_transfers))
     frames = [[ctx.frames_from(res.start_ns) for ctx in row] for row in res.contexts]
     if any(f for row in frames for f in row):

@@ -60,15 +60,25 @@ MAX_POINTS = 10_000  # npusim sweep --max-points: a sweep's points are built in 
 def _range(src: str, key: str, spec: Any) -> tuple[Any, Any, Any, int] | None:
     """A range axis's (start, stop, step, number of points), counted without building it;
     None if spec is not a range."""
-    if not (isinstance(spec, dict) and set(spec) <= {"start", "stop", "step"} and
-            {"start", "stop"} <= set(spec)):
+    if not (
+        isinstance(spec, dict)
+        and set(spec) <= {"start", "stop", "step"}
+        and {"start", "stop"} <= set(spec)
+    ):
         return None
     start, stop, step = spec["start"], spec["stop"], spec.get("step", 1)
     nums = (start, stop, step)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-               for v in nums) or step <= 0 or stop < start:
-        raise InputError(src, f"axes.{key}", "a range needs finite numbers start <= stop and "
-                         "step > 0")
+    if (
+        not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in nums
+        )
+        or step <= 0
+        or stop < start
+    ):
+        raise InputError(
+            src, f"axes.{key}", "a range needs finite numbers start <= stop and step > 0"
+        )
     span = (stop - start) / step  # float: may be inf for a huge range
     count = int(span + 1e-9) + 1 if math.isfinite(span) and span < 2**62 else 2**62
     return start, stop, step, count
@@ -82,8 +92,9 @@ def _axis_count(src: str, key: str, spec: Any) -> int:
         return len(spec)
     rng = _range(src, key, spec)
     if rng is None:
-        raise InputError(src, f"axes.{key}", "allowed: a list of values or "
-                         "{start: A, stop: B, step: C}")
+        raise InputError(
+            src, f"axes.{key}", "allowed: a list of values or {start: A, stop: B, step: C}"
+        )
     return rng[3]
 
 
@@ -93,17 +104,13 @@ def _axis_values(src: str, key: str, spec: Any) -> list[Any]:
         return spec
     start, stop, step, count = rng
     vals = [start + i * step for i in range(count)]
-    return [int(v) if all(isinstance(x, int) for x in (start, stop, step)) else v
-            for v in vals]
+    return [int(v) if all(isinstance(x, int) for x in (start, stop, step)) else v for v in vals]
 
 
-def load_sweep(path: str | Path, max_points: int = MAX_POINTS) -> tuple[str, list[Point]]:
-    """Expand a sweep file into validated points; InputError, before any point is built,
-    if there are more than max_points."""
+def _read_sweep(p: Path) -> dict[str, Any]:
+    """A sweep file's mapping, its keys checked (the axes' values are checked later)."""
     from npusim.hw.config import read_yaml_mapping
-    from npusim.scenario import scenario_from_doc
 
-    p = Path(path)
     src = str(p)
     doc = read_yaml_mapping(p)
     for k in doc:
@@ -119,6 +126,42 @@ def load_sweep(path: str | Path, max_points: int = MAX_POINTS) -> tuple[str, lis
         raise InputError(src, "description", "must be a string")
     if not isinstance(axes, dict) or not axes:
         raise InputError(src, "axes", "must map dotted scenario keys to values")
+    return doc
+
+
+def _set_axes(pdoc: dict[str, Any], keys: list[str], combo: tuple, src: str) -> dict[str, Any]:
+    """Set one combination of axis values on a point's document; returns each axis's
+    label (a zipped axis: its `label`, else its values joined by '/')."""
+    labels = {}
+    for k, v in zip(keys, combo, strict=True):
+        # a mapping sets several keys together (a zipped axis named freely)
+        sets = {kk: vv for kk, vv in v.items() if kk != "label"} if isinstance(v, dict) else {k: v}
+        labels[k] = (
+            (v.get("label") or "/".join(str(x) for x in sets.values()))
+            if isinstance(v, dict)
+            else v
+        )
+        for kk, vv in sets.items():
+            try:
+                set_dotted(pdoc, kk, vv)
+            except ValueError:
+                raise InputError(src, f"axes.{k}", f"{kk!r} names no scenario key") from None
+    return labels
+
+
+def load_sweep(
+    path: str | Path, max_points: int = MAX_POINTS, import_kernels: bool = True
+) -> tuple[str, list[Point]]:
+    """Expand a sweep file into validated points; InputError, before any point is built,
+    if there are more than max_points. import_kernels=False (`npusim lint`) validates the
+    points without importing a user's kernel file."""
+    from npusim.hw.config import read_yaml_mapping
+    from npusim.scenario import scenario_from_doc
+
+    p = Path(path)
+    src = str(p)
+    doc = _read_sweep(p)
+    name, axes = doc["name"], doc["axes"]
     base_path = (p.parent / str(doc["base"])).resolve()
     if not base_path.is_file():
         raise InputError(src, "base", f"scenario file {base_path} not found")
@@ -126,29 +169,23 @@ def load_sweep(path: str | Path, max_points: int = MAX_POINTS) -> tuple[str, lis
     keys = list(axes)
     total = math.prod(_axis_count(src, k, axes[k]) for k in keys)
     if total > max_points:
-        raise InputError(src, "axes", f"{total} points (the product of the axes' sizes); "
-                         f"allowed: at most {max_points} (npusim sweep --max-points)")
+        raise InputError(
+            src,
+            "axes",
+            f"{total} points (the product of the axes' sizes); "
+            f"allowed: at most {max_points} (npusim sweep --max-points)",
+        )
     values = [_axis_values(src, k, axes[k]) for k in keys]
     points = []
     for i, combo in enumerate(itertools.product(*values)):
         pdoc = copy.deepcopy(base)
         pname = f"{name}-{i:04d}"
         pdoc["name"] = pname
-        labels = {}
-        for k, v in zip(keys, combo, strict=True):
-            # a mapping sets several keys together (a zipped axis named freely)
-            sets = {kk: vv for kk, vv in v.items() if kk != "label"} if isinstance(v, dict) \
-                else {k: v}
-            labels[k] = (v.get("label") or "/".join(str(x) for x in sets.values())) \
-                if isinstance(v, dict) else v
-            for kk, vv in sets.items():
-                try:
-                    set_dotted(pdoc, kk, vv)
-                except ValueError:
-                    raise InputError(src, f"axes.{k}", f"{kk!r} names no scenario key"
-                                     ) from None
+        labels = _set_axes(pdoc, keys, combo, src)
         try:
-            scenario_from_doc(pdoc, f"{src} (point {pname})", base_path.parent)
+            scenario_from_doc(
+                pdoc, f"{src} (point {pname})", base_path.parent, import_kernels=import_kernels
+            )
         except InputError as exc:
             raise InputError(exc.source, exc.key, exc.message) from None
         digest = hashlib.sha256(json.dumps(pdoc, sort_keys=True).encode()).hexdigest()[:16]
@@ -190,17 +227,23 @@ def _state(report_path: Path, digest: str) -> str:
 BACKENDS = ("processes", "ray")
 
 
-def run_sweep(path: str | Path, out: Path, workers: int | None = None,
-              backend: str = "processes", quiet: bool = False,
-              max_points: int = MAX_POINTS) -> Path:
+def run_sweep(
+    path: str | Path,
+    out: Path,
+    workers: int | None = None,
+    backend: str = "processes",
+    quiet: bool = False,
+    max_points: int = MAX_POINTS,
+) -> Path:
     """Run every point not already done; write results.csv; return its path.
 
     backend "processes": a local process pool. "ray": Ray tasks on the cluster named by
     RAY_ADDRESS, or on a local Ray instance (`npusim[ray]`). Unless quiet, stderr gets a
     line per finished point and a status line (points done of total) while they run."""
     if backend not in BACKENDS:
-        raise InputError("command line", "--backend", f"{backend!r}; allowed: "
-                         f"{', '.join(BACKENDS)}")
+        raise InputError(
+            "command line", "--backend", f"{backend!r}; allowed: {', '.join(BACKENDS)}"
+        )
     src = str(path)
     name, points = load_sweep(path, max_points)
     base_dir = str(Path(path).resolve().parent)
@@ -215,14 +258,22 @@ def run_sweep(path: str | Path, out: Path, workers: int | None = None,
     return write_text_atomic(out / "results.csv", _csv(points, out))
 
 
-def run_points(points: list[Point], out: Path, src: str, base_dir: str,
-               workers: int | None = None, backend: str = "processes", quiet: bool = False,
-               title: str = "sweep") -> dict[str, dict[str, Any]]:
+def run_points(
+    points: list[Point],
+    out: Path,
+    src: str,
+    base_dir: str,
+    workers: int | None = None,
+    backend: str = "processes",
+    quiet: bool = False,
+    title: str = "sweep",
+) -> dict[str, dict[str, Any]]:
     """Run the points not already done under out/points/<point>/ (the resumable core of
     a sweep, also `npusim advise`'s); returns every point's report by point name."""
     if backend not in BACKENDS:
-        raise InputError("command line", "--backend", f"{backend!r}; allowed: "
-                         f"{', '.join(BACKENDS)}")
+        raise InputError(
+            "command line", "--backend", f"{backend!r}; allowed: {', '.join(BACKENDS)}"
+        )
     from npusim.progress import Progress
 
     todo = []
@@ -248,8 +299,9 @@ def run_points(points: list[Point], out: Path, src: str, base_dir: str,
         if jobs:
             runner = _run_ray if backend == "ray" else _run_processes
             try:
-                for report, pt, rp in runner(jobs, workers,
-                                             lambda: shown.update(status) if shown else None):
+                for report, pt, rp in runner(
+                    jobs, workers, lambda: shown.update(status) if shown else None
+                ):
                     _record(report, pt, rp, counter, n, shown)
             finally:
                 if shown:
@@ -257,14 +309,18 @@ def run_points(points: list[Point], out: Path, src: str, base_dir: str,
     except KeyboardInterrupt:
         from npusim.outputs import Interrupted
 
-        raise Interrupted(f"{counter[0]} of {n} point folders complete in {out / 'points'} "
-                          f"(npusim {title.split()[0]} resumes from them)") from None
-    return {pt.name: json.loads((out / "points" / pt.name / "report.json").read_text())
-            for pt in points}
+        raise Interrupted(
+            f"{counter[0]} of {n} point folders complete in {out / 'points'} "
+            f"(npusim {title.split()[0]} resumes from them)"
+        ) from None
+    return {
+        pt.name: json.loads((out / "points" / pt.name / "report.json").read_text()) for pt in points
+    }
 
 
-def _record(report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int,
-            shown: Any) -> None:
+def _record(
+    report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int, shown: Any
+) -> None:
     from npusim.outputs import OutputSet
     from npusim.report.io import write_json_atomic
 
@@ -301,13 +357,17 @@ def _run_ray(jobs: list, workers: int | None, waiting: Callable[[], None]):
     try:
         import ray
     except ModuleNotFoundError:
-        raise InputError("command line", "--backend", "ray needs the Ray package: "
-                         "pip install 'npusim[ray]'") from None
+        raise InputError(
+            "command line", "--backend", "ray needs the Ray package: pip install 'npusim[ray]'"
+        ) from None
     started = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                  "logging_level": "ERROR"}
+        kwargs: dict[str, Any] = {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "logging_level": "ERROR",
+        }
         if not address and workers:
             kwargs["num_cpus"] = workers
         ray.init(address=address or None, **kwargs)
@@ -337,8 +397,11 @@ def _csv(points: list[Point], out: Path) -> str:
         try:
             report = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            raise InputError(str(path), None, f"unreadable ({type(exc).__name__}); run the "
-                             "sweep again to redo the point") from None
+            raise InputError(
+                str(path),
+                None,
+                f"unreadable ({type(exc).__name__}); run the sweep again to redo the point",
+            ) from None
         for op in report["ops"]:
             for ph in op["phases"]:
                 if ph not in phases:
@@ -346,13 +409,19 @@ def _csv(points: list[Point], out: Path) -> str:
             rows.append((pt, op))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["point", *keys, "op", "latency_us",
-                *[f"{ph}_{e}" for ph in phases for e in ("start_us", "end_us")]])
+    w.writerow(
+        [
+            "point",
+            *keys,
+            "op",
+            "latency_us",
+            *[f"{ph}_{e}" for ph in phases for e in ("start_us", "end_us")],
+        ]
+    )
     for pt, op in rows:
         spans = []
         for ph in phases:
             span = op["phases"].get(ph)
             spans += [span["start_us"], span["end_us"]] if span else ["", ""]
-        w.writerow([pt.name, *[pt.values[k] for k in keys], op["op"], op["latency_us"],
-                    *spans])
+        w.writerow([pt.name, *[pt.values[k] for k in keys], op["op"], op["latency_us"], *spans])
     return buf.getvalue()

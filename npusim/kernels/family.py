@@ -14,7 +14,8 @@ A family (one package under npusim/kernels/<family>/, or a user's .py file) is o
 
 and implements a few template methods (Vidur's abstract hooks, SimPy's `_do_put`):
 `tiling` from (shape, options, hardware), `window` (the window layout object, with
-`regions()`), `misfit` (the layout's fit check: one line on a workload or hardware key),
+`regions()`), `misfit` and `tiling_misfit` (the fit checks before and after the tiling is
+built: one line on a workload or hardware key),
 `make_inputs` (seeded inputs), `op_inputs` (what a kernel reads of the run's inputs and
 the previous kernel's outputs) and, optionally, case-directory reading/writing, a
 reference of a kernel's outputs and a digest of what the next kernel reads of them (the
@@ -123,6 +124,17 @@ QUANTS = ("none", "int8", "mxfp8")
 token; combine: the family's INT8 communication quantisation), MXFP8 (dispatch)."""
 
 
+@dataclass(frozen=True)
+class CoreTiming:
+    """What `Kernel.timing_fields` reads of one launched core once the launch is over:
+    its kind, its place in a MIX block and what its program noted (the contexts
+    themselves stay with the driver)."""
+
+    kind: str  # its core kind's name: "aiv", "aic"
+    sub_block: int  # its sub-block in a MIX block (AIV 0 or 1; 0 elsewhere)
+    notes: Any = None  # what the kernel's program left in KernelContext.notes
+
+
 def const(value: Any) -> Callable[..., Any]:
     """A TensorSpec dtype or shape that does not depend on the tiling."""
     return lambda *_args: value
@@ -168,11 +180,11 @@ class Kernel:
         The report renders them without knowing the family."""
         return {}
 
-    def timing_fields(self, tiling: Any, run: Any, contexts: Sequence[Sequence[Any]]
+    def timing_fields(self, tiling: Any, run: Any, cores: Sequence[Sequence[CoreTiming]]
                       ) -> dict[str, Any]:
         """Family figures that need the call's timing (merged into family_fields): from
-        the OpRun (phase spans) and every core's KernelContext ([rank][core]) after the
-        launch; {} by default."""
+        the OpRun (phase spans, busy times, transfers) and every core's CoreTiming
+        ([rank][core]) after the launch; {} by default."""
         return {}
 
     def transfer_fields(self, tiling: Any, transfers: Sequence[Sequence[Sequence[Any]]]
@@ -255,7 +267,15 @@ class Family:
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        """The fit check of the layout and core roles (None: it fits)."""
+        """The fit checks that need no tiling (None: it fits): they run first, so `tiling`
+        may take for granted what they refuse."""
+        return None
+
+    def tiling_misfit(self, tiling: Any, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        """The fit checks that read the tiling (its window, UB and core needs), once
+        `misfit` passed. The scenario loader builds the tiling once, asks this and carries
+        that tiling into the run (Scenario.tiling); None: it fits."""
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,

@@ -152,11 +152,18 @@ class OnShape:
         return self.shape.W
 
 
+DEFAULT_WHY = "npusim's default limit"
+"""How a message ends on a key the family's kernel source does not bound."""
+
+
 @dataclass(frozen=True)
 class ShapeLimits:
     """The MoE shapes a family's kernels take, declared by the family (Family.shape_limits)
     and read by the scenario loader (so by `npusim lint`) and by docs/scenario.md: ranges
-    are inclusive; `source` says whose limits they are, `why` ends an out-of-range message."""
+    are inclusive; `source` says whose limits they are, `why` ends an out-of-range message.
+    `sourced` names the keys the kernels' source bounds (bs, h, k, ep_world_size, experts,
+    experts_per_rank, shared_experts) when it bounds only some: a message on another key
+    says the range is npusim's default; (): every key is `why`'s."""
 
     bs: tuple[int, int]  # workload.bs, tokens per rank
     h: tuple[int, int]  # workload.h
@@ -167,11 +174,21 @@ class ShapeLimits:
     shared_experts: tuple[int, int]
     source: str
     why: str = "kernel limit"
+    # workload.experts_per_rank (L) when the kernels bound it on its own (a per-rank
+    # array); None: only E = (W - S_r) * L <= experts bounds it
+    experts_per_rank: tuple[int, int] | None = None
+    sourced: tuple[str, ...] = ()
+
+    def why_for(self, key: str) -> str:
+        """How an out-of-range message on workload.<key> ends."""
+        return self.why if not self.sourced or key in self.sourced else DEFAULT_WHY
 
     def text(self) -> str:
         """The limits in one line, as docs/scenario.md lists them."""
+        per_rank = (f"`experts_per_rank` {self.experts_per_rank[0]}.."
+                    f"{self.experts_per_rank[1]}, " if self.experts_per_rank else "")
         return (f"`bs` {self.bs[0]}..{self.bs[1]}, `h` {self.h[0]}..{self.h[1]} (a multiple "
                 f"of {self.h_multiple}), `k` {self.k[0]}..{self.k[1]}, `ep_world_size` "
                 f"{self.ep_world_size[0]}..{self.ep_world_size[1]}, E <= {self.experts}, "
-                f"`shared_experts` {self.shared_experts[0]}..{self.shared_experts[1]} "
-                f"({self.source})")
+                f"{per_rank}`shared_experts` {self.shared_experts[0]}.."
+                f"{self.shared_experts[1]} ({self.source})")

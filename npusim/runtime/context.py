@@ -76,7 +76,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
                  "_mte2_cap", "_mte2_latency", "_burst", "t", "step", "waiting",
                  "phases_open", "cycle_ns", "issue_ns", "trace", "bytes_put", "transfers",
                  "_sent_at", "_poll", "_poll_name", "dcache", "frames", "_shmem", "_local",
-                 "counters", "_vf_timing", "t_limit", "__dict__")
+                 "counters", "_vf_timing", "t_limit", "notes", "__dict__")
 
     def __init__(self, machine: Machine, rank: Rank, core_index: int, start_ns: float,
                  kind: str | None = None) -> None:
@@ -98,6 +98,9 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         self.sub_block_idx = 0
         self.kind_index = core_index  # among the launched cores of its kind (AIV: 2 b + s)
         self.block_num = 0
+        # what the kernel's program notes on this core for its figures after the launch
+        # (a family's own object; Kernel.timing_fields reads it as CoreTiming.notes)
+        self.notes: Any = None
         self.block: list[KernelContext] = []
         self.flags: Any = None  # the rank's cross-core flag board (npusim.runtime.crosscore)
         self._atomic: np.dtype | None = None  # SetAtomicAdd<T> in force for MTE3 writes

@@ -42,6 +42,10 @@ CMP: dict[str, Callable[[Any, Any], Any]] = {
 CMP_TEXT = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 LOG_MAX_AIV_PER_NPU = 6  # ACLSHMEM_LOG_MAX_AIV_PER_NPU: sync slots per core (rounds)
+# ACLSHMEM_MAX_AIV_PER_NPU (include/host_device/shmem_common_types.h): the cores the core
+# sync pool (ACLSHMEM_CORE_SYNC_POOL_SIZE) has rows for, so the cores a kernel may
+# barrier_core_soft over
+MAX_AIV_PER_NPU = 48
 CORE_SYNC_POOL = "shmem.core_sync_pool"  # the rank's core_sync_pool + core_sync_counter
 
 

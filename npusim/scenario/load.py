@@ -219,9 +219,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
         check_cores(src, fam, workload.op, hardware)
         misfit(src, fam.misfit(workload.shape, workload.options, hardware, workload.op),
                 overrides)
-    check_topology(src, workload, hardware)
-
-    return Scenario(
+    scenario = Scenario(
         name=name,
         description=description,
         source=src,
@@ -232,3 +230,8 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
         data=DataSource(case_dir=case_dir),
         run=run,
     )
+    if fam is not None:  # the tiling is built here, once, and the run reuses it
+        misfit(src, fam.tiling_misfit(scenario.tiling, workload.shape, workload.options,
+                                      hardware, workload.op), overrides)
+    check_topology(src, workload, hardware)
+    return scenario

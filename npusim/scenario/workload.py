@@ -318,30 +318,27 @@ def _moe_shape(src: str, doc: Mapping[str, Any], lim: ShapeLimits
         return f"workload.{name}"
 
     max_e = lim.experts
-    bs = integer(src, k_("bs"), doc["bs"], *lim.bs, why=lim.why)
-    h = integer(src, k_("h"), doc["h"], *lim.h, why=lim.why)
+    bs = integer(src, k_("bs"), doc["bs"], *lim.bs, why=lim.why_for("bs"))
+    h = integer(src, k_("h"), doc["h"], *lim.h, why=lim.why_for("h"))
     if h % lim.h_multiple:
         raise InputError(
             src,
             k_("h"),
             f"{h} is not a multiple of {lim.h_multiple}; allowed: multiples of "
-            f"{lim.h_multiple} in {lim.h[0]}..{lim.h[1]} ({lim.why}: MX blocks, whole 32 B "
-            "UB blocks)",
+            f"{lim.h_multiple} in {lim.h[0]}..{lim.h[1]} ({lim.why_for('h')}: MX blocks, "
+            "whole 32 B UB blocks)",
         )
-    k = integer(src, k_("k"), doc["k"], *lim.k, why=lim.why)
-    w = integer(src, k_("ep_world_size"), doc["ep_world_size"], *lim.ep_world_size, why=lim.why)
+    k = integer(src, k_("k"), doc["k"], *lim.k, why=lim.why_for("k"))
+    w = integer(src, k_("ep_world_size"), doc["ep_world_size"], *lim.ep_world_size,
+                why=lim.why_for("ep_world_size"))
     shared, shared_ranks = _shared(src, k_, _given(doc, "shared_experts"),
                                    _given(doc, "shared_expert_ranks"), w, lim)
     moe_ranks = w - shared_ranks
-    l_ = integer(
-        src,
-        k_("experts_per_rank"),
-        doc["experts_per_rank"],
-        1,
-        max_e // 2,
-        why=f"and ep_world_size * experts_per_rank <= {max_e}" if not shared_ranks
-        else f"and (ep_world_size - shared_expert_ranks) * experts_per_rank <= {max_e}",
-    )
+    e_why = (f"and ep_world_size * experts_per_rank <= {max_e}" if not shared_ranks
+             else f"and (ep_world_size - shared_expert_ranks) * experts_per_rank <= {max_e}")
+    l_lo, l_hi = lim.experts_per_rank or (1, max_e // 2)
+    l_ = integer(src, k_("experts_per_rank"), doc["experts_per_rank"], l_lo, l_hi,
+                 why=lim.why_for("experts_per_rank") if lim.experts_per_rank else e_why)
     e = moe_ranks * l_
     if e > max_e:
         if shared_ranks:
@@ -352,7 +349,7 @@ def _moe_shape(src: str, doc: Mapping[str, Any], lim: ShapeLimits
             src,
             k_("experts_per_rank"),
             f"{what}{l_} = {e} experts; allowed: at most "
-            f"{max_e} ({lim.why}), so experts_per_rank <= {max_e // moe_ranks}",
+            f"{max_e} ({lim.why_for('experts')}), so experts_per_rank <= {max_e // moe_ranks}",
         )
     if k > e:
         which = ("ep_world_size * experts_per_rank" if not shared_ranks
@@ -371,7 +368,8 @@ def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int, lim: ShapeLimits
     """(S, S_r) under ops-transformer V2's rules: S in the family's range (V2: 0..4), S_r
     in 0..W-1, both zero or both nonzero, S_r a multiple of S (each shared expert on
     R = S_r / S ranks)."""
-    shared = integer(src, k_("shared_experts"), raw_s, *lim.shared_experts, why=lim.why)
+    shared = integer(src, k_("shared_experts"), raw_s, *lim.shared_experts,
+                     why=lim.why_for("shared_experts"))
     ranks = integer(src, k_("shared_expert_ranks"), raw_sr, 0, w - 1,
                     why="ranks 0..S_r-1 hold the shared experts; at least one MoE rank remains")
     if shared and not ranks:

@@ -33,28 +33,45 @@ def write(tmp_path: Path, *rows: str, header: str = HEADER) -> Path:
 def test_published_table_has_the_eight_rows_of_targets_md_and_the_nine_samples():
     rows = read_table(CONFIG_DIR / "targets" / "ascend950.csv")
     moe = [m for m in rows if m.workload.get("kernel", "cann_sample") == "cann_sample"]
-    samples = {(m.op, str(m.workload.get("vf", m.workload.get("step")))): m.measured_us
-               for m in rows if m not in moe}
+    samples = {
+        (m.op, str(m.workload.get("vf", m.workload.get("step")))): m.measured_us
+        for m in rows
+        if m not in moe
+    }
     # vector_function README (task durations) and rms_norm_quant_story README (steps 0..6)
-    assert samples == {("gelu", "False"): 69.2, ("gelu", "True"): 25.3,
-                       **{("rms_norm_quant", str(s)): us for s, us in
-                          enumerate((7693, 6790, 113.6, 84.1, 54.3, 49.0, 49.5))}}
+    assert samples == {
+        ("gelu", "False"): 69.2,
+        ("gelu", "True"): 25.3,
+        **{
+            ("rms_norm_quant", str(s)): us
+            for s, us in enumerate((7693, 6790, 113.6, 84.1, 54.3, 49.0, 49.5))
+        },
+    }
     # the vector rows leave the MoE shape blank (their families do not read it)
     assert all("bs" not in m.workload for m in rows if m not in moe)
     got = {(m.op, m.workload["bs"], m.quant): m.measured_us for m in moe}
-    assert got == {("dispatch", 8, "none"): 17.1, ("dispatch", 8, "mxfp8"): 16.6,
-                   ("dispatch", 256, "none"): 170.0, ("dispatch", 256, "mxfp8"): 113.0,
-                   ("combine", 8, "none"): 19.4, ("combine", 8, "int8"): 18.8,
-                   ("combine", 256, "none"): 150.7, ("combine", 256, "int8"): 108.0}
+    assert got == {
+        ("dispatch", 8, "none"): 17.1,
+        ("dispatch", 8, "mxfp8"): 16.6,
+        ("dispatch", 256, "none"): 170.0,
+        ("dispatch", 256, "mxfp8"): 113.0,
+        ("combine", 8, "none"): 19.4,
+        ("combine", 8, "int8"): 18.8,
+        ("combine", 256, "none"): 150.7,
+        ("combine", 256, "int8"): 108.0,
+    }
 
 
-@pytest.mark.parametrize("rows,header,key", [
-    ((SMALL.format(us="fast"),), HEADER, "row 2.measured_us"),
-    (("dispatch,eight,1024,4,2,4,float16,mxfp8,none,3",), HEADER, "row 2.bs"),
-    (("gather,8,1024,4,2,4,float16,mxfp8,none,3",), HEADER, "row 2.op"),
-    ((SMALL.format(us=3),), HEADER.replace(",measured_us", ""), None),
-    ((SMALL.format(us="-1"),), HEADER, "row 2.measured_us"),
-])
+@pytest.mark.parametrize(
+    "rows,header,key",
+    [
+        ((SMALL.format(us="fast"),), HEADER, "row 2.measured_us"),
+        (("dispatch,eight,1024,4,2,4,float16,mxfp8,none,3",), HEADER, "row 2.bs"),
+        (("gather,8,1024,4,2,4,float16,mxfp8,none,3",), HEADER, "row 2.op"),
+        ((SMALL.format(us=3),), HEADER.replace(",measured_us", ""), None),
+        ((SMALL.format(us="-1"),), HEADER, "row 2.measured_us"),
+    ],
+)
 def test_bad_tables_name_file_row_and_column(tmp_path, rows, header, key):
     p = write(tmp_path, *rows, header=header)
     with pytest.raises(InputError) as info:
@@ -65,13 +82,31 @@ def test_bad_tables_name_file_row_and_column(tmp_path, rows, header, key):
 
 
 def test_speedups_pair_each_quantised_row_with_its_twin():
-    w = dict(op="combine", bs=8, h=1024, k=4, ep_world_size=2, experts_per_rank=4,
-             dtype="float16", dispatch_quant="none")
-    rows = [Measurement({**w, "combine_quant": "none"}, 30.0),
-            Measurement({**w, "combine_quant": "int8"}, 20.0)]
+    w = dict(
+        op="combine",
+        bs=8,
+        h=1024,
+        k=4,
+        ep_world_size=2,
+        experts_per_rank=4,
+        dtype="float16",
+        dispatch_quant="none",
+    )
+    rows = [
+        Measurement({**w, "combine_quant": "none"}, 30.0),
+        Measurement({**w, "combine_quant": "int8"}, 20.0),
+    ]
     cmp = compare(rows, [40.0, 25.0])
-    assert cmp.speedups == [{"op": "combine", "bs": 8, "quant": "int8",
-                             "label": "combine BS 8 int8", "measured": 1.5, "simulated": 1.6}]
+    assert cmp.speedups == [
+        {
+            "op": "combine",
+            "bs": 8,
+            "quant": "int8",
+            "label": "combine BS 8 int8",
+            "measured": 1.5,
+            "simulated": 1.6,
+        }
+    ]
     assert cmp.errors() == pytest.approx([1 / 3, 0.25])
 
 
@@ -80,10 +115,12 @@ def test_vector_rows_pair_by_their_names_and_rms_steps_do_not_pair():
     RmsNormQuant steps are separate programs, so no step is a speed-up of another."""
     g = dict(op="gelu", dtype="float16", kernel="cann_gelu")
     r = dict(op="rms_norm_quant", dtype="float16", kernel="rms_norm_quant")
-    rows = [Measurement({**g, "vf": False}, 69.2, label="gelu_membase"),
-            Measurement({**g, "vf": True}, 25.3, label="gelu_vf"),
-            Measurement({**r, "step": 2}, 113.6, label="rnq2"),
-            Measurement({**r, "step": 3}, 84.1, label="rnq3")]
+    rows = [
+        Measurement({**g, "vf": False}, 69.2, label="gelu_membase"),
+        Measurement({**g, "vf": True}, 25.3, label="gelu_vf"),
+        Measurement({**r, "step": 2}, 113.6, label="rnq2"),
+        Measurement({**r, "step": 3}, 84.1, label="rnq3"),
+    ]
     cmp = compare(rows, [70.0, 28.0, 120.0, 90.0])
     assert [sp["label"] for sp in cmp.speedups] == ["gelu_vf vs gelu_membase"]
     assert cmp.speedups[0]["measured"] == pytest.approx(69.2 / 25.3)
@@ -108,24 +145,32 @@ def test_rewrite_preset_changes_only_the_fitted_values(tmp_path):
 
     src = tmp_path / "start.yaml"
     src.write_text((CONFIG_DIR / "ascend950.yaml").read_text())
-    params = [FreeParameter(("mte.put_gbps",), 4, 64),
-              FreeParameter(("fabric.egress_gbps", "fabric.ingress_gbps"), 100, 2000)]
+    params = [
+        FreeParameter(("mte.put_gbps",), 4, 64),
+        FreeParameter(("fabric.egress_gbps", "fabric.ingress_gbps"), 100, 2000),
+    ]
     prov = fit_provenance(params, "t.csv", "reports/t.fit.json", "2026-12-01")
     out = tmp_path / "out.yaml"
-    out.write_text(rewrite_preset(src.read_text(), {"mte.put_gbps": 12.5,
-                                                    "fabric.egress_gbps": 444.0,
-                                                    "fabric.ingress_gbps": 444.0}, prov))
+    out.write_text(
+        rewrite_preset(
+            src.read_text(),
+            {"mte.put_gbps": 12.5, "fabric.egress_gbps": 444.0, "fabric.ingress_gbps": 444.0},
+            prov,
+        )
+    )
     before, after = load_provenance(str(src)), load_provenance(str(out))
     assert list(before) == list(after)
     fitted = {"mte.put_gbps", "fabric.egress_gbps", "fabric.ingress_gbps"}
-    assert {k: before[k] for k in before if k not in fitted} == \
-        {k: after[k] for k in after if k not in fitted}
+    assert {k: before[k] for k in before if k not in fitted} == {
+        k: after[k] for k in after if k not in fitted
+    }
     assert after["mte.put_gbps"][0] == 12.5 and after["fabric.ingress_gbps"][0] == 444.0
     p = after["fabric.egress_gbps"][2]
     assert p.kind == "calibrated" and p.fields["fit"] == "reports/t.fit.json"
     assert p.fields["date"] == "2026-12-01"
-    assert p.fields["method"] == "npusim calibrate to t.csv, tied with ingress_gbps, " \
-        "bounds 100-2000"
+    assert (
+        p.fields["method"] == "npusim calibrate to t.csv, tied with ingress_gbps, bounds 100-2000"
+    )
     # what the value means stays; where it came from is replaced
     assert p.fields["note"] == before["fabric.egress_gbps"][2].fields["note"]
     assert load_hardware(str(out)).mte.put_gbps == 12.5
@@ -137,10 +182,16 @@ def test_rewrite_preset_turns_a_plain_value_into_a_calibrated_entry(tmp_path):
     out = rewrite_preset(text, {"mte.put_gbps": 0.26543}, prov)
     import yaml
 
-    assert yaml.safe_load(out) == {"name": "x", "mte": {
-        "put_gbps": {"value": 0.2654, "calibrated": {"fit": "f.json", "date": "2026-12-01",
-                                                     "method": "m"}},
-        "put_latency_ns": 67.5}}
+    assert yaml.safe_load(out) == {
+        "name": "x",
+        "mte": {
+            "put_gbps": {
+                "value": 0.2654,
+                "calibrated": {"fit": "f.json", "date": "2026-12-01", "method": "m"},
+            },
+            "put_latency_ns": 67.5,
+        },
+    }
 
 
 def test_validate_exit_codes_follow_the_tolerance(tmp_path):
@@ -195,22 +246,54 @@ def test_calibrate_recovers_a_known_port_bandwidth(tmp_path):
     """'Measure' a dispatch on hardware whose put bandwidth we chose (6 GB/s), then fit
     put_gbps from a start of 20: the fit must find about 6 again. (Tokens of H 7168, 8 per
     sending core, so the puts are on the path past the cum-sum core's VF calls.)"""
-    row = Measurement(dict(op="dispatch", bs=64, h=7168, k=4, ep_world_size=2,
-                           experts_per_rank=4, dtype="float16", dispatch_quant="none",
-                           combine_quant="none"), 1.0)
+    row = Measurement(
+        dict(
+            op="dispatch",
+            bs=64,
+            h=7168,
+            k=4,
+            ep_world_size=2,
+            experts_per_rank=4,
+            dtype="float16",
+            dispatch_quant="none",
+            combine_quant="none",
+        ),
+        1.0,
+    )
     truth = simulate_table([row], "ascend950", {"mte.put_gbps": 6.0}, "t", workers=1)[0]
     measured = Measurement(row.workload, truth)
     param = FreeParameter(("mte.put_gbps",), 2.0, 64.0)
-    result = fit([measured], "ascend950", [param], {"mte.put_gbps": 20.0}, "t",
-                 prior_weight=0.0, max_evals=20, workers=1)
+    result = fit(
+        [measured],
+        "ascend950",
+        [param],
+        {"mte.put_gbps": 20.0},
+        "t",
+        prior_weight=0.0,
+        max_evals=20,
+        workers=1,
+    )
     assert result.values["mte.put_gbps"] == pytest.approx(6.0, rel=0.03)
 
 
 def test_calibrate_command_writes_a_loadable_preset_and_report(tmp_path):
     p = write(tmp_path, SMALL.format(us=12.0))
     out = tmp_path / "fit.yaml"
-    code = main(["calibrate", "--table", str(p), "--param", "kernel.launch_ns=100:20000",
-                 "--max-evals", "3", "--workers", "1", "--out", str(out)])
+    code = main(
+        [
+            "calibrate",
+            "--table",
+            str(p),
+            "--param",
+            "kernel.launch_ns=100:20000",
+            "--max-evals",
+            "3",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     hw = load_hardware(str(out))
     report = json.loads(out.with_suffix(".fit.json").read_text())
@@ -225,16 +308,26 @@ def test_calibrate_command_writes_a_loadable_preset_and_report(tmp_path):
     value, _, prov = after["kernel.launch_ns"]
     assert prov.fields["fit"] == str(out.with_suffix(".fit.json"))
     assert calibrated_problem("kernel.launch_ns", value, prov, Path.cwd()) is None
-    assert {k: v for k, v in before.items() if k != "kernel.launch_ns"} == \
-        {k: v for k, v in after.items() if k != "kernel.launch_ns"}
+    assert {k: v for k, v in before.items() if k != "kernel.launch_ns"} == {
+        k: v for k, v in after.items() if k != "kernel.launch_ns"
+    }
 
 
-def two_rows_2us_apart(labels: tuple[str, str] = ("", "")
-                       ) -> tuple[Measurement, Measurement, float, float]:
+def two_rows_2us_apart(
+    labels: tuple[str, str] = ("", ""),
+) -> tuple[Measurement, Measurement, float, float]:
     """Two small dispatch rows and their 'measured' times, simulated on hardware whose
     kernel start differs by 2 us (3000 ns for the first, 5000 ns for the second)."""
-    w = dict(op="dispatch", h=1024, k=4, ep_world_size=2, experts_per_rank=4,
-             dtype="float16", dispatch_quant="none", combine_quant="none")
+    w = dict(
+        op="dispatch",
+        h=1024,
+        k=4,
+        ep_world_size=2,
+        experts_per_rank=4,
+        dtype="float16",
+        dispatch_quant="none",
+        combine_quant="none",
+    )
     a = Measurement({**w, "bs": 8}, 1.0, label=labels[0])
     b = Measurement({**w, "bs": 16}, 1.0, label=labels[1])
     ta = simulate_table([a], "ascend950", {"kernel.launch_ns": 3000.0}, "t", workers=1)[0]
@@ -248,11 +341,33 @@ def test_leave_one_out_predicts_each_row_from_a_fit_to_the_others(tmp_path, caps
     predicted 2 us off, by hand: error = -2 / measured for the later one, +2 / measured
     for the earlier one."""
     a, b, ta, tb = two_rows_2us_apart()
-    p = write(tmp_path, *(",".join(str(m.workload[c]) for c in HEADER.split(",")[:-1])
-                          + f",{us}" for m, us in ((a, ta), (b, tb))))
+    p = write(
+        tmp_path,
+        *(
+            ",".join(str(m.workload[c]) for c in HEADER.split(",")[:-1]) + f",{us}"
+            for m, us in ((a, ta), (b, tb))
+        ),
+    )
     out = tmp_path / "fit.yaml"
-    assert main(["calibrate", "--table", str(p), "--param", "kernel.launch_ns=100:20000",
-                 "--max-evals", "20", "--workers", "1", "--loo", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--table",
+                str(p),
+                "--param",
+                "kernel.launch_ns=100:20000",
+                "--max-evals",
+                "20",
+                "--workers",
+                "1",
+                "--loo",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     loo = json.loads(out.with_suffix(".fit.json").read_text())["leave_one_out"]
     assert [e["measured_us"] for e in loo] == pytest.approx([ta, tb])
     assert loo[0]["error"] == pytest.approx(2.0 / ta, abs=0.004)
@@ -268,12 +383,34 @@ def test_linear_leave_one_out_takes_the_refits_first_step(tmp_path, capsys):
     lands on it, 2 us away), at one simulation per row: the step is within a few percent
     of the refit and costs no new simulation of the table."""
     a, b, ta, tb = two_rows_2us_apart()
-    p = write(tmp_path, *(",".join(str(m.workload[c]) for c in HEADER.split(",")[:-1])
-                          + f",{us}" for m, us in ((a, ta), (b, tb))))
+    p = write(
+        tmp_path,
+        *(
+            ",".join(str(m.workload[c]) for c in HEADER.split(",")[:-1]) + f",{us}"
+            for m, us in ((a, ta), (b, tb))
+        ),
+    )
     out = tmp_path / "fit.yaml"
-    assert main(["calibrate", "--table", str(p), "--param", "kernel.launch_ns=100:20000",
-                 "--max-evals", "20", "--workers", "1", "--loo", "linear",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--table",
+                str(p),
+                "--param",
+                "kernel.launch_ns=100:20000",
+                "--max-evals",
+                "20",
+                "--workers",
+                "1",
+                "--loo",
+                "linear",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     loo = json.loads(out.with_suffix(".fit.json").read_text())["leave_one_out"]
     assert [e["evaluations"] for e in loo] == [1, 1]
     assert [e["method"] for e in loo] == ["linear", "linear"]
@@ -291,12 +428,28 @@ def test_held_out_rows_are_predicted_not_fitted(tmp_path, capsys):
     a, b, ta, tb = two_rows_2us_apart(("row_a", "row_b"))
     header = HEADER.split(",")[:-1]
     table = tmp_path / "t.csv"
-    table.write_text(",".join(header) + ",measured_us,label\n" + "".join(
-        ",".join(str(m.workload[c]) for c in header) + f",{us},{m.label}\n"
-        for m, us in ((a, ta), (b, tb))))
+    table.write_text(
+        ",".join(header)
+        + ",measured_us,label\n"
+        + "".join(
+            ",".join(str(m.workload[c]) for c in header) + f",{us},{m.label}\n"
+            for m, us in ((a, ta), (b, tb))
+        )
+    )
     out = tmp_path / "fit.yaml"
-    args = ["calibrate", "--table", str(table), "--param", "kernel.launch_ns=100:20000",
-            "--max-evals", "20", "--workers", "1", "--out", str(out)]
+    args = [
+        "calibrate",
+        "--table",
+        str(table),
+        "--param",
+        "kernel.launch_ns=100:20000",
+        "--max-evals",
+        "20",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert main([*args, "--hold-out", "row_[b]"]) == 0
     report = json.loads(out.with_suffix(".fit.json").read_text())
     assert [r["row"] for r in report["rows"]] == ["row_a"]
@@ -317,18 +470,42 @@ def test_fit_report_says_which_rows_pin_each_parameter(tmp_path, capsys):
     launch / latency. (At BS 32, H 4096, from a VF cost of 2 cycles per instruction, it
     moves the MXFP8 row by several % per 100%, above the 'held by the prior' line.) On the
     950 every MemBase call is a VF."""
-    p = write(tmp_path, "dispatch,32,4096,4,2,4,float16,none,none,18.0",
-              "dispatch,32,4096,4,2,4,float16,mxfp8,none,16.0")
+    p = write(
+        tmp_path,
+        "dispatch,32,4096,4,2,4,float16,none,none,18.0",
+        "dispatch,32,4096,4,2,4,float16,mxfp8,none,16.0",
+    )
     out = tmp_path / "fit.yaml"
     start = tmp_path / "a3_start.yaml"
     text = (CONFIG_DIR / "atlas_a3.yaml").read_text()
-    start.write_text(text.replace("  vf_cycles_per_instr:\n    value: 0.6545",
-                                  "  vf_cycles_per_instr:\n    value: 2.0", 1))
+    start.write_text(
+        text.replace(
+            "  vf_cycles_per_instr:\n    value: 0.6545", "  vf_cycles_per_instr:\n    value: 2.0", 1
+        )
+    )
     assert "value: 2.0" in start.read_text()
-    assert main(["calibrate", "--hardware", str(start), "--table", str(p),
-                 "--param", "kernel.launch_ns=100:20000",
-                 "--param", "vector.vf_cycles_per_instr=0.5:4", "--max-evals", "2",
-                 "--workers", "1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--hardware",
+                str(start),
+                "--table",
+                str(p),
+                "--param",
+                "kernel.launch_ns=100:20000",
+                "--param",
+                "vector.vf_cycles_per_instr=0.5:4",
+                "--max-evals",
+                "2",
+                "--workers",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.with_suffix(".fit.json").read_text())
     pinned = {e["parameter"]: e for e in report["pinned_by"]}
     vf = pinned["vector.vf_cycles_per_instr"]
@@ -338,10 +515,9 @@ def test_fit_report_says_which_rows_pin_each_parameter(tmp_path, capsys):
     sim = {r["row"]: r["simulated_us"] for r in report["rows"]}
     ratio = launch["shares"]["dispatch_bs32_none"] / launch["shares"]["dispatch_bs32_mxfp8"]
     # d log(t)/d log(launch) = launch / t per row (finite differences: a few % off)
-    assert ratio == pytest.approx(sim["dispatch_bs32_mxfp8"] / sim["dispatch_bs32_none"],
-                                  rel=0.05)
+    assert ratio == pytest.approx(sim["dispatch_bs32_mxfp8"] / sim["dispatch_bs32_none"], rel=0.05)
     printed = capsys.readouterr().out
-    vf_line = printed[printed.index("which rows pin"):].splitlines()[2]
+    vf_line = printed[printed.index("which rows pin") :].splitlines()[2]
     assert "dispatch_bs32_mxfp8 100%" in vf_line and "one row alone" in vf_line
 
 
@@ -350,8 +526,7 @@ def test_pinned_by_shares_each_parameters_effect_over_the_rows():
 
     from npusim.calibrate import pinned_by
 
-    params = [FreeParameter(("a",), 1, 2), FreeParameter(("b",), 1, 2),
-              FreeParameter(("c",), 1, 2)]
+    params = [FreeParameter(("a",), 1, 2), FreeParameter(("b",), 1, 2), FreeParameter(("c",), 1, 2)]
     elasticity = np.array([[0.5, 0.0, 0.0], [1.5, 0.3, 0.0]])
     a, b, c = pinned_by(params, ["r1", "r2"], elasticity)
     assert a["shares"] == pytest.approx({"r1": 0.25, "r2": 0.75}) and a["top_row"] == "r2"
@@ -366,7 +541,7 @@ def test_fit_steps_every_parameter_by_two_percent(monkeypatch):
     reach a * b = 9000 from a = 1 (its lower bound) and b = 3000."""
     import math
 
-    import npusim.calibrate as cal
+    import npusim.calibrate.fitting as cal
 
     seen: list[dict[str, float]] = []
 
@@ -375,14 +550,37 @@ def test_fit_steps_every_parameter_by_two_percent(monkeypatch):
         return [overrides["a"] * overrides["b"] / 3000.0 for _ in rows]
 
     monkeypatch.setattr(cal, "simulate_table", table)
-    row = Measurement(dict(op="dispatch", bs=8, h=1024, k=4, ep_world_size=2,
-                           experts_per_rank=4, dtype="float16", dispatch_quant="none",
-                           combine_quant="none"), 3.0)
+    row = Measurement(
+        dict(
+            op="dispatch",
+            bs=8,
+            h=1024,
+            k=4,
+            ep_world_size=2,
+            experts_per_rank=4,
+            dtype="float16",
+            dispatch_quant="none",
+            combine_quant="none",
+        ),
+        3.0,
+    )
     params = [FreeParameter(("a",), 1.0, 4.0), FreeParameter(("b",), 100.0, 20000.0)]
-    result = fit([row], "ascend950", params, {"a": 1.0, "b": 3000.0}, "t",
-                 prior_weight=0.0, max_evals=20, workers=1)
+    result = fit(
+        [row],
+        "ascend950",
+        params,
+        {"a": 1.0, "b": 3000.0},
+        "t",
+        prior_weight=0.0,
+        max_evals=20,
+        workers=1,
+    )
     first = seen[0]
-    steps = {k: abs(math.log(s[k] / first[k])) for s in seen[1:3] for k in "ab"
-             if abs(math.log(s[k] / first[k])) > 1e-9}
+    steps = {
+        k: abs(math.log(s[k] / first[k]))
+        for s in seen[1:3]
+        for k in "ab"
+        if abs(math.log(s[k] / first[k])) > 1e-9
+    }
     assert steps == {"a": pytest.approx(0.02, rel=1e-6), "b": pytest.approx(0.02, rel=1e-6)}
     assert result.values["a"] * result.values["b"] == pytest.approx(9000.0, rel=1e-3)

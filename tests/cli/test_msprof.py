@@ -63,9 +63,12 @@ def test_op_summary_rows_are_the_mean_of_the_matching_launches(tmp_path):
 
 
 def test_an_op_of_a_fused_run_is_timed_inside_it(tmp_path):
-    s, m = files(tmp_path, mapping="""ops:
+    s, m = files(
+        tmp_path,
+        mapping="""ops:
   - {op_name: MoeDistributeCombineV2, scenario: mc2/a3_bs128_ep8, op: combine}
-""")
+""",
+    )
     (row,) = read_measurements(s, m)
     doc = row_doc(row, "atlas_a3", {})
     assert doc["workload"]["op"] == "dispatch_combine" and doc["workload"]["timing_only"]
@@ -75,23 +78,30 @@ def test_an_op_of_a_fused_run_is_timed_inside_it(tmp_path):
 S = "Op Name,Task Duration(us)\n"
 
 
-@pytest.mark.parametrize("kind, text, key", [
-    ("summary", S + "A,x\n", "row 2.Task Duration(us)"),
-    ("summary", S + "A,nan\n", "row 2.Task Duration(us)"),
-    ("summary", S + "A,-3\n", "row 2.Task Duration(us)"),
-    ("summary", S + "A,3\n,4\n", "row 3.Op Name"),
-    ("summary", S + "A,3,9\n", "row 2"),
-    ("mapping", "ops: []\n", "ops"),
-    ("mapping", "ops:\n  - 3\n", "ops[1]"),
-    ("mapping", "ops:\n  - {op_name: A}\n", "ops[1].scenario"),
-    ("mapping", "ops:\n  - {op_name: A, scenario: x, colour: red}\n", "ops[1].colour"),
-    ("mapping", "ops:\n  - {op_name: A, scenario: x, tolerance_pct: 0}\n",
-     "ops[1].tolerance_pct"),
-    ("mapping", "ops:\n  - {op_name: 5, scenario: x}\n", "ops[1].op_name"),
-    ("mapping", "ops:\n  - {op_name: A, scenario: dispatch_bs8_none}\nextra: 1\n", "extra"),
-])
-def test_a_malformed_file_is_refused_in_one_line_naming_row_or_entry_and_key(tmp_path, kind,
-                                                                            text, key):
+@pytest.mark.parametrize(
+    "kind, text, key",
+    [
+        ("summary", S + "A,x\n", "row 2.Task Duration(us)"),
+        ("summary", S + "A,nan\n", "row 2.Task Duration(us)"),
+        ("summary", S + "A,-3\n", "row 2.Task Duration(us)"),
+        ("summary", S + "A,3\n,4\n", "row 3.Op Name"),
+        ("summary", S + "A,3,9\n", "row 2"),
+        ("mapping", "ops: []\n", "ops"),
+        ("mapping", "ops:\n  - 3\n", "ops[1]"),
+        ("mapping", "ops:\n  - {op_name: A}\n", "ops[1].scenario"),
+        ("mapping", "ops:\n  - {op_name: A, scenario: x, colour: red}\n", "ops[1].colour"),
+        (
+            "mapping",
+            "ops:\n  - {op_name: A, scenario: x, tolerance_pct: 0}\n",
+            "ops[1].tolerance_pct",
+        ),
+        ("mapping", "ops:\n  - {op_name: 5, scenario: x}\n", "ops[1].op_name"),
+        ("mapping", "ops:\n  - {op_name: A, scenario: dispatch_bs8_none}\nextra: 1\n", "extra"),
+    ],
+)
+def test_a_malformed_file_is_refused_in_one_line_naming_row_or_entry_and_key(
+    tmp_path, kind, text, key
+):
     s, m = files(tmp_path, **{kind: text})
     with pytest.raises(InputError) as info:
         read_op_summary(s) if kind == "summary" else read_mapping(m)
@@ -109,15 +119,15 @@ def test_a_mapping_entry_matching_no_launch_or_a_wrong_op_is_refused(tmp_path):
     with pytest.raises(InputError) as info:
         read_measurements(s, m)
     assert info.value.key == "ops[1].op_name"
-    s, m = files(tmp_path, mapping="ops:\n  - {op_name: Cast, scenario: dispatch_bs8_none, "
-                 "op: combine}\n")
+    s, m = files(
+        tmp_path, mapping="ops:\n  - {op_name: Cast, scenario: dispatch_bs8_none, op: combine}\n"
+    )
     with pytest.raises(InputError) as info:
         read_measurements(s, m)
     assert info.value.key == "ops[1].op"
 
 
-def test_cli_refuses_an_op_summary_without_a_mapping_and_bad_files_in_one_line(tmp_path,
-                                                                             capsys):
+def test_cli_refuses_an_op_summary_without_a_mapping_and_bad_files_in_one_line(tmp_path, capsys):
     s, m = files(tmp_path)
     assert main(["validate", "--table", str(s)]) == 2
     err = capsys.readouterr().err.strip()
@@ -131,29 +141,46 @@ def test_cli_refuses_an_op_summary_without_a_mapping_and_bad_files_in_one_line(t
 def test_the_a3_table_holds_the_published_rows_and_its_scenarios_build(tmp_path):
     rows = read_table(CONFIG_DIR / "targets" / "atlas_a3.csv")
     # sgl-kernel-npu README, "Low-Latency Kernels with Pure HCCS" (targets.md, Atlas A3)
-    published = {("dispatch", 8): 132, ("dispatch", 16): 139, ("dispatch", 32): 153,
-                 ("combine", 8): 126, ("combine", 16): 135, ("combine", 32): 151}
+    published = {
+        ("dispatch", 8): 132,
+        ("dispatch", 16): 139,
+        ("dispatch", 32): 153,
+        ("combine", 8): 126,
+        ("combine", 16): 135,
+        ("combine", 32): 151,
+    }
     assert {(m.op, m.workload["ep_world_size"]): m.measured_us for m in rows} == published
     for m in rows:
         w = m.workload
         # the kernels measured: DeepEP's MoeLowLatencyDispatchV2 / CombineV2
-        assert (w["bs"], w["h"], w["k"], w["kernel"], w["mode"], w["quant"]) == \
-            (128, 7168, 8, "deepep", "low_latency", "int8")
+        assert (w["bs"], w["h"], w["k"], w["kernel"], w["mode"], w["quant"]) == (
+            128,
+            7168,
+            8,
+            "deepep",
+            "low_latency",
+            "int8",
+        )
         assert w["ep_world_size"] * w["experts_per_rank"] == 256
         assert w["routing"]["kind"] == "uniform" and m.tolerance == pytest.approx(0.10)
         scenario_from_doc(row_doc(m, "atlas_a3", {}), "t", tmp_path)
 
 
 def test_rows_of_one_run_share_its_simulation_and_read_their_own_op(monkeypatch, tmp_path):
-    import npusim.calibrate as cal
+    import npusim.calibrate.simulate as cal
 
     table = tmp_path / "t.csv"
     row = "8,1024,4,4,2,bfloat16,int8,none,{us},mc2,{label}\n"
-    table.write_text("op,bs,h,k,ep_world_size,experts_per_rank,dtype,dispatch_quant,"
-                     "combine_quant,measured_us,kernel,label\n"
-                     + "dispatch," + row.format(us=10, label="d")
-                     + "combine," + row.format(us=20, label="c1")
-                     + "combine," + row.format(us=21, label="c2"))
+    table.write_text(
+        "op,bs,h,k,ep_world_size,experts_per_rank,dtype,dispatch_quant,"
+        "combine_quant,measured_us,kernel,label\n"
+        + "dispatch,"
+        + row.format(us=10, label="d")
+        + "combine,"
+        + row.format(us=20, label="c1")
+        + "combine,"
+        + row.format(us=21, label="c2")
+    )
     runs = []
 
     def fake(job):

@@ -32,6 +32,7 @@ from npusim.kernels.cann_sample.layout import (
 )
 from npusim.kernels.cann_sample.tiling import MoeTiling
 from npusim.kernels.common.align import align32, align256, align_up, ceil_div
+from npusim.kernels.common.cumsum import clear_cum_sum_column
 from npusim.kernels.common.drain import drain_round_robin, valid_expert_info
 from npusim.kernels.common.split import split_to_core
 from npusim.runtime.conditions import SumEquals
@@ -518,21 +519,7 @@ def get_cum_sum(ctx: KernelContext, t: MoeTiling, m: int, column) -> Wait:
     before = int(cells[:m, 0].sum())
     ctx.vector("gather_prefix", repeats=max(m, 1), reads=[column])
     yield from ctx.pipe_barrier("vector")
-    ctx.vector(
-        "clear_column",
-        repeats=ceil_div(n_cs, 8),
-        writes=[column],
-        fn=lambda: column.view(np.uint8).fill(0),
-    )
-    yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(
-        win,
-        status.cumsum_cal(n_cs, 0, m),
-        column,
-        0,
-        strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32),
-        name="clear_partials",
-    )
+    yield from clear_cum_sum_column(ctx, status, column, n_cs, m)
     return before
 
 

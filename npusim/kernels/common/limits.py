@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from npusim.kernels.shape import ShapeLimits
+from npusim.kernels.shape import DEFAULT_WHY, ShapeLimits
 
 DISPATCH_V3_LIMITS = ShapeLimits(bs=(1, 512), h=(1024, 8192), h_multiple=32, k=(1, 16),
                                  ep_world_size=(2, 768), experts=1024, shared_experts=(0, 4),
@@ -17,4 +17,4 @@ DISPATCH_V3_LIMITS = ShapeLimits(bs=(1, 512), h=(1024, 8192), h_multiple=32, k=(
 # The shape limits of a family that declares none: the ranges npusim's MoE families were
 # written and checked in (the DispatchV3 ones), said to be npusim's in the messages.
 DEFAULT_LIMITS = replace(DISPATCH_V3_LIMITS, source="npusim's default: the family declares "
-                         "no shape limits", why="npusim's default limit")
+                         "no shape limits", why=DEFAULT_WHY)

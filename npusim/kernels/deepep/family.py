@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.deepep import layered, layered_combine
+from npusim.kernels.deepep import (
+    layered,
+    layered_combine,
+    layered_layout,
+    layered_misfit,
+    layered_tiling,
+)
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.combine import combine_program
@@ -177,7 +183,7 @@ class CamMoeDispatchNormal(Kernel):
     def program(self, tiling: DeepepTiling) -> Any:
         return dispatch_program(tiling)
 
-    def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: DeepepTiling, run: Any, cores: Any) -> dict[str, Any]:
         return _bandwidth(tiling, run, "recv_x", ll.token_bytes(tiling.H, tiling.quant))
 
 
@@ -201,7 +207,7 @@ class CamMoeCombineNormal(Kernel):
             return combine_rounds_program(tiling)
         return combine_program(tiling)
 
-    def timing_fields(self, tiling: DeepepTiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: DeepepTiling, run: Any, cores: Any) -> dict[str, Any]:
         return _bandwidth(tiling, run, "load_row", 2 * tiling.H)
 
 
@@ -271,14 +277,14 @@ class DeepEP(Family):
     def runs_of(self, options: Mapping[str, Any] | None = None
                 ) -> Mapping[str, tuple[str, ...]]:
         if options is not None and options.get("mode") == "low_latency":
-            return layered.RUNS if options.get("comm_alg") == "hierarchy" else ll.RUNS
+            return layered_layout.RUNS if options.get("comm_alg") == "hierarchy" else ll.RUNS
         return self.runs
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> DeepepTiling | Mc2Tiling:
         if options["mode"] == "low_latency":
             if options["comm_alg"] == "hierarchy":
-                return layered.tiling(shape, options, hardware, timing_only)
+                return layered_tiling.tiling(shape, options, hardware, timing_only)
             return ll.tiling(shape, options, hardware, timing_only)
         p = platform(hardware) or "a3"
         return DeepepTiling(shape, options["quant"], options["long_seq_round"],
@@ -341,7 +347,18 @@ class DeepEP(Family):
             check_buffsize(min(shape.BS, per_round), shape.H, shape.K, rounds, mb, p)
         except WindowTooSmall as exc:
             return Misfit("workload.hccl_buffsize", str(exc))
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: DeepepTiling | Mc2Tiling | layered_tiling.LayeredTiling,
+                      shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
+                      ) -> Misfit | None:
+        if options["mode"] == "low_latency":
+            if options["comm_alg"] == "hierarchy":
+                return layered_misfit.tiling_misfit(tiling, shape, options, hardware, op)
+            return None  # the V2 kernels: mc2's checks, in misfit
+        t = tiling
+        p = platform(hardware)
+        mb = buffsize_mb(shape, options, p)
         if t.context == "shmem":
             if mb * MiB > SHMEM_SIGNAL_OFFSET:
                 return Misfit("workload.hccl_buffsize", f"{mb} MB: with context shmem the data "
@@ -381,7 +398,7 @@ class DeepEP(Family):
         bad = ll.misfit(shape, options, hardware, op, p, v2=not layered_alg)
         if bad is not None or not layered_alg:
             return bad
-        return layered.misfit(shape, options, hardware, op)
+        return layered_misfit.misfit(shape, options, hardware, op)
 
     @staticmethod
     def _a2_misfit(shape: MoeShape) -> Misfit | None:
@@ -425,7 +442,7 @@ class DeepEP(Family):
         combine: its window slot and, functional, its input row. Dispatch's machine is freed
         before combine's (a second worker runs notify_dispatch, which holds no rows). Low
         latency: not estimated (as mc2)."""
-        if isinstance(tiling, Mc2Tiling | layered.LayeredTiling):
+        if isinstance(tiling, Mc2Tiling | layered_tiling.LayeredTiling):
             return 0
         t, kernels = tiling, self.runs[op]
         kept = t.H * t.out_dtype.itemsize + 4 + 12
@@ -459,7 +476,7 @@ class DeepEP(Family):
 
     def op_inputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
-        if isinstance(tiling, layered.LayeredTiling):
+        if isinstance(tiling, layered_tiling.LayeredTiling):
             return layered.op_inputs(kernel, tiling, inputs, previous)
         if isinstance(tiling, Mc2Tiling):
             return ll.op_inputs(kernel, tiling, inputs, previous)
@@ -512,7 +529,7 @@ class DeepEP(Family):
 
     def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
-        if isinstance(tiling, layered.LayeredTiling):
+        if isinstance(tiling, layered_tiling.LayeredTiling):
             return (layered.reference_dispatch(tiling, inputs)
                     if kernel == layered.DISPATCH.name else None)
         if isinstance(tiling, Mc2Tiling):
@@ -523,7 +540,7 @@ class DeepEP(Family):
 
     def next_reads(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
-        if isinstance(tiling, layered.LayeredTiling):
+        if isinstance(tiling, layered_tiling.LayeredTiling):
             return layered.next_reads(tiling, outputs)
         if isinstance(tiling, Mc2Tiling):
             return ll.next_reads(kernel, tiling, inputs, outputs)

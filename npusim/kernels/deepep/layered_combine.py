@@ -36,16 +36,16 @@ import numpy as np
 from npusim.kernels.common.align import align_up
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep import low_latency as ll
-from npusim.kernels.deepep.layered import (
+from npusim.kernels.deepep.layered_layout import (
     COMBINE_REDUCE_CORES,
     IPC_DATA_OFFSET,
     NOTIFY_DATA_SIZE,
     RDMA_DATA_SIZE,
     SERVER_RANK_SIZE,
     STATE_OFFSET,
-    LayeredTiling,
-    buffer_chosen,
 )
+from npusim.kernels.deepep.layered_send import buffer_chosen
+from npusim.kernels.deepep.layered_tiling import LayeredTiling
 from npusim.kernels.family import Kernel, Phase, TensorSpec, const
 from npusim.runtime.conditions import AtLeast, Condition
 from npusim.runtime.context import KernelContext
@@ -442,7 +442,7 @@ class LayeredCombine(Kernel):
     def program(self, tiling: LayeredTiling) -> Any:
         return combine_program(tiling)
 
-    def timing_fields(self, tiling: LayeredTiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: LayeredTiling, run: Any, cores: Any) -> dict[str, Any]:
         s = tiling.shape
         return ll.bandwidth_fields([s.BS * s.K] * tiling.W, ll.token_bytes(s.H, "bf16"),
                                    run.end_ns - run.start_ns)

@@ -157,7 +157,7 @@ class LowLatencyDispatch(Dispatch):
     def program(self, tiling: Mc2Tiling) -> Any:
         return super().program(replace(tiling, expert_scales=False))
 
-    def timing_fields(self, tiling: Mc2Tiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: Mc2Tiling, run: Any, cores: Any) -> dict[str, Any]:
         return bandwidth_fields(_selections(tiling), token_bytes(tiling.H, _quant(tiling)),
                                 run.end_ns - run.start_ns)
 
@@ -172,7 +172,7 @@ class LowLatencyCombine(Combine):
     outputs = _c_out
     scratch = (*Combine.scratch, *_c_absent, *_c_hidden)
 
-    def timing_fields(self, tiling: Mc2Tiling, run: Any, contexts: Any) -> dict[str, Any]:
+    def timing_fields(self, tiling: Mc2Tiling, run: Any, cores: Any) -> dict[str, Any]:
         return bandwidth_fields(_selections(tiling), token_bytes(tiling.H, "bf16"),
                                 run.end_ns - run.start_ns)
 

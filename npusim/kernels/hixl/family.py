@@ -146,7 +146,11 @@ class Hixl(Family):
         if hardware.sdma is None:
             return Misfit("hardware", f"{hardware.name} has no SDMA engine (no sdma section): "
                           "HIXL FabricMem needs the A3's; allowed: atlas_a3")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: HixlTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if t.pairs > hardware.host.dies:
             return Misfit("workload.pairs", f"{t.pairs}: a server has {hardware.host.dies} "
                           "dies; allowed: at most that many pairs")

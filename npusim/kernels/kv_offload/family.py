@@ -15,7 +15,16 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.host import capacity_problem
-from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    CoreTiming,
+    Family,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    const,
+)
 from npusim.kernels.kv_offload.inputs import step_inputs
 from npusim.kernels.kv_offload.program import gather_program
 from npusim.kernels.kv_offload.reference import gather, plan
@@ -90,15 +99,15 @@ class Gather(TaskKernel):
     def program(self, tiling: KvTiling) -> Any:
         return gather_program(tiling)
 
-    def timing_fields(self, tiling: KvTiling, run: Any, contexts: Sequence[Sequence[Any]]
-                      ) -> dict[str, Any]:
+    def timing_fields(self, tiling: KvTiling, run: Any,
+                      cores: Sequence[Sequence[CoreTiming]]) -> dict[str, Any]:
         rows = nbytes = 0
-        for row in contexts:
-            for ctx in row:
-                for (_, _, name, _), (count, moved) in ctx.transfers.items():
-                    if name.startswith("CopyFromFullKv"):
-                        rows += count
-                        nbytes += moved
+        for row in run.core_transfers:
+            for transfers in row:
+                for x in transfers:
+                    if x.name.startswith("CopyFromFullKv"):
+                        rows += x.count
+                        nbytes += x.bytes
         rows //= 2 if tiling.rope_bytes else 1
         valid = tiling.batch * min(tiling.topk, tiling.seq_len)
         span = run.end_ns - run.start_ns - tiling.launch_ns
@@ -147,9 +156,9 @@ class KvOffload(Family):
     def window(self, tiling: KvTiling) -> NoWindow:
         return NoWindow()
 
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
-               op: str) -> Misfit | None:
-        t = self.tiling(shape, options, hardware)
+    def tiling_misfit(self, tiling: KvTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if t.topk > t.seq_len:
             return Misfit("workload.topk", f"{t.topk} is above the sequence length "
                           f"{t.seq_len}: the indexer selects topk distinct tokens of it; "

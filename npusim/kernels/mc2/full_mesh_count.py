@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.align import align32, align_up, ceil_div
+from npusim.kernels.common.cumsum import clear_cum_sum_column
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import tiling as tl
 from npusim.kernels.mc2.dispatch_local_copy import set_expert_token_nums
@@ -255,19 +256,5 @@ def get_cum_sum(ctx: KernelContext, t: Mc2Tiling, m: int) -> Wait:
         ctx.vector("sum_sums", align32(4 * m) // 4, F32, reads=[gather])
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
     ctx.scalar(1)
-    ctx.vector(
-        "clear_column",
-        repeats=ceil_div(n_cs, 8),
-        writes=[col],
-        fn=lambda: col.view(np.uint8).fill(0),
-    )
-    yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(
-        win,
-        status.cumsum_cal(n_cs, 0, m),
-        col,
-        0,
-        strided=Strided(n_cs, 32, dst_gap=(n_cs - 1) * 32),
-        name="clear_partials",
-    )
+    yield from clear_cum_sum_column(ctx, status, col, n_cs, m)
     return before

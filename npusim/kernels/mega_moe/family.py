@@ -7,11 +7,24 @@ block). Tensor names are the README's data table (snake case).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.common.align import align_up, ceil_div
+from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.family import (
+    Arrays,
+    CoreTiming,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    const,
+)
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields
@@ -91,12 +104,28 @@ class MegaMoeKernel(Kernel):
         return {"expert_token_counts": [[int(v) for v in o["expert_token_counts"]]
                                         for o in outputs]}
 
-    def timing_fields(self, tiling: MegaTiling, run: Any, contexts: Sequence[Sequence[Any]]
-                      ) -> dict[str, Any]:
-        return timing_fields(tiling, run, contexts)
+    def timing_fields(self, tiling: MegaTiling, run: Any,
+                      cores: Sequence[Sequence[CoreTiming]]) -> dict[str, Any]:
+        return timing_fields(tiling, run, cores)
 
 
 MEGA_MOE = MegaMoeKernel()
+
+
+# MegaMoE's shape limits (hicann/shmem @01fec19c examples/shmem_mega_moe):
+# - h at most 7936: the dispatch pulls a quantised row (Align32(Align256(H) + H/32) B) into
+#   one of six TOKEN_SCALE_SIZE = 8 KiB copy buffers (kernel/arch35/shmem_mega_moe_kernel.h),
+#   so H <= 7936 among the multiples of 32;
+# - shared_experts 0: README.md, global_expert_count = rank_count * local_expert_count;
+# - the README's other constraints are options or the preset's (ffn_dim even,
+#   local_expert_count <= the AIC cores; k <= W * L holds for every family);
+# - bs, k, ep_world_size, E: no bound in the sample: npusim's default ranges stay.
+MAX_H = max(h for h in range(32, RING_BYTES + 1, 32)
+            if align_up(align_up(h, 256) + ceil_div(h, 32), 32) <= RING_BYTES)
+MEGA_LIMITS = replace(DEFAULT_LIMITS, h=(DEFAULT_LIMITS.h[0], MAX_H), shared_experts=(0, 0),
+                      why="kernel limit", sourced=("h", "shared_experts"),
+                      source="hicann/shmem shmem_mega_moe: h at most 7936, no shared experts; "
+                      "the rest npusim's default")
 
 
 class MegaMoe(Family):
@@ -106,6 +135,7 @@ class MegaMoe(Family):
     ops = (MEGA_MOE,)
     references = True  # reference_outputs
     runs = {"mega_moe": ("mega_moe",)}
+    shape_limits = MEGA_LIMITS
     options = (
         Option("ffn_dim", "int", 1024, "FFN_DIM: GEMM1's output width (gate + up), even; "
                "F/2 a multiple of 32 (the E8M0 blocks of the activations)", lo=64, hi=16384),
@@ -134,8 +164,6 @@ class MegaMoe(Family):
             return Misfit("hardware.chip.arch", f"{hardware.chip.arch}: mega_moe runs on the "
                           "Ascend 950 only (the MIX kernel of shmem_mega_moe is arch35); "
                           "allowed: ascend950")
-        if shape.S:
-            return Misfit("workload.shared_experts", "mega_moe has no shared experts; allowed: 0")
         F = options["ffn_dim"]
         if F % 64:
             return Misfit("workload.ffn_dim", f"{F}: F/2 must be a multiple of 32 (E8M0 blocks "
@@ -149,10 +177,14 @@ class MegaMoe(Family):
         if mr and mr < cap:
             return Misfit("workload.max_received_tokens", f"{mr} is below BS * W * min(K, L) = "
                           f"{cap}; allowed: 0 (that capacity) or at least {cap}")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: MegaTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if t.row_bytes > RING_BYTES:
             return Misfit("workload.h", f"a quantised row of H = {shape.H} is {t.row_bytes} B, "
-                          f"more than the {RING_BYTES} B pull buffer; allowed: H <= 7936")
+                          f"more than the {RING_BYTES} B pull buffer; allowed: H <= {MAX_H}")
         if t.window_bytes > hardware.window.bytes:
             return Misfit("hardware.window.bytes", f"the symmetric memory needs "
                           f"{t.window_bytes} B, more than the window's {hardware.window.bytes}")

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from npusim.kernels.family import CoreTiming
+
 Interval = tuple[float, float]
 WORKERS = {"build_send_masks": "aiv", "quantize_local_tokens": "aiv",
            "synchronize_ranks": "aiv", "count_received_tokens": "aiv1", "dispatch": "aiv1",
@@ -85,15 +87,15 @@ def overlap_fields(comm: Sequence[Sequence[Interval]], compute: Sequence[Sequenc
             "critical_stage": critical}
 
 
-def timing_fields(t: Any, run: Any, contexts: Sequence[Sequence[Any]]) -> dict[str, Any]:
+def timing_fields(t: Any, run: Any, cores: Sequence[Sequence[CoreTiming]]) -> dict[str, Any]:
     """overlap_fields of a finished call: every core's notes (npusim.kernels.mega_moe.sync)
     and the run's phase spans, then per core kind the cube's and the vector's busy time."""
     comm, compute = [], []
-    for row in contexts:
+    for row in cores:
         c: list[Interval] = []
         x: list[Interval] = []
-        for ctx in row:
-            n = getattr(ctx, "mega_notes", None)
+        for core in row:
+            n = core.notes
             if n is None:
                 continue
             c += [(op.start_at, op.done_at) for op in n.remote if op.done_at is not None]
@@ -104,9 +106,9 @@ def timing_fields(t: Any, run: Any, contexts: Sequence[Sequence[Any]]) -> dict[s
     for s in run.spans:
         if s.lane != "phase":
             continue
-        ctx = contexts[s.rank][s.core]
-        kind = ctx.core.kind.name
-        role = f"aiv{ctx.sub_block_idx}" if kind == "aiv" else kind
+        core = cores[s.rank][s.core]
+        kind = core.kind
+        role = f"aiv{core.sub_block}" if kind == "aiv" else kind
         if not role.startswith(WORKERS.get(s.name, role)):
             continue
         stages.setdefault(s.name, []).append((s.start_ns, s.end_ns))
@@ -114,9 +116,9 @@ def timing_fields(t: Any, run: Any, contexts: Sequence[Sequence[Any]]) -> dict[s
     stages = dict(sorted(stages.items(), key=lambda kv: order.get(kv[0], len(order))))
     out = overlap_fields(comm, compute, stages)
     busy: dict[str, float] = {}
-    for r, row in enumerate(contexts):
-        for c, ctx in enumerate(row):
-            kind = ctx.core.kind.name
+    for r, row in enumerate(cores):
+        for c, core in enumerate(row):
+            kind = core.kind
             for pipe, ns in run.core_busy_ns[r][c].items():
                 key = f"{kind}_{pipe}"
                 busy[key] = busy.get(key, 0.0) + ns

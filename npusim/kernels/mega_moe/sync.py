@@ -3,7 +3,7 @@ cube, the AIC's copy_in into L1, remote MTE2 pulls, AtomicAdd writes, GM spins a
 generation-counter rank barrier), under the names the kernel source uses, and the notes
 the overlap figures are made from: every remote transfer (mask stores, pulls, write-backs)
 and every cube or epilogue instruction a core issues is recorded on its context
-(`ctx.mega_notes`).
+(`ctx.notes`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ class Notes:
 
 
 def notes(ctx: KernelContext) -> Notes:
-    n = getattr(ctx, "mega_notes", None)
+    n = ctx.notes
     if n is None:
-        n = ctx.mega_notes = Notes()
+        n = ctx.notes = Notes()
     return n
 
 

@@ -177,6 +177,12 @@ class MegaMoeUnfused(Family):
                 or cann.FAMILY.misfit(self._cann_shape(shape), CANN_OPTIONS, hardware,
                                       "dispatch_combine"))
 
+    def tiling_misfit(self, tiling: UnfusedTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        return (MEGA.tiling_misfit(tiling.mega, shape, options, hardware, "mega_moe")
+                or cann.FAMILY.tiling_misfit(tiling.cann, self._cann_shape(shape),
+                                             CANN_OPTIONS, hardware, "dispatch_combine"))
+
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         ins = cann.FAMILY.make_inputs(self._cann_shape(shape), CANN_OPTIONS,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
@@ -85,6 +87,19 @@ class Combine(Kernel):
 DISPATCH, COMBINE = Dispatch(), Combine()
 
 
+# pyPTO's shape limits: shared_experts 0, the dispatch sends expert e to rank
+# e // expert_num_per_rank with moe_expert_num = W * L routed experts only (hicann/pypto
+# python/tests/st/operator/distributed/test_moe_distributed_dispatch_combine.py,
+# moe_distributed_dispatch_kernel). The same file's validate_moe_kernel_params admits only
+# its test cases (ep_world_size 2, 4, 8 or 16; bs 1 or 8, 256 for combine; h 5120; 160
+# experts; k 8) of that later kernel, not bounds of the subgraphs modelled here: bs, h, k,
+# ep_world_size and E keep npusim's default ranges.
+PYPTO_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit",
+                       sourced=("shared_experts",),
+                       source="pyPTO's MoE dispatch: no shared experts; the rest npusim's "
+                       "default")
+
+
 class PyptoShmem(Family):
     name = "pypto_shmem"
     help = ("pyPTO SHMEM dispatch / combine (seeds/003): LOOP subgraphs as tile tasks that "
@@ -95,6 +110,7 @@ class PyptoShmem(Family):
     chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
+    shape_limits = PYPTO_LIMITS
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> PyptoTiling:
@@ -110,14 +126,15 @@ class PyptoShmem(Family):
         if shape.dtype != "bfloat16":
             return Misfit("workload.dtype", f"{shape.dtype}: the pyPTO subgraphs are built "
                           "for bfloat16 tokens; allowed: bfloat16")
-        if shape.S:
-            return Misfit("workload.shared_experts", f"{shape.S}: the pyPTO subgraphs have "
-                          "no shared experts; allowed: 0")
         for section, what in (("aic", "the AIC cores the Matmul runs on"),
                               ("aicpu", "the scheduling AICPUs that place the tile tasks")):
             if getattr(hardware, section, None) is None:
                 return Misfit("hardware", f"the preset has no {section} section: {what}")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: PyptoTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         ub, h = int(hardware.ub.bytes), -(-shape.K // 2)
         if 6 * h * shape.H > ub:
             return Misfit("workload.h", f"{shape.H}: the receive's Cast tile [K/2, H] = "

@@ -8,11 +8,13 @@ examples' --perf metrics (full_op, comm_only, DataSize, bandwidth) as family_fie
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
+from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.family import (
     Arrays,
     Family,
@@ -37,7 +39,7 @@ from npusim.kernels.shmem_classic.layout import (
     WORKLOAD_DTYPE,
     ClassicTiling,
 )
-from npusim.runtime.shmem import LOG_MAX_AIV_PER_NPU
+from npusim.runtime.shmem import MAX_AIV_PER_NPU
 from npusim.workload.routing import Routing
 
 COMBINE_DTYPES = ("int32_t", "float16_t")  # COMBINE_FUNC_DEF; run.sh refuses bfloat16_t
@@ -113,6 +115,23 @@ def _perf(t: ClassicTiling, frames: Sequence[Sequence[Mapping[str, Any]]]) -> di
 DISPATCH, COMBINE = DispatchClassic(), CombineClassic()
 
 
+# The examples' shape limits (hicann/shmem examples/{dispatch,combine}/*_classic):
+# - ep_world_size <= 48: the kernels launch pe_size AIV cores (dispatch_kernel.cpp: core c
+#   serves rank c) and meet in aclshmemi_barrier_core_soft, whose core sync pool holds
+#   ACLSHMEM_MAX_AIV_PER_NPU = 48 cores (include/host_device/shmem_common_types.h);
+# - experts_per_rank 1..1024: DISPATCH_MAX_LOCAL_EXPERT_NUM (dispatch_kernel.h; main.cpp
+#   and scripts/run.sh refuse more), so E <= 48 * 1024;
+# - shared_experts 0: the kernels route to moe_expert_num = pe_size * local experts only
+#   (dispatch_kernel.cpp), no shared expert;
+# - bs, h, k: main.cpp asks only that they be positive: npusim's default ranges stay.
+CLASSIC_LIMITS = replace(
+    DEFAULT_LIMITS, ep_world_size=(2, MAX_AIV_PER_NPU), experts=MAX_AIV_PER_NPU * MAX_LOCAL_EXPERTS,
+    experts_per_rank=(1, MAX_LOCAL_EXPERTS), shared_experts=(0, 0), why="kernel limit",
+    sourced=("ep_world_size", "experts", "experts_per_rank", "shared_experts"),
+    source="hicann/shmem dispatch_classic / combine_classic: ep_world_size, experts_per_rank, "
+    "shared_experts; bs, h, k npusim's default")
+
+
 def dtype_name(shape: MoeShape, options: Mapping[str, Any]) -> str:
     """The examples' dtype: workload.data_type, or workload.dtype's name when auto."""
     name = options.get("data_type", "auto")
@@ -133,6 +152,7 @@ class ShmemClassic(Family):
                "bfloat16_t (dispatch only); auto: workload.dtype (float16 -> float16_t, "
                "bfloat16 -> bfloat16_t)", choices=("auto", *DTYPE_NAMES)),
     )
+    shape_limits = CLASSIC_LIMITS
     variants = (Variant(""),)
     dispatch_quants = {"none": {}}  # the examples move the tokens as they are
     combine_quants = {"none": {}}
@@ -154,21 +174,15 @@ class ShmemClassic(Family):
             return Misfit(key, f"{name}: combine_classic is built for int32_t and float16_t "
                           "only (COMBINE_FUNC_DEF; its run.sh refuses bfloat16_t); allowed "
                           "with op combine or dispatch_combine: int32_t, float16_t")
-        if shape.S:
-            return Misfit("workload.shared_experts", f"{shape.S}: the classic examples have "
-                          "no shared experts; allowed: 0")
         if shape.W > hardware.chip.aiv_cores:
             return Misfit("hardware.chip.aiv_cores", f"chip.aiv_cores {hardware.chip.aiv_cores}"
                           f" for block_dim = ep_world_size = {shape.W} cores (core c serves "
                           f"rank c); allowed: ep_world_size <= {hardware.chip.aiv_cores}")
-        if shape.W > 1 << LOG_MAX_AIV_PER_NPU:
-            return Misfit("workload.ep_world_size", f"{shape.W}: barrier_core_soft keeps "
-                          f"{LOG_MAX_AIV_PER_NPU} sync slots per core; allowed: at most "
-                          f"{1 << LOG_MAX_AIV_PER_NPU} ranks (cores)")
-        if shape.L > MAX_LOCAL_EXPERTS:
-            return Misfit("workload.experts_per_rank", f"{shape.L}: allowed at most "
-                          f"{MAX_LOCAL_EXPERTS} (DISPATCH_MAX_LOCAL_EXPERT_NUM)")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: ClassicTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if UB_TMP_OFFSET + t.ub_size > hardware.ub.bytes:
             return Misfit("hardware.ub.bytes", f"{hardware.ub.bytes} B: tmp_buff holds "
                           f"UB_DMA_MAX_SIZE = {t.ub_size} B at UB offset {UB_TMP_OFFSET}; "

@@ -94,6 +94,10 @@ class ShmemDoubleplane(ShmemClassic):
             "with remote segments of at least 2 MiB, above the average, on the SDMA engine "
             "(Atlas A2/A3)")
     ops = (DISPATCH, COMBINE)
+    # classic's limits: the doubleplane examples keep DISPATCH_MAX_LOCAL_EXPERT_NUM = 1024
+    # (dispatch_doubleplane/dispatch_kernel.h, main.cpp, scripts/run.sh), one core per peer
+    # and aclshmemi_barrier_core_soft (dispatch_doubleplane_kernel.cpp)
+    shape_limits = ShmemClassic.shape_limits
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:

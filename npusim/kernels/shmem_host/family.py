@@ -223,7 +223,6 @@ class ShmemHost(Family):
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        t = self.tiling(shape, options, hardware)
         if hardware.host is None:
             return Misfit("hardware", f"{hardware.name} has no host memory (no host section); "
                           "allowed: atlas_a3, ascend950 or a preset with host")
@@ -231,6 +230,11 @@ class ShmemHost(Family):
             return Misfit("hardware", f"{hardware.name} has no SDMA engine (no sdma section): "
                           "sdma_d2h_demo runs on the Atlas A3 only; allowed: atlas_a3 or a "
                           "preset with sdma")
+        return None
+
+    def tiling_misfit(self, tiling: HostTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         if options["placement"] == "across" and t.world > _outer_dies(hardware):
             return Misfit("workload.pes", f"{t.pes} PEs one per server need "
                           f"{t.world} dies; {hardware.name} has {_outer_dies(hardware)}")

@@ -28,6 +28,10 @@ The AIV scope, step by step (the seed's comments are the phase names):
 - token_nums (UpdateTokenNumsOut): T.sync_all, then the last core derives
   expert_token_nums_out from ep_receive_count with scalar loads between dcci's.
 
+main_dispatch runs one step per phase, each named after its Ascend C moe_distribute_dispatch
+stage: alltoall_dispatch, set_status, wait_dispatch, get_cum_sum, local_window_copy,
+update_token_nums.
+
 Where the seed elides code ("..."), the steps follow the public example; the docs page
 (docs/kernels/tilelang_shmem.md) says which is which.
 """
@@ -98,8 +102,9 @@ class Bufs:
         self.state_reset_ub = ctx.alloc("state_reset_ub", spc * STATUS_BYTES)
 
 
-def cal_token_send_expert_cnt(ctx: KernelContext, b: Bufs, dst_expert_id: int, cal_cnt: int
-                              ) -> Wait:
+def cal_token_send_expert_cnt(
+    ctx: KernelContext, b: Bufs, dst_expert_id: int, cal_cnt: int
+) -> Wait:
     """The macro: fill dst_expert_id_ub with the expert, sub the ids, abs, mins 1 and
     reduce_sum over the first cal_cnt ids, a barrier_all between; dst_expert_id_ub[0]
     holds how many of those ids differ from the expert."""
@@ -120,136 +125,209 @@ def cal_token_send_expert_cnt(ctx: KernelContext, b: Bufs, dst_expert_id: int, c
 
 
 def main_dispatch(ctx: KernelContext, t: TileLangTiling) -> Wait:
-    s = t.shape
-    W, L, Bs, K, H = s.W, s.L, s.BS, s.K, s.H
-    rank, cur_vid, win = ctx.rank_id, ctx.kind_index, t.window
+    """The AIV scope: one step per phase of the seed, in its order."""
+    cur_vid = ctx.kind_index
     b = Bufs(ctx, t)
     ctx.scalar(8)  # cur_vid, the split's divisions and selects
     with ctx.phase("send"):
-        start_send, send_num = split(Bs * K, t.aiv_num, cur_vid)
-        fill(ctx, b.state_reset_ub, 0.0, F32)
-        fill(ctx, b.x_ub, 0.0, np.uint16)  # model only: the bytes the put reads past x_ub
-        ctx.copy_in(b.expert_ids_ub, ctx.tensor("expert_ids"), 0, 4 * Bs * K)
-        yield from sync_func(ctx, "mte2", "s")
-        x = ctx.tensor("x")
-        for cur in range(start_send, start_send + send_num):
-            ctx.loop(1)
-            expert = int(ctx.ub_read(b.expert_ids_ub, I32, 1, 4 * cur)[0])
-            yield from cal_token_send_expert_cnt(ctx, b, expert, cur)
-            differ = int(ctx.ub_read(b.dst_expert_id_ub, I32, 1)[0])
-            repeat = 0 if cur == 0 else cur - differ
-            ctx.scalar(4)  # repeat, dest_rank_id, dest_expert_id, token_in_topkid
-            dest_rank, dest_expert = divmod(expert, L)
-            if repeat >= Bs:
-                raise ctx.error(f"expert {expert} gets more than Bs = {Bs} rows from rank "
-                                f"{rank}: win_data holds Bs rows per (source, expert); the "
-                                "seed's routing gives each token K distinct experts")
-            load = ctx.copy_in(b.x_ub, x, (cur // K) * s.token_bytes, s.token_bytes)
-            yield from ctx.wait(load)  # sync_func mte2 -> v -> s
-            ctx.ub_write(b.x_ub, t.triple_at, np.array([rank, cur // K, cur % K], I32), ops=3)
-            ctx.shmem.put_ub(dest_rank, win.data_row(rank * Bs * L + dest_expert * Bs + repeat),
-                             b.x_ub, t.row_bytes, name="shmem_ub_put_nbi data")
+        yield from alltoall_dispatch(ctx, t, b)
     with ctx.phase("status"):
-        start_expert, expert_num = split(t.total_expert_num, t.aiv_num, cur_vid)
-        for cur_expert in range(start_expert, start_expert + expert_num):
-            ctx.loop(1)
-            yield from cal_token_send_expert_cnt(ctx, b, cur_expert, Bs * K)
-            count = Bs * K - int(ctx.ub_read(b.dst_expert_id_ub, I32, 1)[0])
-            at = (cur_expert - start_expert) * STATUS_BYTES
-            ctx.ub_write(b.win_status_ub, at, np.array([1, count, 0, 0, 0, 0, 0, 0], I32),
-                         ops=2)
-        yield from barrier_all(ctx)
-        yield from sync_all(ctx)  # every core has sent its rows
-        yield from barrier_all(ctx)
-        for cur_expert in range(start_expert, start_expert + expert_num):
-            ctx.loop(1)
-            dest_rank, local_expert = divmod(cur_expert, L)
-            at = (cur_expert - start_expert) * STATUS_BYTES
-
-            def move(at: int = at, single=b.win_status_ub_single) -> None:
-                single.view(np.uint8, STATUS_BYTES)[:] = b.win_status_ub.view(
-                    np.uint8, STATUS_BYTES, at)
-
-            tile_op(ctx, "copy ub->ub", FLOAT_ALIGN, F32, (b.win_status_ub,),
-                    (b.win_status_ub_single,), move)
-            yield from ctx.pipe_barrier("vector")
-            ctx.shmem.put_ub(dest_rank, win.status_entry(local_expert * W + rank),
-                             b.win_status_ub_single,
-                             STATUS_BYTES, name="shmem_ub_put_nbi status")
-            yield from sync_func(ctx, "mte3", "s")
-    n = expert_num  # status_num_per_core: the entries this core waits for
+        start_expert, n = yield from set_status(ctx, t, b)
+    # n is status_num_per_core: the entries this core waits for
     with ctx.phase("wait"):
-        if n:
-            target = f32_bits(n)  # aiv_expert_fp_num
-            yield from ctx.wait_until(
-                ctx.window(), win.status_entry(start_expert), n * STATUS_BYTES,
-                SumEquals(F32, target, stride=STATUS_BYTES, offset=0), b.status_sum_ub,
-                name="wait status", check_ns=vector_check_ns(ctx, n * FLOAT_ALIGN, F32))
-            yield from sync_func(ctx, "v", "mte3")
-            ctx.copy_out(ctx.window(), win.status_entry(start_expert), b.state_reset_ub,
-                         n * STATUS_BYTES, name="clear status")
+        yield from wait_dispatch(ctx, t, b, start_expert, n)
     with ctx.phase("prefix"):
-        counts = [int(c) for c in b.status_sum_ub.view(I32, n * FLOAT_ALIGN)[1::FLOAT_ALIGN]] \
-            if n else []
-        tile_op(ctx, "gathermask", n, F32, (b.status_sum_ub,), (b.gather_mask_out_ub,))
-        yield from ctx.pipe_barrier("vector")
-
-        def total() -> None:
-            b.status_sum_on_core_ub.view(I32, FLOAT_ALIGN)[:] = 0
-            b.status_sum_on_core_ub.view(I32, 1)[0] = sum(counts)
-
-        tile_op(ctx, "sum", n, F32, (b.gather_mask_out_ub,), (b.status_sum_on_core_ub,), total)
-        yield from sync_func(ctx, "v", "mte3")
-        workspace = ctx.tensor("workspace")
-        ctx.copy_out(workspace, cur_vid * STATUS_BYTES, b.status_sum_on_core_ub, STATUS_BYTES)
-        yield from barrier_all(ctx)
-        yield from sync_all(ctx)
-        ctx.copy_in(b.sum_local_ub, workspace, 0, t.aiv_num * STATUS_BYTES)
-        yield from barrier_all(ctx)
-        totals = b.sum_local_ub.view(I32, t.aiv_num * FLOAT_ALIGN)[::FLOAT_ALIGN]
-        tile_op(ctx, "gathermask", cur_vid, I32, (b.sum_local_ub,), (b.sum_continue_ub,))
-        yield from barrier_all(ctx)
-
-        def prefix() -> None:
-            b.recv_cnt_sum_out_ub.view(I32, FLOAT_ALIGN)[:] = 0
-            b.recv_cnt_sum_out_ub.view(I32, 1)[0] = int(totals[:cur_vid].sum())
-
-        tile_op(ctx, "sum", cur_vid, F32, (b.sum_continue_ub,), (b.recv_cnt_sum_out_ub,), prefix)
-        yield from ctx.pipe_barrier("vector")
-        begin = int(ctx.ub_read(b.recv_cnt_sum_out_ub, I32, 1)[0]) if cur_vid else 0
+        counts, begin = yield from get_cum_sum(ctx, t, b, n)
     with ctx.phase("copy"):
-        expand_x, expand_ids = ctx.tensor("expand_x_out"), ctx.tensor("expand_ids")
-        ends = []
-        for i in range(n):
-            ctx.loop(1)
-            count = counts[i]
-            ctx.scalar(6)  # count, receive_count_max_ub[i], win_data_offset
-            entry = start_expert + i
-            first = (entry % W) * (Bs * L) + (entry // W) * Bs
-            ends.append(begin + count)
-            for j in range(count):
-                ctx.loop(1)
-                row = win.data_row(first + j)
-                ctx.copy_in(b.x_win_ub, ctx.window(), row, 2 * H)
-                ctx.copy_in(b.status_local_data, ctx.window(), row + t.triple_at, TRIPLE_BYTES)
-                yield from sync_func(ctx, "mte2", "v")
-                yield from barrier_all(ctx)
-                ctx.copy_out(expand_ids, (begin + j) * 4 * ASSIST, b.status_local_data,
-                             TRIPLE_BYTES)
-                ctx.copy_out(expand_x, (begin + j) * s.token_bytes, b.x_win_ub, s.token_bytes)
-                yield from barrier_all(ctx)
-            begin += count
-        yield from barrier_all(ctx)
-        if n:
-            ctx.ub_write(b.receive_count_ub, 0, np.array(ends, I32), ops=n)
-            ctx.copy_out(ctx.tensor("ep_receive_count"), 4 * start_expert, b.receive_count_ub,
-                         4 * n)
-        yield from ctx.pipe_barrier("mte3")
+        yield from local_window_copy(ctx, t, b, start_expert, counts, begin)
     with ctx.phase("token_nums"):
         yield from sync_all(ctx)
         last_core = min(t.total_expert_num, t.aiv_num) - 1
         if cur_vid == last_core:
             update_token_nums(ctx, t)
+
+
+def alltoall_dispatch(ctx: KernelContext, t: TileLangTiling, b: Bufs) -> Wait:
+    """发数据: each of the core's (token, k) pairs put, with its triple, to its expert's
+    win_data row after the rows of the earlier pairs sent to that expert."""
+    s = t.shape
+    L, Bs, K = s.L, s.BS, s.K
+    rank, win = ctx.rank_id, t.window
+    start_send, send_num = split(Bs * K, t.aiv_num, ctx.kind_index)
+    fill(ctx, b.state_reset_ub, 0.0, F32)
+    fill(ctx, b.x_ub, 0.0, np.uint16)  # model only: the bytes the put reads past x_ub
+    ctx.copy_in(b.expert_ids_ub, ctx.tensor("expert_ids"), 0, 4 * Bs * K)
+    yield from sync_func(ctx, "mte2", "s")
+    x = ctx.tensor("x")
+    for cur in range(start_send, start_send + send_num):
+        ctx.loop(1)
+        expert = int(ctx.ub_read(b.expert_ids_ub, I32, 1, 4 * cur)[0])
+        yield from cal_token_send_expert_cnt(ctx, b, expert, cur)
+        differ = int(ctx.ub_read(b.dst_expert_id_ub, I32, 1)[0])
+        repeat = 0 if cur == 0 else cur - differ
+        ctx.scalar(4)  # repeat, dest_rank_id, dest_expert_id, token_in_topkid
+        dest_rank, dest_expert = divmod(expert, L)
+        if repeat >= Bs:
+            raise ctx.error(
+                f"expert {expert} gets more than Bs = {Bs} rows from rank "
+                f"{rank}: win_data holds Bs rows per (source, expert); the "
+                "seed's routing gives each token K distinct experts"
+            )
+        load = ctx.copy_in(b.x_ub, x, (cur // K) * s.token_bytes, s.token_bytes)
+        yield from ctx.wait(load)  # sync_func mte2 -> v -> s
+        ctx.ub_write(b.x_ub, t.triple_at, np.array([rank, cur // K, cur % K], I32), ops=3)
+        ctx.shmem.put_ub(
+            dest_rank,
+            win.data_row(rank * Bs * L + dest_expert * Bs + repeat),
+            b.x_ub,
+            t.row_bytes,
+            name="shmem_ub_put_nbi data",
+        )
+
+
+def set_status(ctx: KernelContext, t: TileLangTiling, b: Bufs) -> Wait:
+    """发状态: per expert of the core, [flag 1, count] put to entry le * W + rank of the
+    expert's rank once every core has sent its rows; returns (start_expert, expert_num)."""
+    s = t.shape
+    W, L, Bs, K = s.W, s.L, s.BS, s.K
+    rank, win = ctx.rank_id, t.window
+    start_expert, expert_num = split(t.total_expert_num, t.aiv_num, ctx.kind_index)
+    for cur_expert in range(start_expert, start_expert + expert_num):
+        ctx.loop(1)
+        yield from cal_token_send_expert_cnt(ctx, b, cur_expert, Bs * K)
+        count = Bs * K - int(ctx.ub_read(b.dst_expert_id_ub, I32, 1)[0])
+        at = (cur_expert - start_expert) * STATUS_BYTES
+        ctx.ub_write(b.win_status_ub, at, np.array([1, count, 0, 0, 0, 0, 0, 0], I32), ops=2)
+    yield from barrier_all(ctx)
+    yield from sync_all(ctx)  # every core has sent its rows
+    yield from barrier_all(ctx)
+    for cur_expert in range(start_expert, start_expert + expert_num):
+        ctx.loop(1)
+        dest_rank, local_expert = divmod(cur_expert, L)
+        at = (cur_expert - start_expert) * STATUS_BYTES
+
+        def move(at: int = at, single=b.win_status_ub_single) -> None:
+            single.view(np.uint8, STATUS_BYTES)[:] = b.win_status_ub.view(
+                np.uint8, STATUS_BYTES, at
+            )
+
+        tile_op(
+            ctx,
+            "copy ub->ub",
+            FLOAT_ALIGN,
+            F32,
+            (b.win_status_ub,),
+            (b.win_status_ub_single,),
+            move,
+        )
+        yield from ctx.pipe_barrier("vector")
+        ctx.shmem.put_ub(
+            dest_rank,
+            win.status_entry(local_expert * W + rank),
+            b.win_status_ub_single,
+            STATUS_BYTES,
+            name="shmem_ub_put_nbi status",
+        )
+        yield from sync_func(ctx, "mte3", "s")
+    return start_expert, expert_num
+
+
+def wait_dispatch(
+    ctx: KernelContext, t: TileLangTiling, b: Bufs, start_expert: int, n: int
+) -> Wait:
+    """等状态: poll the core's n status entries until every flag is set, then clear them."""
+    if not n:
+        return
+    win = t.window
+    target = f32_bits(n)  # aiv_expert_fp_num
+    yield from ctx.wait_until(
+        ctx.window(),
+        win.status_entry(start_expert),
+        n * STATUS_BYTES,
+        SumEquals(F32, target, stride=STATUS_BYTES, offset=0),
+        b.status_sum_ub,
+        name="wait status",
+        check_ns=vector_check_ns(ctx, n * FLOAT_ALIGN, F32),
+    )
+    yield from sync_func(ctx, "v", "mte3")
+    ctx.copy_out(
+        ctx.window(),
+        win.status_entry(start_expert),
+        b.state_reset_ub,
+        n * STATUS_BYTES,
+        name="clear status",
+    )
+
+
+def get_cum_sum(ctx: KernelContext, t: TileLangTiling, b: Bufs, n: int) -> Wait:
+    """SyncCntOnCore + GetCumSum: the core's row total through workspace, then the totals
+    of the cores before it summed; returns (the n counts, the core's first output row)."""
+    cur_vid = ctx.kind_index
+    counts = (
+        [int(c) for c in b.status_sum_ub.view(I32, n * FLOAT_ALIGN)[1::FLOAT_ALIGN]] if n else []
+    )
+    tile_op(ctx, "gathermask", n, F32, (b.status_sum_ub,), (b.gather_mask_out_ub,))
+    yield from ctx.pipe_barrier("vector")
+
+    def total() -> None:
+        b.status_sum_on_core_ub.view(I32, FLOAT_ALIGN)[:] = 0
+        b.status_sum_on_core_ub.view(I32, 1)[0] = sum(counts)
+
+    tile_op(ctx, "sum", n, F32, (b.gather_mask_out_ub,), (b.status_sum_on_core_ub,), total)
+    yield from sync_func(ctx, "v", "mte3")
+    workspace = ctx.tensor("workspace")
+    ctx.copy_out(workspace, cur_vid * STATUS_BYTES, b.status_sum_on_core_ub, STATUS_BYTES)
+    yield from barrier_all(ctx)
+    yield from sync_all(ctx)
+    ctx.copy_in(b.sum_local_ub, workspace, 0, t.aiv_num * STATUS_BYTES)
+    yield from barrier_all(ctx)
+    totals = b.sum_local_ub.view(I32, t.aiv_num * FLOAT_ALIGN)[::FLOAT_ALIGN]
+    tile_op(ctx, "gathermask", cur_vid, I32, (b.sum_local_ub,), (b.sum_continue_ub,))
+    yield from barrier_all(ctx)
+
+    def prefix() -> None:
+        b.recv_cnt_sum_out_ub.view(I32, FLOAT_ALIGN)[:] = 0
+        b.recv_cnt_sum_out_ub.view(I32, 1)[0] = int(totals[:cur_vid].sum())
+
+    tile_op(ctx, "sum", cur_vid, F32, (b.sum_continue_ub,), (b.recv_cnt_sum_out_ub,), prefix)
+    yield from ctx.pipe_barrier("vector")
+    begin = int(ctx.ub_read(b.recv_cnt_sum_out_ub, I32, 1)[0]) if cur_vid else 0
+    return counts, begin
+
+
+def local_window_copy(
+    ctx: KernelContext, t: TileLangTiling, b: Bufs, start_expert: int, counts: list[int], begin: int
+) -> Wait:
+    """本地win区数据拷贝: each received row and its triple win_data -> UB -> expand_x_out
+    and expand_ids from row begin on; the running ends to ep_receive_count."""
+    s = t.shape
+    W, L, Bs, H = s.W, s.L, s.BS, s.H
+    win, n = t.window, len(counts)
+    expand_x, expand_ids = ctx.tensor("expand_x_out"), ctx.tensor("expand_ids")
+    ends = []
+    for i in range(n):
+        ctx.loop(1)
+        count = counts[i]
+        ctx.scalar(6)  # count, receive_count_max_ub[i], win_data_offset
+        entry = start_expert + i
+        first = (entry % W) * (Bs * L) + (entry // W) * Bs
+        ends.append(begin + count)
+        for j in range(count):
+            ctx.loop(1)
+            row = win.data_row(first + j)
+            ctx.copy_in(b.x_win_ub, ctx.window(), row, 2 * H)
+            ctx.copy_in(b.status_local_data, ctx.window(), row + t.triple_at, TRIPLE_BYTES)
+            yield from sync_func(ctx, "mte2", "v")
+            yield from barrier_all(ctx)
+            ctx.copy_out(expand_ids, (begin + j) * 4 * ASSIST, b.status_local_data, TRIPLE_BYTES)
+            ctx.copy_out(expand_x, (begin + j) * s.token_bytes, b.x_win_ub, s.token_bytes)
+            yield from barrier_all(ctx)
+        begin += count
+    yield from barrier_all(ctx)
+    if n:
+        ctx.ub_write(b.receive_count_ub, 0, np.array(ends, I32), ops=n)
+        ctx.copy_out(ctx.tensor("ep_receive_count"), 4 * start_expert, b.receive_count_ub, 4 * n)
+    yield from ctx.pipe_barrier("mte3")
 
 
 def update_token_nums(ctx: KernelContext, t: TileLangTiling) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.tilelang_shmem import reference as ref
@@ -110,6 +112,16 @@ def max_h(fits: Any, lo: int = 1, hi: int = 1 << 16) -> int:
     return lo
 
 
+# The example's shape limits (tile-ai/tilelang-ascend examples/dispatch_combine/
+# dispatch_combine_shmem.py): shared_experts 0, its experts are total_expert_num =
+# ep_world_size * local_expert_num and nothing else. It bounds no bs, h, k or
+# ep_world_size (the UB and window needs are checked on the tiling): npusim's default stays.
+TILELANG_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit",
+                          sourced=("shared_experts",),
+                          source="tilelang-ascend dispatch_combine_shmem.py: no shared "
+                          "experts; the rest npusim's default")
+
+
 class TileLangShmem(Family):
     name = "tilelang_shmem"
     help = ("TileLang-Ascend SHMEM dispatch / combine (seeds/003; tilelang-ascend "
@@ -120,6 +132,7 @@ class TileLangShmem(Family):
     chains = True  # next_reads
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
+    shape_limits = TILELANG_LIMITS
     options = (
         Option("ai_core_num", "int", 0, "ai_core_num: blocks of T.Kernel (1 AIC + 2 AIV "
                "each), aiv_num = 2 x ai_core_num; 0: the preset's aic.cores", lo=0, hi=128),
@@ -141,9 +154,6 @@ class TileLangShmem(Family):
         if shape.dtype != "bfloat16":
             return Misfit("workload.dtype", f"{shape.dtype}: the TileLang kernels are "
                           "written for bfloat16 tokens; allowed: bfloat16")
-        if shape.S:
-            return Misfit("workload.shared_experts", f"{shape.S}: the TileLang kernels "
-                          "have no shared experts; allowed: 0")
         if getattr(hardware, "aic", None) is None:
             return Misfit("hardware", "the TileLang kernels run a MIX launch (1 AIC : 2 AIV "
                           "per block); the preset has no aic section")
@@ -153,7 +163,11 @@ class TileLangShmem(Family):
             return Misfit("workload.ai_core_num", f"{n}: T.Kernel(ai_core_num) takes one AIC "
                           f"and two AIVs per block; allowed: at most {min(aic, aiv // 2)} "
                           f"(aic.cores {aic}, chip.aiv_cores {aiv})")
-        t = self.tiling(shape, options, hardware)
+        return None
+
+    def tiling_misfit(self, tiling: TileLangTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        t = tiling
         ub = int(hardware.ub.bytes)
         if t.ub_size < t.x_ub_elems:
             return Misfit("workload.ub_size", f"{t.ub_size}: a win_data row must hold x_ub's "
@@ -167,7 +181,7 @@ class TileLangShmem(Family):
         if need > ub:
             def fits(h: int) -> bool:
                 s = MoeShape(shape.W, shape.BS, h, shape.K, shape.L, dtype=shape.dtype)
-                u = TileLangTiling(s, n, max(_ub_size(s, {}), h + 22))
+                u = TileLangTiling(s, t.ai_core_num, max(_ub_size(s, {}), h + 22))
                 return max(u.dispatch_ub(), u.combine_ub() if op != "dispatch" else 0) <= ub
             return Misfit("workload.h", f"{shape.H}: the kernels' alloc_ub buffers (x_ub of "
                           f"H + 22 bf16, the combine's bf16 and fp32 rows) need {need} B of "

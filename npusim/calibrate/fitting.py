@@ -1,0 +1,232 @@
+"""The fit: bounded least squares, in log space, of the free preset parameters to a
+table's rows and speed-ups, with a weak prior towards the starting values."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from npusim.calibrate.comparison import compare, log_residuals
+from npusim.calibrate.simulate import simulate_table
+from npusim.calibrate.table import Measurement
+from npusim.errors import InputError
+
+
+@dataclass(frozen=True)
+class FreeParameter:
+    """One fitted value, applied to one or more dotted preset keys (tied), within bounds."""
+
+    keys: tuple[str, ...]
+    low: float
+    high: float
+
+    @property
+    def name(self) -> str:
+        return ",".join(self.keys)
+
+
+def parse_param(spec: str) -> FreeParameter:
+    """'mte.put_gbps=4:64' or 'fabric.egress_gbps,fabric.ingress_gbps=100:1000'."""
+    try:
+        keys, rng = spec.split("=")
+        lo, hi = (float(v) for v in rng.split(":"))
+    except ValueError:
+        raise InputError(
+            "command line", "--param", f"{spec!r}: expected KEY[,KEY...]=LOW:HIGH"
+        ) from None
+    if not 0 < lo < hi:
+        raise InputError("command line", "--param", f"{spec!r}: need 0 < LOW < HIGH")
+    return FreeParameter(tuple(k.strip() for k in keys.split(",")), lo, hi)
+
+
+@dataclass
+class FitResult:
+    params: list[FreeParameter]
+    values: dict[str, float]  # fitted value per parameter name
+    start: dict[str, float]
+    simulated: list[float]
+    evaluations: int
+    loo: list[dict[str, Any]] = field(default_factory=list)
+    # per parameter: how much each row (and speed-up) moves with it at the solution
+    pinned_by: list[dict[str, Any]] = field(default_factory=list)
+    # the fit's simulations of the whole table, by point (log values rounded), and the
+    # solution's log values: a linear leave-one-out reuses the Jacobian's points
+    sims: dict[tuple, list[float]] = field(default_factory=dict, repr=False)
+    x: tuple[float, ...] = ()
+
+    def overrides(self) -> dict[str, float]:
+        return expand(self.params, [self.values[p.name] for p in self.params])
+
+
+def expand(params: list[FreeParameter], values: list[float]) -> dict[str, float]:
+    return {k: float(v) for p, v in zip(params, values, strict=True) for k in p.keys}
+
+
+FD_STEP = 0.02  # finite-difference step of the fit, in log space (2% of each value)
+
+
+def point_key(x: Any) -> tuple:
+    """The key of a parameter point (log values) in a fit's table of simulations."""
+    import numpy as np
+
+    return tuple(np.round(x, 12))
+
+
+def fd_points(x: Any, hi: Any) -> list[tuple[Any, float]]:
+    """The Jacobian's points: each parameter moved by FD_STEP in log space, downwards
+    where that would cross its upper bound; with the step taken."""
+    out = []
+    for j in range(len(x)):
+        h = FD_STEP if x[j] + FD_STEP <= hi[j] else -FD_STEP
+        xj = x.copy()
+        xj[j] += h
+        out.append((xj, h))
+    return out
+
+
+class _Objective:
+    """The fit's residuals and Jacobian at a point (log values), each point's table
+    simulated once (cached by point) and every new point told to `progress`."""
+
+    def __init__(
+        self,
+        rows: list[Measurement],
+        hardware: str,
+        params: list[FreeParameter],
+        source: str,
+        x0: Any,
+        hi: Any,
+        prior_weight: float,
+        speedup_weight: float,
+        workers: int | None,
+        progress: Any,
+    ) -> None:
+        self.rows, self.hardware, self.params, self.source = rows, hardware, params, source
+        self.x0, self.hi, self.workers, self.progress = x0, hi, workers, progress
+        self.prior_weight, self.speedup_weight = prior_weight, speedup_weight
+        self.count = 0
+        self.cache: dict[tuple, list[float]] = {}
+        self.best = math.inf
+
+    def sim_at(self, x: Any) -> list[float]:
+        import numpy as np
+
+        key = point_key(x)
+        if key not in self.cache:
+            self.count += 1
+            values = expand(self.params, list(np.exp(x)))
+            self.cache[key] = simulate_table(
+                self.rows, self.hardware, values, self.source, self.workers
+            )
+            cost = float(np.sum(np.square(log_residuals(self.rows, self.cache[key]))))
+            improved = cost < self.best
+            self.best = min(self.best, cost)
+            if self.progress:
+                self.progress(self.count, self.cache[key], values if improved else None)
+        return self.cache[key]
+
+    def residuals(self, x: Any) -> Any:
+        import numpy as np
+
+        sim = self.sim_at(x)
+        data = np.array(log_residuals(self.rows, sim))
+        ratios = np.array(
+            [math.log(sp["simulated"] / sp["measured"]) for sp in compare(self.rows, sim).speedups]
+        )
+        prior = self.prior_weight * (x - self.x0)
+        return np.concatenate([data, self.speedup_weight * ratios, prior])
+
+    def jacobian(self, x: Any) -> Any:
+        """Forward differences moving each parameter by 2% (a fixed step in log space),
+        away from a bound. Not scipy's diff_step: that step is relative to x itself, so
+        a value near 1 (log 0, e.g. cycles_per_repeat at its floor) got a step of ~1e-12,
+        which only flips event ties, and a large value (the launch) one of ~20%."""
+        import numpy as np
+
+        r0 = self.residuals(x)
+        jac = np.empty((r0.size, x.size))
+        for j, (xj, h) in enumerate(fd_points(x, self.hi)):
+            jac[:, j] = (self.residuals(xj) - r0) / h
+        return jac
+
+
+def fit(
+    rows: list[Measurement],
+    hardware: str,
+    params: list[FreeParameter],
+    start: dict[str, float],
+    source: str,
+    *,
+    prior_weight: float = 0.02,
+    speedup_weight: float = 1.0,
+    max_evals: int = 200,
+    workers: int | None = None,
+    progress: Any = None,
+) -> FitResult:
+    """Least squares on log(simulated / measured) of every row and of every quantisation
+    speed-up the table implies, with a weak prior pulling each value towards its
+    starting point (keeps under-determined parameters where they were),
+    parameters searched in log space within their bounds (scipy's trust-region
+    reflective method, finite differences)."""
+    try:
+        import numpy as np
+        from scipy.optimize import least_squares
+    except ModuleNotFoundError:
+        raise InputError(
+            "npusim calibrate", None, "needs scipy: pip install 'npusim[calibrate]'"
+        ) from None
+    lo = np.log([p.low for p in params])
+    hi = np.log([p.high for p in params])
+    x0 = np.log([min(max(start[p.name], p.low), p.high) for p in params])
+    obj = _Objective(
+        rows, hardware, params, source, x0, hi, prior_weight, speedup_weight, workers, progress
+    )
+    res = least_squares(
+        obj.residuals,
+        x0,
+        jac=obj.jacobian,
+        bounds=(lo, hi),
+        x_scale=1.0,
+        max_nfev=max_evals,
+        method="trf",
+    )
+    values = {p.name: float(np.exp(v)) for p, v in zip(params, res.x, strict=True)}
+    sim = obj.sim_at(res.x)
+    # measured rows only: a speed-up is two of them again, not more evidence
+    pinned = pinned_by(params, [m.name for m in rows], np.abs(np.asarray(res.jac))[: len(rows)])
+    return FitResult(
+        params,
+        values,
+        {p.name: start[p.name] for p in params},
+        sim,
+        obj.count,
+        pinned_by=pinned,
+        sims=obj.cache,
+        x=tuple(float(v) for v in res.x),
+    )
+
+
+def pinned_by(
+    params: list[FreeParameter], names: list[str], elasticity: Any
+) -> list[dict[str, Any]]:
+    """Which rows pin each parameter: the share of |d log(sim/measured) / d log(value)|
+    (at the solution) that each measured row contributes. A parameter that one row
+    pins alone is predicted by nothing else (leave that row out and it drifts); one with
+    a small total is held by the prior, not the data."""
+    out = []
+    for j, p in enumerate(params):
+        col = [float(v) for v in elasticity[:, j]]
+        total = sum(col)
+        shares = {n: v / total for n, v in zip(names, col, strict=True)} if total > 0 else {}
+        top = max(shares, key=shares.__getitem__) if shares else None
+        out.append(
+            {
+                "parameter": p.name,
+                "total_elasticity": total,
+                "shares": shares,
+                "top_row": top,
+                "top_share": shares[top] if top else 0.0,
+            }
+        )
+    return out

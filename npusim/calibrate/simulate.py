@@ -1,0 +1,88 @@
+"""A table's rows as timing-only scenarios, simulated in parallel processes; rows of one
+run share its simulation."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from npusim.calibrate.table import Measurement, family_of, timed_ops
+
+
+def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The scenario that times the row: its run (see timed_ops), timing only."""
+    workload = dict(m.workload)
+    workload["op"] = timed_ops(family_of(workload), workload)[m.op][0]
+    workload["timing_only"] = True
+    return {
+        "name": m.name,
+        "hardware": hardware,
+        "hardware_overrides": dict(overrides),
+        "workload": workload,
+    }
+
+
+def simulate_row(args: tuple[dict[str, Any], str]) -> list[float]:
+    """Latency (us) of each op of the row's run; runs in a worker process."""
+    from npusim.scenario import scenario_from_doc
+    from npusim.sim import simulate
+
+    doc, src = args
+    sc = scenario_from_doc(doc, src, Path.cwd())
+    result = simulate(sc)
+    return [(op.end_ns - op.start_ns) / 1000.0 for op in result.ops]
+
+
+def _job_key(doc: dict[str, Any]) -> str:
+    """Rows whose scenarios differ only in name share one simulation (two combine rows of
+    one mc2 shape both read the fused run's result)."""
+    return repr(sorted((k, repr(v)) for k, v in doc.items() if k != "name"))
+
+
+def simulate_table(
+    rows: list[Measurement],
+    hardware: str,
+    overrides: dict[str, Any],
+    source: str,
+    workers: int | None = None,
+) -> list[float]:
+    """Simulated latency of every row (validates every row's scenario first, here)."""
+    from npusim.scenario import scenario_from_doc
+
+    jobs: list[tuple[dict[str, Any], str]] = []
+    cost: list[float] = []
+    where: list[tuple[int, int]] = []  # per row: its job, its op's place in the run
+    keys: dict[str, int] = {}
+    for i, m in enumerate(rows):
+        doc = row_doc(m, hardware, overrides)
+        key = _job_key(doc)
+        if key not in keys:
+            src = f"{source} (row {i + 2})"
+            scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
+            keys[key] = len(jobs)
+            jobs.append((doc, src))
+            cost.append(_cost(m))
+        where.append((keys[key], timed_ops(family_of(m.workload), m.workload)[m.op][1]))
+    results = _run_jobs(jobs, cost, workers)
+    return [results[j][k] for j, k in where]
+
+
+def _run_jobs(
+    jobs: list[tuple[dict[str, Any], str]], cost: list[float], workers: int | None
+) -> list[list[float]]:
+    """Every job's latencies, in job order: here with one worker, else in a process pool."""
+    n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
+    if n <= 1:
+        return [simulate_row(j) for j in jobs]
+    # the longest runs first keeps both workers busy to the end
+    order = sorted(range(len(jobs)), key=lambda i: -cost[i])
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        done = dict(zip(order, pool.map(simulate_row, [jobs[i] for i in order]), strict=True))
+    return [done[i] for i in range(len(jobs))]
+
+
+def _cost(m: Measurement) -> float:
+    w = m.workload
+    return w.get("bs", 1) * w.get("k", 1) * w.get("ep_world_size", 1) * w.get("h", 1)

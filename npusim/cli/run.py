@@ -1,0 +1,163 @@
+"""`npusim run`: one scenario, its summary and its output files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from npusim.cli.common import EXIT_FAIL, EXIT_OK, err, workers
+from npusim.errors import InputError
+
+RUN_FILES = ("report.json", "report.md", "trace.json", "blocked.txt")
+
+
+def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
+    run = add(
+        "run", help="run a scenario, print a summary, write DIR/report.json and DIR/report.md"
+    )
+    run.add_argument(
+        "scenario",
+        metavar="SCENARIO",
+        help="a scenario file, or the name of a shipped one (npusim scenarios lists them)",
+    )
+    run.add_argument("--out", metavar="DIR", help="output folder (default: out/<scenario name>)")
+    run.add_argument("--case-dir", metavar="CASE", help="CANN-sample case directory to use")
+    run.add_argument(
+        "--trace",
+        action="store_true",
+        help="record pipe-level activity and write DIR/trace.json (Chrome trace)",
+    )
+    run.add_argument(
+        "--memory",
+        metavar="GIB|auto",
+        default=None,
+        help="memory a functional run may use: GiB (default 24) or auto (this "
+        "machine's MemAvailable); a larger estimate stops before allocating",
+    )
+    run.add_argument(
+        "--tensors",
+        metavar="DIR",
+        help="write every op's GM inputs and outputs as DIR/<op>/rank_<r>/in|out/<name>.npy",
+    )
+    run.add_argument(
+        "--harness-csv",
+        metavar="FILE",
+        help="write the SHMEM examples' --perf CSV rows (moe_perf_host.h columns) "
+        "of each op: FILE, or FILE_<op> when the run has several ops",
+    )
+    run.add_argument(
+        "--workers",
+        default=None,
+        help="processes for this run: with 2, a dispatch_combine run simulates "
+        "combine alongside dispatch (same result; default 2 when 2 CPUs are free)",
+    )
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a dotted scenario key (workload.bs=64, hardware_overrides."
+        "fabric.egress_gbps=50); VALUE is YAML; repeatable",
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    run.set_defaults(func=cmd_run)
+
+
+def _out_dir(arg: str | None, scenario_name: str) -> Path:
+    from npusim.outputs import output_folder
+
+    return output_folder(Path("out") / scenario_name if arg is None else arg, "--out", RUN_FILES)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from npusim import api
+    from npusim.dotted import load_scenario_set
+    from npusim.progress import RunProgress, watching
+    from npusim.report.io import blocked_list_in
+    from npusim.report.summary import format_summary
+    from npusim.shipped import resolve
+
+    scenario = load_scenario_set(resolve(args.scenario), args.set, case_dir_override=args.case_dir)
+    out_dir = _out_dir(args.out, scenario.name)
+    tensors = _tensors_dir(args.tensors)
+    harness_csv = _harness_csv(args.harness_csv, scenario)
+    n_workers = _run_workers(args, scenario)
+    if n_workers is None:
+        return EXIT_FAIL
+    watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
+    with blocked_list_in(out_dir), watching(watch):
+        done = api.run(
+            scenario,
+            trace=bool(args.trace),
+            workers=n_workers,
+            progress=watch.begin_op if watch else None,
+            keep_inputs=tensors is not None,
+        )
+    result, report = done.result, done.report
+    written = done.write(
+        out_dir, trace=bool(args.trace), tensors=tensors, harness_csv=harness_csv
+    )  # every output at once, or none
+    lines = [f"{what}: {path}" + (f" {note}" if note else "") for what, path, note in written]
+    if result.combine_ahead.startswith("redone"):
+        print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
+    print(format_summary(report), end="")
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _run_workers(args: argparse.Namespace, scenario: object) -> int | None:
+    """The run's worker processes; None (said on stderr) when the simulator is missing
+    or the run would not fit in the memory allowed (before anything is allocated)."""
+    try:
+        from npusim.sim import default_workers
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("npusim.sim",):
+            raise
+        err("npusim: error: the simulator (npusim.sim) is not installed in this build")
+        return None
+    from npusim.footprint import limit_bytes, too_big
+
+    n = workers(args.workers) or default_workers()
+    limit, how = limit_bytes(args.memory)
+    problem = too_big(scenario, limit, how, n)
+    if problem:
+        err(f"npusim: error: {problem}")
+        return None
+    return n
+
+
+def _harness_csv(arg: str | None, scenario: object) -> Path | None:
+    """--harness-csv FILE: a file path whose folder exists, for a family that profiles
+    its kernels' frames (Kernel.profiles), checked before the run."""
+    if arg is None:
+        return None
+    from npusim.outputs import output_file, refuse_special
+    from npusim.report.harness_csv import csv_paths
+
+    p = output_file(arg, "--harness-csv")
+    if not p.parent.is_dir():
+        raise InputError("command line", "--harness-csv", f"folder {p.parent} does not exist")
+    w = scenario.workload  # type: ignore[attr-defined]
+    fam = w.family
+    ops = [k.name for k in (fam.kernels_of(w.op) if fam is not None else ()) if k.profiles]
+    if not ops:
+        raise InputError(
+            "command line",
+            "--harness-csv",
+            f"kernel family {w.kernel!r} "
+            "records no harness frames; allowed with shmem_classic (the SHMEM "
+            "examples' --perf CSV)",
+        )
+    for q in csv_paths(p, ops):
+        refuse_special(q, "command line", "--harness-csv")
+    return p
+
+
+def _tensors_dir(arg: str | None) -> Path | None:
+    if arg is None:
+        return None
+    from npusim.outputs import output_folder
+
+    return output_folder(arg, "--tensors")
