@@ -245,13 +245,15 @@ def _token_puts(tmp: Path, fill_triple_waits: bool | None) -> list:
     from npusim.kernels.deepep import low_latency as ll
 
     plain = ll.tiling
-    sc = _scenario(tmp, quant="int8", op="dispatch")
+    # the scenario builds the tiling while it is loaded, so the patch covers both steps
     if fill_triple_waits is None:
+        sc = _scenario(tmp, quant="int8", op="dispatch")
         run = simulate(sc, detailed_trace=True).ops[0]
     else:
         with mock.patch.object(
             ll, "tiling", lambda *a: replace(plain(*a), fill_triple_waits_mte3=fill_triple_waits)
         ):
+            sc = _scenario(tmp, quant="int8", op="dispatch")
             run = simulate(sc, detailed_trace=True).ops[0]
     return sorted(
         (s for s in run.spans if s.rank == 0 and s.core == 0 and s.name == "put_token"),
