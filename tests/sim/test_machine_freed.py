@@ -61,6 +61,7 @@ def _run_without_collections(monkeypatch, sc, **kw) -> list[tuple[weakref.ref, i
     ("dispatch_bs8_none", "dispatch_combine", False),  # two legs, AIV cores
     ("dispatch_bs8_none", "dispatch_combine", True),  # the link observer is the machine's
     ("mix_gemm", None, False),  # a MIX launch: each context is in its block's list
+    ("frameworks/pypto_a3_w16_bs8", None, False),  # each context has a shmem view of its own
 ])
 def test_reference_counting_frees_every_machine(monkeypatch, name, op, detailed) -> None:
     sc = api.load(name, set={"workload.op": op} if op else None)
