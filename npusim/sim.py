@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -75,6 +76,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     def leg(kernel: Kernel, previous: list[Arrays] | None) -> Leg:
         m = Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace),
                     (core_kind(kernel.core_kind), *map(core_kind, kernel.engines)))
+        _LAST_MACHINE[0] = weakref.ref(m)
         op_in = fam.op_inputs(kernel.name, t, inputs, previous)
         return Leg.of(m, run_op(m, fam, kernel, t, op_in, limit_ns, keep_inputs,
                                 scenario.run.wall_time_limit_s))
@@ -104,7 +106,6 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
             if got is None:
                 _free_last_machine()
                 got = leg(kernel, previous)
-                _MACHINE_LEFT[0] = True
             legs.append(got)
             previous = got.run.outputs
     finally:
@@ -123,16 +124,18 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
                      samples=samples, combine_ahead=how_ahead)
 
 
-# A leg's machine is a reference cycle, freed only by a full collection (a pause of tens of
-# ms). It is collected lazily, just before another leg runs in this process, so a run whose
-# last leg is done (or whose second leg was forked) pays for none, and the peak is the same.
-_MACHINE_LEFT = [False]
+# A leg's machine is freed by reference counting when its op is over (run_op breaks its
+# cycles). One that an op left in a cycle run_op does not break (an op that failed, a kind
+# of object with a cycle of its own) is freed by a full collection, a pause of tens of ms,
+# just before another leg runs in this process, so the peak holds one machine.
+_LAST_MACHINE: list[weakref.ref[Machine] | None] = [None]
 
 
 def _free_last_machine() -> None:
-    if _MACHINE_LEFT[0]:
+    last = _LAST_MACHINE[0]
+    if last is not None and last() is not None:
         gc.collect()
-        _MACHINE_LEFT[0] = False
+    _LAST_MACHINE[0] = None
 
 
 def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list[Arrays],
@@ -242,6 +245,10 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     if keep_inputs:  # shared rows made dense: the tensor as the kernel read it
         run.inputs = [{spec.name: _dense(arrays[spec.name], spec.np_dtype(t), spec.shape(t, r))
                        for spec in kernel.inputs} for r, arrays in enumerate(op_inputs)]
+    for row in res.contexts:  # all read: reference counting frees them and the machine
+        for ctx in row:
+            ctx.release()
+    machine.release()
     return run
 
 

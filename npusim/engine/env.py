@@ -87,6 +87,16 @@ class SimEnv(simpy.Environment):
         event nobody defused, without three calls per event): `run_events`."""
         return run_events(self, done, limit_at, every, report)
 
+    def close(self) -> None:
+        """Drop the events left in the queue (a launch stops at the event it waits for) and
+        their callbacks, and the alarm: they point back here through the processes and the
+        flow network, cycles that only a full collection would free."""
+        for entry in self._queue:
+            entry[3].callbacks = None
+        self._queue.clear()
+        self._alarm_at = INF
+        self._alarm_fn = None
+
     def step(self) -> None:
         if self._alarm_first():
             self._now = self._alarm_at

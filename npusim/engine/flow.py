@@ -197,6 +197,19 @@ class FlowNetwork:
         self._alarm = isinstance(env, SimEnv)
         self._tick_fn = self._tick
 
+    def close(self) -> None:
+        """Drop the groups, the pending wake-ups and calls, the observer and the bound tick
+        once the op is over: each points back here, cycles that only a full collection
+        would free."""
+        self._groups.clear()
+        self._wakes.clear()
+        self._calls.clear()
+        self._pending.clear()
+        self._joining.clear()
+        self._dirty.clear()
+        self.observer = None
+        self._tick_fn = None
+
     def call_at(self, t: float, fn: Callable[[], None]) -> None:
         """Run fn() at time t (> now) from the network's timer: no simulator event of its
         own, and a transfer started there joins the instant's netted level changes."""

@@ -176,6 +176,18 @@ class Machine:
         if self.trace.detailed:  # link-utilisation counters for the timeline
             self.net.observer = self._sample
 
+    def release(self) -> None:
+        """Break the machine's reference cycles once its op is over and read (the simulator
+        and its processes, the flow network and its groups, the local buffers and theirs),
+        so reference counting frees it without a full collection; it runs nothing after."""
+        self.env.close()
+        self.net.close()
+        for rank in self.ranks:
+            for cores in rank.cores_of.values():
+                for core in cores:
+                    for buf in core.buffers.values():
+                        buf.close()
+
     def _sample(self, res: Resource, t_ns: float, gbps: float) -> None:
         self.trace.sample(res.name, res.kind, res.rank, t_ns, gbps)
 

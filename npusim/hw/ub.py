@@ -149,6 +149,11 @@ class UnifiedBuffer:
             self.written[:-(-self.high // 8)] = 0
             self.high = 0
 
+    def close(self) -> None:
+        """Forget the buffers once the op is over: each points back here, a cycle that only
+        a full collection would free."""
+        self.buffers.clear()
+
     def mark(self, start: int, nbytes: int) -> None:
         if nbytes <= 0:
             return

@@ -389,6 +389,14 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
                          [TransferStat(*key, *val) for key, val in self.transfers.items()],
                          self.core.busy_ns(), dict(self.counters))
 
+    def release(self) -> None:
+        """Drop what points back to this context (its data cache, its MIX block, its
+        shmem view) once the op is over and read, so reference counting frees it and its
+        machine."""
+        del self.dcache
+        self.block = []
+        self._shmem = None
+
     def frames_from(self, start_ns: float) -> dict[str, tuple[float, float]]:
         """The profiling frames this core recorded, from `start_ns` (the op's start)."""
         return {f: (a - start_ns, b - start_ns) for f, (a, b) in self.frames.items()}

@@ -1,12 +1,17 @@
-"""A leg's machine is a reference cycle: it must be gone before the next leg is built (so the
-peak holds one machine), whether the next leg runs in the same run or in a later one."""
+"""A leg's machine must be gone before the next leg is built (so the peak holds one machine),
+whether the next leg runs in the same run or in a later one; run_op breaks its reference
+cycles, so reference counting frees it when the op is over, without a full collection."""
 
 from __future__ import annotations
 
+import gc
 import weakref
+
+import pytest
 
 import npusim.sim as sim
 from npusim import api
+from npusim.runtime.context import KernelContext
 
 
 def _recording_machines(monkeypatch) -> list[tuple[weakref.ref, int]]:
@@ -31,3 +36,52 @@ def test_each_leg_starts_with_no_earlier_machine_alive(monkeypatch) -> None:
     sim.simulate(sc, workers=1)
     assert len(built) == 4  # two legs per run, two runs
     assert [alive for _, alive in built] == [0, 0, 0, 0]
+
+
+def _run_without_collections(monkeypatch, sc, **kw) -> list[tuple[weakref.ref, int]]:
+    """simulate() with the cyclic collector off and gc.collect refused: whatever is freed
+    is freed by reference counting."""
+    built = _recording_machines(monkeypatch)
+
+    def refuse() -> int:
+        raise AssertionError("a full collection ran")
+
+    monkeypatch.setattr(sim.gc, "collect", refuse)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        sim.simulate(sc, workers=1, **kw)
+    finally:
+        if was:
+            gc.enable()
+    return built
+
+
+@pytest.mark.parametrize(("name", "op", "detailed"), [
+    ("dispatch_bs8_none", "dispatch_combine", False),  # two legs, AIV cores
+    ("dispatch_bs8_none", "dispatch_combine", True),  # the link observer is the machine's
+    ("mix_gemm", None, False),  # a MIX launch: each context is in its block's list
+    ("frameworks/pypto_a3_w16_bs8", None, False),  # each context has a shmem view of its own
+])
+def test_reference_counting_frees_every_machine(monkeypatch, name, op, detailed) -> None:
+    sc = api.load(name, set={"workload.op": op} if op else None)
+    built = _run_without_collections(monkeypatch, sc, detailed_trace=detailed)
+    assert built
+    assert [ref() for ref, _ in built] == [None] * len(built)
+
+
+def test_a_machine_left_in_a_cycle_is_still_collected_before_the_next_leg(monkeypatch) -> None:
+    """run_op breaks the cycles of an op that finished; a machine whose cycles stay (here:
+    its contexts', through their data caches, kept on purpose) is collected before the next
+    leg is built."""
+    monkeypatch.setattr(KernelContext, "release", lambda self: None)
+    built = _recording_machines(monkeypatch)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        sc = api.load("dispatch_bs8_none", set={"workload.op": "dispatch_combine"})
+        sim.simulate(sc, workers=1)
+    finally:
+        if was:
+            gc.enable()
+    assert [alive for _, alive in built] == [0, 0]
