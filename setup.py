@@ -34,6 +34,21 @@ def data_packages() -> dict[str, str]:
     return found
 
 
+def _types_edited() -> bool:
+    """Whether a build's .pxd is newer than the C it was translated to. Cython tracks a
+    module's source and the .pxd of the source's name, not a .pxd of another name
+    (`_pipe.pxd` for `pipe.py`): without this, an edited .pxd would leave the old C, and
+    the rebuilt module would run without the edited types (or, for a build that cimports
+    another's types, disagree with it on their layout)."""
+    for name, src in COMPILED.items():
+        pxd = os.path.join(os.path.dirname(src), name.rpartition(".")[2] + ".pxd")
+        c_file = os.path.join("build", "cython", os.path.splitext(src)[0] + ".c")
+        if (os.path.exists(c_file) and os.path.exists(pxd)
+                and os.path.getmtime(pxd) > os.path.getmtime(c_file)):
+            return True
+    return False
+
+
 def extensions() -> list:
     if os.environ.get("NPUSIM_PURE_PYTHON", "") not in ("", "0"):
         return []
@@ -42,7 +57,7 @@ def extensions() -> list:
     except ImportError:
         return []
     exts = cythonize([Extension(name, [src]) for name, src in COMPILED.items()],
-                     build_dir="build/cython", quiet=True,
+                     build_dir="build/cython", quiet=True, force=_types_edited(),
                      compiler_directives={"language_level": 3, "annotation_typing": False,
                                           "binding": False})
     for ext in exts:
