@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -38,6 +40,18 @@ def test_each_leg_starts_with_no_earlier_machine_alive(monkeypatch) -> None:
     assert [alive for _, alive in built] == [0, 0, 0, 0]
 
 
+@contextmanager
+def _collector_off() -> Iterator[None]:
+    """The cyclic collector paused, and restored as it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _run_without_collections(monkeypatch, sc, **kw) -> list[tuple[weakref.ref, int]]:
     """simulate() with the cyclic collector off and gc.collect refused: whatever is freed
     is freed by reference counting."""
@@ -47,13 +61,8 @@ def _run_without_collections(monkeypatch, sc, **kw) -> list[tuple[weakref.ref, i
         raise AssertionError("a full collection ran")
 
     monkeypatch.setattr(sim.gc, "collect", refuse)
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with _collector_off():
         sim.simulate(sc, workers=1, **kw)
-    finally:
-        if was:
-            gc.enable()
     return built
 
 
@@ -76,12 +85,7 @@ def test_a_machine_left_in_a_cycle_is_still_collected_before_the_next_leg(monkey
     leg is built."""
     monkeypatch.setattr(KernelContext, "release", lambda self: None)
     built = _recording_machines(monkeypatch)
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with _collector_off():
         sc = api.load("dispatch_bs8_none", set={"workload.op": "dispatch_combine"})
         sim.simulate(sc, workers=1)
-    finally:
-        if was:
-            gc.enable()
     assert [alive for _, alive in built] == [0, 0]
