@@ -114,13 +114,13 @@ def main() -> int:
     ap.add_argument("--compare", help="compare with fingerprints saved by --save (exit 1 if "
                                       "any part differs)")
     args = ap.parse_args()
-    from npusim.engine.compiled import in_use
+    from npusim.engine.compiled import describe
     from npusim.kernels.quant.formats import tables
     from npusim.sim import simulate
 
     tables()  # ml_dtypes, built on first use: imported before the timing
 
-    print("compiled core: " + (", ".join(in_use()) or "none (pure Python)"), flush=True)
+    print(describe(), flush=True)
     ref = json.loads(Path(args.compare).read_text()) if args.compare else None
     found: dict[str, dict[str, Any]] = {}
     bad = 0

@@ -94,8 +94,11 @@ def main() -> int:
     seconds, calls = split(pstats.Stats(profile))
     total = sum(seconds.values())
     events = max(result.events, 1)
+    from npusim.engine.compiled import describe
+
     print(f"W {args.ep} BS {args.bs} {args.op}: {result.events} events, {total:.2f} s "
           f"profiled, {sum(calls.values()) / events:.0f} calls per event")
+    print(describe())
     print("| layer | own time | calls per event |")
     print("|---|---|---|")
     for layer, own in seconds.most_common():

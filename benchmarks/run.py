@@ -215,6 +215,7 @@ def main() -> int:
     print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()}, "
           f"{_interpreter()})")
     print(f"workers per run: {args.workers}")
+    print(_builds())
     print(f"{'case':<28}{'wall s':>8}{'cpu s':>7}{'events':>10}{'events/s':>11}{'ratio':>7}"
           f"{'peak MiB':>10}")
     for name in names:
@@ -255,6 +256,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
                                                "python": _interpreter(),
+                                               "compiled": _builds(),
                                                "cases": rows}, indent=2) + "\n")
     if ref is not None and slack is not None:
         return check(rows, base, args.check, ref, ref_rows, slack)
@@ -311,6 +313,14 @@ def _interpreter() -> str:
     return f"{platform.python_implementation()} {platform.python_version()}"
 
 
+def _builds() -> str:
+    """Which compiled builds the cases run (the children import the same package): a
+    stale or missing build makes every figure slower, so a figure names its path."""
+    from npusim.engine.compiled import describe
+
+    return describe()
+
+
 def check(rows: list[dict], base: float, path: str, ref: dict, ref_rows: dict[str, dict],
           slack: float) -> int:
     """Compare with a baseline run, in plain-simpy-event units (wall x simpy events/s)."""
@@ -319,6 +329,8 @@ def check(rows: list[dict], base: float, path: str, ref: dict, ref_rows: dict[st
     if ref.get("python", _interpreter()) != _interpreter():
         print(f"  note: the baseline ran on {ref['python']}, this on {_interpreter()}; the "
               "plain loop's rate differs between interpreters, so the ratios carry that too")
+    if ref.get("compiled", _builds()) != _builds():
+        print(f"  note: the baseline ran with {ref['compiled']}; this run with {_builds()}")
     for row in rows:
         old = ref_rows.get(row["name"])
         target = TARGETS_S.get(row["name"])

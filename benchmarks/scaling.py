@@ -104,11 +104,14 @@ def ep_table(ws: list[int], bs: int = 128) -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     env.run()
     base, cpu_base = 1e6 / (time.perf_counter() - t0), 1e6 / (time.process_time() - c0)
+    from npusim.engine.compiled import describe
+
     print(f"plain simpy loop: {base:,.0f} events/s wall, {cpu_base:,.0f} events/s CPU")
+    print(describe())
     print("| W | BS*K*W | events | events per BS*K*W | transfers per BS*K*W | events per "
-          "transfer | CPU s | wall s | loop events per event | x 1 M loop (CPU) | x 1 M loop "
-          "(wall) | peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "transfer | CPU s | wall s | loop events per event | loop events per transfer | "
+          "x 1 M loop (CPU) | x 1 M loop (wall) | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for w in ws:
         out = subprocess.run([sys.executable, __file__, "--ep-point", f"{w},{bs}"],
                              stdout=subprocess.PIPE, text=True, check=True, cwd=ROOT)
@@ -118,6 +121,7 @@ def ep_table(ws: list[int], bs: int = 128) -> int:
               f"{p['transfers'] / work:.2f} | {p['events'] / p['transfers']:.2f} | "
               f"{p['cpu_s']:.1f} | "
               f"{p['wall_s']:.1f} | {p['cpu_s'] / p['events'] * cpu_base:.0f} | "
+              f"{p['cpu_s'] / p['transfers'] * cpu_base:.0f} | "
               f"{p['cpu_s'] * cpu_base / 1e6:.0f} | {p['wall_s'] * base / 1e6:.0f} | "
               f"{p['peak_rss_mib']:.0f} |", flush=True)
     return 0

@@ -137,7 +137,7 @@ def test_check_without_baselines_is_one_line_exit_2(tmp_path):
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_name_is_this_simulator(tmp_path, name):
     res = command(name, "--version", cwd=tmp_path)
-    assert res.returncode == 0 and res.stdout.strip() == f"npusim {__version__}"
+    assert res.returncode == 0 and res.stdout.splitlines()[0] == f"npusim {__version__}"
     usage = command(name, "--help", cwd=tmp_path).stdout.splitlines()[0]
     assert usage.startswith(f"usage: {name} ")
 

@@ -22,6 +22,20 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+class _Version(argparse.Action):
+    """--version: the version and whether the compiled core runs (a stale build of an
+    editable install is not used, and a run is then slower)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from npusim.engine.compiled import describe
+
+        print(f"npusim {__version__}\n{describe()}")
+        parser.exit()
+
+
 def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
     from npusim.oneline import OneLineParser
 
@@ -29,7 +43,7 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
         prog=prog,
         description="Discrete-event simulator of Ascend NPUs running MoE dispatch/combine.",
     )
-    parser.add_argument("--version", action="version", version=f"npusim {__version__}")
+    parser.add_argument("--version", action=_Version, help="print the version and which path runs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = _common()
 

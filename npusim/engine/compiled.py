@@ -30,6 +30,34 @@ def in_use() -> list[str]:
     return [name for name in BUILDS if compiled(name) is not None]
 
 
+def stale() -> list[str]:
+    """The compiled builds present here but older than their pure source, so not used."""
+    if PURE:
+        return []
+    found = []
+    for name in BUILDS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if _stale(module, name):
+            found.append(name)
+    return found
+
+
+def describe() -> str:
+    """One line on which path this process runs: what a benchmark figure depends on."""
+    used = in_use()
+    line = "compiled core: " + (", ".join(used) if used else "none (pure Python)")
+    if PURE:
+        return line + " (NPUSIM_PURE_PYTHON is set)"
+    old = stale()
+    if old:
+        line += (f"; not used, older than their edited source: {', '.join(old)} "
+                 "(rebuild: pip install -e .)")
+    return line
+
+
 def compiled(name: str) -> ModuleType | None:
     """The compiled build `name`, or None (forced pure, not built here, or older than its
     pure source: an edited module in an editable install runs as edited until rebuilt)."""

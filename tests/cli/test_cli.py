@@ -91,7 +91,22 @@ def test_presets_and_version_subprocess(tmp_path: Path) -> None:
     proc = npusim("presets", cwd=tmp_path)
     assert proc.returncode == 0 and "ascend950" in proc.stdout and "atlas_a3" in proc.stdout
     proc = npusim("--version", cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout.strip() == f"npusim {__version__}"
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and lines[0] == f"npusim {__version__}"
+    assert len(lines) == 2 and lines[1].startswith("compiled core: ")
+
+
+def test_version_names_a_stale_build_as_not_used(monkeypatch) -> None:
+    """A build older than its edited source is not used, and --version says so."""
+    from npusim.engine import compiled
+
+    monkeypatch.setattr(compiled, "PURE", False)
+    monkeypatch.setattr(compiled, "_stale", lambda module, name: name.endswith("_flow"))
+    monkeypatch.setattr(compiled.importlib, "import_module", lambda name: object())
+    line = compiled.describe()
+    assert "npusim.engine._flow" not in line.split(";")[0]
+    assert line.split(";")[1].strip().startswith("not used, older than their edited source: "
+                                                 "npusim.engine._flow")
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:

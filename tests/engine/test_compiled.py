@@ -151,14 +151,17 @@ def test_a_build_older_than_its_edited_source_is_not_used(monkeypatch):
     from npusim.engine import compiled
 
     try:
-        importlib.import_module("npusim.engine._flow")
+        build = importlib.import_module("npusim.engine._flow")
     except ImportError:
         pytest.skip("no compiled build here")
     monkeypatch.setattr(compiled, "PURE", False)
     real = os.path.getmtime
+    built = real(build.__file__)
 
-    def edited(path):  # the pure source an hour newer than anything else
-        return real(path) + (3600.0 if str(path).endswith("flow.py") else 0.0)
+    def edited(path):  # the pure source saved just past the allowance after its build
+        if str(path).endswith("flow.py"):
+            return built + compiled.STALE_AFTER_S + 1.0
+        return real(path)
 
     monkeypatch.setattr(os.path, "getmtime", edited)
     assert compiled.compiled("npusim.engine._flow") is None
