@@ -3,8 +3,10 @@ memory for fixed scenarios, each in a fresh process (so peak RSS belongs to that
 
 Each case runs as `npusim run` would: with --workers processes (default 2 where 2 CPUs are
 free), so a dispatch_combine case simulates combine in a forked process alongside dispatch.
-Then "cpu s" is the time of both processes, events/s counts the events of both over the wall
-time, and "peak MiB" adds the two processes' peaks (an upper bound: both are alive at once).
+Then "cpu s" is the time of both processes (user + system), "sys s" its system part and
+"faults" their minor page faults (first touches of memory: what the system time mostly is),
+events/s counts the events of both over the wall time, and "peak MiB" adds the two
+processes' peaks (an upper bound: both are alive at once).
 --workers 1 gives the single-process figures.
 
     python benchmarks/run.py                 # the standard set
@@ -99,13 +101,15 @@ def run_one(name: str, simulate_it: bool = True, workers: int = 1) -> dict:
         return {"name": name}
     if name in SCALE:
         _show_progress(name)
-    before = _cpu_s()
+    before = _usage()
     t0 = time.perf_counter()
     result = simulate(sc, workers=workers)
     wall = time.perf_counter() - t0
+    user, system, faults = (b - a for a, b in zip(before, _usage(), strict=True))
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     forked = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"name": name, "workers": workers, "wall_s": wall, "cpu_s": _cpu_s() - before,
+    return {"name": name, "workers": workers, "wall_s": wall, "cpu_s": user + system,
+            "sys_s": system, "minor_faults": int(faults),
             "events": result.events, "events_per_s": result.events / wall,
             "peak_rss_mib": own / 1024, "peak_rss_forked_mib": forked / 1024,
             "combine_ahead": result.combine_ahead,
@@ -129,10 +133,14 @@ def _show_progress(name: str, every_s: float = 30.0) -> None:
     threading.Thread(target=tick, daemon=True).start()
 
 
-def _cpu_s() -> float:
-    """User + system seconds of this process and of its reaped children (a forked combine)."""
-    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+def _usage() -> tuple[float, float, float]:
+    """User seconds, system seconds and minor page faults of this process and of its reaped
+    children (a forked combine). The system time is mostly first touches of memory, whose
+    price depends on the machine more than on npusim (docs/performance.md, "Noise")."""
+    both = (resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN))
+    return (sum(u.ru_utime for u in both), sum(u.ru_stime for u in both),
+            sum(u.ru_minflt for u in both))
 
 
 def simpy_baseline(n_events: int = 1_000_000) -> float:
@@ -214,10 +222,11 @@ def main() -> int:
     rows = []
     print(f"plain simpy loop: {base:,.0f} events/s ({platform.processor() or platform.machine()}, "
           f"{_interpreter()})")
-    print(f"workers per run: {args.workers}")
+    fault_us = page_fault_us()
+    print(f"workers per run: {args.workers}; a page's first touch: {fault_us:.1f} us")
     print(_builds())
-    print(f"{'case':<28}{'wall s':>8}{'cpu s':>7}{'events':>10}{'events/s':>11}{'ratio':>7}"
-          f"{'peak MiB':>10}")
+    print(f"{'case':<28}{'wall s':>8}{'cpu s':>7}{'sys s':>7}{'faults':>9}{'events':>10}"
+          f"{'events/s':>11}{'ratio':>7}{'peak MiB':>10}")
     for name in names:
         out = subprocess.run([sys.executable, __file__, "--child", name,
                               "--workers", str(args.workers)], stdout=subprocess.PIPE,
@@ -237,7 +246,8 @@ def main() -> int:
             row["plain_simpy_before_after"] = [base, after]
         rows.append(row)
         peak = row["peak_rss_mib"] + row["peak_rss_forked_mib"]
-        print(f"{name:<28}{row['wall_s']:>8.2f}{row['cpu_s']:>7.2f}{row['events']:>10}"
+        print(f"{name:<28}{row['wall_s']:>8.2f}{row['cpu_s']:>7.2f}"
+              f"{row['sys_s']:>7.2f}{row['minor_faults']:>9}{row['events']:>10}"
               f"{row['events_per_s']:>11,.0f}{row['vs_plain_simpy']:>7.3f}{peak:>10.0f}")
         if name in SCALE:  # the large-EP measure: wall time in 1 M-event plain simpy loops
             w = CASES[name]
@@ -257,6 +267,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({"plain_simpy_events_per_s": base,
                                                "python": _interpreter(),
                                                "compiled": _builds(),
+                                               "page_fault_us": fault_us,
                                                "cases": rows}, indent=2) + "\n")
     if ref is not None and slack is not None:
         return check(rows, base, args.check, ref, ref_rows, slack)
@@ -311,6 +322,25 @@ def _interpreter() -> str:
     """The interpreter the loop and the cases ran on: the plain loop's rate is its own
     (docs/performance.md, "The machine and its noise"), so ratios compare only on the same one."""
     return f"{platform.python_implementation()} {platform.python_version()}"
+
+
+def page_fault_us(mib: int = 64) -> float:
+    """Microseconds per first touch of a page of fresh anonymous memory, on this machine now.
+    A run's system time is mostly such touches; their price is the machine's (a VM whose host
+    takes freed memory back charges several times a bare machine's), so the figures carry it."""
+    import mmap
+
+    size = mib << 20
+    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # 4 KiB pages, as npusim's maps take them
+        area.madvise(mmap.MADV_NOHUGEPAGE)
+    try:
+        t0 = time.perf_counter()
+        for at in range(0, size, mmap.PAGESIZE):
+            area[at] = 1
+        return (time.perf_counter() - t0) * 1e6 / (size // mmap.PAGESIZE)
+    finally:
+        area.close()
 
 
 def _builds() -> str:
