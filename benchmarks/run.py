@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = resource.getpagesize()
 
 W8 = dict(ep_world_size=8, experts_per_rank=4, k=8, h=7168, dtype="float16")
 CASES = {
@@ -136,7 +137,8 @@ def _show_progress(name: str, every_s: float = 30.0) -> None:
 def _usage() -> tuple[float, float, float]:
     """User seconds, system seconds and minor page faults of this process and of its reaped
     children (a forked combine). The system time is mostly first touches of memory, whose
-    price depends on the machine more than on npusim (docs/performance.md, "Noise")."""
+    price depends on the machine more than on npusim (docs/performance.md, "First touches
+    of memory")."""
     both = (resource.getrusage(resource.RUSAGE_SELF),
             resource.getrusage(resource.RUSAGE_CHILDREN))
     return (sum(u.ru_utime for u in both), sum(u.ru_stime for u in both),
@@ -328,17 +330,23 @@ def page_fault_us(mib: int = 64) -> float:
     """Microseconds per first touch of a page of fresh anonymous memory, on this machine now.
     A run's system time is mostly such touches; their price is the machine's (a VM whose host
     takes freed memory back charges several times a bare machine's), so the figures carry it."""
+    pages = (mib << 20) // PAGE
+    return touch_fresh_pages(pages) * 1e6 / pages
+
+
+def touch_fresh_pages(pages: int) -> float:
+    """Seconds to write one byte into each page of a fresh anonymous map of 4 KiB pages (as
+    npusim's maps take them): one first touch, one page fault, per page."""
     import mmap
 
-    size = mib << 20
-    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # 4 KiB pages, as npusim's maps take them
+    area = mmap.mmap(-1, pages * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a machine with huge pages always on
         area.madvise(mmap.MADV_NOHUGEPAGE)
     try:
         t0 = time.perf_counter()
-        for at in range(0, size, mmap.PAGESIZE):
+        for at in range(0, pages * PAGE, PAGE):
             area[at] = 1
-        return (time.perf_counter() - t0) * 1e6 / (size // mmap.PAGESIZE)
+        return time.perf_counter() - t0
     finally:
         area.close()
 

@@ -179,18 +179,11 @@ def test_layers_class_functions_by_their_package():
 
 @pytest.mark.skipif(sys.platform != "linux", reason="minor faults as Linux counts them")
 def test_usage_counts_a_page_fault_per_page_first_touched():
-    import mmap
-
     run = _script()
     pages = 2048  # 8 MiB of a fresh anonymous map, one byte written in each page
-    area = mmap.mmap(-1, pages * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a machine with huge pages always on
-        area.madvise(mmap.MADV_NOHUGEPAGE)
     user0, sys0, faults0 = run._usage()
-    for at in range(0, pages * mmap.PAGESIZE, mmap.PAGESIZE):
-        area[at] = 1
+    run.touch_fresh_pages(pages)
     user1, sys1, faults1 = run._usage()
-    area.close()
     assert pages <= faults1 - faults0 < pages + 512  # the interpreter's own few aside
     assert user1 >= user0 and sys1 >= sys0
     assert 0 < run.page_fault_us(mib=4) < 1e6
