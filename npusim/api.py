@@ -166,16 +166,21 @@ class Run:
         keep its inputs: `run(..., keep_inputs=True)`) and the SHMEM examples' perf CSV
         (`harness_csv`). They appear together or not at all (Ctrl-C included). Returns
         (what, path, note) per output."""
-        from npusim.outputs import OutputSet, output_file, output_folder
-        from npusim.report.io import write_json_atomic, write_text_atomic
+        from npusim.outputs import OutputSet, output_file, output_folder, refuse_shared
+        from npusim.report.harness_csv import harness_files
+        from npusim.report.io import RUN_FILES, run_claims, write_json_atomic, write_text_atomic
         from npusim.report.markdown import format_markdown
 
-        folder = output_folder(out, "out", ("report.json", "report.md", "trace.json"), "api")
+        folder = output_folder(out, "out", RUN_FILES, "api")
         tensor_dir = output_folder(tensors, "tensors", (), "api") if tensors is not None else None
         csv = output_file(harness_csv, "harness_csv", "api") if harness_csv is not None else None
+        csv_files = harness_files(csv, self.report) if csv is not None else []
+        refuse_shared(run_claims(folder, tensor_dir, [p for p, _ in csv_files],
+                                 tuple(o.op for o in self.result.ops),
+                                 ("out", "tensors", "harness_csv")), "api")
         written: list[tuple[str, Path, str]] = []
         with OutputSet() as outs:
-            stage = outs.folder(folder)
+            stage = outs.folder(folder, RUN_FILES)  # an earlier run's trace.json goes
             write_json_atomic(stage / "report.json", self.report, inline_leaves=True)
             write_text_atomic(stage / "report.md", format_markdown(self.report))
             written += [("report", folder / name, "") for name in ("report.json", "report.md")]
@@ -191,12 +196,9 @@ class Run:
                 files = write_tensors(outs.folder(tensor_dir), self.result)
                 written.append(("tensors", tensor_dir, f"({len(files)} .npy files: "
                                 "<op>/rank_<r>/in|out/<name>.npy)"))
-            if csv is not None:
-                from npusim.report.harness_csv import harness_files
-
-                for p, text in harness_files(csv, self.report):
-                    write_text_atomic(outs.file(p), text)
-                    written.append(("harness csv", p, ""))
+            for p, text in csv_files:
+                write_text_atomic(outs.file(p), text)
+                written.append(("harness csv", p, ""))
             outs.commit()
         return written
 

@@ -6,8 +6,11 @@ again (`refuse_special`), so a device node, FIFO or socket is never replaced by 
 
 A command stages its outputs in an OutputSet: each output folder is filled as a hidden
 temporary folder beside it, each single file inside one; `commit()` then renames them
-into place with Ctrl-C held off. An interrupted command therefore leaves every output of
-the set or none of them, and `Interrupted` says which.
+into place with Ctrl-C held off, and takes back what it placed if one cannot be placed.
+An interrupted or failed command therefore leaves every output of the set or none of
+them; `Interrupted` says which, an OSError names the destination, not a staging path.
+`refuse_shared` keeps two outputs off one path; `check_writable` finds an unwritable
+destination before the command's long work.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 from npusim.errors import InputError
 
@@ -95,8 +100,64 @@ def output_folder(arg: str | Path, option: str, files: tuple[str, ...] = (),
     return p
 
 
+def refuse_shared(claims: list[tuple[str, Path]], source: str = "command line") -> None:
+    """InputError when two outputs claim one path, or one lies inside the other: each
+    claim is (option, a file the command writes or a folder it fills). Symbolic links and
+    `..` are resolved, so no spelling lets one output overwrite another."""
+    seen: list[tuple[str, str, Path]] = []
+    for option, p in claims:
+        real = os.path.realpath(p)
+        for other_real, other_option, other in seen:
+            if real == other_real or _inside(real, other_real) or _inside(other_real, real):
+                raise InputError(source, option, f"{p} is where {other} ({other_option}) "
+                                 "goes; allowed: a path no other output of the command uses")
+        seen.append((real, option, p))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def new_mode(bits: int) -> int:
+    """The mode open() (bits 0o666) or mkdir() (0o777) gives under the umask: tempfile
+    makes its files 0600 and its folders 0700, which an output must not keep."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return bits & ~mask
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, with what the command left (its text, one line)."""
+
+
+LEDGER_SHOWN = 3  # outputs a command's "interrupted" line names; the rest are counted
+_ledger: list[Path] = []  # the first outputs this command placed
+_ledger_count = [0]
+_staging: set[Path] = set()  # the temporary folders of the OutputSets being filled
+
+
+def forget_placed() -> None:
+    """A command starts: nothing of its own is placed yet."""
+    _ledger.clear()
+    _ledger_count[0] = 0
+
+
+def note_placed(path: Path) -> None:
+    """An output has appeared at path (a file in a staging folder has not)."""
+    if _staging and any(parent in _staging for parent in path.parents):
+        return
+    _ledger_count[0] += 1
+    if len(_ledger) < LEDGER_SHOWN:
+        _ledger.append(path)
+
+
+def placed_so_far() -> str:
+    """What this command has placed, in words: what an interruption leaves."""
+    if not _ledger_count[0]:
+        return "nothing written"
+    more = _ledger_count[0] - len(_ledger)
+    return "outputs complete: " + ", ".join(map(str, _ledger)) + (
+        f" and {more} more" if more else "")
 
 
 @contextmanager
@@ -116,67 +177,176 @@ def interrupts_held() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _place(staged: Path, dest: Path) -> None:
-    """Move a staged folder's contents to dest: one rename where dest is new, else file by
-    file (os.replace), keeping what else dest holds."""
-    if not dest.exists():
-        os.rename(staged, dest)
+def check_writable(dest: Path, folder: bool) -> None:
+    """OSError naming dest unless its outputs can be staged and placed: a probe file is
+    made and removed in the nearest folder above dest that exists and, for an output
+    folder that exists, in dest. Run before a command's long work, so that an unwritable
+    destination fails at once."""
+    places = [next((p for p in dest.parents if p.is_dir()), Path("."))]
+    if folder and dest.is_dir():
+        places.append(dest)
+    for where in places:
+        try:
+            with interrupts_held():  # the probe never stays
+                fd, probe = tempfile.mkstemp(dir=where, prefix=".npusim-probe.", suffix=".tmp")
+                os.close(fd)
+                os.unlink(probe)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(dest)) from None
+
+
+KEPT = ".kept"  # in a staging folder: the files a commit replaced, until it has ended
+
+
+class Staged(NamedTuple):
+    """One staged output: its temporary folder, where it goes (an output folder, or the
+    folder of an output file), the file's name (None: the folder's contents) and the
+    files of the folder it replaces as a set (removed where this output has none)."""
+
+    tmp: Path
+    dest: Path
+    name: str | None
+    owns: tuple[str, ...]
+
+
+Undo = list[Callable[[], object]]
+
+
+def _place(s: Staged, undo: Undo) -> None:
+    """Move one staged output into place, noting in undo how to take each step back: a
+    new folder in one rename, else file by file, the files it replaces kept."""
+    if s.name is None and not os.path.lexists(s.dest):
+        os.rename(s.tmp, s.dest)
+        undo.append(partial(os.rename, s.dest, s.tmp))
         return
-    for root, _dirs, files in os.walk(staged):
-        rel = Path(root).relative_to(staged)
-        (dest / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            target = dest / rel / name
-            refuse_special(target)
-            os.replace(Path(root) / name, target)
-    shutil.rmtree(staged, ignore_errors=True)
+    if s.name is not None:
+        moves: list[tuple[Path | None, Path]] = [(s.tmp / s.name, s.dest / s.name)]
+    else:
+        moves = [(Path(root) / n, s.dest / Path(root).relative_to(s.tmp) / n)
+                 for root, _dirs, names in os.walk(s.tmp) for n in names]
+        moves += [(None, s.dest / n) for n in s.owns if not os.path.lexists(s.tmp / n)]
+    for new, target in moves:
+        _make_folders(target.parent, undo)
+        _swap(new, target, s.tmp / KEPT / target.relative_to(s.dest), undo)
+
+
+def _make_folders(folder: Path, undo: Undo) -> None:
+    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    if missing:
+        folder.mkdir(parents=True)
+        undo.append(partial(shutil.rmtree, missing[-1], ignore_errors=True))
+
+
+def _swap(new: Path | None, target: Path, keep: Path, undo: Undo) -> None:
+    """Put new at target (None: remove target) in one rename; what target was stays at
+    keep until the commit ends, and undo puts it back."""
+    if os.path.lexists(target):
+        refuse_special(target)
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        if new is None:
+            os.replace(target, keep)
+        else:
+            try:  # a second name for the old file: target is replaced in one rename
+                os.link(target, keep, follow_symlinks=False)
+            except OSError:
+                shutil.copy2(target, keep, follow_symlinks=False)
+        undo.append(partial(os.replace, keep, target))
+    elif new is not None:
+        undo.append(partial(Path.unlink, target, missing_ok=True))
+    if new is not None:
+        os.replace(new, target)
+
+
+def _roll_back(undo: Undo) -> None:
+    """Take back a failed commit's steps, last first (what cannot be undone stays: the
+    error that stopped the commit is the one told)."""
+    for step in reversed(undo):
+        try:
+            step()
+        except OSError:
+            pass
 
 
 class OutputSet:
     """A command's outputs, staged beside their destinations and renamed into place
     together by commit(). Used as a context manager: an exception (Ctrl-C included)
-    before the commit removes what was staged; Ctrl-C comes out as Interrupted."""
+    before the commit removes what was staged; Ctrl-C comes out as Interrupted. A commit
+    that fails part way (a folder that refuses a file) takes back what it placed. An
+    OSError names the destination, never a staging path."""
 
     def __init__(self) -> None:
-        self._staged: list[tuple[Path, Path, str | None]] = []  # (temp folder, dest, file)
+        self._staged: list[Staged] = []
         self.placed: list[Path] = []
 
-    def folder(self, dest: Path) -> Path:
-        """The temporary folder to fill for the output folder dest."""
-        return self._stage(dest, None)
+    def folder(self, dest: Path, owns: tuple[str, ...] = ()) -> Path:
+        """The temporary folder to fill for the output folder dest; the files named in
+        owns are this output's: one left there by an earlier command and not staged now
+        is removed by the commit."""
+        return self._stage(dest, None, owns)
 
     def file(self, dest: Path) -> Path:
         """The temporary path to write for the output file dest."""
-        return self._stage(dest.parent, dest.name) / dest.name
+        return self._stage(dest.parent, dest.name, ()) / dest.name
 
-    def _stage(self, where: Path, name: str | None) -> Path:
+    def _stage(self, where: Path, name: str | None, owns: tuple[str, ...]) -> Path:
         parent = where if name is not None else where.parent
         parent.mkdir(parents=True, exist_ok=True)
         label = name or where.name or "out"
         with interrupts_held():  # a Ctrl-C between the two would leave the folder behind
-            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{label}.", suffix=".tmp"))
-            self._staged.append((tmp, where, name))
+            try:
+                tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{label}.", suffix=".tmp"))
+                os.chmod(tmp, new_mode(0o777))  # the mode a new output folder has
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(where / (name or ""))) from None
+            self._staged.append(Staged(tmp, where, name, owns))
+            _staging.add(tmp)
         return tmp
 
     def commit(self) -> list[Path]:
-        """Rename every staged output into place, Ctrl-C held off until all are."""
+        """Rename every staged output into place, Ctrl-C held off until all are; if one
+        cannot be placed, none stays placed."""
         with interrupts_held():
-            for tmp, dest, name in self._staged:
-                if name is None:
-                    _place(tmp, dest)
-                else:
-                    refuse_special(dest / name)
-                    os.replace(tmp / name, dest / name)
-                    os.rmdir(tmp)
-                self.placed.append(dest if name is None else dest / name)
-            self._staged.clear()
+            undo: Undo = []
+            try:
+                for s in self._staged:
+                    _place(s, undo)
+            except Exception as exc:
+                _roll_back(undo)
+                named = self._named(exc)
+                if named is exc:
+                    raise
+                raise named from exc
+            for s in self._staged:
+                path = s.dest if s.name is None else s.dest / s.name
+                self.placed.append(path)
+                note_placed(path)
+            self._drop()  # the staging folders, with the files the outputs replaced
         return self.placed
 
     def discard(self) -> None:
         with interrupts_held():
-            for tmp, _dest, _name in self._staged:
-                shutil.rmtree(tmp, ignore_errors=True)
-            self._staged.clear()
+            self._drop()
+
+    def _drop(self) -> None:
+        for s in self._staged:
+            shutil.rmtree(s.tmp, ignore_errors=True)
+            _staging.discard(s.tmp)
+        self._staged.clear()
+
+    def _named(self, exc: BaseException) -> BaseException:
+        """exc, or for an OSError naming a staging path, one naming its destination."""
+        if not isinstance(exc, OSError):
+            return exc
+        for where in (exc.filename2, exc.filename):
+            if where is None:
+                continue
+            path = Path(os.fsdecode(where))
+            for s in self._staged:
+                if path == s.tmp or s.tmp in path.parents:
+                    rel = path.relative_to(s.tmp).parts
+                    dest = s.dest.joinpath(*rel[1:] if rel[:1] == (KEPT,) else rel)
+                    return OSError(exc.errno, exc.strerror, str(dest))
+        return exc
 
     def left(self) -> str:
         """What the command leaves, in words."""
@@ -191,6 +361,9 @@ class OutputSet:
                  tb: TracebackType | None) -> None:
         if kind is None:
             return
+        named = self._named(exc) if exc is not None else None
         self.discard()
         if issubclass(kind, KeyboardInterrupt) and not isinstance(exc, Interrupted):
             raise Interrupted(self.left()) from None
+        if named is not exc:
+            raise named from exc

@@ -322,10 +322,10 @@ def _record(
     report: dict[str, Any], pt: Point, rp: Path, counter: list[int], n: int, shown: Any
 ) -> None:
     from npusim.outputs import OutputSet
-    from npusim.report.io import write_json_atomic
+    from npusim.report.io import BLOCKED_FILE, write_json_atomic
 
-    with OutputSet() as outs:  # the point's folder is whole or absent
-        stage = outs.folder(rp.parent)
+    with OutputSet() as outs:  # the point's folder is whole or absent, an old list gone
+        stage = outs.folder(rp.parent, (BLOCKED_FILE,))
         write_json_atomic(stage / rp.name, report)
         write_json_atomic(stage / "point.json", {"digest": pt.digest, "values": pt.values})
         outs.commit()

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from npusim.cli.common import EXIT_FAIL, EXIT_OK, err, workers
 from npusim.errors import InputError
-
-RUN_FILES = ("report.json", "report.md", "trace.json", "blocked.txt")
+from npusim.report.io import RUN_FILES
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -83,11 +82,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     out_dir = _out_dir(args.out, scenario.name)
     tensors = _tensors_dir(args.tensors)
     harness_csv = _harness_csv(args.harness_csv, scenario)
+    _writable(out_dir, tensors, harness_csv, scenario)
     n_workers = _run_workers(args, scenario)
     if n_workers is None:
         return EXIT_FAIL
     watch = None if args.quiet else RunProgress(len(scenario.workload.ops))
-    with blocked_list_in(out_dir), watching(watch):
+    with blocked_list_in(out_dir, RUN_FILES), watching(watch):
         done = api.run(
             scenario,
             trace=bool(args.trace),
@@ -128,6 +128,32 @@ def _run_workers(args: argparse.Namespace, scenario: object) -> int | None:
     return n
 
 
+def _writable(out_dir: Path, tensors: Path | None, harness_csv: Path | None,
+              scenario: object) -> None:
+    """Before the run: no output may take another's path (InputError), and each output's
+    folder must take files (OSError naming it)."""
+    from npusim.outputs import check_writable, refuse_shared
+    from npusim.report.harness_csv import csv_paths
+    from npusim.report.io import run_claims
+
+    csvs = csv_paths(harness_csv, _profiled_ops(scenario)) if harness_csv is not None else []
+    ops = scenario.workload.ops  # type: ignore[attr-defined]
+    refuse_shared(run_claims(out_dir, tensors, csvs, ops,
+                             ("--out", "--tensors", "--harness-csv")))
+    check_writable(out_dir, folder=True)
+    if tensors is not None:
+        check_writable(tensors, folder=True)
+    if harness_csv is not None:
+        check_writable(harness_csv, folder=False)
+
+
+def _profiled_ops(scenario: object) -> list[str]:
+    """The kernels of the scenario's op that record harness frames (Kernel.profiles)."""
+    w = scenario.workload  # type: ignore[attr-defined]
+    fam = w.family
+    return [k.name for k in (fam.kernels_of(w.op) if fam is not None else ()) if k.profiles]
+
+
 def _harness_csv(arg: str | None, scenario: object) -> Path | None:
     """--harness-csv FILE: a file path whose folder exists, for a family that profiles
     its kernels' frames (Kernel.profiles), checked before the run."""
@@ -139,14 +165,12 @@ def _harness_csv(arg: str | None, scenario: object) -> Path | None:
     p = output_file(arg, "--harness-csv")
     if not p.parent.is_dir():
         raise InputError("command line", "--harness-csv", f"folder {p.parent} does not exist")
-    w = scenario.workload  # type: ignore[attr-defined]
-    fam = w.family
-    ops = [k.name for k in (fam.kernels_of(w.op) if fam is not None else ()) if k.profiles]
+    ops = _profiled_ops(scenario)
     if not ops:
         raise InputError(
             "command line",
             "--harness-csv",
-            f"kernel family {w.kernel!r} "
+            f"kernel family {scenario.workload.kernel!r} "  # type: ignore[attr-defined]
             "records no harness frames; allowed with shmem_classic (the SHMEM "
             "examples' --perf CSV)",
         )

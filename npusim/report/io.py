@@ -17,20 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import BlockedError
-from npusim.outputs import refuse_special
-
-
-def _umask_mode() -> int:
-    """The mode a plain open() would give a new file (tempfile uses 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
+from npusim.outputs import OutputSet, new_mode, note_placed, refuse_special
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Write data to path via a temp file in the same folder; returns the path."""
+    """Write data to path via a temp file in the same folder; returns the path. An
+    OSError names path, not the temp file."""
     target = Path(path)
     refuse_special(target)
+    try:
+        _write_via_temp(target, data)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
+    note_placed(target)
+    return target
+
+
+def _write_via_temp(target: Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
@@ -38,7 +41,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _umask_mode())
+        os.chmod(tmp, new_mode(0o666))
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -46,7 +49,6 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
         except FileNotFoundError:
             pass
         raise
-    return target
 
 
 def write_text_atomic(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
@@ -99,16 +101,29 @@ def write_json_atomic(path: str | Path, obj: Any, *, sort_keys: bool = False,
 
 
 BLOCKED_FILE = "blocked.txt"
+RUN_FILES = ("report.json", "report.md", "trace.json", BLOCKED_FILE)  # a run's, in DIR
 
 
 @contextmanager
-def blocked_list_in(folder: Path) -> Iterator[None]:
+def blocked_list_in(folder: Path, owns: tuple[str, ...] = (BLOCKED_FILE,)) -> Iterator[None]:
     """A deadlock or time limit inside the block leaves its full list of unfinished cores
-    in folder/blocked.txt, named by the error's message; a run that ends well removes
-    one left by an earlier run."""
+    in folder/blocked.txt, named by the error's message; it replaces the files of `owns`
+    an earlier run left there (a commit of the folder's outputs removes an old list)."""
     try:
         yield
     except BlockedError as exc:
-        exc.written = str(write_text_atomic(folder / BLOCKED_FILE, exc.listing()))
+        with OutputSet() as outs:
+            write_text_atomic(outs.folder(folder, owns) / BLOCKED_FILE, exc.listing())
+            outs.commit()
+        exc.written = str(folder / BLOCKED_FILE)
         raise
-    (folder / BLOCKED_FILE).unlink(missing_ok=True)
+
+
+def run_claims(out: Path, tensors: Path | None, csv_files: list[Path], ops: tuple[str, ...],
+               options: tuple[str, str, str]) -> list[tuple[str, Path]]:
+    """The paths a run's outputs take (npusim.outputs.refuse_shared): its files in out,
+    each op's folder of tensors and the harness CSV files; options names the three."""
+    claims = [(options[0], out / name) for name in RUN_FILES]
+    if tensors is not None:
+        claims += [(options[1], tensors / op) for op in dict.fromkeys(ops)]
+    return claims + [(options[2], p) for p in csv_files]

@@ -160,9 +160,9 @@ def test_ctrl_c_held_off_while_the_outputs_are_renamed(tmp_path, capsys, monkeyp
 
     real = outputs._place
 
-    def place(staged, dest):
+    def place(staged, undo):
         signal.raise_signal(signal.SIGINT)
-        real(staged, dest)
+        real(staged, undo)
 
     monkeypatch.setattr(outputs, "_place", place)
     sc = _scenario(tmp_path)
