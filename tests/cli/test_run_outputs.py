@@ -175,3 +175,41 @@ def test_new_output_folders_and_files_have_the_umasks_mode(tmp_path, capsys, uma
     for p in made:
         mode = stat.S_IMODE(os.stat(p).st_mode)
         assert mode == (0o777 if p.is_dir() else 0o666) & ~umask, (p, oct(mode))
+
+
+def _interrupting(monkeypatch: pytest.MonkeyPatch, after: int) -> None:
+    """npusim.sim.simulate as Ctrl-C: after `after` simulations that run."""
+    from npusim import sim
+
+    real, calls = sim.simulate, [0]
+
+    def simulate(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > after:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "simulate", simulate)
+
+
+def test_ctrl_c_during_the_simulation_says_nothing_was_written(tmp_path, capsys,
+                                                                monkeypatch):
+    _interrupting(monkeypatch, 0)
+    sc = _scenario(tmp_path)
+    err = _one_line(capsys, ["run", str(sc), "--out", str(tmp_path / "o"), "--quiet",
+                             "--workers", "1"], 130)
+    assert err == "npusim: interrupted; nothing written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.yaml"]
+
+
+def test_ctrl_c_in_check_says_which_baselines_it_wrote(tmp_path, capsys, monkeypatch):
+    first = _scenario(tmp_path)
+    second = tmp_path / "second.yaml"
+    second.write_text(first.read_text().replace("name: small", "name: second"))
+    _interrupting(monkeypatch, 1)
+    base = tmp_path / "base"
+    assert main(["check", "--update", "--baselines", str(base), "--scenarios", str(first),
+                 str(second)]) == 130
+    err = capsys.readouterr().err
+    assert err == f"npusim: interrupted; outputs complete: {base}/small.json\n"
+    assert _files(base) == ["small.json"]
