@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.errors import InputError, KernelError
+from npusim.errors import KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
@@ -256,12 +256,9 @@ class SparseRegion(DenseRegion):
 
     def __init__(self, name: str, rank: int, nbytes: int) -> None:
         # zero-filled, paged in on first touch, in small pages (a write far into the
-        # window does not fault in a 2 MiB huge page)
-        try:
-            buf = paged_zeros(nbytes, f"rank {rank}'s window")
-        except MemoryError as exc:
-            raise InputError("hardware", "window.bytes", f"{exc} on this machine; use a "
-                             "smaller window (the presets use 1 GiB)") from None
+        # window does not fault in a 2 MiB huge page). A window this machine cannot map
+        # is out of memory (MemoryError): its size is within what window.bytes allows.
+        buf = paged_zeros(nbytes, f"rank {rank}'s window")
         super().__init__(name, rank, buf)
         self._written = page_marks(nbytes, f"rank {rank}'s window")
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names

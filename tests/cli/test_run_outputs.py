@@ -213,3 +213,24 @@ def test_ctrl_c_in_check_says_which_baselines_it_wrote(tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert err == f"npusim: interrupted; outputs complete: {base}/small.json\n"
     assert _files(base) == ["small.json"]
+
+
+def test_a_window_this_machine_cannot_map_is_out_of_memory(tmp_path, capsys, monkeypatch):
+    import mmap
+
+    from npusim.hw.config import load_hardware
+
+    real, window = mmap.mmap, load_hardware("ascend950").window.bytes
+
+    def refuse(fileno, nbytes, *args, **kwargs):
+        if nbytes == window:
+            raise OSError(12, "Cannot allocate memory")
+        return real(fileno, nbytes, *args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    sc = _scenario(tmp_path)
+    err = _one_line(capsys, ["run", str(sc), "--out", str(tmp_path / "o"), "--quiet",
+                             "--workers", "1"], 1)
+    assert err.startswith(f"npusim: error: out of memory: cannot map {window} B for rank 0's "
+                          "window")
+    assert not (tmp_path / "o").exists()
