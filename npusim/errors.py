@@ -73,7 +73,8 @@ class KernelError(NpusimError):
 
 
 class BlockedError(NpusimError):
-    """The run stopped with cores unfinished (a deadlock or the simulated-time limit).
+    """The run stopped with cores unfinished (a deadlock, the simulated-time or the
+    wall-clock limit).
 
     The message is a summary that stays short at any scale (cores grouped by what they wait
     for, one example each); `blocked` holds one line per unfinished core, which the CLI
@@ -101,6 +102,10 @@ class DeadlockError(BlockedError):
 
 class SimTimeLimitError(BlockedError):
     """The run passed its simulated-time limit."""
+
+
+class WallClockLimitError(BlockedError):
+    """The run passed its wall-clock limit (run.wall_time_limit_s)."""
 
 
 def _cut(text: str, limit: int) -> str:

@@ -17,7 +17,14 @@ from typing import Any
 
 from npusim import progress
 from npusim.engine.env import collector_paused
-from npusim.errors import BlockedError, DeadlockError, KernelError, NpusimError, SimTimeLimitError
+from npusim.errors import (
+    BlockedError,
+    DeadlockError,
+    KernelError,
+    NpusimError,
+    SimTimeLimitError,
+    WallClockLimitError,
+)
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Barrier, Machine
 from npusim.runtime.blocked import Unfinished, summarise
@@ -86,8 +93,10 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
             stopped = env.advance(done, limit_at, every, report)
         if stopped == "done" and not done.ok:  # a core's program failed
             raise done.value
-    except WallClockLimit as exc:
-        raise clock.error(running.get(clock.process), exc) from exc
+    except WallClockLimit as exc:  # which core ran, then every unfinished one
+        raise _stopped(WallClockLimitError, contexts, procs,
+                       str(clock.error(running.get(clock.process), exc)),
+                       "still running") from exc
     except PastTimeLimit as exc:  # a core that never yielded: the run stops at the limit
         raise _stopped(SimTimeLimitError, contexts, procs,
                        f"simulated-time limit of {time_limit_ns / 1000:.1f} us reached ({exc})",
@@ -173,15 +182,16 @@ def _stopped(kind: type[BlockedError], contexts: list[list[KernelContext]], proc
              head: str, state: str) -> BlockedError:
     """The error for a run stopped with cores unfinished: a short summary, and one line
     per unfinished core for blocked.txt (one stopped in a charge past the limit: with
-    where its program was)."""
+    where its program was; the one the wall-clock limit stopped too)."""
     flat = [ctx for row in contexts for ctx in row]
     left, lines = [], []
     for ctx, proc in zip(flat, procs, strict=True):
         past = proc._value if not proc.is_alive and not proc._ok else None
-        if proc.is_alive or isinstance(past, PastTimeLimit):
+        if proc.is_alive or isinstance(past, PastTimeLimit | WallClockLimit):
             u = Unfinished.of(ctx)
             left.append(u)
-            lines.append(u.line + (f"; {past}{past.where}" if past is not None else ""))
+            lines.append(u.line + (f"; {past}{past.where}"
+                                   if isinstance(past, PastTimeLimit) else ""))
     ranks = len({u.rank for u in left})
     summary = (f"{head}; {len(left)} of {len(flat)} cores {state} on "
                f"{ranks} of {len(contexts)} ranks: {summarise(left)}")

@@ -111,12 +111,22 @@ def test_a_loop_charging_its_own_clock_stops_at_the_simulated_time_limit(tmp_pat
 
 
 def test_a_loop_that_charges_nothing_stops_at_the_wall_clock_limit(tmp_path, capsys):
+    """The limit names the core that ran, and lists every unfinished core in
+    DIR/blocked.txt as a deadlock does: here all of them, each waiting in ctx.sync()."""
+    from npusim.hw.config import load_hardware
+
     code, err, where = _run(tmp_path, capsys, "while True: pass",
                             "--set", "run.wall_time_limit_s=0.5")
     assert code == 3 and err.count("\n") == 1, err
-    assert err.startswith("npusim: kernel error: rank 1, core 2, step 'send': wall-clock "
-                          "limit of 0.5 s (run.wall_time_limit_s) reached")
-    assert where in err
+    assert err.startswith("npusim: rank 1, core 2, step 'send': wall-clock limit of 0.5 s "
+                          "(run.wall_time_limit_s) reached")
+    listed = tmp_path / "o" / "blocked.txt"
+    assert where in err and err.endswith(f"; every unfinished core: {listed}\n")
+    assert sorted(p.name for p in listed.parent.iterdir()) == ["blocked.txt"]
+    cores = load_hardware("ascend950").chip.aiv_cores
+    lines = listed.read_text().splitlines()[1:]
+    assert sorted(line.split(" in step")[0] for line in lines) == sorted(
+        f"rank {r} core {c}" for r in range(2) for c in range(cores))
 
 
 @pytest.mark.parametrize("value", [0, -1, ".nan", ".inf", "soon"])
