@@ -234,3 +234,18 @@ def test_a_window_this_machine_cannot_map_is_out_of_memory(tmp_path, capsys, mon
     assert err.startswith(f"npusim: error: out of memory: cannot map {window} B for rank 0's "
                           "window")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_write_that_fails_names_the_destination_not_the_staging_file(tmp_path, capsys,
+                                                                        monkeypatch):
+    """A full disk while report.json is staged: the line names DIR/report.json as given,
+    and no temporary file stays."""
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    sc = _scenario(tmp_path)
+    err = _one_line(capsys, ["run", str(sc), "--out", str(tmp_path / "o"), "--quiet"], 1)
+    assert err == (f"npusim: error: cannot write or read {tmp_path}/o/report.json: No space "
+                   "left on device\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.yaml"]
