@@ -175,8 +175,8 @@ class Run:
         tensor_dir = output_folder(tensors, "tensors", (), "api") if tensors is not None else None
         csv = output_file(harness_csv, "harness_csv", "api") if harness_csv is not None else None
         csv_files = harness_files(csv, self.report) if csv is not None else []
-        refuse_shared(run_claims(folder, tensor_dir, [p for p, _ in csv_files],
-                                 tuple(o.op for o in self.result.ops),
+        ops = tuple(o.op for o in self.result.ops)
+        refuse_shared(run_claims(folder, tensor_dir, [p for p, _ in csv_files], ops,
                                  ("out", "tensors", "harness_csv")), "api")
         written: list[tuple[str, Path, str]] = []
         with OutputSet() as outs:
@@ -193,7 +193,7 @@ class Run:
             if tensor_dir is not None:
                 from npusim.report.tensors import write_tensors
 
-                files = write_tensors(outs.folder(tensor_dir), self.result)
+                files = write_tensors(outs.folder(tensor_dir, ops), self.result)  # per op
                 written.append(("tensors", tensor_dir, f"({len(files)} .npy files: "
                                 "<op>/rank_<r>/in|out/<name>.npy)"))
             for p, text in csv_files:

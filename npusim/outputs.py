@@ -201,7 +201,7 @@ KEPT = ".kept"  # in a staging folder: the files a commit replaced, until it has
 class Staged(NamedTuple):
     """One staged output: its temporary folder, where it goes (an output folder, or the
     folder of an output file), the file's name (None: the folder's contents) and the
-    files of the folder it replaces as a set (removed where this output has none)."""
+    files and folders of dest it replaces (OutputSet.folder)."""
 
     tmp: Path
     dest: Path
@@ -220,14 +220,27 @@ def _place(s: Staged, undo: Undo) -> None:
         undo.append(partial(os.rename, s.dest, s.tmp))
         return
     if s.name is not None:
-        moves: list[tuple[Path | None, Path]] = [(s.tmp / s.name, s.dest / s.name)]
+        moves = [(s.tmp / s.name, s.dest / s.name)]
     else:
         moves = [(Path(root) / n, s.dest / Path(root).relative_to(s.tmp) / n)
                  for root, _dirs, names in os.walk(s.tmp) for n in names]
-        moves += [(None, s.dest / n) for n in s.owns if not os.path.lexists(s.tmp / n)]
+        staged = {target for _new, target in moves}
+        for n in s.owns:
+            _retire(s.dest / n, s.tmp / KEPT / n, staged, undo)
     for new, target in moves:
         _make_folders(target.parent, undo)
         _swap(new, target, s.tmp / KEPT / target.relative_to(s.dest), undo)
+
+
+def _retire(old: Path, keep: Path, staged: set[Path], undo: Undo) -> None:
+    """Take away an earlier command's output that this one replaces (kept at keep until
+    the commit ends): a folder wholly, a file unless this output has it too."""
+    if os.path.isdir(old) and not os.path.islink(old):
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(old, keep)
+        undo.append(partial(os.rename, keep, old))
+    elif os.path.lexists(old) and old not in staged:
+        _swap(None, old, keep, undo)
 
 
 def _make_folders(folder: Path, undo: Undo) -> None:
@@ -279,9 +292,9 @@ class OutputSet:
         self.placed: list[Path] = []
 
     def folder(self, dest: Path, owns: tuple[str, ...] = ()) -> Path:
-        """The temporary folder to fill for the output folder dest; the files named in
-        owns are this output's: one left there by an earlier command and not staged now
-        is removed by the commit."""
+        """The temporary folder to fill for the output folder dest. The names in owns
+        are this output's: the commit replaces such a folder of dest wholly, and removes
+        such a file that an earlier command left and this one does not write."""
         return self._stage(dest, None, owns)
 
     def file(self, dest: Path) -> Path:

@@ -249,3 +249,20 @@ def test_a_write_that_fails_names_the_destination_not_the_staging_file(tmp_path,
     assert err == (f"npusim: error: cannot write or read {tmp_path}/o/report.json: No space "
                    "left on device\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.yaml"]
+
+
+def test_tensors_replace_each_ops_folder_wholly(tmp_path, capsys):
+    """A W 4 run's tensors, then a W 2 run's into the same folder: ranks 2 and 3 of the
+    earlier run do not stay beside the new ones; a file of the user's does."""
+    sc = _scenario(tmp_path)
+    doc = yaml.safe_load(sc.read_text())
+    doc["workload"]["timing_only"] = False
+    sc.write_text(yaml.safe_dump(doc))
+    tensors = tmp_path / "t"
+    argv = ["run", str(sc), "--out", str(tmp_path / "o"), "--tensors", str(tensors),
+            "--quiet", "--workers", "1"]
+    assert main([*argv, "--set", "workload.ep_world_size=4"]) == 0
+    (tensors / "notes.txt").write_text("mine\n")
+    assert main(argv) == 0
+    assert sorted(p.name for p in (tensors / "dispatch").iterdir()) == ["rank_0", "rank_1"]
+    assert (tensors / "notes.txt").read_text() == "mine\n"
