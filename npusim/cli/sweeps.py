@@ -51,7 +51,7 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from npusim.outputs import output_folder
+    from npusim.outputs import check_writable, output_folder
     from npusim.shipped import resolve
     from npusim.sweep import MAX_POINTS, run_sweep
 
@@ -62,6 +62,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         "--out",
         ("results.csv",),
     )
+    check_writable(out, folder=True)  # before any point runs
     csv_path = run_sweep(
         path,
         out,

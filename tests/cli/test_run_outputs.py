@@ -142,20 +142,44 @@ def test_an_unwritable_output_folder_fails_before_the_simulation(tmp_path, capsy
         raise AssertionError("the run simulated before finding its folder unwritable")
 
     monkeypatch.setattr(sim, "simulate", simulate)
-    real = os.open
-    locked = tmp_path / "locked"
-    locked.mkdir()
-
-    def open_(path, flags, *args, **kwargs):  # a folder that takes no new file
-        if flags & os.O_CREAT and Path(os.fsdecode(path)).parent == locked:
-            raise PermissionError(13, "Permission denied", os.fsdecode(path))
-        return real(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", open_)
+    locked = _locked(monkeypatch, tmp_path / "locked")
     sc = _scenario(tmp_path)
     err = _one_line(capsys, ["run", str(sc), "--out", str(locked / "o"), "--quiet"], 1)
     assert err == f"npusim: error: cannot write or read {locked}/o: Permission denied\n"
     assert list(locked.iterdir()) == []
+
+
+def _locked(monkeypatch: pytest.MonkeyPatch, folder: Path) -> Path:
+    """folder, made, as a folder that takes no new file (tests run as root, for whom a
+    folder's mode refuses nothing)."""
+    real = os.open
+    folder.mkdir()
+
+    def open_(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and Path(os.fsdecode(path)).parent == folder:
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    return folder
+
+
+def test_an_unwritable_sweep_folder_fails_before_any_point_runs(tmp_path, capsys,
+                                                                 monkeypatch):
+    from npusim import sweep
+
+    def run_points(*args, **kwargs):
+        raise AssertionError("a point ran before the folder was found unwritable")
+
+    monkeypatch.setattr(sweep, "run_points", run_points)
+    _scenario(tmp_path)
+    sw = tmp_path / "sw.yaml"
+    sw.write_text(yaml.safe_dump({"name": "sw", "base": "small.yaml",
+                                  "axes": {"workload.bs": [1, 2]}}))
+    out = _locked(monkeypatch, tmp_path / "o")
+    err = _one_line(capsys, ["sweep", str(sw), "--out", str(out), "--quiet"], 1)
+    assert err == f"npusim: error: cannot write or read {out}: Permission denied\n"
+    assert list(out.iterdir()) == []
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
