@@ -167,6 +167,20 @@ def _case_dir(
 
 
 
+def scenario_name(src: str, key: str, raw: Any) -> str:
+    """The scenario's name, which outputs use as a folder name (out/<name>, a sweep's or
+    advice's points): a plain file name, never a path that leads elsewhere."""
+    name = string(src, key, raw)
+    if not _NAME_RE.match(name) or len(name) > 128:
+        raise InputError(
+            src,
+            key,
+            f"{show(name)} is not usable as a folder name; allowed: letters, digits, "
+            "'_', '-', '.' (not starting with '.' or '-'), at most 128 characters",
+        )
+    return name
+
+
 def load_scenario(path: str | Path, case_dir_override: str | Path | None = None,
                   import_kernels: bool = True) -> Scenario:
     """Read and validate a scenario file; raises InputError naming file and dotted key.
@@ -183,14 +197,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     `src` names it in errors and relative paths resolve against `base`."""
     section(src, "", doc, TOP_KEYS, ("name", "workload"))
 
-    name = string(src, "name", doc["name"])
-    if not _NAME_RE.match(name) or len(name) > 128:
-        raise InputError(
-            src,
-            "name",
-            f"{show(name)} is not usable as a folder name; allowed: letters, digits, "
-            "'_', '-', '.' (not starting with '.' or '-'), at most 128 characters",
-        )
+    name = scenario_name(src, "name", doc["name"])
     description = doc.get("description")
     description = (
         "" if description is None else string(src, "description", description, empty_ok=True)
