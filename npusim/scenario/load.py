@@ -12,7 +12,7 @@ from typing import Any
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
-from npusim.paths import user_path
+from npusim.paths import resolved, user_path
 from npusim.scenario.checks import check_cores, check_topology, misfit
 from npusim.scenario.schema import dotted, number, section, show, string
 from npusim.scenario.workload import Workload, routing_file, workload_of
@@ -156,14 +156,14 @@ def _case_dir(
         o = str(override)
         if not o or "\x00" in o:
             raise InputError("command line", "--case-dir", "must be a directory path")
-        return user_path(o).resolve(), "command line", "--case-dir"
+        return resolved(user_path(o), "command line", "--case-dir"), "command line", "--case-dir"
     doc = section(src, "data", raw, ("case_dir",))
     value = doc.get("case_dir")
     if value is None:
         return None, src, "data.case_dir"
     value = string(src, "data.case_dir", value)
     p = user_path(value)
-    return (p if p.is_absolute() else base / p).resolve(), src, "data.case_dir"
+    return resolved(p if p.is_absolute() else base / p, src, "data.case_dir"), src, "data.case_dir"
 
 
 
