@@ -31,6 +31,7 @@ from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.kernels import registry
 from npusim.kernels.family import QUANTS, Family
+from npusim.paths import resolved
 
 UNCALIBRATED_TIE = 0.10  # the calibration tables' acceptance bound: no finer claim holds
 # the shape keys an advice reads of a scenario's workload; the family and its options
@@ -91,7 +92,8 @@ def _families(refs: Sequence[str]) -> list[tuple[str, Family]]:
                                  f"unknown family {ref!r}; {allowed}")
             out.append((ref, registry.get(ref)))
             continue
-        kernel = str(Path(ref).resolve()) if registry.is_file_ref(ref) else ref
+        kernel = (str(resolved(Path(ref), "command line", "--family"))
+                  if registry.is_file_ref(ref) else ref)
         try:
             fam = registry.get(kernel, Path.cwd())
         except registry.FamilyError as exc:

@@ -93,6 +93,7 @@ def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path
     from npusim import advise
     from npusim.dotted import parse_sets, set_dotted
     from npusim.scenario import read_scenario_file
+    from npusim.scenario.load import scenario_name
     from npusim.shipped import resolve
 
     if arg is None:
@@ -101,7 +102,8 @@ def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path
         doc, src, base = read_scenario_file(resolve(arg))
     shape = advise.shape_doc(doc)
     shape_keys = tuple(f"workload.{k}" for k in advise.SHAPE_KEYS)
-    for key, value in parse_sets(items):
+    sets = parse_sets(items)
+    for key, value in sets:
         if not (
             key in SET_PREFIXES
             or key.startswith(SET_PREFIXES[2:])
@@ -120,6 +122,10 @@ def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path
             set_dotted(shape, key, value)
         except ValueError:
             raise InputError("command line", f"--set {key}", "names no scenario key") from None
+    named_here = any(key == "name" for key, _ in sets)
+    # the name is the default --out folder: a plain name, as `run` and `sweep` require
+    scenario_name(*(("command line", "--set name") if named_here else (src, "name")),
+                  shape.get("name"))
     return shape, src, base
 
 

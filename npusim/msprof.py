@@ -149,16 +149,21 @@ def read_measurements(summary: Path, mapping: Path) -> list[Any]:
     from npusim.calibrate import Measurement, timed_ops
     from npusim.kernels import registry
     from npusim.scenario import load_scenario, read_scenario_file
+    from npusim.scenario.workload import anchored
 
     launches = read_op_summary(summary)
     rows = []
     for e in read_mapping(mapping):
         src, where = str(mapping), e["where"]
         path = _scenario_path(e, mapping.resolve().parent)
-        sc = load_scenario(path)  # checked whole; the row takes its workload as written
-        w = dict(read_scenario_file(path)[0]["workload"])
+        sc = load_scenario(path)  # checked whole; the row takes its workload as written,
+        doc, _, folder = read_scenario_file(path)  # its files found where `run` finds them
+        w = anchored(doc["workload"], folder)
         run = sc.workload.op
-        fam = registry.get(w.get("kernel", registry.DEFAULT))
+        try:
+            fam = registry.get(w.get("kernel", registry.DEFAULT))
+        except registry.FamilyError as exc:
+            raise InputError(src, f"{where}.scenario", f"{path}: {exc}") from None
         runs = fam.runs_of(w)
         op = e["op"] or runs[run][0]
         if op not in runs[run] or op not in timed_ops(fam, w):

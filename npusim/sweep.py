@@ -40,6 +40,7 @@ from typing import Any
 
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
+from npusim.paths import resolved
 from npusim.report.io import blocked_list_in
 
 SWEEP_KEYS = ("name", "description", "base", "axes")
@@ -162,7 +163,7 @@ def load_sweep(
     src = str(p)
     doc = _read_sweep(p)
     name, axes = doc["name"], doc["axes"]
-    base_path = (p.parent / str(doc["base"])).resolve()
+    base_path = resolved(p.parent / str(doc["base"]), src, "base")
     if not base_path.is_file():
         raise InputError(src, "base", f"scenario file {base_path} not found")
     base = read_yaml_mapping(base_path)

@@ -18,7 +18,15 @@ report (the fit report).
 """
 
 from npusim.calibrate.comparison import Comparison, compare, log_residuals
-from npusim.calibrate.fitting import FitResult, FreeParameter, expand, fit, parse_param, pinned_by
+from npusim.calibrate.fitting import (
+    FitResult,
+    FreeParameter,
+    check_params,
+    expand,
+    fit,
+    parse_param,
+    pinned_by,
+)
 from npusim.calibrate.loo import leave_one_out, leave_one_out_linear
 from npusim.calibrate.preset import current_values, fit_provenance, rewrite_preset
 from npusim.calibrate.simulate import row_doc, simulate_row, simulate_table
@@ -38,6 +46,7 @@ __all__ = [
     "FitResult",
     "FreeParameter",
     "Measurement",
+    "check_params",
     "compare",
     "current_values",
     "default_table",

@@ -35,9 +35,35 @@ def parse_param(spec: str) -> FreeParameter:
         raise InputError(
             "command line", "--param", f"{spec!r}: expected KEY[,KEY...]=LOW:HIGH"
         ) from None
-    if not 0 < lo < hi:
-        raise InputError("command line", "--param", f"{spec!r}: need 0 < LOW < HIGH")
+    if not (math.isfinite(hi) and 0 < lo < hi):  # nan fails every comparison
+        raise InputError("command line", "--param", f"{spec!r}: allowed: finite bounds "
+                         "0 < LOW < HIGH")
     return FreeParameter(tuple(k.strip() for k in keys.split(",")), lo, hi)
+
+
+ALLOWED_KEY = "allowed: a preset key holding a real number, in one --param, LOW:HIGH in its range"
+
+
+def check_params(params: list[FreeParameter], hardware: str) -> None:
+    """Before the fit: every key once, and the preset loads with it at both bounds and
+    between them (a whole-number key such as a core count cannot move continuously), so
+    that no bad key surfaces mid-fit as an error of the table's rows."""
+    from npusim.hw.config import load_hardware
+
+    seen: set[str] = set()
+    for p in params:
+        for key in p.keys:
+            if key in seen:
+                raise InputError("command line", f"--param {key}", f"given twice; {ALLOWED_KEY}")
+            seen.add(key)
+            for value in (p.low, p.high, math.nextafter(p.high, p.low)):
+                try:
+                    load_hardware(hardware, {key: value}, override_source="--param")
+                except InputError as exc:
+                    why = ("holds a whole number, which a fit cannot move continuously"
+                           if value not in (p.low, p.high) else exc.message)
+                    raise InputError("command line", f"--param {key}",
+                                     f"{why}; {ALLOWED_KEY}") from None
 
 
 @dataclass

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from npusim.cli.common import EXIT_OK, workers
+from npusim.cli.common import EXIT_OK, count, workers
 from npusim.cli.tables import add_table_options, table_args
 from npusim.errors import InputError
 
@@ -30,8 +30,7 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     cal.add_argument("--report", metavar="FIT.json", help="fit report (default beside --out)")
     cal.add_argument(
         "--max-evals",
-        type=int,
-        default=200,
+        default="200",
         help="trial points of the fit (scipy's max_nfev); each accepted point "
         "also simulates the table once per parameter for its Jacobian",
     )
@@ -66,6 +65,7 @@ class _Job:
     """A calibration's inputs, every one checked before the first simulation."""
 
     params: list[FreeParameter]
+    max_evals: int
     workers: int | None
     hardware: str
     table: Path
@@ -78,15 +78,17 @@ class _Job:
 
 
 def _job(args: argparse.Namespace) -> _Job:
-    from npusim.calibrate import current_values, parse_param
+    from npusim.calibrate import check_params, current_values, parse_param
     from npusim.hw.config import read_yaml_mapping, resolve_preset
     from npusim.outputs import output_file
 
     if not args.param:
         raise InputError("command line", "--param", "name at least one KEY=LOW:HIGH to fit")
     params = [parse_param(p) for p in args.param]
+    max_evals = count(str(args.max_evals), "--max-evals")
     n_workers = workers(args.workers)
     hardware, table, rows = table_args(args)
+    check_params(params, hardware)
     rows, held = _hold_out(rows, args.hold_out or [])
     hw_path = resolve_preset(hardware)
     start = current_values(read_yaml_mapping(hw_path), params)
@@ -96,7 +98,8 @@ def _job(args: argparse.Namespace) -> _Job:
         if args.report is not None
         else output_file(out.with_suffix(".fit.json"), "--out")
     )
-    return _Job(params, n_workers, hardware, table, rows, held, hw_path, start, out, report_path)
+    return _Job(params, max_evals, n_workers, hardware, table, rows, held, hw_path, start, out,
+                report_path)
 
 
 def _hold_out(rows: list, patterns: list[str]) -> tuple[list, list]:
@@ -132,7 +135,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         job.params,
         job.start,
         str(job.table),
-        max_evals=args.max_evals,
+        max_evals=job.max_evals,
         workers=job.workers,
         progress=None if args.quiet else _evaluation_line(job.rows),
     )
@@ -213,14 +216,15 @@ def _write(job: _Job, result: FitResult, report: dict[str, Any]) -> None:
     from npusim.calibrate import fit_provenance, rewrite_preset
     from npusim.hw.config import load_hardware
     from npusim.outputs import OutputSet
-    from npusim.report.io import write_json_atomic, write_text_atomic
+    from npusim.report.io import dumps_json, write_text_atomic
 
     provenance = fit_provenance(
         job.params, str(job.table), str(job.report_path), date.today().isoformat()
     )
     text = rewrite_preset(job.hw_path.read_text(), result.overrides(), provenance)
+    report_text = dumps_json(report)  # both texts whole before any folder is made
     with OutputSet() as outs:  # the fit report and the preset appear together
-        write_json_atomic(outs.file(job.report_path), report)
+        write_text_atomic(outs.file(job.report_path), report_text)
         write_text_atomic(outs.file(job.out), text)
         outs.commit()
     load_hardware(str(job.out))  # the written preset must load

@@ -78,9 +78,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    import json
-
     from npusim.outputs import output_file
+    from npusim.report.compare import read_json
     from npusim.report.plot import plot_report, plot_sweep
 
     src = Path(args.input)
@@ -91,12 +90,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         table = Path(args.published) if args.published else None
         path = plot_sweep(src, args.axis, out, args.group, table)
     else:
-        try:
-            report = json.loads(src.read_text())
-        except ValueError:
-            raise InputError(
-                str(src), None, "not JSON: expected results.csv or report.json"
-            ) from None
+        report = read_json(src)
         if not isinstance(report, dict) or "ops" not in report:
             raise InputError(str(src), None, "not a report.json (no ops)")
         path = plot_report(report, out)

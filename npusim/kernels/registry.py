@@ -21,9 +21,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from npusim.errors import InputError
 from npusim.kernels.family import Family, Kernel, Option
 from npusim.kernels.shape import ShapeLimits
-from npusim.paths import user_path
+from npusim.paths import resolved, user_path
 from npusim.suggest import did_you_mean
 
 BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
@@ -86,9 +87,13 @@ def resolve_file(ref: str, base: Path | None) -> Path:
         p = base / p
     if p.suffix != ".py":
         raise FamilyError(f"{ref}: a kernel file must be a .py file")
-    if not p.is_file():
+    try:
+        real = resolved(p, ref, None)
+    except InputError as exc:
+        raise FamilyError(f"kernel file {exc.message}") from None
+    if not real.is_file():
         raise FamilyError(f"kernel file {p} not found")
-    return p.resolve()
+    return real
 
 
 def from_file(path: Path) -> Family:

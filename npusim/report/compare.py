@@ -27,6 +27,7 @@ from npusim.errors import InputError
 REPORT_SCHEMA = "npusim.report/1"
 BASELINE_SCHEMA = "npusim.baseline/1"
 _EPS = 1e-9  # us; reports are rounded to 1e-4 us, so this only absorbs float noise
+INT_DIGITS = 30  # the longest integer a report holds has 20 digits (int64); str() stops at 4300
 
 
 class UnusableInput(InputError):
@@ -84,12 +85,26 @@ def baseline_of(report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _num(x: Any, source: str, what: str) -> float:
+    """A time of a report: a finite number >= 0 (times count from the op's start)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise UnusableInput(source, f"{what} is not a number")
-    if not math.isfinite(x):
-        raise UnusableInput(source, f"{what} is {x}; allowed: a finite number (a check "
-                            "never passes on non-finite data)")
+        raise UnusableInput(source, f"{what} is {'missing' if x is None else 'not a number'}"
+                            "; allowed: a finite number >= 0")
+    if not math.isfinite(x) or x < 0:
+        raise UnusableInput(source, f"{what} is {x}; allowed: a finite number >= 0 (a check "
+                            "never passes on non-finite or negative times)")
     return float(x)
+
+
+def _span(ph: Any, source: str, what: str) -> tuple[float, float]:
+    """A phase's (start_us, end_us): both times, the end not before the start."""
+    if not isinstance(ph, Mapping):
+        raise UnusableInput(source, f"{what} is not an object")
+    start = _num(ph.get("start_us"), source, f"{what}.start_us")
+    end = _num(ph.get("end_us"), source, f"{what}.end_us")
+    if end < start:
+        raise UnusableInput(source, f"{what} ends at {end} us before it starts at {start} us; "
+                            "allowed: end_us >= start_us")
+    return start, end
 
 
 def profile_of(doc: Any, source: str) -> Profile:
@@ -107,27 +122,36 @@ def profile_of(doc: Any, source: str) -> Profile:
     for i, op in enumerate(ops_doc):
         if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
             raise UnusableInput(source, f"ops[{i}] has no op name")
-        phases = {}
-        for name, ph in (op.get("phases") or {}).items():
-            if not isinstance(ph, Mapping):
-                raise UnusableInput(source, f"ops[{i}].phases.{name} is not an object")
-            phases[str(name)] = (_num(ph.get("start_us"), source, f"ops[{i}].phases.{name}"
-                                      ".start_us"),
-                                 _num(ph.get("end_us"), source, f"ops[{i}].phases.{name}"
-                                      ".end_us"))
-        ops.append(OpProfile(op["op"], _num(op.get("latency_us"), source,
-                                            f"ops[{i}].latency_us"), phases))
+        latency = _num(op.get("latency_us"), source, f"ops[{i}].latency_us")
+        if not isinstance(op.get("phases"), Mapping):
+            raise UnusableInput(source, f"ops[{i}].phases is missing or not an object")
+        phases = {str(name): _span(ph, source, f"ops[{i}].phases.{name}")
+                  for name, ph in op["phases"].items()}
+        ops.append(OpProfile(op["op"], latency, phases))
     if schema == REPORT_SCHEMA:
         sc = doc.get("scenario") if isinstance(doc.get("scenario"), Mapping) else {}
         hw = doc.get("hardware") if isinstance(doc.get("hardware"), Mapping) else {}
-        return Profile(source, schema, sc.get("name"), ops,
-                       scenario_digest(sc) if sc else None, digest(hw) if hw else None)
+        try:
+            digests = (scenario_digest(sc) if sc else None, digest(hw) if hw else None)
+        except (RecursionError, ValueError, TypeError):
+            raise UnusableInput(source, "its scenario or hardware is not an npusim report's "
+                                "(nested too deep, or holds non-finite numbers)") from None
+        return Profile(source, schema, sc.get("name"), ops, *digests)
     return Profile(source, schema, doc.get("scenario"), ops, doc.get("scenario_sha256"),
                    doc.get("hardware_sha256"))
 
 
 def load_profile(path: str | Path) -> Profile:
     """Read a report or baseline file; every failure is an UnusableInput naming it."""
+    return profile_of(read_json(path), str(path))
+
+
+def read_json(path: str | Path) -> Any:
+    """The document of a JSON file npusim wrote (a report, a baseline), read by every
+    command that reads one; a file that is not one is an UnusableInput naming it, never
+    a traceback: a FIFO (not opened), a folder, bad UTF-8, not JSON, an integer too long
+    to be a figure (Python's int() refuses 4300 digits, float() overflows), nesting
+    deeper than Python's parser can follow."""
     p = Path(path)
     if p.exists() and not p.is_dir() and not p.is_file():  # a FIFO would block the read
         raise UnusableInput(str(p), "is a FIFO, device or socket, not a report file")
@@ -138,12 +162,22 @@ def load_profile(path: str | Path) -> Profile:
     except IsADirectoryError:
         raise UnusableInput(str(p), "is a directory, not a report") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UnusableInput(str(p), f"cannot read: {exc}") from None
+        raise UnusableInput(str(p), f"cannot read: {getattr(exc, 'strerror', None) or exc}"
+                            ) from None
     try:
-        doc = json.loads(text)
+        return json.loads(text, parse_int=lambda digits: _integer(digits, str(p)))
     except json.JSONDecodeError as exc:
         raise UnusableInput(str(p), f"not JSON ({exc.msg}, line {exc.lineno})") from None
-    return profile_of(doc, str(p))
+    except RecursionError:
+        raise UnusableInput(str(p), "not a report: its JSON is nested deeper than Python "
+                            "can read") from None
+
+
+def _integer(digits: str, source: str) -> int:
+    if len(digits.lstrip("-")) > INT_DIGITS:
+        raise UnusableInput(source, f"holds an integer of {len(digits.lstrip('-'))} digits; "
+                            f"allowed: at most {INT_DIGITS} (no report figure is longer)")
+    return int(digits)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
-from npusim.paths import user_path
+from npusim.paths import resolved, user_path
 from npusim.scenario.checks import check_cores, check_topology, misfit
 from npusim.scenario.schema import dotted, number, section, show, string
 from npusim.scenario.workload import Workload, routing_file, workload_of
@@ -156,15 +156,29 @@ def _case_dir(
         o = str(override)
         if not o or "\x00" in o:
             raise InputError("command line", "--case-dir", "must be a directory path")
-        return user_path(o).resolve(), "command line", "--case-dir"
+        return resolved(user_path(o), "command line", "--case-dir"), "command line", "--case-dir"
     doc = section(src, "data", raw, ("case_dir",))
     value = doc.get("case_dir")
     if value is None:
         return None, src, "data.case_dir"
     value = string(src, "data.case_dir", value)
     p = user_path(value)
-    return (p if p.is_absolute() else base / p).resolve(), src, "data.case_dir"
+    return resolved(p if p.is_absolute() else base / p, src, "data.case_dir"), src, "data.case_dir"
 
+
+
+def scenario_name(src: str, key: str, raw: Any) -> str:
+    """The scenario's name, which outputs use as a folder name (out/<name>, a sweep's or
+    advice's points): a plain file name, never a path that leads elsewhere."""
+    name = string(src, key, raw)
+    if not _NAME_RE.match(name) or len(name) > 128:
+        raise InputError(
+            src,
+            key,
+            f"{show(name)} is not usable as a folder name; allowed: letters, digits, "
+            "'_', '-', '.' (not starting with '.' or '-'), at most 128 characters",
+        )
+    return name
 
 
 def load_scenario(path: str | Path, case_dir_override: str | Path | None = None,
@@ -183,14 +197,7 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     `src` names it in errors and relative paths resolve against `base`."""
     section(src, "", doc, TOP_KEYS, ("name", "workload"))
 
-    name = string(src, "name", doc["name"])
-    if not _NAME_RE.match(name) or len(name) > 128:
-        raise InputError(
-            src,
-            "name",
-            f"{show(name)} is not usable as a folder name; allowed: letters, digits, "
-            "'_', '-', '.' (not starting with '.' or '-'), at most 128 characters",
-        )
+    name = scenario_name(src, "name", doc["name"])
     description = doc.get("description")
     description = (
         "" if description is None else string(src, "description", description, empty_ok=True)

@@ -209,6 +209,22 @@ def _routing(src: str, raw: Any) -> Routing:
     return Routing(kind=kind, seed=seed, s=s, sigma=sigma, path=path)
 
 
+def anchored(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A workload document with its file references (a kernel .py file, a routing file)
+    made absolute against `base`, the folder of the scenario they are relative to, so
+    that the workload read elsewhere (a measurement row of `--map`) names the same files
+    as `run` of that scenario."""
+    w = dict(raw)
+    ref = w.get("kernel")
+    if isinstance(ref, str) and registry.is_file_ref(ref) and not user_path(ref).is_absolute():
+        w["kernel"] = str(base / user_path(ref))
+    r = w.get("routing")
+    if isinstance(r, dict) and isinstance(r.get("path"), str) and not user_path(
+            r["path"]).is_absolute():
+        w["routing"] = {**r, "path": str(base / user_path(r["path"]))}
+    return w
+
+
 def routing_file(src: str, w: Workload, base: Path) -> Workload:
     """kind file: read and check the ids now (so lint catches a bad file); the workload
     keeps them and the file's SHA-256, which the resolved scenario reports."""

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError
-from npusim.paths import user_path
+from npusim.paths import resolved, user_path
 from npusim.useryaml import load_text
 
 
@@ -34,4 +34,4 @@ def read_scenario_file(path: str | Path) -> tuple[dict[str, Any], str, Path]:
     if not src or "\x00" in src:
         raise InputError(src or "<empty path>", None, "not a valid file path")
     p = user_path(src)
-    return read_yaml(p, src), src, p.resolve().parent
+    return read_yaml(p, src), src, resolved(p, src, None).parent

@@ -232,3 +232,27 @@ def test_the_table_the_plot_and_the_axis(tmp_path, capsys):
     assert text.startswith("advise: ascend950, calibrated (MAPE 3.2%); W 8, BS 8")
     assert "workload.bs = 8" in text and "workload.bs = 64" in text
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name", ["ABS", "../../x", "a/b", ".hidden"])
+def test_a_shape_name_that_is_not_a_plain_file_name_is_refused(name, tmp_path, capsys,
+                                                                monkeypatch):
+    """The name is the default out/advise/<name> folder: `run` and `sweep` refuse a path
+    there, and so does advise, before anything runs or is written."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    name = str(outside) if name == "ABS" else name
+    assert main(["advise", "--set", f"name={name}", "--quiet", "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--set name" in err[0] and "folder name" in err[0], err
+    assert list(work.iterdir()) == [] and not outside.exists()
+
+
+def test_a_shape_files_name_is_checked_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shape.yaml").write_text("name: ../esc\nworkload: {op: dispatch, bs: 8}\n")
+    assert main(["advise", "shape.yaml", "--quiet", "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("npusim: error: shape.yaml: name: "), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shape.yaml"]

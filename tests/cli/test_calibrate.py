@@ -584,3 +584,37 @@ def test_fit_steps_every_parameter_by_two_percent(monkeypatch):
     }
     assert steps == {"a": pytest.approx(0.02, rel=1e-6), "b": pytest.approx(0.02, rel=1e-6)}
     assert result.values["a"] * result.values["b"] == pytest.approx(9000.0, rel=1e-3)
+
+
+@pytest.mark.parametrize(("extra", "names", "says"), [
+    (["--param", "kernel.launch_ns=100:20000", "--max-evals", "0"], "--max-evals",
+     "allowed: a whole number >= 1"),
+    (["--param", "kernel.launch_ns=100:20000", "--max-evals", "-5"], "--max-evals",
+     "allowed: a whole number >= 1"),
+    (["--param", "kernel.launch_ns=100:inf", "--max-evals", "1"], "--param",
+     "allowed: finite bounds 0 < LOW < HIGH"),
+    (["--param", "kernel.launch_ns=nan:100", "--max-evals", "1"], "--param",
+     "allowed: finite bounds 0 < LOW < HIGH"),
+    (["--param", "kernel.launch_ns=100:200", "--param", "kernel.launch_ns=300:400"],
+     "--param kernel.launch_ns", "given twice"),
+    (["--param", "mte.put_gbps,kernel.launch_ns=1:50", "--param", "mte.put_gbps=1:9"],
+     "--param mte.put_gbps", "given twice"),
+    (["--param", "chip.aiv_cores=8:64", "--max-evals", "1"], "--param chip.aiv_cores",
+     "holds a whole number"),
+    (["--param", "kernel.launch_ns=100:20000", "--param", "mte.nope=1:2"], "--param mte.nope",
+     "unknown hardware key"),
+], ids=["evals-0", "evals-negative", "inf", "nan", "twice", "twice-tied", "integer-key",
+        "unknown-key"])
+def test_calibrate_arguments_are_refused_before_the_fit(tmp_path, capsys, extra, names, says):
+    """Each was a scipy traceback, a fit that ended in a traceback and an empty folder,
+    or a failure mid-fit blamed on the table's row; now one line naming the option,
+    before anything is simulated or written."""
+    table = write(tmp_path, SMALL.format(us=12.0))
+    out = tmp_path / "new" / "fit.yaml"
+    code = main(["calibrate", "--table", str(table), *extra, "--workers", "1", "--quiet",
+                 "--out", str(out)])
+    cap = capsys.readouterr()
+    assert code == 2
+    assert cap.err.count("\n") == 1, cap.err
+    assert cap.err.startswith(f"npusim: error: command line: {names}: ") and says in cap.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]

@@ -191,3 +191,39 @@ def test_rows_of_one_run_share_its_simulation_and_read_their_own_op(monkeypatch,
     got = cal.simulate_table(read_table(table), "atlas_a3", {}, "t", workers=1)
     assert got == [1.0, 2.5, 2.5]  # dispatch alone; both combines: the fused run's 2nd op
     assert runs == ["dispatch", "dispatch_combine"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_scenarios_own_files_are_found_beside_it_as_run_finds_them(command, tmp_path,
+                                                                      capsys, monkeypatch):
+    """scenarios/examples/user_kernel.yaml names its kernel file relative to itself, and
+    routing_file.yaml its routing file: a mapping row of each, read from another folder,
+    was a FamilyError traceback. Each row now times what `run` of its scenario times."""
+    import json
+
+    import npusim.api as npu
+
+    examples = ROOT / "scenarios" / "examples"
+    summary = ("Op Name,Task Duration(us)\nToyDispatch,20.0\nFileDispatch,20.0\n")
+    mapping = (f"ops:\n  - {{op_name: ToyDispatch, scenario: {examples / 'user_kernel.yaml'}, "
+               f"op: dispatch}}\n  - {{op_name: FileDispatch, scenario: "
+               f"{examples / 'routing_file.yaml'}, op: dispatch}}\n")
+    s, m = files(tmp_path, summary, mapping)
+    monkeypatch.chdir(tmp_path)
+    if command == "calibrate":
+        assert main(["calibrate", "--table", s.name, "--map", m.name, "--param",
+                     "mte.put_gbps=1:64", "--max-evals", "1", "--out", "fit.yaml", "--quiet",
+                     "--workers", "1"]) == 0
+        report = json.loads((tmp_path / "fit.fit.json").read_text())
+        assert [r["row"] for r in report["rows"]] == ["dispatch_bs8_-", "dispatch_bs8_mxfp8"]
+        return
+    code = main(["validate", "--table", s.name, "--map", m.name, "--json", "--workers", "1"])
+    assert code in (0, 1)
+    got = [r["simulated_us"] for r in json.loads(capsys.readouterr().out)["rows"]]
+    want = [npu.run(str(examples / f), timing_only=True).latency_us("dispatch")
+            for f in ("user_kernel.yaml", "routing_file.yaml")]
+    assert got == pytest.approx(want, abs=1e-3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["op_summary_0_1.csv", "ops.yaml"]

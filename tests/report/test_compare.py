@@ -211,3 +211,43 @@ def test_halved_egress_regresses_the_phase_that_moves_the_bytes(
     # phases that move no bytes over the fabric keep their duration
     unchanged = {(r.op, r.metric) for r in cmp.rows if r.status == "ok"}
     assert ("dispatch", "send_status duration") in unchanged
+
+
+NEG = report(10.0, {"send_data": (0.0, 4.0)})
+NEG["ops"][0]["latency_us"] = -12.7
+BACKWARDS = report(10.0, {"send_data": (4.0, 3.0)})
+NO_PHASES = {**A, "ops": [{"op": "dispatch", "latency_us": 10.0}]}
+LONG_INT = json.dumps(A).replace('"latency_us": 10.0', '"latency_us": ' + "9" * 400)
+DEEP = '{"schema": "npusim.report/1", "ops": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+@pytest.mark.parametrize(("doc", "names"), [
+    (NEG, "ops[0].latency_us is -12.7; allowed: a finite number >= 0"),
+    (report(10.0, {"send_data": (-1.0, 4.0)}), "ops[0].phases.send_data.start_us is -1.0"),
+    (BACKWARDS, "ops[0].phases.send_data ends at 3.0 us before it starts at 4.0 us"),
+    (NO_PHASES, "ops[0].phases is missing"),
+    (LONG_INT, "holds an integer of 400 digits; allowed: at most 30"),
+    (DEEP, "nested deeper than Python can read"),
+], ids=["negative-latency", "negative-start", "end-before-start", "no-phases", "400-digits",
+        "100000-brackets"])
+def test_a_figure_no_run_can_give_is_unusable_on_either_side(tmp_path, capsys, doc, names):
+    """A negative latency once read as "-227% faster", exit 0; a 400-digit integer and deep
+    nesting were OverflowError and RecursionError tracebacks."""
+    good = write(tmp_path, "a.json", A)
+    bad = write(tmp_path, "b.json", doc)
+    before = sorted(tmp_path.iterdir())
+    for argv in (["compare", good, bad], ["compare", bad, good]):
+        assert main(argv) == 2
+        cap = capsys.readouterr()
+        assert cap.out == "" and cap.err.count("\n") == 1, cap.err
+        assert cap.err.startswith(f"npusim: error: {bad}: ") and names in cap.err
+    assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("text", [LONG_INT, DEEP], ids=["400-digits", "100000-brackets"])
+def test_plot_reads_a_report_as_compare_does(tmp_path, capsys, text):
+    bad = write(tmp_path, "b.json", text)
+    assert main(["plot", bad, "--out", str(tmp_path / "p.png")]) == 2
+    cap = capsys.readouterr()
+    assert cap.err.count("\n") == 1 and cap.err.startswith(f"npusim: error: {bad}: "), cap.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
