@@ -8,9 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from npusim.cli.common import EXIT_FAIL, EXIT_OK, err, workers
-from npusim.errors import InputError
-
-RUN_FILES = ("report.json", "report.md", "trace.json", "blocked.txt")
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -65,24 +62,19 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     run.set_defaults(func=cmd_run)
 
 
-def _out_dir(arg: str | None, scenario_name: str) -> Path:
-    from npusim.outputs import output_folder
-
-    return output_folder(Path("out") / scenario_name if arg is None else arg, "--out", RUN_FILES)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from npusim import api
     from npusim.dotted import load_scenario_set
     from npusim.progress import RunProgress, watching
     from npusim.report.io import blocked_list_in
     from npusim.report.summary import format_summary
+    from npusim.runfiles import run_files
     from npusim.shipped import resolve
 
     scenario = load_scenario_set(resolve(args.scenario), args.set, case_dir_override=args.case_dir)
-    out_dir = _out_dir(args.out, scenario.name)
-    tensors = _tensors_dir(args.tensors)
-    harness_csv = _harness_csv(args.harness_csv, scenario)
+    files = run_files(scenario, Path("out") / scenario.name if args.out is None else args.out,
+                      args.tensors, args.harness_csv)
+    out_dir, tensors, harness_csv = files.out, files.tensors, files.harness_csv
     n_workers = _run_workers(args, scenario)
     if n_workers is None:
         return EXIT_FAIL
@@ -126,38 +118,3 @@ def _run_workers(args: argparse.Namespace, scenario: object) -> int | None:
         err(f"npusim: error: {problem}")
         return None
     return n
-
-
-def _harness_csv(arg: str | None, scenario: object) -> Path | None:
-    """--harness-csv FILE: a file path whose folder exists, for a family that profiles
-    its kernels' frames (Kernel.profiles), checked before the run."""
-    if arg is None:
-        return None
-    from npusim.outputs import output_file, refuse_special
-    from npusim.report.harness_csv import csv_paths
-
-    p = output_file(arg, "--harness-csv")
-    if not p.parent.is_dir():
-        raise InputError("command line", "--harness-csv", f"folder {p.parent} does not exist")
-    w = scenario.workload  # type: ignore[attr-defined]
-    fam = w.family
-    ops = [k.name for k in (fam.kernels_of(w.op) if fam is not None else ()) if k.profiles]
-    if not ops:
-        raise InputError(
-            "command line",
-            "--harness-csv",
-            f"kernel family {w.kernel!r} "
-            "records no harness frames; allowed with shmem_classic (the SHMEM "
-            "examples' --perf CSV)",
-        )
-    for q in csv_paths(p, ops):
-        refuse_special(q, "command line", "--harness-csv")
-    return p
-
-
-def _tensors_dir(arg: str | None) -> Path | None:
-    if arg is None:
-        return None
-    from npusim.outputs import output_folder
-
-    return output_folder(arg, "--tensors")
