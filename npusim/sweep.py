@@ -338,7 +338,8 @@ WAIT_S = 1.0  # the status line's chance to redraw while points run
 
 
 def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None]):
-    workers = workers or min(len(jobs), os.cpu_count() or 1) or 1
+    # never more processes than points: a fork start launches every worker at once
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(_run_point, args): (pt, rp) for args, pt, rp in jobs}
         pending = set(futures)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import npusim.api as npu
+from npusim import sweep as sweep_module
 from npusim.cli import main
 
 # W 2, BS 1, H 1024: one run takes a fraction of a second
@@ -149,6 +150,22 @@ def test_sweep_out_must_be_a_folder_path_and_backend_a_known_one(tmp_path):
     _refused(lambda: npu.sweep("bs_w8_mxfp8", tmp_path / "o", quiet="yes"),
              r"api: quiet: 'yes'; allowed: True or False")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_sweep_starts_no_more_processes_than_points(tmp_path, monkeypatch):
+    path = one_point_sweep(tmp_path)
+    real = sweep_module.ProcessPoolExecutor
+    asked: list[int] = []
+
+    def pool(max_workers: int, **kw):
+        asked.append(max_workers)
+        assert max_workers <= 1, "a process per worker would be forked"
+        return real(max_workers=max_workers, **kw)
+
+    monkeypatch.setattr(sweep_module, "ProcessPoolExecutor", pool)
+    csv = npu.sweep(path, tmp_path / "o", workers=10**9)
+    assert asked == [1]
+    assert len(csv.read_text().splitlines()) == 2  # the header and the one point
 
 
 def test_case_dir_errors_name_the_argument(tmp_path):
