@@ -41,6 +41,7 @@ from typing import Any
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.report.io import blocked_list_in
+from npusim.values import is_finite
 
 SWEEP_KEYS = ("name", "description", "base", "axes")
 REQUIRED_KEYS = ("name", "base", "axes")
@@ -69,10 +70,7 @@ def _range(src: str, key: str, spec: Any) -> tuple[Any, Any, Any, int] | None:
     start, stop, step = spec["start"], spec["stop"], spec.get("step", 1)
     nums = (start, stop, step)
     if (
-        not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            for v in nums
-        )
+        not all(is_finite(v) for v in nums)
         or step <= 0
         or stop < start
     ):

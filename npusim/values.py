@@ -34,6 +34,12 @@ def is_number(raw: Any) -> bool:
     return isinstance(raw, numbers.Real) and not isinstance(raw, bool)
 
 
+def is_finite(raw: Any) -> bool:
+    """A finite real number, never a bool; an integer past float's range is not (its
+    math.isfinite would raise OverflowError)."""
+    return is_number(raw) and math.isfinite(as_float(raw))
+
+
 def as_number(raw: Any) -> int | float:
     """A number (is_number) as Python's int or float."""
     return int(raw) if is_integer(raw) else as_float(raw)
