@@ -22,12 +22,14 @@ Kernel authors import from here too: the family contract (`Family`, `Kernel`, `O
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from npusim.errors import BlockedError, InputError, KernelError, NpusimError
+from npusim import values
+from npusim.errors import BlockedError, InputError, KernelError, NpusimError, excerpt
 from npusim.kernels.family import (
     Arrays,
     Family,
@@ -57,58 +59,76 @@ __all__ = [
 ]
 
 ScenarioLike = Scenario | str | Path | Mapping[str, Any]
+SetsLike = Mapping[str, Any] | Sequence[str]
 _DICT_SOURCE = "<scenario mapping>"
 
 
-def load(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,
+def load(scenario: ScenarioLike, *, set: SetsLike | None = None,
          case_dir: str | Path | None = None) -> Scenario:
     """A validated scenario from a shipped name, a file, a mapping or a Scenario.
 
-    `set` maps dotted keys to values (`{"workload.bs": 64}`), applied to the document
-    before validation as `--set` does; errors about them name the key. `case_dir` runs
-    on a CANN-sample case directory's files (`--case-dir`). A mapping's relative paths
-    resolve against the working directory."""
+    `set` maps dotted keys to values (`{"workload.bs": 64}`), or lists `KEY=VALUE`
+    texts as `--set` takes them, applied to the document before validation; errors about
+    them name the key. `case_dir` runs on a CANN-sample case directory's files
+    (`--case-dir`). A mapping's relative paths resolve against the working directory."""
     from npusim.dotted import apply_sets
     from npusim.scenario import read_scenario_file
     from npusim.shipped import resolve
 
+    sets = _sets(set)
+    case = None if case_dir is None else values.path(case_dir, "case_dir")
     if isinstance(scenario, Scenario):
-        if not set and case_dir is None:
+        if not sets and case is None:
             return scenario
         doc, src, base = _document_of(scenario), scenario.source, Path.cwd()
         if scenario.source and Path(scenario.source).is_file():
             base = Path(scenario.source).resolve().parent
     elif isinstance(scenario, Mapping):
-        doc, src, base = _plain(scenario), _DICT_SOURCE, Path.cwd()
-    elif isinstance(scenario, (str, Path)):
-        doc, src, base = read_scenario_file(resolve(str(scenario)))
+        doc, src, base = values.plain(scenario, "scenario"), _DICT_SOURCE, Path.cwd()
+    elif isinstance(scenario, (str, os.PathLike)):
+        values.path(scenario, "scenario")
+        doc, src, base = read_scenario_file(resolve(os.fspath(scenario)))
     else:
         raise InputError("api", "scenario", f"{type(scenario).__name__}; allowed: a shipped "
                          "scenario's name, a file path, a mapping or a Scenario")
-    sets = list((set or {}).items())
-    return apply_sets(doc, src, base, sets, case_dir_override=case_dir, origin="set")
+    try:
+        return apply_sets(doc, src, base, sets, case_dir_override=case, origin="api")
+    except InputError as exc:  # the case directory's errors name the command's option
+        if (exc.source, exc.key) == ("command line", "--case-dir"):
+            raise InputError("api", "case_dir", exc.message) from None
+        raise
 
 
-def _plain(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """A deep copy of a mapping as plain dicts and lists (validation may not change
-    the caller's data)."""
-    def copy(v: Any) -> Any:
-        if isinstance(v, Mapping):
-            return {k: copy(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [copy(x) for x in v]
-        return v
-    return copy(doc)
+def _sets(given: Any) -> list[tuple[str, Any]]:
+    """`set` as (dotted key, value) pairs: a mapping's items (each value a plain copy), or
+    `KEY=VALUE` texts parsed as `--set` parses them."""
+    from npusim.dotted import parse_sets
+
+    if given is None:
+        return []
+    if isinstance(given, Mapping):
+        return [(key, values.plain(v, f"set {key}" if isinstance(key, str) else "set"))
+                for key, v in given.items()]
+    if isinstance(given, (list, tuple)):
+        return parse_sets(given, origin="api")
+    raise InputError("api", "set", f"{excerpt(given)}; allowed: a mapping of dotted keys to "
+                     "values ({'workload.bs': 64}) or a list of 'KEY=VALUE' texts")
 
 
 def _document_of(s: Scenario) -> dict[str, Any]:
     """A loaded scenario as the document that gives it again (every default filled)."""
-    doc = _plain(s.to_dict())
+    doc = values.plain(s.to_dict(), "scenario")
     for derived in ("source", "hardware_name"):  # where it came from, what the ref names
         doc.pop(derived, None)
     doc["workload"].pop("num_experts", None)  # W * L, not a key of its own
     doc["workload"].get("routing", {}).pop("sha256", None)  # the routing file's, read again
     return doc
+
+
+class UnknownOp(InputError, KeyError):
+    """An op the run does not have: bad input, and a failed lookup as a dict's is."""
+
+    __str__ = InputError.__str__  # the one line, not KeyError's quoted repr
 
 
 @dataclass
@@ -139,18 +159,20 @@ class Run:
         ops = self.report["ops"]
         if op is None:
             return round(sum(o["latency_us"] for o in ops), 4)
-        for o in ops:
-            if o["op"] == op:
-                return float(o["latency_us"])
-        raise KeyError(f"no op {op!r} in this run; it has {', '.join(self.ops)}")
+        return float(self._op(op)["latency_us"])
 
     def phases(self, op: str) -> dict[str, float]:
         """Each phase's duration (end - start, microseconds) for one op, in kernel order."""
+        return {n: round(p["end_us"] - p["start_us"], 4)  # the report's 0.1 ns
+                for n, p in self._op(op)["phases"].items()}
+
+    def _op(self, op: Any) -> dict[str, Any]:
+        """The report's entry for one op; UnknownOp if the run has none of that name."""
         for o in self.report["ops"]:
-            if o["op"] == op:
-                return {n: round(p["end_us"] - p["start_us"], 4)  # the report's 0.1 ns
-                        for n, p in o["phases"].items()}
-        raise KeyError(f"no op {op!r} in this run; it has {', '.join(self.ops)}")
+            if isinstance(op, str) and o["op"] == op:
+                return o
+        raise UnknownOp("api", "op", f"no op {excerpt(op)} in this run; allowed: "
+                        f"{', '.join(self.ops)}")
 
     def trace(self) -> dict[str, Any]:
         """The Perfetto / Chrome trace document (per-pipe detail only if the run was
@@ -159,6 +181,22 @@ class Run:
 
         return build_trace(self.result)
 
+    def _files(self, out: Any, tensors: Any, harness_csv: Any
+               ) -> tuple[Path, Path | None, Path | None]:
+        """The output paths, refused as `npusim run` refuses them (npusim.runfiles), and
+        tensors only from a run that kept its inputs (else the dump would lack them)."""
+        from npusim.runfiles import run_files
+
+        if tensors is not None and not all(op.inputs for op in self.result.ops):
+            raise InputError("api", "tensors", "this run kept no input tensors; allowed "
+                             "with a run made by run(..., keep_inputs=True)")
+        files = run_files(self.scenario, values.path(out, "out"),
+                          None if tensors is None else values.path(tensors, "tensors"),
+                          None if harness_csv is None else values.path(harness_csv,
+                                                                       "harness_csv"),
+                          source="api")
+        return files.out, files.tensors, files.harness_csv
+
     def write(self, out: str | Path, *, trace: bool = False, tensors: str | Path | None = None,
               harness_csv: str | Path | None = None) -> list[tuple[str, Path, str]]:
         """Write what `npusim run` writes: report.json and report.md into `out`, with
@@ -166,18 +204,15 @@ class Run:
         keep its inputs: `run(..., keep_inputs=True)`) and the SHMEM examples' perf CSV
         (`harness_csv`). They appear together or not at all (Ctrl-C included). Returns
         (what, path, note) per output."""
-        from npusim.outputs import OutputSet, output_file, output_folder, refuse_shared
+        from npusim.outputs import OutputSet
         from npusim.report.harness_csv import harness_files
-        from npusim.report.io import RUN_FILES, run_claims, write_json_atomic, write_text_atomic
+        from npusim.report.io import RUN_FILES, write_json_atomic, write_text_atomic
         from npusim.report.markdown import format_markdown
 
-        folder = output_folder(out, "out", RUN_FILES, "api")
-        tensor_dir = output_folder(tensors, "tensors", (), "api") if tensors is not None else None
-        csv = output_file(harness_csv, "harness_csv", "api") if harness_csv is not None else None
-        csv_files = harness_files(csv, self.report) if csv is not None else []
+        trace = values.flag(trace, "trace")
+        folder, tensor_dir, csv = self._files(out, tensors, harness_csv)
         ops = tuple(o.op for o in self.result.ops)
-        refuse_shared(run_claims(folder, tensor_dir, [p for p, _ in csv_files], ops,
-                                 ("out", "tensors", "harness_csv")), "api")
+        csv_files = [] if csv is None else harness_files(csv, self.report)
         written: list[tuple[str, Path, str]] = []
         with OutputSet() as outs:
             stage = outs.folder(folder, RUN_FILES)  # an earlier run's trace.json goes
@@ -203,7 +238,7 @@ class Run:
         return written
 
 
-def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,
+def run(scenario: ScenarioLike, *, set: SetsLike | None = None,
         trace: bool = False, timing_only: bool | None = None, workers: int = 1,
         keep_inputs: bool = False, progress: Callable[[str], None] | None = None) -> Run:
     """Simulate a scenario (loaded first if it is not a Scenario yet).
@@ -212,14 +247,19 @@ def run(scenario: ScenarioLike, *, set: Mapping[str, Any] | None = None,
     `workload.timing_only` (no bytes move: faster, same timing); `workers=2` simulates a
     dispatch_combine run's combine in a second process (same result); `keep_inputs` keeps
     every op's input arrays (for `Run.write(tensors=...)`); `progress(op)` is called as
-    each op starts."""
+    each op starts. The arguments are checked before anything is loaded or run."""
     from npusim.sim import simulate
 
+    detailed = values.flag(trace, "trace")
+    only = None if timing_only is None else values.flag(timing_only, "timing_only")
+    n = values.whole(workers, "workers")
+    keep = values.flag(keep_inputs, "keep_inputs")
+    call = values.callback(progress, "progress")
     s = load(scenario, set=set)
-    if timing_only is not None and timing_only != s.workload.timing_only:
-        s = replace(s, workload=replace(s.workload, timing_only=bool(timing_only)))
-    keep = {"keep_inputs": True} if keep_inputs else {}
-    return Run(s, simulate(s, detailed_trace=trace, workers=workers, progress=progress, **keep))
+    if only is not None and only != s.workload.timing_only:
+        s = replace(s, workload=replace(s.workload, timing_only=only))
+    kept = {"keep_inputs": True} if keep else {}
+    return Run(s, simulate(s, detailed_trace=detailed, workers=n, progress=call, **kept))
 
 
 def compare(a: Mapping[str, Any] | str | Path, b: Mapping[str, Any] | str | Path,
@@ -227,18 +267,19 @@ def compare(a: Mapping[str, Any] | str | Path, b: Mapping[str, Any] | str | Path
     """B against A, op by op (reports as data, or report / baseline files), judged as
     `npusim compare --tolerance` judges: `.regressed`, `.rows`, and `str()` gives the
     table the command prints."""
-    import math
-
     from npusim.report.compare import compare_profiles, load_profile, profile_of
 
-    if not isinstance(tolerance, (int, float)) or not math.isfinite(tolerance) or tolerance < 0:
-        raise InputError("api", "tolerance", f"{tolerance!r}; allowed: a finite number >= 0 "
-                         "(0.05 is 5%)")
+    limit = values.finite(tolerance, "tolerance")
 
-    def profile(x: Mapping[str, Any] | str | Path, name: str) -> Any:
-        return profile_of(x, name) if isinstance(x, Mapping) else load_profile(x)
+    def profile(x: Any, name: str) -> Any:
+        if isinstance(x, Mapping):
+            return profile_of(x, name.upper())
+        if isinstance(x, (str, os.PathLike)):
+            return load_profile(values.path(x, name))
+        raise InputError("api", name, f"{type(x).__name__}; allowed: a report as data (a "
+                         "mapping) or a report / baseline file's path")
 
-    return _Comparison(compare_profiles(profile(a, "A"), profile(b, "B"), float(tolerance)))
+    return _Comparison(compare_profiles(profile(a, "a"), profile(b, "b"), limit))
 
 
 class _Comparison:
@@ -260,11 +301,19 @@ def sweep(path: str | Path, out: str | Path, *, workers: int | None = None,
           backend: str = "processes", quiet: bool = True) -> Path:
     """Run a sweep (a shipped sweep's name or a file) over the points not already done
     under `out` (resumable); returns out/results.csv."""
+    from npusim.outputs import output_folder
     from npusim.shipped import resolve
-    from npusim.sweep import run_sweep
+    from npusim.sweep import BACKENDS, run_sweep
 
-    return run_sweep(resolve(str(path), sweep=True), Path(out), workers=workers, backend=backend,
-                     quiet=quiet)
+    values.path(path, "path")
+    folder = output_folder(values.path(out, "out"), "out", ("results.csv",), "api")
+    n = None if workers is None else values.whole(workers, "workers")
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise InputError("api", "backend", f"{excerpt(backend)}; allowed: "
+                         f"{', '.join(BACKENDS)}")
+    silent = values.flag(quiet, "quiet")
+    return run_sweep(resolve(os.fspath(path), sweep=True), folder, workers=n, backend=backend,
+                     quiet=silent)
 
 
 def presets() -> list[str]:

@@ -50,23 +50,32 @@ def set_dotted(doc: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def parse_sets(items: Sequence[str]) -> list[tuple[str, Any]]:
+def parse_sets(items: Sequence[str], origin: str = "command line") -> list[tuple[str, Any]]:
     """KEY=VALUE strings -> (dotted key, value parsed as YAML: 64 int, 0.5 float, true
-    bool, text str, {kind: zipf} a mapping)."""
+    bool, text str, {kind: zipf} a mapping); errors name `--set`, or the Python API's
+    `set` (origin "api")."""
+    where, option = _naming(origin)
     out: list[tuple[str, Any]] = []
     for item in items:
+        if not isinstance(item, str):
+            raise InputError(where, option, f"{excerpt(item)}: allowed: KEY=VALUE text")
         key, eq, text = item.partition("=")
         key = key.strip()
         if not eq or not key or any(not p for p in key.split(".")):
-            raise InputError("command line", "--set",
+            raise InputError(where, option,
                              f"{excerpt(item)}: allowed: KEY=VALUE with a dotted scenario key, "
                              "e.g. workload.bs=64")
         if any(k == key for k, _ in out):
-            raise InputError("command line", f"--set {key}", "given twice")
-        value = load_text(text, "command line", f"--set {key}",
+            raise InputError(where, f"{option} {key}", "given twice")
+        value = load_text(text, where, f"{option} {key}",
                           malformed=f"{excerpt(text)} is not a YAML value")
         out.append((key, value))
     return out
+
+
+def _naming(origin: str) -> tuple[str, str]:
+    """(error source, option) for set keys: `--set` on the command line, `set` in the API."""
+    return ("command line", "--set") if origin == "command line" else ("api", "set")
 
 
 def _related(error_key: str | None, key: str) -> bool:
@@ -96,10 +105,10 @@ def apply_sets(doc: dict[str, Any], src: str, base: Path, sets: Sequence[tuple[s
     the Python API)."""
     from npusim.scenario import scenario_from_doc
 
-    where, option = ("command line", "--set") if origin == "command line" else ("api", "set")
+    where, option = _naming(origin)
     for key, value in sets:
         if not isinstance(key, str) or not key or any(not p for p in key.split(".")):
-            raise InputError(where, option, f"{key!r}: allowed: a dotted scenario key, "
+            raise InputError(where, option, f"{excerpt(key)}: allowed: a dotted scenario key, "
                              "e.g. workload.bs")
         try:
             set_dotted(doc, key, value)

@@ -42,6 +42,7 @@ from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.paths import resolved
 from npusim.report.io import blocked_list_in
+from npusim.values import is_finite
 
 SWEEP_KEYS = ("name", "description", "base", "axes")
 REQUIRED_KEYS = ("name", "base", "axes")
@@ -70,10 +71,7 @@ def _range(src: str, key: str, spec: Any) -> tuple[Any, Any, Any, int] | None:
     start, stop, step = spec["start"], spec["stop"], spec.get("step", 1)
     nums = (start, stop, step)
     if (
-        not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            for v in nums
-        )
+        not all(is_finite(v) for v in nums)
         or step <= 0
         or stop < start
     ):
@@ -339,7 +337,8 @@ WAIT_S = 1.0  # the status line's chance to redraw while points run
 
 
 def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None]):
-    workers = workers or min(len(jobs), os.cpu_count() or 1) or 1
+    # never more processes than points: a fork start launches every worker at once
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(_run_point, args): (pt, rp) for args, pt, rp in jobs}
         pending = set(futures)

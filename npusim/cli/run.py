@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from npusim.cli.common import EXIT_FAIL, EXIT_OK, err, workers
-from npusim.errors import InputError
 from npusim.report.io import RUN_FILES
 
 
@@ -64,25 +63,20 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     run.set_defaults(func=cmd_run)
 
 
-def _out_dir(arg: str | None, scenario_name: str) -> Path:
-    from npusim.outputs import output_folder
-
-    return output_folder(Path("out") / scenario_name if arg is None else arg, "--out", RUN_FILES)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from npusim import api
     from npusim.dotted import load_scenario_set
     from npusim.progress import RunProgress, watching
     from npusim.report.io import blocked_list_in
     from npusim.report.summary import format_summary
+    from npusim.runfiles import check_run_writable, run_files
     from npusim.shipped import resolve
 
     scenario = load_scenario_set(resolve(args.scenario), args.set, case_dir_override=args.case_dir)
-    out_dir = _out_dir(args.out, scenario.name)
-    tensors = _tensors_dir(args.tensors)
-    harness_csv = _harness_csv(args.harness_csv, scenario)
-    _writable(out_dir, tensors, harness_csv, scenario)
+    files = run_files(scenario, Path("out") / scenario.name if args.out is None else args.out,
+                      args.tensors, args.harness_csv)
+    out_dir, tensors, harness_csv = files.out, files.tensors, files.harness_csv
+    check_run_writable(files)
     n_workers = _run_workers(args, scenario)
     if n_workers is None:
         return EXIT_FAIL
@@ -126,62 +120,3 @@ def _run_workers(args: argparse.Namespace, scenario: object) -> int | None:
         err(f"npusim: error: {problem}")
         return None
     return n
-
-
-def _writable(out_dir: Path, tensors: Path | None, harness_csv: Path | None,
-              scenario: object) -> None:
-    """Before the run: no output may take another's path (InputError), and each output's
-    folder must take files (OSError naming it)."""
-    from npusim.outputs import check_writable, refuse_shared
-    from npusim.report.harness_csv import csv_paths
-    from npusim.report.io import run_claims
-
-    csvs = csv_paths(harness_csv, _profiled_ops(scenario)) if harness_csv is not None else []
-    ops = scenario.workload.ops  # type: ignore[attr-defined]
-    refuse_shared(run_claims(out_dir, tensors, csvs, ops,
-                             ("--out", "--tensors", "--harness-csv")))
-    check_writable(out_dir, folder=True)
-    if tensors is not None:
-        check_writable(tensors, folder=True)
-    if harness_csv is not None:
-        check_writable(harness_csv, folder=False)
-
-
-def _profiled_ops(scenario: object) -> list[str]:
-    """The kernels of the scenario's op that record harness frames (Kernel.profiles)."""
-    w = scenario.workload  # type: ignore[attr-defined]
-    fam = w.family
-    return [k.name for k in (fam.kernels_of(w.op) if fam is not None else ()) if k.profiles]
-
-
-def _harness_csv(arg: str | None, scenario: object) -> Path | None:
-    """--harness-csv FILE: a file path whose folder exists, for a family that profiles
-    its kernels' frames (Kernel.profiles), checked before the run."""
-    if arg is None:
-        return None
-    from npusim.outputs import output_file, refuse_special
-    from npusim.report.harness_csv import csv_paths
-
-    p = output_file(arg, "--harness-csv")
-    if not p.parent.is_dir():
-        raise InputError("command line", "--harness-csv", f"folder {p.parent} does not exist")
-    ops = _profiled_ops(scenario)
-    if not ops:
-        raise InputError(
-            "command line",
-            "--harness-csv",
-            f"kernel family {scenario.workload.kernel!r} "  # type: ignore[attr-defined]
-            "records no harness frames; allowed with shmem_classic (the SHMEM "
-            "examples' --perf CSV)",
-        )
-    for q in csv_paths(p, ops):
-        refuse_special(q, "command line", "--harness-csv")
-    return p
-
-
-def _tensors_dir(arg: str | None) -> Path | None:
-    if arg is None:
-        return None
-    from npusim.outputs import output_folder
-
-    return output_folder(arg, "--tensors")

@@ -21,6 +21,7 @@ from npusim.hw.provenance import Provenance, is_entry, split_entry
 from npusim.shipped import configs_dir
 from npusim.suggest import did_you_mean
 from npusim.useryaml import load_text
+from npusim.values import as_number, is_number
 
 CONFIG_DIR = configs_dir()  # package data (npusim._data.configs), whatever the install
 
@@ -449,8 +450,9 @@ def _number(f: dataclasses.Field, ftype: str, raw: Any, source: str, key: str) -
     is refused by name, not by the range check), whole for an int, within [min, max]."""
     kind = "an integer" if ftype == "int" else "a number"
     lo, hi = f.metadata.get("min"), f.metadata.get("max")
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+    if not is_number(raw):
         raise InputError(source, key, f"must be {kind} in [{lo}, {hi}], got {excerpt(raw)}")
+    raw = as_number(raw)
     if isinstance(raw, float) and not math.isfinite(raw):
         raise InputError(source, key, f"{excerpt(raw)} is out of range [{lo}, {hi}], not a "
                          "finite number")

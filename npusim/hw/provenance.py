@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError
+from npusim.values import is_finite
 
 KINDS = ("sourced", "calibrated", "assumed")
 REQUIRED = {"sourced": ("doc", "figure", "conf"), "calibrated": ("fit", "date", "method"),
@@ -138,18 +139,14 @@ def _check_fields(kind: str, body: dict[str, Any], source: str, where: str,
             raise InputError(source, f"{where}.date", f"{body['date']!r}; expected YYYY-MM-DD")
     else:
         rng = body["range"]
-        if not (isinstance(rng, list) and len(rng) == 2 and all(_number(v) for v in rng)
+        if not (isinstance(rng, list) and len(rng) == 2 and all(is_finite(v) for v in rng)
                 and rng[0] <= rng[1]):
             raise InputError(source, f"{where}.range", "must be [low, high], two numbers, "
                              "low <= high")
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _positive(v: Any) -> bool:
-    return _number(v) and v > 0
+    return is_finite(v) and v > 0
 
 
 def parse_figure(text: str) -> Figure:

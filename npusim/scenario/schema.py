@@ -11,6 +11,7 @@ from typing import Any
 from npusim.errors import InputError, excerpt, key_text
 from npusim.kernels.family import Option
 from npusim.suggest import did_you_mean
+from npusim.values import as_number, is_integer, is_number
 
 
 def dotted(prefix: str, key: object) -> str:
@@ -48,8 +49,9 @@ def show(raw: Any) -> str:
 def integer(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = "") -> int:
     span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
     note = f" ({why})" if why else ""
-    if isinstance(raw, bool) or not isinstance(raw, int):
+    if not is_integer(raw):
         raise InputError(src, key, f"must be an integer {span}{note}, got {show(raw)}")
+    raw = int(raw)
     if raw < lo or (hi is not None and raw > hi):
         raise InputError(src, key, f"{show(raw)} is out of range; allowed: {span}{note}")
     return raw
@@ -57,8 +59,9 @@ def integer(src: str, key: str, raw: Any, lo: int, hi: int | None, why: str = ""
 
 def number(src: str, key: str, raw: Any, lo: float, hi: float, *, lo_open: bool) -> float:
     span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+    if not is_number(raw):
         raise InputError(src, key, f"must be a number in {span}, got {show(raw)}")
+    raw = as_number(raw)
     if isinstance(raw, float) and not math.isfinite(raw):
         raise InputError(src, key, f"{show(raw)} is out of range, not a finite number; "
                          f"allowed: {span}")
