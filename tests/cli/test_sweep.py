@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from npusim.cli import main
-from npusim.errors import InputError
+from npusim.errors import DeadlockError, InputError, KernelError
 from npusim.sweep import load_sweep
 
 BASE = {"name": "base", "hardware": "ascend950",
@@ -183,3 +183,83 @@ def test_ctrl_c_in_a_sweep_leaves_whole_point_folders_and_says_so(tmp_path, caps
     assert sorted(q.name for q in (out / "points" / "s-0000").iterdir()) == [
         "point.json", "report.json"]
     assert not (out / "results.csv").exists()
+
+
+def _fails_in_the_worker(exc: Exception):
+    def simulate(*args, **kwargs):
+        raise exc
+    return simulate
+
+
+@pytest.mark.parametrize("exc,code,line", [
+    (InputError("cases/c1", "data.case_dir", "allowed: a case directory"), 2,
+     "npusim: error: cases/c1: data.case_dir: allowed: a case directory"),
+    (KernelError("out of bounds", rank=1, core=3, step="send", address=0x40, size=8), 3,
+     "npusim: kernel error: rank 1, core 3, step 'send', address 0x40, size 8: "
+     "out of bounds"),
+    (DeadlockError("deadlock: 2 cores wait", ["rank 0 core 1: wait"]), 3,
+     "npusim: deadlock: 2 cores wait; every unfinished core: {blocked}"),
+])
+def test_an_error_in_a_worker_is_the_one_line_of_a_run(tmp_path, capsys, monkeypatch, exc,
+                                                      code, line):
+    """An npusim error raised in a worker process reaches the parent whole: the line and
+    exit code a run would give; no results.csv and no point folder (a deadlock leaves
+    only the point's blocked.txt, as a run leaves it)."""
+    import npusim.sim
+
+    monkeypatch.setattr(npusim.sim, "simulate", _fails_in_the_worker(exc))  # workers fork
+    p = sweep_file(tmp_path, {"workload.bs": [1]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == code
+    blocked = out / "points" / "s-0000" / "blocked.txt"
+    assert capsys.readouterr().err == line.format(blocked=blocked) + "\n"
+    left = sorted(q for q in out.rglob("*") if q.is_file()) if out.exists() else []
+    if isinstance(exc, DeadlockError):
+        assert left == [blocked]
+        assert blocked.read_text() == "deadlock: 2 cores wait\nrank 0 core 1: wait\n"
+    else:
+        assert left == []
+
+
+def _npusim_errors() -> set[type]:
+    import npusim.report.compare
+    import npusim.runtime.fault  # noqa: F401  (defines PastTimeLimit)
+    from npusim.errors import NpusimError
+
+    found, todo = set(), [NpusimError]
+    while todo:
+        cls = todo.pop()
+        found.add(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+def _errors_of_every_kind() -> list[Exception]:
+    from npusim.errors import BlockedError, NpusimError, SimTimeLimitError
+    from npusim.report.compare import UnusableInput
+    from npusim.runtime.fault import PastTimeLimit
+
+    written = DeadlockError("deadlock: 1 core waits", ["rank 0 core 0: wait flag"])
+    written.written = "out/blocked.txt"
+    return [NpusimError("plain"), InputError("s.yaml", "workload.bs", "allowed: 1..512"),
+            InputError("s.yaml", None, "not a mapping"),
+            KernelError("race", rank=2, core="aic1", step="copy", address=0x100, size=32),
+            KernelError("no place"), BlockedError("blocked", ["a", "b"]), written,
+            SimTimeLimitError("simulated-time limit", []), UnusableInput("r.json", "not JSON"),
+            PastTimeLimit("rank 0 core 1 ran its own clock", " (k.py, line 3)")]
+
+
+def test_every_npusim_error_survives_pickling_with_its_attributes():
+    """A worker's error crosses the process pool by pickle: each class comes back with
+    its message, its attributes and the CLI's line and exit code."""
+    import pickle
+
+    from npusim.cli.guard import one_line_of
+
+    errors = _errors_of_every_kind()
+    assert {type(e) for e in errors} == _npusim_errors()  # a new error class joins the list
+    for exc in errors:
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and back.args == exc.args
+        assert vars(back) == vars(exc) and str(back) == str(exc)
+        assert one_line_of(back) == one_line_of(exc)
