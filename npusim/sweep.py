@@ -155,8 +155,18 @@ def load_sweep(
     """Expand a sweep file into validated points; InputError, before any point is built,
     if there are more than max_points. import_kernels=False (`npusim lint`) validates the
     points without importing a user's kernel file."""
-    from npusim.hw.config import read_yaml_mapping
+    name, points, _ = _expand(path, max_points, import_kernels)
+    return name, points
+
+
+def _expand(
+    path: str | Path, max_points: int, import_kernels: bool
+) -> tuple[str, list[Point], Path]:
+    """The sweep's name, its points, and the folder their relative paths resolve against:
+    the base scenario's own, as `npusim run` and `npusim lint` of the base resolve them
+    (a point is the base with axis values set, not a file of the sweep's folder)."""
     from npusim.scenario import scenario_from_doc
+    from npusim.scenario.yaml import read_scenario_file
 
     p = Path(path)
     src = str(p)
@@ -165,7 +175,7 @@ def load_sweep(
     base_path = (p.parent / str(doc["base"])).resolve()
     if not base_path.is_file():
         raise InputError(src, "base", f"scenario file {base_path} not found")
-    base = read_yaml_mapping(base_path)
+    base, _, base_dir = read_scenario_file(base_path)
     keys = list(axes)
     total = math.prod(_axis_count(src, k, axes[k]) for k in keys)
     if total > max_points:
@@ -184,13 +194,13 @@ def load_sweep(
         labels = _set_axes(pdoc, keys, combo, src)
         try:
             scenario_from_doc(
-                pdoc, f"{src} (point {pname})", base_path.parent, import_kernels=import_kernels
+                pdoc, f"{src} (point {pname})", base_dir, import_kernels=import_kernels
             )
         except InputError as exc:
             raise InputError(exc.source, exc.key, exc.message) from None
         digest = hashlib.sha256(json.dumps(pdoc, sort_keys=True).encode()).hexdigest()[:16]
         points.append(Point(pname, labels, pdoc, digest))
-    return name, points
+    return name, points, base_dir
 
 
 def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
@@ -245,10 +255,10 @@ def run_sweep(
             "command line", "--backend", f"{backend!r}; allowed: {', '.join(BACKENDS)}"
         )
     src = str(path)
-    name, points = load_sweep(path, max_points)
-    base_dir = str(Path(path).resolve().parent)
+    name, points, base_dir = _expand(path, max_points, True)
     try:
-        run_points(points, out, src, base_dir, workers, backend, quiet, title=f"sweep {name}")
+        run_points(points, out, src, str(base_dir), workers, backend, quiet,
+                   title=f"sweep {name}")
     except KeyboardInterrupt as exc:
         from npusim.outputs import Interrupted
 

@@ -185,6 +185,26 @@ def test_ctrl_c_in_a_sweep_leaves_whole_point_folders_and_says_so(tmp_path, caps
     assert not (out / "results.csv").exists()
 
 
+@pytest.mark.parametrize("decoys", [True, False], ids=["decoys", "no-decoys"])
+@pytest.mark.parametrize("keys", [("hardware", "workload.kernel", "workload.routing.path"),
+                                  ("hardware", "data.case_dir")], ids=["kernel", "case"])
+def test_a_sweep_runs_its_base_as_npusim_run_does(tmp_path, capsys, keys, decoys):
+    """The base names its preset, kernel, routing and case files relative to its folder;
+    the sweep file is elsewhere, beside files of the same names (or none): every point
+    runs on the base's files, with the latency `npusim run` of the base gives."""
+    from tests.cli.sweephelp import base_doc, run_latency, sweep_latency, sweep_of, write_files
+
+    write_files(tmp_path / "a", real=True)
+    if decoys:
+        write_files(tmp_path / "b", real=False)
+    base = tmp_path / "a" / "base.yaml"
+    base.write_text(yaml.safe_dump(base_doc(base.parent, dict.fromkeys(keys, "relative"))))
+    code, want = run_latency(base, tmp_path / "run")
+    assert code == 0 and len(want) == 1
+    assert sweep_latency(sweep_of(base, tmp_path / "b"), tmp_path / "out") == (0, want)
+    assert capsys.readouterr().err == ""
+
+
 def _fails_in_the_worker(exc: Exception):
     def simulate(*args, **kwargs):
         raise exc
