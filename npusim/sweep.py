@@ -15,9 +15,11 @@ A sweep file:
 
 Every point is a full scenario (validated like a scenario file; errors name the sweep
 file and the axis key). A sweep of more than --max-points points (default 10,000) is
-refused before any is built. Each finished point leaves OUT/points/<point>/report.json
-(its folder appears whole); a rerun skips points whose report exists for the same
-scenario, so an interrupted sweep resumes, and runs again a point whose report is broken.
+refused before any is built. A point's relative paths resolve against the base
+scenario's folder, as `npusim run` of the base resolves them. Each finished point leaves
+OUT/points/<point>/report.json (its folder appears whole); a rerun skips points whose
+report is one `npusim compare` accepts, for the same scenario, so an interrupted sweep
+resumes, and runs again a point whose report is not.
 OUT/results.csv has one row per point and op: the axis values, latency and phase spans.
 """
 
@@ -40,6 +42,7 @@ from typing import Any
 
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
+from npusim.report.compare import REPORT_SCHEMA, OpProfile, Profile, UnusableInput, load_profile
 from npusim.report.io import blocked_list_in
 
 SWEEP_KEYS = ("name", "description", "base", "axes")
@@ -215,10 +218,20 @@ def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
     return build_report(simulate(sc))
 
 
+def _point_profile(report_path: Path) -> Profile:
+    """A point's report read as `npusim compare` reads it; UnusableInput unless compare
+    would accept it as a report (a baseline is not a point's report)."""
+    prof = load_profile(report_path)
+    if prof.schema != REPORT_SCHEMA:
+        raise UnusableInput(str(report_path), f"schema {prof.schema!r}; allowed: "
+                            f"{REPORT_SCHEMA!r}")
+    return prof
+
+
 def _state(report_path: Path, digest: str) -> str:
-    """A point's folder: "done" (its report is whole and for this scenario), "new" (no
-    report, or one for another scenario) or "broken: <why>" (a report that is not whole:
-    the point runs again)."""
+    """A point's folder: "done" (its report is one compare accepts, for this scenario),
+    "new" (no report, or one for another scenario) or "broken: <why>" (any other
+    report: the point runs again, so results.csv never takes a row from it)."""
     marker = report_path.with_name("point.json")
     if not (report_path.is_file() and marker.is_file()):
         return "new"
@@ -228,10 +241,10 @@ def _state(report_path: Path, digest: str) -> str:
     except (OSError, ValueError, AttributeError):
         return "broken: its point.json is unreadable"
     try:
-        ops = json.loads(report_path.read_text()).get("ops")
-    except (OSError, ValueError, AttributeError) as exc:
-        return f"broken: its report.json is unreadable ({type(exc).__name__})"
-    return "done" if isinstance(ops, list) else "broken: its report.json has no ops"
+        _point_profile(report_path)
+    except UnusableInput as exc:
+        return f"broken: its report.json is not a whole report: {exc.message}"
+    return "done"
 
 
 BACKENDS = ("processes", "ray")
@@ -400,22 +413,11 @@ def _run_ray(jobs: list, workers: int | None, waiting: Callable[[], None]):
 
 def _csv(points: list[Point], out: Path) -> str:
     keys = list(points[0].values) if points else []
-    rows = []
+    rows: list[tuple[Point, OpProfile]] = []
     phases: list[str] = []
     for pt in points:
-        path = out / "points" / pt.name / "report.json"
-        try:
-            report = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(
-                str(path),
-                None,
-                f"unreadable ({type(exc).__name__}); run the sweep again to redo the point",
-            ) from None
-        for op in report["ops"]:
-            for ph in op["phases"]:
-                if ph not in phases:
-                    phases.append(ph)
+        for op in _point_profile(out / "points" / pt.name / "report.json").ops:
+            phases += [ph for ph in op.phases if ph not in phases]
             rows.append((pt, op))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -429,9 +431,8 @@ def _csv(points: list[Point], out: Path) -> str:
         ]
     )
     for pt, op in rows:
-        spans = []
+        spans: list[float | str] = []
         for ph in phases:
-            span = op["phases"].get(ph)
-            spans += [span["start_us"], span["end_us"]] if span else ["", ""]
-        w.writerow([pt.name, *[pt.values[k] for k in keys], op["op"], op["latency_us"], *spans])
+            spans += list(op.phases[ph]) if ph in op.phases else ["", ""]
+        w.writerow([pt.name, *[pt.values[k] for k in keys], op.op, op.latency_us, *spans])
     return buf.getvalue()

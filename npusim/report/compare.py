@@ -101,22 +101,25 @@ def profile_of(doc: Any, source: str) -> Profile:
         raise UnusableInput(source, f"not an npusim report or baseline (schema {schema!r}; "
                             f"expected {REPORT_SCHEMA!r} or {BASELINE_SCHEMA!r})")
     ops_doc = doc.get("ops")
-    if not isinstance(ops_doc, list):
-        raise UnusableInput(source, "has no list of ops")
+    if not isinstance(ops_doc, list) or not ops_doc:
+        raise UnusableInput(source, "has no ops; allowed: a non-empty list of ops (a check "
+                            "never passes on missing data)")
     ops = []
     for i, op in enumerate(ops_doc):
         if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
             raise UnusableInput(source, f"ops[{i}] has no op name")
+        latency = _num(op.get("latency_us"), source, f"ops[{i}].latency_us")
+        if not isinstance(op.get("phases"), Mapping):
+            raise UnusableInput(source, f"ops[{i}] has no phases object")
         phases = {}
-        for name, ph in (op.get("phases") or {}).items():
+        for name, ph in op["phases"].items():
             if not isinstance(ph, Mapping):
                 raise UnusableInput(source, f"ops[{i}].phases.{name} is not an object")
             phases[str(name)] = (_num(ph.get("start_us"), source, f"ops[{i}].phases.{name}"
                                       ".start_us"),
                                  _num(ph.get("end_us"), source, f"ops[{i}].phases.{name}"
                                       ".end_us"))
-        ops.append(OpProfile(op["op"], _num(op.get("latency_us"), source,
-                                            f"ops[{i}].latency_us"), phases))
+        ops.append(OpProfile(op["op"], latency, phases))
     if schema == REPORT_SCHEMA:
         sc = doc.get("scenario") if isinstance(doc.get("scenario"), Mapping) else {}
         hw = doc.get("hardware") if isinstance(doc.get("hardware"), Mapping) else {}

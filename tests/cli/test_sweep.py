@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -143,13 +145,15 @@ def test_a_truncated_point_report_is_run_again_and_said_so(tmp_path, capsys):
     results = (out / "results.csv").read_text()
     rp = out / "points" / "s-0001" / "report.json"
     whole = rp.read_text()
-    rp.write_text(whole[: len(whole) // 2])  # a report cut short
+    cut = whole[: len(whole) // 2]
+    rp.write_text(cut)  # a report cut short
     (out / "results.csv").write_text("old\n")
     capsys.readouterr()
     assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert err == ("npusim: note: sweep point s-0001: its report.json is unreadable "
-                   "(JSONDecodeError); running it again\n")
+    assert err == ("npusim: note: sweep point s-0001: its report.json is not a whole report: "
+                   f"not JSON (Expecting value, line {cut.count(chr(10)) + 1}); running it "
+                   "again\n")
 
     def timeless(text: str) -> dict:
         doc = json.loads(text)
@@ -283,3 +287,55 @@ def test_every_npusim_error_survives_pickling_with_its_attributes():
         assert type(back) is type(exc) and back.args == exc.args
         assert vars(back) == vars(exc) and str(back) == str(exc)
         assert one_line_of(back) == one_line_of(exc)
+
+
+def _no_ops(doc: dict) -> None:
+    doc["ops"] = []
+
+
+def _nan_latency(doc: dict) -> None:
+    doc["ops"][0]["latency_us"] = float("nan")
+
+
+def _no_phases(doc: dict) -> None:
+    del doc["ops"][0]["phases"]
+
+
+def _inf_phase_end(doc: dict) -> None:
+    first = next(iter(doc["ops"][0]["phases"]))
+    doc["ops"][0]["phases"][first]["end_us"] = float("inf")
+
+
+def _no_schema(doc: dict) -> None:
+    doc.clear()
+    doc["ops"] = []
+
+
+@pytest.mark.parametrize("spoil,why", [
+    (_no_ops, "has no ops"), (_nan_latency, "ops[0].latency_us is nan"),
+    (_no_phases, "ops[0] has no phases object"), (_inf_phase_end, "end_us is inf"),
+    (_no_schema, "not an npusim report"),
+])
+def test_a_point_report_compare_would_refuse_is_run_again(tmp_path, capsys, spoil, why):
+    """Resuming trusts a point's report only if `npusim compare` accepts it: any other is
+    run again, said in one line, and results.csv keeps every row with finite numbers."""
+    p = sweep_file(tmp_path, {"workload.bs": [1, 8]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    results = (out / "results.csv").read_text()
+    rp = out / "points" / "s-0001" / "report.json"
+    doc = json.loads(rp.read_text())
+    spoil(doc)
+    rp.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and why in err[0]
+    assert err[0].startswith("npusim: note: sweep point s-0001: its report.json is not a "
+                             "whole report: ") and err[0].endswith("; running it again")
+    assert (out / "results.csv").read_text() == results
+    rows = list(csv.DictReader(io.StringIO(results)))
+    assert [r["point"] for r in rows] == ["s-0000", "s-0001"]
+    assert all(math.isfinite(float(v)) for r in rows for k, v in r.items()
+               if k.endswith("_us") and v)
+    assert json.loads(rp.read_text())["ops"][0]["phases"]
