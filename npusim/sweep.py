@@ -33,6 +33,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -321,12 +322,12 @@ def run_points(
     try:
         if jobs:
             runner = _run_ray if backend == "ray" else _run_processes
+            results = runner(jobs, workers, lambda: shown.update(status) if shown else None)
             try:
-                for report, pt, rp in runner(
-                    jobs, workers, lambda: shown.update(status) if shown else None
-                ):
+                for report, pt, rp in results:
                     _record(report, pt, rp, counter, n, shown)
             finally:
+                results.close()  # stops the workers now if a point failed or Ctrl-C came
                 if shown:
                     shown.clear()
     except KeyboardInterrupt:
@@ -360,9 +361,16 @@ def _record(
 WAIT_S = 1.0  # the status line's chance to redraw while points run
 
 
+def _worker_start() -> None:
+    """A worker leaves Ctrl-C to the parent, which stops the pool: a worker that took it
+    too would end (or report) mid-point and could leave the pool's queues locked."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None]):
     workers = workers or min(len(jobs), os.cpu_count() or 1) or 1
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start)
+    try:
         futures = {pool.submit(_run_point, args): (pt, rp) for args, pt, rp in jobs}
         pending = set(futures)
         while pending:
@@ -374,6 +382,30 @@ def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None])
                     report = fut.result()
                 yield report, pt, rp
             waiting()
+    except BaseException:  # an error, Ctrl-C, or the caller closing the generator
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+STOP_S = 5.0  # how long a terminated worker may take to exit before it is killed
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool now: cancel the points not started and terminate the workers, as
+    `shutdown` would wait for every point still running or queued."""
+    from npusim.outputs import interrupts_held
+
+    with interrupts_held():  # a second Ctrl-C must not leave workers running
+        procs = list((pool._processes or {}).values())  # no public way in Python < 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(STOP_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
 
 
 def _run_ray(jobs: list, workers: int | None, waiting: Callable[[], None]):

@@ -339,3 +339,87 @@ def test_a_point_report_compare_would_refuse_is_run_again(tmp_path, capsys, spoi
     assert all(math.isfinite(float(v)) for r in rows for k, v in r.items()
                if k.endswith("_us") and v)
     assert json.loads(rp.read_text())["ops"][0]["phases"]
+
+
+SLOW_KERNEL = '''
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+from npusim.kernels import registry
+
+toy = registry.from_file(registry.resolve_file({toy!r}, None))
+
+
+class Slow(type(toy)):
+    name = "slow_toy"
+
+    def tiling(self, *args, **kwargs):
+        if multiprocessing.parent_process() is not None:  # a worker: the point never ends
+            (Path({marks!r}) / str(os.getpid())).touch()
+            time.sleep(600)
+        return super().tiling(*args, **kwargs)
+
+
+FAMILY = Slow()
+'''
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _until(ready, limit_s: float) -> bool:
+    """Poll ready() until it holds or limit_s passes (a bound, so no test can hang)."""
+    import time
+
+    end = time.monotonic() + limit_s
+    while not ready():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_ctrl_c_stops_a_sweep_whose_points_are_running(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while points run and
+    more wait: the sweep stops its workers and ends at once with exit 130 and the line
+    saying what is on disk; no worker is left running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    marks = tmp_path / "started"
+    marks.mkdir()
+    (tmp_path / "slow.py").write_text(SLOW_KERNEL.format(
+        toy=str(root / "examples" / "kernels" / "toy_moe.py"), marks=str(marks)))
+    base = {**BASE, "workload": {**BASE["workload"], "kernel": "slow.py"}}
+    base["workload"].pop("dispatch_quant")
+    p = sweep_file(tmp_path, {"workload.bs": [1, 2, 3, 4, 5, 6]})
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npusim", "sweep", str(p), "--out", str(out), "--workers", "2",
+         "--quiet"], cwd=root, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert _until(lambda: len(list(marks.iterdir())) == 2, 120), "no point started"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130
+    assert err == (f"npusim: interrupted; 0 of 6 point folders complete in {out / 'points'} "
+                   "(npusim sweep resumes from them); results.csv not updated\n")
+    workers = [int(m.name) for m in marks.iterdir()]
+    assert _until(lambda: not any(map(_alive, workers)), 30), "a worker still runs"
+    assert not out.exists() or not any(out.rglob("*"))
