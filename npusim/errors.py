@@ -19,6 +19,21 @@ MESSAGE_CHARS = 4000  # a backstop: no input error is longer than this
 class NpusimError(Exception):
     """Base of every error npusim raises on purpose."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by state, not by calling __init__ again with `args`: a subclass's
+        __init__ takes other arguments than the message it passes on, and an error raised
+        in a sweep's worker process must reach the parent whole (same line, same code)."""
+        return _restored, (type(self), self.args, self.__dict__)
+
+
+def _restored(cls: type[NpusimError], args: tuple[Any, ...], state: dict[str, Any]
+              ) -> NpusimError:
+    """An unpickled NpusimError: its args and attributes as they were, __init__ not run."""
+    exc = cls.__new__(cls, *args)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
+
 
 class InputError(NpusimError):
     """Bad user input: names the file, the (dotted) key and what is allowed."""
@@ -81,7 +96,7 @@ class BlockedError(NpusimError):
     writes to DIR/blocked.txt and names in the message (`written`)."""
 
     def __init__(self, summary: str, blocked: tuple[str, ...] | list[str] = ()) -> None:
-        super().__init__(summary, tuple(blocked))  # both in args: the error pickles
+        super().__init__(summary, tuple(blocked))
         self.summary = summary
         self.blocked = tuple(blocked)
         self.written: str | None = None

@@ -15,9 +15,11 @@ A sweep file:
 
 Every point is a full scenario (validated like a scenario file; errors name the sweep
 file and the axis key). A sweep of more than --max-points points (default 10,000) is
-refused before any is built. Each finished point leaves OUT/points/<point>/report.json
-(its folder appears whole); a rerun skips points whose report exists for the same
-scenario, so an interrupted sweep resumes, and runs again a point whose report is broken.
+refused before any is built. A point's relative paths resolve against the base
+scenario's folder, as `npusim run` of the base resolves them. Each finished point leaves
+OUT/points/<point>/report.json (its folder appears whole); a rerun skips points whose
+report is one `npusim compare` accepts, for the same scenario, so an interrupted sweep
+resumes, and runs again a point whose report is not.
 OUT/results.csv has one row per point and op: the axis values, latency and phase spans.
 """
 
@@ -31,6 +33,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -41,6 +44,7 @@ from typing import Any
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.paths import resolved
+from npusim.report.compare import REPORT_SCHEMA, OpProfile, Profile, UnusableInput, load_profile
 from npusim.report.io import blocked_list_in
 from npusim.values import is_finite
 
@@ -154,8 +158,18 @@ def load_sweep(
     """Expand a sweep file into validated points; InputError, before any point is built,
     if there are more than max_points. import_kernels=False (`npusim lint`) validates the
     points without importing a user's kernel file."""
-    from npusim.hw.config import read_yaml_mapping
+    name, points, _ = _expand(path, max_points, import_kernels)
+    return name, points
+
+
+def _expand(
+    path: str | Path, max_points: int, import_kernels: bool
+) -> tuple[str, list[Point], Path]:
+    """The sweep's name, its points, and the folder their relative paths resolve against:
+    the base scenario's own, as `npusim run` and `npusim lint` of the base resolve them
+    (a point is the base with axis values set, not a file of the sweep's folder)."""
     from npusim.scenario import scenario_from_doc
+    from npusim.scenario.yaml import read_scenario_file
 
     p = Path(path)
     src = str(p)
@@ -164,7 +178,7 @@ def load_sweep(
     base_path = resolved(p.parent / str(doc["base"]), src, "base")
     if not base_path.is_file():
         raise InputError(src, "base", f"scenario file {base_path} not found")
-    base = read_yaml_mapping(base_path)
+    base, _, base_dir = read_scenario_file(base_path)
     keys = list(axes)
     total = math.prod(_axis_count(src, k, axes[k]) for k in keys)
     if total > max_points:
@@ -183,13 +197,13 @@ def load_sweep(
         labels = _set_axes(pdoc, keys, combo, src)
         try:
             scenario_from_doc(
-                pdoc, f"{src} (point {pname})", base_path.parent, import_kernels=import_kernels
+                pdoc, f"{src} (point {pname})", base_dir, import_kernels=import_kernels
             )
         except InputError as exc:
             raise InputError(exc.source, exc.key, exc.message) from None
         digest = hashlib.sha256(json.dumps(pdoc, sort_keys=True).encode()).hexdigest()[:16]
         points.append(Point(pname, labels, pdoc, digest))
-    return name, points
+    return name, points, base_dir
 
 
 def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
@@ -204,10 +218,20 @@ def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
     return build_report(simulate(sc))
 
 
+def _point_profile(report_path: Path) -> Profile:
+    """A point's report read as `npusim compare` reads it; UnusableInput unless compare
+    would accept it as a report (a baseline is not a point's report)."""
+    prof = load_profile(report_path)
+    if prof.schema != REPORT_SCHEMA:
+        raise UnusableInput(str(report_path), f"schema {prof.schema!r}; allowed: "
+                            f"{REPORT_SCHEMA!r}")
+    return prof
+
+
 def _state(report_path: Path, digest: str) -> str:
-    """A point's folder: "done" (its report is whole and for this scenario), "new" (no
-    report, or one for another scenario) or "broken: <why>" (a report that is not whole:
-    the point runs again)."""
+    """A point's folder: "done" (its report is one compare accepts, for this scenario),
+    "new" (no report, or one for another scenario) or "broken: <why>" (any other
+    report: the point runs again, so results.csv never takes a row from it)."""
     marker = report_path.with_name("point.json")
     if not (report_path.is_file() and marker.is_file()):
         return "new"
@@ -217,10 +241,10 @@ def _state(report_path: Path, digest: str) -> str:
     except (OSError, ValueError, AttributeError):
         return "broken: its point.json is unreadable"
     try:
-        ops = json.loads(report_path.read_text()).get("ops")
-    except (OSError, ValueError, AttributeError) as exc:
-        return f"broken: its report.json is unreadable ({type(exc).__name__})"
-    return "done" if isinstance(ops, list) else "broken: its report.json has no ops"
+        _point_profile(report_path)
+    except UnusableInput as exc:
+        return f"broken: its report.json is not a whole report: {exc.message}"
+    return "done"
 
 
 BACKENDS = ("processes", "ray")
@@ -244,10 +268,10 @@ def run_sweep(
             "command line", "--backend", f"{backend!r}; allowed: {', '.join(BACKENDS)}"
         )
     src = str(path)
-    name, points = load_sweep(path, max_points)
-    base_dir = str(Path(path).resolve().parent)
+    name, points, base_dir = _expand(path, max_points, True)
     try:
-        run_points(points, out, src, base_dir, workers, backend, quiet, title=f"sweep {name}")
+        run_points(points, out, src, str(base_dir), workers, backend, quiet,
+                   title=f"sweep {name}")
     except KeyboardInterrupt as exc:
         from npusim.outputs import Interrupted
 
@@ -297,12 +321,12 @@ def run_points(
     try:
         if jobs:
             runner = _run_ray if backend == "ray" else _run_processes
+            results = runner(jobs, workers, lambda: shown.update(status) if shown else None)
             try:
-                for report, pt, rp in runner(
-                    jobs, workers, lambda: shown.update(status) if shown else None
-                ):
+                for report, pt, rp in results:
                     _record(report, pt, rp, counter, n, shown)
             finally:
+                results.close()  # stops the workers now if a point failed or Ctrl-C came
                 if shown:
                     shown.clear()
     except KeyboardInterrupt:
@@ -336,10 +360,17 @@ def _record(
 WAIT_S = 1.0  # the status line's chance to redraw while points run
 
 
+def _worker_start() -> None:
+    """A worker leaves Ctrl-C to the parent, which stops the pool: a worker that took it
+    too would end (or report) mid-point and could leave the pool's queues locked."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None]):
     # never more processes than points: a fork start launches every worker at once
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_start)
+    try:
         futures = {pool.submit(_run_point, args): (pt, rp) for args, pt, rp in jobs}
         pending = set(futures)
         while pending:
@@ -351,6 +382,30 @@ def _run_processes(jobs: list, workers: int | None, waiting: Callable[[], None])
                     report = fut.result()
                 yield report, pt, rp
             waiting()
+    except BaseException:  # an error, Ctrl-C, or the caller closing the generator
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+STOP_S = 5.0  # how long a terminated worker may take to exit before it is killed
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool now: cancel the points not started and terminate the workers, as
+    `shutdown` would wait for every point still running or queued."""
+    from npusim.outputs import interrupts_held
+
+    with interrupts_held():  # a second Ctrl-C must not leave workers running
+        procs = list((pool._processes or {}).values())  # no public way in Python < 3.14
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(STOP_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
 
 
 def _run_ray(jobs: list, workers: int | None, waiting: Callable[[], None]):
@@ -390,22 +445,11 @@ def _run_ray(jobs: list, workers: int | None, waiting: Callable[[], None]):
 
 def _csv(points: list[Point], out: Path) -> str:
     keys = list(points[0].values) if points else []
-    rows = []
+    rows: list[tuple[Point, OpProfile]] = []
     phases: list[str] = []
     for pt in points:
-        path = out / "points" / pt.name / "report.json"
-        try:
-            report = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(
-                str(path),
-                None,
-                f"unreadable ({type(exc).__name__}); run the sweep again to redo the point",
-            ) from None
-        for op in report["ops"]:
-            for ph in op["phases"]:
-                if ph not in phases:
-                    phases.append(ph)
+        for op in _point_profile(out / "points" / pt.name / "report.json").ops:
+            phases += [ph for ph in op.phases if ph not in phases]
             rows.append((pt, op))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -419,9 +463,8 @@ def _csv(points: list[Point], out: Path) -> str:
         ]
     )
     for pt, op in rows:
-        spans = []
+        spans: list[float | str] = []
         for ph in phases:
-            span = op["phases"].get(ph)
-            spans += [span["start_us"], span["end_us"]] if span else ["", ""]
-        w.writerow([pt.name, *[pt.values[k] for k in keys], op["op"], op["latency_us"], *spans])
+            spans += list(op.phases[ph]) if ph in op.phases else ["", ""]
+        w.writerow([pt.name, *[pt.values[k] for k in keys], op.op, op.latency_us, *spans])
     return buf.getvalue()

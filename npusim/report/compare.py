@@ -116,8 +116,9 @@ def profile_of(doc: Any, source: str) -> Profile:
         raise UnusableInput(source, f"not an npusim report or baseline (schema {schema!r}; "
                             f"expected {REPORT_SCHEMA!r} or {BASELINE_SCHEMA!r})")
     ops_doc = doc.get("ops")
-    if not isinstance(ops_doc, list):
-        raise UnusableInput(source, "has no list of ops")
+    if not isinstance(ops_doc, list) or not ops_doc:
+        raise UnusableInput(source, "has no ops; allowed: a non-empty list of ops (a check "
+                            "never passes on missing data)")
     ops = []
     for i, op in enumerate(ops_doc):
         if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):

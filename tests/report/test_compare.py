@@ -105,6 +105,26 @@ def test_nan_in_b_never_passes(tmp_path, capsys) -> None:
         assert err.count("\n") == 1 and "ops[0].latency_us is nan" in err
 
 
+def _without_phases() -> dict[str, Any]:
+    doc = report(10.0, {})
+    del doc["ops"][0]["phases"]
+    return doc
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({**A, "ops": []}, "has no ops; allowed: a non-empty list of ops"),
+    (_without_phases(), "ops[0] has no phases object"),
+], ids=["no-ops", "no-phases"])
+def test_missing_ops_or_phases_never_pass(tmp_path, capsys, doc, message) -> None:
+    """Two reports that both lack their ops (or an op its phases) compare as nothing:
+    a check never passes on missing data."""
+    a, b = write(tmp_path, "a.json", doc), write(tmp_path, "b.json", doc)
+    assert main(["compare", a, b]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"npusim: error: {a}: {message}" + (
+        " (a check never passes on missing data)\n" if "ops;" in message else "\n")
+
+
 @pytest.mark.parametrize("tol", ["nan", "NaN%", "inf", "-1", "-5%", "1e999"])
 def test_a_tolerance_that_is_not_a_finite_number_is_refused(tmp_path, capsys, tol) -> None:
     slow = report(280.0, {"send_data": (0.0, 4.0), "wait_status": (4.0, 6.0)})  # 28x
