@@ -259,7 +259,7 @@ def _npusim_errors() -> set[type]:
 
 
 def _errors_of_every_kind() -> list[Exception]:
-    from npusim.errors import BlockedError, NpusimError, SimTimeLimitError
+    from npusim.errors import BlockedError, NpusimError, SimTimeLimitError, WallClockLimitError
     from npusim.report.compare import UnusableInput
     from npusim.runtime.fault import PastTimeLimit
 
@@ -269,7 +269,9 @@ def _errors_of_every_kind() -> list[Exception]:
             InputError("s.yaml", None, "not a mapping"),
             KernelError("race", rank=2, core="aic1", step="copy", address=0x100, size=32),
             KernelError("no place"), BlockedError("blocked", ["a", "b"]), written,
-            SimTimeLimitError("simulated-time limit", []), UnusableInput("r.json", "not JSON"),
+            SimTimeLimitError("simulated-time limit", []),
+            WallClockLimitError("wall-clock limit", ["rank 0 core 0: step send"]),
+            UnusableInput("r.json", "not JSON"),
             PastTimeLimit("rank 0 core 1 ran its own clock", " (k.py, line 3)")]
 
 
@@ -313,7 +315,7 @@ def _no_schema(doc: dict) -> None:
 
 @pytest.mark.parametrize("spoil,why", [
     (_no_ops, "has no ops"), (_nan_latency, "ops[0].latency_us is nan"),
-    (_no_phases, "ops[0] has no phases object"), (_inf_phase_end, "end_us is inf"),
+    (_no_phases, "ops[0].phases is missing or not an object"), (_inf_phase_end, "end_us is inf"),
     (_no_schema, "not an npusim report"),
 ])
 def test_a_point_report_compare_would_refuse_is_run_again(tmp_path, capsys, spoil, why):
