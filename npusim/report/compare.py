@@ -116,15 +116,16 @@ def profile_of(doc: Any, source: str) -> Profile:
         raise UnusableInput(source, f"not an npusim report or baseline (schema {schema!r}; "
                             f"expected {REPORT_SCHEMA!r} or {BASELINE_SCHEMA!r})")
     ops_doc = doc.get("ops")
-    if not isinstance(ops_doc, list):
-        raise UnusableInput(source, "has no list of ops")
+    if not isinstance(ops_doc, list) or not ops_doc:
+        raise UnusableInput(source, "has no ops; allowed: a non-empty list of ops (a check "
+                            "never passes on missing data)")
     ops = []
     for i, op in enumerate(ops_doc):
         if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
             raise UnusableInput(source, f"ops[{i}] has no op name")
         latency = _num(op.get("latency_us"), source, f"ops[{i}].latency_us")
         if not isinstance(op.get("phases"), Mapping):
-            raise UnusableInput(source, f"ops[{i}].phases is missing or not an object")
+            raise UnusableInput(source, f"ops[{i}] has no phases object")
         phases = {str(name): _span(ph, source, f"ops[{i}].phases.{name}")
                   for name, ph in op["phases"].items()}
         ops.append(OpProfile(op["op"], latency, phases))

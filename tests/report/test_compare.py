@@ -225,7 +225,7 @@ DEEP = '{"schema": "npusim.report/1", "ops": ' + "[" * 100_000 + "]" * 100_000 +
     (NEG, "ops[0].latency_us is -12.7; allowed: a finite number >= 0"),
     (report(10.0, {"send_data": (-1.0, 4.0)}), "ops[0].phases.send_data.start_us is -1.0"),
     (BACKWARDS, "ops[0].phases.send_data ends at 3.0 us before it starts at 4.0 us"),
-    (NO_PHASES, "ops[0].phases is missing"),
+    (NO_PHASES, "ops[0] has no phases object"),
     (LONG_INT, "holds an integer of 400 digits; allowed: at most 30"),
     (DEEP, "nested deeper than Python can read"),
 ], ids=["negative-latency", "negative-start", "end-before-start", "no-phases", "400-digits",
