@@ -181,8 +181,8 @@ class Plan:
     axis: str | None
     values: list[Any]
     preset: str = ""  # the hardware preset's name, from the first runnable point
-    # per axis value (repr): its points' preset and whether they override its values
-    settings: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    # per axis value (repr): its points' preset, and why it is not the validated one ("")
+    settings: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate],
@@ -198,7 +198,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                          f"values is over {MAX_CANDIDATES} runs; narrow the quantisations "
                          "or the axis")
     points, refused, cand_of, preset = [], [], {}, ""
-    settings: dict[str, tuple[str, bool]] = {}
+    settings: dict[str, tuple[str, str]] = {}
     refused += [(None, fam, v, why) for v in values for fam, why in missing]
     for value in values:
         for c in cands:
@@ -221,8 +221,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                 refused.append((c, c.family, value, _reason(exc)))
                 continue
             preset = preset or sc.hardware.name
-            settings.setdefault(repr(value), (sc.hardware.name,
-                                              bool(doc.get("hardware_overrides"))))
+            settings.setdefault(repr(value), (sc.hardware.name, _off_preset(sc, doc)))
             digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()
                                     ).hexdigest()[:16]
             vals = {"family": c.family, "variant": c.variant, "quant": c.quant}
@@ -231,6 +230,15 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
             points.append(Point(doc["name"], vals, doc, digest))
             cand_of[doc["name"]] = c
     return Plan(points, refused, cand_of, axis, list(values), preset, settings)
+
+
+def _off_preset(sc: Any, doc: Mapping[str, Any]) -> str:
+    """Why a point's hardware is not the shipped preset its table validates ("": it is)."""
+    from npusim.hw.config import preset_names
+
+    if doc.get("hardware_overrides"):
+        return OVERRIDDEN
+    return "" if sc.hardware_ref in preset_names() else OWN_FILE
 
 
 def _reason(exc: InputError) -> str:
@@ -286,6 +294,7 @@ def _num(x: float) -> str:
 
 RANGE_KEYS = ("bs", "h", "k", "ep_world_size")
 OVERRIDDEN = "hardware_overrides: not the preset its table validates"
+OWN_FILE = "a preset file: not the shipped preset its table validates"
 
 
 def table_of(preset: str) -> Path | None:
@@ -296,15 +305,15 @@ def table_of(preset: str) -> Path | None:
     return table if table.is_file() else None
 
 
-def calibration_of(preset: str, overridden: bool = False, mape: float | None = None,
+def calibration_of(preset: str, off_preset: str = "", mape: float | None = None,
                    basis: str = "") -> Calibration:
     """The preset's calibration: its table gives the shapes, `mape` is validate's error on
-    it computed by this advice (validation_of, mape_of). A preset with
-    hardware_overrides is no longer the one validated: uncalibrated."""
+    it computed by this advice (validation_of, mape_of). Hardware that is not the shipped
+    preset (off_preset says why: hardware_overrides, a file) is uncalibrated."""
     from npusim.calibrate import read_table
 
-    if overridden:
-        return Calibration(preset, None, {}, OVERRIDDEN)
+    if off_preset:
+        return Calibration(preset, None, {}, off_preset)
     table = table_of(preset)
     if table is None or mape is None:
         return Calibration(preset, None, {})
@@ -354,7 +363,7 @@ def validation_of(preset: str) -> Validation | None:
 
 def validations(p: Plan) -> dict[str, Validation]:
     """The table runs of every preset the plan's points use without overriding it."""
-    presets = dict.fromkeys(name for name, overridden in p.settings.values() if not overridden)
+    presets = dict.fromkeys(name for name, off in p.settings.values() if not off)
     found = {name: validation_of(name) for name in presets}
     return {name: v for name, v in found.items() if v is not None}
 
@@ -375,9 +384,9 @@ def calibrations(p: Plan, found: Mapping[str, Validation],
                 for name, v in found.items()}
     out = {}
     for value in p.values:
-        preset, overridden = p.settings.get(repr(value), (p.preset, False))
+        preset, off = p.settings.get(repr(value), (p.preset, ""))
         mape, basis = computed.get(preset, (None, ""))
-        out[repr(value)] = calibration_of(preset, overridden, mape, basis)
+        out[repr(value)] = calibration_of(preset, off, mape, basis)
     return out
 
 

@@ -324,3 +324,17 @@ def test_a_point_along_hardware_overrides_is_not_called_calibrated(tmp_path, cap
     assert text.count(f"uncalibrated ({advise.OVERRIDDEN})") == 1 + 2  # header, two rows
     assert not [p for p in (tmp_path / "runs" / "points").iterdir()
                 if p.name.startswith("validate-")]
+
+
+def test_a_preset_file_of_a_calibrated_name_is_not_called_calibrated(tmp_path, capsys,
+                                                                     monkeypatch, small_tables):
+    """A copy of the 950 preset, edited or not, is not the preset the table validates."""
+    (tmp_path / "quick.py").write_text(FAMILY.format(name="quick", base=500, per_token=10))
+    (tmp_path / "mine.yaml").write_text((ROOT / "configs/ascend950.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    assert main(["advise", "--family", "quick.py", "--set", "hardware=mine.yaml",
+                 "--out", "runs", "--quiet", "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"advise: ascend950, uncalibrated ({advise.OWN_FILE}); ")
+    assert not [p for p in (tmp_path / "runs" / "points").iterdir()
+                if p.name.startswith("validate-")]
