@@ -251,3 +251,13 @@ def test_plot_reads_a_report_as_compare_does(tmp_path, capsys, text):
     cap = capsys.readouterr()
     assert cap.err.count("\n") == 1 and cap.err.startswith(f"npusim: error: {bad}: "), cap.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**5000)], ids=["past-float", "past-str"])
+def test_an_integer_past_float_range_in_a_document_is_unusable(value) -> None:
+    """profile_of serves documents not read from a file too (the API, a sweep's points):
+    an integer float() cannot hold was an OverflowError traceback."""
+    doc = report(10.0, {"send_data": (0.0, 4.0)})
+    doc["ops"][0]["latency_us"] = value
+    with pytest.raises(UnusableInput, match=r"ops\[0\]\.latency_us is -?<an integer of about"):
+        profile_of(doc, "doc")
