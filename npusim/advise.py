@@ -14,9 +14,9 @@ A difference smaller than the preset's validation error is a tie, not a win: the
 cannot tell them apart. That error is the MAPE of `npusim validate` on the preset's
 calibration table (configs/targets/<preset>.csv), computed by each advice: the table's
 rows run as points of its sweep (resumed like the others), so the figure is the model's
-as it is now, never one copied into a file. A preset without a table, or one whose values
-the point overrides (`hardware_overrides`, also along `--over`), is uncalibrated and uses
-UNCALIBRATED_TIE.
+as it is now, never one copied into a file. A preset without a table, one whose values
+the point overrides (`hardware_overrides`, also along `--over`) and one given as a file
+are uncalibrated and use UNCALIBRATED_TIE.
 """
 
 from __future__ import annotations
