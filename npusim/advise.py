@@ -10,9 +10,13 @@ the text `npusim lint` prints. The rest run timing-only as the points of a sweep
 same processes or Ray, resumable, progress on stderr), and are ranked by their total
 latency.
 
-A difference smaller than the preset's validation error (the MAPE recorded beside its
-calibration table, configs/targets/<preset>.yaml) is a tie, not a win: the model cannot
-tell them apart. A preset without a table is uncalibrated and uses UNCALIBRATED_TIE.
+A difference smaller than the preset's validation error is a tie, not a win: the model
+cannot tell them apart. That error is the MAPE of `npusim validate` on the preset's
+calibration table (configs/targets/<preset>.csv), computed by each advice: the table's
+rows run as points of its sweep (resumed like the others), so the figure is the model's
+as it is now, never one copied into a file. A preset without a table, one whose values
+the point overrides (`hardware_overrides`, also along `--over`) and one given as a file
+are uncalibrated and use UNCALIBRATED_TIE.
 """
 
 from __future__ import annotations
@@ -177,6 +181,8 @@ class Plan:
     axis: str | None
     values: list[Any]
     preset: str = ""  # the hardware preset's name, from the first runnable point
+    # per axis value (repr): its points' preset, and why it is not the validated one ("")
+    settings: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate],
@@ -192,6 +198,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                          f"values is over {MAX_CANDIDATES} runs; narrow the quantisations "
                          "or the axis")
     points, refused, cand_of, preset = [], [], {}, ""
+    settings: dict[str, tuple[str, str]] = {}
     refused += [(None, fam, v, why) for v in values for fam, why in missing]
     for value in values:
         for c in cands:
@@ -214,6 +221,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                 refused.append((c, c.family, value, _reason(exc)))
                 continue
             preset = preset or sc.hardware.name
+            settings.setdefault(repr(value), (sc.hardware.name, _off_preset(sc, doc)))
             digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()
                                     ).hexdigest()[:16]
             vals = {"family": c.family, "variant": c.variant, "quant": c.quant}
@@ -221,7 +229,16 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                 vals[axis] = value
             points.append(Point(doc["name"], vals, doc, digest))
             cand_of[doc["name"]] = c
-    return Plan(points, refused, cand_of, axis, list(values), preset)
+    return Plan(points, refused, cand_of, axis, list(values), preset, settings)
+
+
+def _off_preset(sc: Any, doc: Mapping[str, Any]) -> str:
+    """Why a point's hardware is not the shipped preset its table validates ("": it is)."""
+    from npusim.hw.config import preset_names
+
+    if doc.get("hardware_overrides"):
+        return OVERRIDDEN
+    return "" if sc.hardware_ref in preset_names() else OWN_FILE
 
 
 def _reason(exc: InputError) -> str:
@@ -240,6 +257,7 @@ class Calibration:
     mape: float | None  # None: uncalibrated
     ranges: Mapping[str, Mapping[str, tuple[float, float]]]  # family -> key -> (lo, hi)
     why_not: str = ""  # what makes a calibrated preset uncalibrated here
+    basis: str = ""  # where the MAPE comes from
 
     @property
     def tie(self) -> float:
@@ -250,6 +268,9 @@ class Calibration:
         if self.mape is None:
             return f"uncalibrated ({self.why_not})" if self.why_not else "uncalibrated"
         return f"calibrated (MAPE {self.mape:.1%})"
+
+    def as_doc(self) -> dict[str, Any]:
+        return {"status": self.status, "mape": self.mape, "tie": self.tie, "basis": self.basis}
 
     def outside(self, family: str, workload: Mapping[str, Any]) -> str | None:
         """Why a run is outside the table's shapes for its family (None: inside)."""
@@ -272,23 +293,30 @@ def _num(x: float) -> str:
 
 
 RANGE_KEYS = ("bs", "h", "k", "ep_world_size")
+OVERRIDDEN = "hardware_overrides: not the preset its table validates"
+OWN_FILE = "a preset file: not the shipped preset its table validates"
 
 
-def calibration_of(preset: str, overridden: bool = False) -> Calibration:
-    """The preset's calibration: configs/targets/<preset>.csv gives the shapes, and
-    configs/targets/<preset>.yaml the MAPE of its last validation. A preset with
-    hardware_overrides is no longer the one validated: uncalibrated."""
-    from npusim.calibrate import read_table
+def table_of(preset: str) -> Path | None:
+    """The preset's calibration table (configs/targets/<preset>.csv), None if it has none."""
     from npusim.shipped import targets_dir
 
-    if overridden:
-        return Calibration(preset, None, {}, "hardware_overrides")
-    status = targets_dir() / f"{preset}.yaml"
     table = targets_dir() / f"{preset}.csv"
-    if not (status.is_file() and table.is_file()):
+    return table if table.is_file() else None
+
+
+def calibration_of(preset: str, off_preset: str = "", mape: float | None = None,
+                   basis: str = "") -> Calibration:
+    """The preset's calibration: its table gives the shapes, `mape` is validate's error on
+    it computed by this advice (validation_of, mape_of). Hardware that is not the shipped
+    preset (off_preset says why: hardware_overrides, a file) is uncalibrated."""
+    from npusim.calibrate import read_table
+
+    if off_preset:
+        return Calibration(preset, None, {}, off_preset)
+    table = table_of(preset)
+    if table is None or mape is None:
         return Calibration(preset, None, {})
-    doc = yaml.safe_load(status.read_text(encoding="utf-8"))
-    mape = float(doc["mape_pct"]) / 100.0
     ranges: dict[str, dict[str, tuple[float, float]]] = {}
     for m in read_table(table):
         fam = m.workload.get("kernel", registry.DEFAULT)
@@ -298,7 +326,68 @@ def calibration_of(preset: str, overridden: bool = False) -> Calibration:
             if isinstance(v, (int, float)):
                 lo, hi = r.get(key, (v, v))
                 r[key] = (min(lo, v), max(hi, v))
-    return Calibration(preset, mape, ranges)
+    return Calibration(preset, mape, ranges, basis=basis)
+
+
+@dataclass
+class Validation:
+    """A preset's table as sweep points: `npusim validate`'s runs, timing only."""
+
+    preset: str
+    table: Path
+    rows: list[Any]  # calibrate.Measurement
+    points: list[Any]  # sweep.Point, one per distinct run
+    where: list[tuple[str, int]]  # per row: its point's name, its op's place in the run
+
+
+def validation_of(preset: str) -> Validation | None:
+    """The runs that give the preset's MAPE now (None: the preset has no table)."""
+    from npusim.calibrate import read_table
+    from npusim.calibrate.simulate import table_runs
+    from npusim.sweep import Point
+
+    table = table_of(preset)
+    if table is None:
+        return None
+    rows = read_table(table)
+    runs, where = table_runs(rows, preset, {})
+    points = []
+    for doc, first in runs:
+        doc["name"] = f"validate-{preset}-{rows[first].name}"
+        digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()
+                                ).hexdigest()[:16]
+        points.append(Point(doc["name"], {"row": rows[first].name}, doc, digest))
+    return Validation(preset, table, rows, points,
+                      [(points[j].name, k) for j, k in where])
+
+
+def validations(p: Plan) -> dict[str, Validation]:
+    """The table runs of every preset the plan's points use without overriding it."""
+    presets = dict.fromkeys(name for name, off in p.settings.values() if not off)
+    found = {name: validation_of(name) for name in presets}
+    return {name: v for name, v in found.items() if v is not None}
+
+
+def mape_of(v: Validation, reports: Mapping[str, Mapping[str, Any]]) -> float:
+    """validate's MAPE: each row's op duration in its run's report against the row."""
+    from npusim.calibrate import compare
+
+    simulated = [float(reports[name]["ops"][k]["duration_us"]) for name, k in v.where]
+    return compare(v.rows, simulated).mape()
+
+
+def calibrations(p: Plan, found: Mapping[str, Validation],
+                 reports: Mapping[str, Mapping[str, Any]]) -> dict[str, Calibration]:
+    """Per axis value (repr) the calibration of its points' preset, as they run it."""
+    computed = {name: (mape_of(v, reports), f"MAPE of the {len(v.rows)} rows of "
+                       f"{v.table.name} (npusim validate), simulated by this advice")
+                for name, v in found.items()}
+    out = {}
+    for value in p.values:
+        preset, off = p.settings.get(repr(value), (p.preset, ""))
+        mape, basis = computed.get(preset, (None, ""))
+        out[repr(value)] = calibration_of(preset, off, mape, basis)
+    return out
 
 
 # ---------------------------------------------------------------- ranking
@@ -409,30 +498,35 @@ def crossovers(rankings: Sequence[tuple[Any, Ranking]], axis: str, preset: str) 
 
 
 def run_plan(p: Plan, out: Path, src: str, base: Path, workers: int | None, backend: str,
-             quiet: bool) -> dict[str, dict[str, Any]]:
-    """Run the plan's points as a sweep under `out` (resumable); point name -> report."""
+             quiet: bool, found: Mapping[str, Validation] | None = None
+             ) -> dict[str, dict[str, Any]]:
+    """Run the plan's points, and the table runs of its presets, as a sweep under `out`
+    (resumable); point name -> report."""
     from npusim.sweep import run_points
 
-    return run_points(p.points, out, src, str(base), workers, backend, quiet,
+    extra = [pt for v in (found or {}).values() for pt in v.points]
+    return run_points(p.points + extra, out, src, str(base), workers, backend, quiet,
                       title=f"advise {p.points[0].doc['name'] if p.points else ''}")
 
 
-def rankings(p: Plan, reports: Mapping[str, Mapping[str, Any]], cal: Calibration
-             ) -> list[tuple[Any, Ranking]]:
+def rankings(p: Plan, reports: Mapping[str, Mapping[str, Any]],
+             cals: Mapping[str, Calibration]) -> list[tuple[Any, Ranking]]:
+    """Per axis value its ranking, against that value's calibration."""
     by_value: dict[Any, list[Entry]] = {repr(v): [] for v in p.values}
     for pt in p.points:
         v = pt.values.get(p.axis) if p.axis else None
-        by_value[repr(v)].append(entry_of(p.candidate_of[pt.name], reports[pt.name], cal))
-    return [(v, rank(by_value[repr(v)], cal)) for v in p.values]
+        by_value[repr(v)].append(entry_of(p.candidate_of[pt.name], reports[pt.name],
+                                          cals[repr(v)]))
+    return [(v, rank(by_value[repr(v)], cals[repr(v)])) for v in p.values]
 
 
 SCHEMA = "npusim.advice/1"
 
 
-def document(shape: Mapping[str, Any], cal: Calibration, p: Plan,
+def document(shape: Mapping[str, Any], p: Plan,
              ranked: Sequence[tuple[Any, Ranking]]) -> dict[str, Any]:
     """The advice as plain data (`--json`, and what the text and figures are drawn from)."""
-    def row(e: Entry, tie: bool) -> dict[str, Any]:
+    def row(e: Entry, tie: bool, cal: Calibration) -> dict[str, Any]:
         c = e.candidate
         return {"family": c.family, "variant": c.variant, "dispatch_quant": c.dispatch_quant,
                 "combine_quant": c.combine_quant, "ops_us": dict(e.ops),
@@ -443,14 +537,17 @@ def document(shape: Mapping[str, Any], cal: Calibration, p: Plan,
 
     points = []
     for value, r in ranked:
-        points.append({"value": value, "why": r.why(),
-                       "ranking": [row(e, i < r.tied and r.tied > 1)
+        points.append({"value": value, "why": r.why(), "calibration": r.calibration.as_doc(),
+                       "ranking": [row(e, i < r.tied and r.tied > 1, r.calibration)
                                    for i, e in enumerate(r.entries)]})
+    cals = list({json.dumps(pt["calibration"], sort_keys=True): pt["calibration"]
+                 for pt in points}.values())
+    cal = cals[0] if len(cals) == 1 else {"status": f"varies with {p.axis}", "mape": None,
+                                          "tie": None, "basis": ""}
     refused = [{"family": fam, "variant": c.variant if c else None,
                 "quant": c.quant if c else None, "value": value, "reason": why}
                for c, fam, value, why in p.refused]
-    return {"schema": SCHEMA, "preset": cal.preset,
-            "calibration": {"status": cal.status, "mape": cal.mape, "tie": cal.tie},
+    return {"schema": SCHEMA, "preset": p.preset, "calibration": cal,
             "shape": dict(shape.get("workload", {})), "axis": p.axis, "points": points,
-            "crossovers": crossovers(ranked, p.axis, cal.preset) if p.axis else [],
+            "crossovers": crossovers(ranked, p.axis, p.preset) if p.axis else [],
             "refused": refused}

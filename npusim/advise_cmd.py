@@ -156,9 +156,10 @@ def cmd_advise(args: argparse.Namespace) -> int:
             raise InputError(src, None, reasons[0])
         fams = "; ".join(dict.fromkeys(f"{fam}: {why}" for _, fam, _, why in p.refused))
         raise InputError(src, None, f"no kernel family runs this shape ({fams})")
-    cal = advise.calibration_of(p.preset, overridden=bool(shape.get("hardware_overrides")))
-    reports = advise.run_plan(p, out, src, base, workers, backend, args.quiet)
-    doc = advise.document(shape, cal, p, advise.rankings(p, reports, cal))
+    found = advise.validations(p)  # the tables whose MAPE this advice computes
+    reports = advise.run_plan(p, out, src, base, workers, backend, args.quiet, found)
+    cals = advise.calibrations(p, found, reports)
+    doc = advise.document(shape, p, advise.rankings(p, reports, cals))
     if args.json:
         print(json.dumps(doc, indent=1))
     else:

@@ -41,6 +41,24 @@ def _job_key(doc: dict[str, Any]) -> str:
     return repr(sorted((k, repr(v)) for k, v in doc.items() if k != "name"))
 
 
+def table_runs(
+    rows: list[Measurement], hardware: str, overrides: dict[str, Any]
+) -> tuple[list[tuple[dict[str, Any], int]], list[tuple[int, int]]]:
+    """The distinct runs that time a table's rows, each with the index of its first row,
+    and per row: its run and its op's place in that run."""
+    runs: list[tuple[dict[str, Any], int]] = []
+    where: list[tuple[int, int]] = []
+    keys: dict[str, int] = {}
+    for i, m in enumerate(rows):
+        doc = row_doc(m, hardware, overrides)
+        key = _job_key(doc)
+        if key not in keys:
+            keys[key] = len(runs)
+            runs.append((doc, i))
+        where.append((keys[key], timed_ops(family_of(m.workload), m.workload)[m.op][1]))
+    return runs, where
+
+
 def simulate_table(
     rows: list[Measurement],
     hardware: str,
@@ -51,21 +69,11 @@ def simulate_table(
     """Simulated latency of every row (validates every row's scenario first, here)."""
     from npusim.scenario import scenario_from_doc
 
-    jobs: list[tuple[dict[str, Any], str]] = []
-    cost: list[float] = []
-    where: list[tuple[int, int]] = []  # per row: its job, its op's place in the run
-    keys: dict[str, int] = {}
-    for i, m in enumerate(rows):
-        doc = row_doc(m, hardware, overrides)
-        key = _job_key(doc)
-        if key not in keys:
-            src = f"{source} (row {i + 2})"
-            scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
-            keys[key] = len(jobs)
-            jobs.append((doc, src))
-            cost.append(_cost(m))
-        where.append((keys[key], timed_ops(family_of(m.workload), m.workload)[m.op][1]))
-    results = _run_jobs(jobs, cost, workers)
+    runs, where = table_runs(rows, hardware, overrides)
+    jobs = [(doc, f"{source} (row {i + 2})") for doc, i in runs]
+    for doc, src in jobs:
+        scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
+    results = _run_jobs(jobs, [_cost(rows[i]) for _, i in runs], workers)
     return [results[j][k] for j, k in where]
 
 

@@ -4,6 +4,7 @@ fitted preset with its fit report (npusim.calibrate does the fit)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,8 +224,26 @@ def _write(job: _Job, result: FitResult, report: dict[str, Any]) -> None:
     )
     text = rewrite_preset(job.hw_path.read_text(), result.overrides(), provenance)
     report_text = dumps_json(report)  # both texts whole before any folder is made
-    with OutputSet() as outs:  # the fit report and the preset appear together
-        write_text_atomic(outs.file(job.report_path), report_text)
-        write_text_atomic(outs.file(job.out), text)
-        outs.commit()
-    load_hardware(str(job.out))  # the written preset must load
+    made = _missing_folders((job.report_path, job.out))
+    try:
+        with OutputSet() as outs:  # the fit report and the preset appear together
+            write_text_atomic(outs.file(job.report_path), report_text)
+            staged = write_text_atomic(outs.file(job.out), text)
+            try:  # the preset must load, before either is placed
+                load_hardware(str(staged))
+            except InputError as exc:
+                raise InputError(str(job.out), exc.key, exc.message) from None
+            outs.commit()
+    except BaseException:
+        for folder in made:  # made for outputs that never came: not left empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _missing_folders(files: tuple[Path, ...]) -> list[Path]:
+    """The folders the files need that do not exist yet, deepest first."""
+    out: list[Path] = []
+    for f in files:
+        out += [d for d in f.absolute().parents if not d.exists() and d not in out]
+    return sorted(out, key=lambda d: len(d.parts), reverse=True)

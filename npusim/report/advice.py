@@ -50,12 +50,21 @@ def format_ranking(ranking: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _bases(doc: Mapping[str, Any]) -> list[str]:
+    """Where each MAPE shown comes from, once each."""
+    cals = [doc["calibration"], *(pt.get("calibration", {}) for pt in doc["points"])]
+    return [f"  {b}" for b in dict.fromkeys(c.get("basis") for c in cals) if b]
+
+
 def format_advice(doc: Mapping[str, Any]) -> str:
-    lines = [_shape_line(doc)]
+    lines = [_shape_line(doc), *_bases(doc)]
     axis = doc["axis"]
+    varies = doc["calibration"]["mape"] is None and len(
+        {pt["calibration"]["status"] for pt in doc["points"] if "calibration" in pt}) > 1
     for pt in doc["points"]:
         if axis:
-            lines += ["", f"{axis} = {pt['value']}"]
+            own = f"  ({pt['calibration']['status']})" if varies else ""
+            lines += ["", f"{axis} = {pt['value']}{own}"]
         if pt["ranking"]:
             lines += format_ranking(pt["ranking"])
         lines.append(f"why: {pt['why']}")

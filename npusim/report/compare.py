@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npusim.errors import InputError
+from npusim.errors import InputError, excerpt
 
 REPORT_SCHEMA = "npusim.report/1"
 BASELINE_SCHEMA = "npusim.baseline/1"
@@ -89,9 +89,14 @@ def _num(x: Any, source: str, what: str) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise UnusableInput(source, f"{what} is {'missing' if x is None else 'not a number'}"
                             "; allowed: a finite number >= 0")
-    if not math.isfinite(x) or x < 0:
-        raise UnusableInput(source, f"{what} is {x}; allowed: a finite number >= 0 (a check "
-                            "never passes on non-finite or negative times)")
+    try:
+        usable = math.isfinite(x) and x >= 0
+    except OverflowError:  # an int past float range, from a document not read by read_json
+        usable = False
+    if not usable:
+        shown = excerpt(x) if isinstance(x, int) else x  # str() refuses 4300 digits
+        raise UnusableInput(source, f"{what} is {shown}; allowed: a finite number >= 0 "
+                            "(a check never passes on non-finite or negative times)")
     return float(x)
 
 
@@ -125,7 +130,7 @@ def profile_of(doc: Any, source: str) -> Profile:
             raise UnusableInput(source, f"ops[{i}] has no op name")
         latency = _num(op.get("latency_us"), source, f"ops[{i}].latency_us")
         if not isinstance(op.get("phases"), Mapping):
-            raise UnusableInput(source, f"ops[{i}].phases is missing or not an object")
+            raise UnusableInput(source, f"ops[{i}] has no phases object")
         phases = {str(name): _span(ph, source, f"ops[{i}].phases.{name}")
                   for name, ph in op["phases"].items()}
         ops.append(OpProfile(op["op"], latency, phases))

@@ -618,3 +618,18 @@ def test_calibrate_arguments_are_refused_before_the_fit(tmp_path, capsys, extra,
     assert cap.err.count("\n") == 1, cap.err
     assert cap.err.startswith(f"npusim: error: command line: {names}: ") and says in cap.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]
+
+
+def test_a_fitted_preset_that_does_not_load_is_not_written(tmp_path, capsys, monkeypatch):
+    """The preset is loaded before it and its report are placed: a failure leaves
+    neither, nor the folder made for them, and names --out, not a staging file."""
+    import npusim.calibrate as cal
+
+    monkeypatch.setattr(cal, "rewrite_preset", lambda text, values, prov: "name: broken\n")
+    table = write(tmp_path, SMALL.format(us=12.0))
+    out = tmp_path / "new" / "fit.yaml"
+    assert main(["calibrate", "--table", str(table), "--param", "kernel.launch_ns=100:20000",
+                 "--max-evals", "1", "--workers", "1", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"npusim: error: {out}: "), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]

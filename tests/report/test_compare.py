@@ -245,7 +245,7 @@ DEEP = '{"schema": "npusim.report/1", "ops": ' + "[" * 100_000 + "]" * 100_000 +
     (NEG, "ops[0].latency_us is -12.7; allowed: a finite number >= 0"),
     (report(10.0, {"send_data": (-1.0, 4.0)}), "ops[0].phases.send_data.start_us is -1.0"),
     (BACKWARDS, "ops[0].phases.send_data ends at 3.0 us before it starts at 4.0 us"),
-    (NO_PHASES, "ops[0].phases is missing"),
+    (NO_PHASES, "ops[0] has no phases object"),
     (LONG_INT, "holds an integer of 400 digits; allowed: at most 30"),
     (DEEP, "nested deeper than Python can read"),
 ], ids=["negative-latency", "negative-start", "end-before-start", "no-phases", "400-digits",
@@ -271,3 +271,13 @@ def test_plot_reads_a_report_as_compare_does(tmp_path, capsys, text):
     cap = capsys.readouterr()
     assert cap.err.count("\n") == 1 and cap.err.startswith(f"npusim: error: {bad}: "), cap.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**5000)], ids=["past-float", "past-str"])
+def test_an_integer_past_float_range_in_a_document_is_unusable(value) -> None:
+    """profile_of serves documents not read from a file too (the API, a sweep's points):
+    an integer float() cannot hold was an OverflowError traceback."""
+    doc = report(10.0, {"send_data": (0.0, 4.0)})
+    doc["ops"][0]["latency_us"] = value
+    with pytest.raises(UnusableInput, match=r"ops\[0\]\.latency_us is -?<an integer of about"):
+        profile_of(doc, "doc")
