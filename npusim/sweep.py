@@ -44,7 +44,14 @@ from typing import Any
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.paths import resolved
-from npusim.report.compare import REPORT_SCHEMA, OpProfile, Profile, UnusableInput, load_profile
+from npusim.report.compare import (
+    REPORT_SCHEMA,
+    OpProfile,
+    Profile,
+    UnusableInput,
+    load_profile,
+    read_json,
+)
 from npusim.report.io import blocked_list_in
 from npusim.values import is_finite
 
@@ -236,9 +243,9 @@ def _state(report_path: Path, digest: str) -> str:
     if not (report_path.is_file() and marker.is_file()):
         return "new"
     try:
-        if json.loads(marker.read_text()).get("digest") != digest:
+        if read_json(marker).get("digest") != digest:
             return "new"
-    except (OSError, ValueError, AttributeError):
+    except (UnusableInput, AttributeError):
         return "broken: its point.json is unreadable"
     try:
         _point_profile(report_path)
@@ -337,7 +344,7 @@ def run_points(
             f"(npusim {title.split()[0]} resumes from them)"
         ) from None
     return {
-        pt.name: json.loads((out / "points" / pt.name / "report.json").read_text()) for pt in points
+        pt.name: read_json(out / "points" / pt.name / "report.json") for pt in points
     }
 
 
