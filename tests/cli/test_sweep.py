@@ -259,6 +259,7 @@ def _npusim_errors() -> set[type]:
 
 
 def _errors_of_every_kind() -> list[Exception]:
+    from npusim.api import UnknownOp
     from npusim.errors import BlockedError, NpusimError, SimTimeLimitError, WallClockLimitError
     from npusim.report.compare import UnusableInput
     from npusim.runtime.fault import PastTimeLimit
@@ -271,7 +272,7 @@ def _errors_of_every_kind() -> list[Exception]:
             KernelError("no place"), BlockedError("blocked", ["a", "b"]), written,
             SimTimeLimitError("simulated-time limit", []),
             WallClockLimitError("wall-clock limit", ["rank 0 core 0: step send"]),
-            UnusableInput("r.json", "not JSON"),
+            UnusableInput("r.json", "not JSON"), UnknownOp("api", "op", "no op 'x'"),
             PastTimeLimit("rank 0 core 1 ran its own clock", " (k.py, line 3)")]
 
 
