@@ -1,5 +1,6 @@
-"""Family ``pypto_shmem``: the pyPTO SHMEM dispatch / combine subgraphs of seeds/003 as
-tile tasks on a MIX launch, placed by a model of pyPTO's scheduling AICPUs."""
+"""Family ``pypto_shmem``: the pyPTO SHMEM dispatch / combine subgraphs of the
+cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践" as tile tasks on a MIX launch, placed
+by a model of pyPTO's scheduling AICPUs."""
 
 from __future__ import annotations
 
@@ -102,9 +103,9 @@ PYPTO_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit"
 
 class PyptoShmem(Family):
     name = "pypto_shmem"
-    help = ("pyPTO SHMEM dispatch / combine (seeds/003): LOOP subgraphs as tile tasks that "
-            "scheduling AICPUs place on AIV/AIC cores; WaitUntil polled by the AICPU; the "
-            "combine's weighted sum a cube Matmul")
+    help = ("pyPTO SHMEM dispatch / combine (cann-recipes-infer's SHMEM article): LOOP "
+            "subgraphs as tile tasks that scheduling AICPUs place on AIV/AIC cores; "
+            "WaitUntil polled by the AICPU; the combine's weighted sum a cube Matmul")
     ops = (DISPATCH, COMBINE)
     references = True  # reference_outputs
     chains = True  # next_reads

@@ -1,5 +1,6 @@
-"""moe_combine_kernel (seeds/003; tilelang-ascend examples/dispatch_combine/
-dispatch_combine_shmem.py main_combine) as a per-core program of the MIX launch.
+"""moe_combine_kernel (the cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践";
+tile-ai/tilelang-ascend examples/dispatch_combine/dispatch_combine_shmem.py main_combine) as a
+per-core program of the MIX launch.
 
 Only a T.Scope("V") runs (the AIC cores of the launch have nothing to do). Per AIV,
 cur_vid = vid + 2 * cid:

@@ -1,5 +1,6 @@
-"""moe_dispatch_kernel (seeds/003; tilelang-ascend examples/dispatch_combine/
-dispatch_combine_shmem.py main_dispatch) as a per-core program of the MIX launch.
+"""moe_dispatch_kernel (the cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践";
+tile-ai/tilelang-ascend examples/dispatch_combine/dispatch_combine_shmem.py main_dispatch) as a
+per-core program of the MIX launch.
 
 T.Kernel(ai_core_num, is_npu=True) as (cid, vid): block cid is one AIC and two AIVs,
 cur_vid = vid + 2 * cid. The AIC scope only matches the AIV scope's three T.sync_all.
