@@ -37,7 +37,7 @@ class Dispatch(Kernel):
     core_kind = "mix_aic_1_2"
     engines = ("aicpu",)
     phases = (
-        Phase("prepare", "AIV 0 (not in the seed): offsetTable and totalOffset by a scalar "
+        Phase("prepare", "AIV 0 (not in the article): offsetTable and totalOffset by a scalar "
               "scan of expert_ids"),
         Phase("send_token", "tasks (row, col) round robin over the AIVs: ShmemPut of the x "
               "row and of the 3-int message to the expert's slot at offsetTable"),

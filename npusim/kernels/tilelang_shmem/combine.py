@@ -20,8 +20,8 @@ main_combine runs one step per phase, each named after its Ascend C moe_distribu
 stage: expert_alltoall_dispatch_copy_add (send), then local_window_copy (reduce), which
 calls wait_dispatch per token.
 
-The seed's excerpt copies the rows without the weighted sum; the public example (the
-one the seed abbreviates) takes expert_scales and sums, as here.
+The article's excerpt copies the rows without the weighted sum; the public example (the
+one the article abbreviates) takes expert_scales and sums, as here.
 """
 
 from __future__ import annotations
