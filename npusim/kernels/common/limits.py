@@ -1,8 +1,9 @@
-"""The shape limits of ops-transformer's MoeDistributeDispatchV3 / CombineV3 (their docs
-and the CANN sample built on them, seeds/002): BS 1..512, H 1024..8192, K 1..16, EP
-2..768, at most 1024 MoE experts, 0..4 shared experts; H a multiple of 32 (one MX block,
-whole 32 B UB blocks per INT8 row). The families that run those operators' algorithm
-declare them (Family.shape_limits); the others declare their own or take the default."""
+"""The shape limits of ops-transformer's MoeDistributeDispatchV3 / CombineV3 (their docs in
+cannmirror/ops-transformer `mc2/moe_distribute_dispatch_v3`, and the CANN sample built on
+them): BS 1..512, H 1024..8192, K 1..16, EP 2..768, at most 1024 MoE experts, 0..4 shared
+experts; H a multiple of 32 (one MX block, whole 32 B UB blocks per INT8 row). The families
+that run those operators' algorithm declare them (Family.shape_limits); the others declare
+their own or take the default."""
 
 from __future__ import annotations
 

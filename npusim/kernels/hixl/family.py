@@ -1,11 +1,11 @@
 """Family ``hixl``: HIXL's one-sided D2rH (put) / rH2D (get) of KV blocks between servers.
 
-The article's setups (seeds/003, images only): one card to one card across two servers
-with 8784 KiB blocks (DeepSeek-R1's 61 x (128 KiB + 16 KiB)); 16 cards 1:1; large blocks.
-100 transfers, the first dropped. Tensors: `kv` on each local die (device GM), `remote_kv`
-in the paired remote process's host memory (HOST_SIDE, npusim.hw.host). The report gives
-latency per transfer, GB/s per pair, and which host links the concurrent pairs share.
-"""
+The setups of the cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践" (results as images
+only): one card to one card across two servers with 8784 KiB blocks (DeepSeek-R1's 61 x (128
+KiB + 16 KiB)); 16 cards 1:1; large blocks. 100 transfers, the first dropped. Tensors: `kv`
+on each local die (device GM), `remote_kv` in the paired remote process's host memory
+(HOST_SIDE, npusim.hw.host). The report gives latency per transfer, GB/s per pair, and which
+host links the concurrent pairs share."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The pyPTO combine (seeds/003: LOOPs send, receive) as tile tasks of a MIX launch.
+"""The pyPTO combine (LOOPs send, receive of the cann-recipes-infer article
+"NPU DeepSeek SHMEM通信优化实践") as tile tasks of a MIX launch.
 
 - send: task per received row: the triple (GetTensorData x 3), ShmemPut of the expandX
   row to combine data row K * tokenId + kOffset on rankId, then ShmemSignal(ADD 1) on

@@ -1,10 +1,10 @@
-"""The pyPTO dispatch (seeds/003: LOOPs send_token, send_signal, receive_token) as tile
-tasks on the AIV cores of a MIX launch, placed and dispatched by the scheduler model
-(scheduler.py). Each tile op lowers as tileop_shmem.h has it: ShmemPut is GM -> UB ->
-remote GM (TPUT), ShmemSignal an atomic-add store of a 32 B int32 tile, ShmemGet GM -> UB
--> GM (TGET), CumSum one vector instruction.
+"""The pyPTO dispatch (LOOPs send_token, send_signal, receive_token of the cann-recipes-infer
+article "NPU DeepSeek SHMEM通信优化实践") as tile tasks on the AIV cores of a MIX launch, placed
+and dispatched by the scheduler model (scheduler.py). Each tile op lowers as tileop_shmem.h
+has it: ShmemPut is GM -> UB -> remote GM (TPUT), ShmemSignal an atomic-add store of a 32 B
+int32 tile, ShmemGet GM -> UB -> GM (TGET), CumSum one vector instruction.
 
-- prepare (not in the seed; moe_dispatch.cpp's Prepare loop): AIV 0 derives offsetTable
+- prepare (not in the article; moe_dispatch.cpp's Prepare loop): AIV 0 derives offsetTable
   (each pair's rank among the pairs to its expert) and totalOffset (pairs per expert)
   from expert_ids with a scalar scan.
 - send_token: task (row, col): the expert id and tokenOffset (GetTensorData), ShmemPut of

@@ -1,5 +1,6 @@
-"""Family ``pypto_shmem``: the pyPTO SHMEM dispatch / combine subgraphs of seeds/003 as
-tile tasks on a MIX launch, placed by a model of pyPTO's scheduling AICPUs."""
+"""Family ``pypto_shmem``: the pyPTO SHMEM dispatch / combine subgraphs of the
+cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践" as tile tasks on a MIX launch, placed
+by a model of pyPTO's scheduling AICPUs."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class Dispatch(Kernel):
     core_kind = "mix_aic_1_2"
     engines = ("aicpu",)
     phases = (
-        Phase("prepare", "AIV 0 (not in the seed): offsetTable and totalOffset by a scalar "
+        Phase("prepare", "AIV 0 (not in the article): offsetTable and totalOffset by a scalar "
               "scan of expert_ids"),
         Phase("send_token", "tasks (row, col) round robin over the AIVs: ShmemPut of the x "
               "row and of the 3-int message to the expert's slot at offsetTable"),
@@ -102,9 +103,9 @@ PYPTO_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit"
 
 class PyptoShmem(Family):
     name = "pypto_shmem"
-    help = ("pyPTO SHMEM dispatch / combine (seeds/003): LOOP subgraphs as tile tasks that "
-            "scheduling AICPUs place on AIV/AIC cores; WaitUntil polled by the AICPU; the "
-            "combine's weighted sum a cube Matmul")
+    help = ("pyPTO SHMEM dispatch / combine (cann-recipes-infer's SHMEM article): LOOP "
+            "subgraphs as tile tasks that scheduling AICPUs place on AIV/AIC cores; "
+            "WaitUntil polled by the AICPU; the combine's weighted sum a cube Matmul")
     ops = (DISPATCH, COMBINE)
     references = True  # reference_outputs
     chains = True  # next_reads

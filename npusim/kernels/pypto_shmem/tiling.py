@@ -1,6 +1,6 @@
 """The pyPTO subgraphs' shapes and their windows.
 
-The seed's shmem tensors, per rank (the first axis of each is the rank; a rank's window
+The article's shmem tensors, per rank (the first axis of each is the rank; a rank's window
 holds its slice), on HCCL windows (framework/src/machine/runtime/distributed/
 distributed_context.cpp: windowsIn data, windowsExp status; npusim places both in the
 rank's one symmetric window):
@@ -12,7 +12,7 @@ rank's one symmetric window):
     combine data [BS*K, H] bf16         row K*token + k
     combine sig  [BS, 8] int32          per token, atomic-added once per returned row
 
-infoSize, countSize and signalCol are not in the seed: one 32 B block each (assumed).
+infoSize, countSize and signalCol are not in the article: one 32 B block each (assumed).
 """
 
 from __future__ import annotations

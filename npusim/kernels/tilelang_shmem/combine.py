@@ -1,5 +1,6 @@
-"""moe_combine_kernel (seeds/003; tilelang-ascend examples/dispatch_combine/
-dispatch_combine_shmem.py main_combine) as a per-core program of the MIX launch.
+"""moe_combine_kernel (the cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践";
+tile-ai/tilelang-ascend examples/dispatch_combine/dispatch_combine_shmem.py main_combine) as a
+per-core program of the MIX launch.
 
 Only a T.Scope("V") runs (the AIC cores of the launch have nothing to do). Per AIV,
 cur_vid = vid + 2 * cid:
@@ -19,8 +20,8 @@ main_combine runs one step per phase, each named after its Ascend C moe_distribu
 stage: expert_alltoall_dispatch_copy_add (send), then local_window_copy (reduce), which
 calls wait_dispatch per token.
 
-The seed's excerpt copies the rows without the weighted sum; the public example (the
-one the seed abbreviates) takes expert_scales and sums, as here.
+The article's excerpt copies the rows without the weighted sum; the public example (the
+one the article abbreviates) takes expert_scales and sums, as here.
 """
 
 from __future__ import annotations

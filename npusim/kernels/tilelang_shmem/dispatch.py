@@ -1,9 +1,10 @@
-"""moe_dispatch_kernel (seeds/003; tilelang-ascend examples/dispatch_combine/
-dispatch_combine_shmem.py main_dispatch) as a per-core program of the MIX launch.
+"""moe_dispatch_kernel (the cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践";
+tile-ai/tilelang-ascend examples/dispatch_combine/dispatch_combine_shmem.py main_dispatch) as a
+per-core program of the MIX launch.
 
 T.Kernel(ai_core_num, is_npu=True) as (cid, vid): block cid is one AIC and two AIVs,
 cur_vid = vid + 2 * cid. The AIC scope only matches the AIV scope's three T.sync_all.
-The AIV scope, step by step (the seed's comments are the phase names):
+The AIV scope, step by step (the article's comments are the phase names):
 
 - send (发数据, AlltoAllDispatch): Bs * K (token, k) pairs split over the aiv_num cores
   (send_token_num, remainder per vid). Per pair, cal_token_send_expert_cnt (fill, sub,
@@ -32,7 +33,7 @@ main_dispatch runs one step per phase, each named after its Ascend C moe_distrib
 stage: alltoall_dispatch, set_status, wait_dispatch, get_cum_sum, local_window_copy,
 update_token_nums.
 
-Where the seed elides code ("..."), the steps follow the public example; the docs page
+Where the article elides code ("..."), the steps follow the public example; the docs page
 (docs/kernels/tilelang_shmem.md) says which is which.
 """
 
@@ -125,7 +126,7 @@ def cal_token_send_expert_cnt(
 
 
 def main_dispatch(ctx: KernelContext, t: TileLangTiling) -> Wait:
-    """The AIV scope: one step per phase of the seed, in its order."""
+    """The AIV scope: one step per phase of the article, in its order."""
     cur_vid = ctx.kind_index
     b = Bufs(ctx, t)
     ctx.scalar(8)  # cur_vid, the split's divisions and selects

@@ -1,4 +1,5 @@
-"""Family ``tilelang_shmem``: the TileLang-Ascend SHMEM dispatch / combine of seeds/003
+"""Family ``tilelang_shmem``: the TileLang-Ascend SHMEM dispatch / combine of
+the cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践"
 (tile-ai/tilelang-ascend examples/dispatch_combine/dispatch_combine_shmem.py). Tensor
 names are the kernels' parameters."""
 
@@ -124,9 +125,9 @@ TILELANG_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel lim
 
 class TileLangShmem(Family):
     name = "tilelang_shmem"
-    help = ("TileLang-Ascend SHMEM dispatch / combine (seeds/003; tilelang-ascend "
-            "examples/dispatch_combine): every AIV sends its share of pairs as UB -> remote "
-            "puts, float status flags, row-by-row window copies")
+    help = ("TileLang-Ascend SHMEM dispatch / combine (cann-recipes-infer's SHMEM "
+            "article; tilelang-ascend examples/dispatch_combine): every AIV sends its share "
+            "of pairs as UB -> remote puts, float status flags, row-by-row window copies")
     ops = (DISPATCH, COMBINE)
     references = True  # reference_outputs
     chains = True  # next_reads

@@ -3,7 +3,7 @@
 moe_dispatch_kernel(Bs, H, K, ep_world_size, local_expert_num, rank, ub_size,
 ai_core_num) and moe_combine_kernel(Bs, M, H, K, ep_world_size, local_expert_num, rank,
 ai_core_num) are compiled per call; aiv_num = 2 * ai_core_num. The four windows are the
-shapes the seed's worker gives aclshmem_create_tensor:
+shapes the article's worker gives aclshmem_create_tensor:
 
     win_data        [total_expert_num * Bs, ub_size] bf16   row (src * L + le) * Bs + repeat
     win_status      [total_expert_num, 8] float             entry le * W + src: [flag, count]
@@ -12,7 +12,7 @@ shapes the seed's worker gives aclshmem_create_tensor:
 
 Each is its own heap allocation; npusim places them one after the other in the
 symmetric window, each start aligned to HEAP_ALIGN bytes (assumed: aclshmem's heap
-alignment is not in the seed).
+alignment is not in the article).
 """
 
 from __future__ import annotations
