@@ -64,9 +64,10 @@ def _paths(t: HostTiling, frames: Sequence[Sequence[Mapping[str, Any]]], write: 
     for pe in t.peers(0):
         kind = names[0] if pe == 0 else names[1]
         latency, gbps = lone_path(t.hw, 0, t.rank_of(pe), write)
-        entry = kinds.setdefault(kind, {"bytes_per_pe": 0, "cross_server": t.rank_of(pe) >=
-                                        t.host_dies})
+        entry = kinds.setdefault(kind, {"bytes_per_pe": 0, "cross_server": False})
         entry["bytes_per_pe"] += t.segment_bytes
+        # PE 0 sits on server 0: a path of this kind crosses servers if any of its PEs does
+        entry["cross_server"] = entry["cross_server"] or t.rank_of(pe) >= t.host_dies
         # the engine's own latency and cap come on top of the host path's
         entry["lone_latency_us"] = (latency + t.sdma_latency_ns) / 1000.0
         entry["lone_gbps"] = min(gbps, t.sdma_gbps)
@@ -235,6 +236,16 @@ class ShmemHost(Family):
     def tiling_misfit(self, tiling: HostTiling, shape: MoeShape, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling
+        if options["placement"] == "server" and t.pes > t.host_dies:
+            return Misfit("workload.pes", f"{t.pes} PEs on one server (placement: server, PE i "
+                          f"on die i) need {t.pes} dies; {hardware.name} has {t.host_dies} "
+                          f"per server (host.dies); allowed: at most {t.host_dies}, or "
+                          "placement: across")
+        if op != "rma" and options["targets"] == "peers" and t.pes < 2:
+            return Misfit("workload.pes", f"{t.pes}: with targets: peers a PE moves data to "
+                          "or from the other PEs only, and there is none (its "
+                          "aclshmemx_sdma_quiet would wait for nothing); allowed: at least 2, "
+                          "or targets: all or self")
         if options["placement"] == "across" and t.world > _outer_dies(hardware):
             return Misfit("workload.pes", f"{t.pes} PEs one per server need "
                           f"{t.world} dies; {hardware.name} has {_outer_dies(hardware)}")

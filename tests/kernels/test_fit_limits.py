@@ -1,0 +1,43 @@
+"""Combinations of a shipped family's keys its kernels cannot run are refused at load, by
+`npusim lint` and `npusim run` alike: exit 2, one line naming the key and the least value
+that works, nothing written. Each once failed only in the run (a deadlock, a race, a
+traceback) or ran on a placement the family does not have."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npusim.cli import main
+
+
+def refused(tmp: Path, capsys: pytest.CaptureFixture[str], scenario: str, *sets: str) -> str:
+    """The one line lint and run both print for `scenario` with `sets`; run leaves no
+    output folder."""
+    flags = [a for s in sets for a in ("--set", s)]
+    assert main(["lint", scenario, *flags]) == 2
+    lint = capsys.readouterr()
+    out = tmp / "o"
+    assert main(["run", scenario, "--out", str(out), "--quiet", *flags]) == 2
+    run = capsys.readouterr()
+    assert lint.out == run.out == "" and run.err == lint.err, (lint, run)
+    assert run.err.count("\n") == 1 and run.err.startswith("npusim: error: "), run.err
+    assert not out.exists()
+    return run.err
+
+
+SHMEM_HOST = "shmem_host/a3_all_2pe"
+
+
+def test_shmem_host_refuses_more_pes_on_one_server_than_it_has_dies(tmp_path, capsys):
+    # atlas_a3: host.dies 16, so PE 16 would sit on a die of the next server
+    line = refused(tmp_path, capsys, SHMEM_HOST, "workload.pes=17")
+    assert "workload.pes: 17 PEs on one server" in line
+    assert "has 16 per server (host.dies); allowed: at most 16, or placement: across" in line
+
+
+def test_shmem_host_refuses_peers_without_a_peer(tmp_path, capsys):
+    line = refused(tmp_path, capsys, SHMEM_HOST, "workload.pes=1", "workload.targets=peers")
+    assert "workload.pes: 1: with targets: peers" in line
+    assert "allowed: at least 2, or targets: all or self" in line
