@@ -41,3 +41,12 @@ def test_shmem_host_refuses_peers_without_a_peer(tmp_path, capsys):
     line = refused(tmp_path, capsys, SHMEM_HOST, "workload.pes=1", "workload.targets=peers")
     assert "workload.pes: 1: with targets: peers" in line
     assert "allowed: at least 2, or targets: all or self" in line
+
+
+def test_a_mix_kernel_needs_the_aiv_pair_of_one_block(tmp_path, capsys):
+    # pypto_shmem launches min(aic.cores, aiv_cores // 2) blocks of 1 AIC + 2 AIV: with
+    # one AIV that is no block at all
+    line = refused(tmp_path, capsys, "frameworks/pypto_a3_w16_bs8",
+                   "hardware_overrides.chip.aiv_cores=1")
+    assert line.endswith("--set hardware_overrides.chip.aiv_cores: 1: pypto_shmem's dispatch "
+                         "needs 2 AIV cores (0 blocks of 1 AIC + 2 AIV); allowed: at least 2\n")
