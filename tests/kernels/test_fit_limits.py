@@ -50,3 +50,23 @@ def test_a_mix_kernel_needs_the_aiv_pair_of_one_block(tmp_path, capsys):
                    "hardware_overrides.chip.aiv_cores=1")
     assert line.endswith("--set hardware_overrides.chip.aiv_cores: 1: pypto_shmem's dispatch "
                          "needs 2 AIV cores (0 blocks of 1 AIC + 2 AIV); allowed: at least 2\n")
+
+
+def test_deepep_normal_mode_needs_a_core_for_each_of_notify_dispatchs_eight_outputs(
+        tmp_path, capsys):
+    # notify_dispatch.h builds total_recv_token .. r_in_srcrank_offset each on core 0..7:
+    # with 7 cores one of them was never built (with fewer, a race or a deadlock)
+    line = refused(tmp_path, capsys, "deepep/a2_normal_ep8_bs256",
+                   "hardware_overrides.chip.aiv_cores=7")
+    assert "--set hardware_overrides.chip.aiv_cores: 7: notify_dispatch builds its 8 " in line
+    assert line.endswith("each on its own fixed core 0..7 (notify_dispatch.h); allowed: at "
+                         "least 8\n")
+
+
+@pytest.mark.parametrize("scenario", ["mc2/a3_v2_bs64_ep8_bs_mode", "mc2/950_v2_bs128_ep8"])
+def test_mc2_fullmesh_v2_needs_a_count_core_beside_an_all_to_all_core(tmp_path, capsys,
+                                                                     scenario):
+    # aivUsedCumSum_ is at most C / 2: C = 1 leaves no core to receive the counts
+    line = refused(tmp_path, capsys, scenario, "hardware_overrides.chip.aiv_cores=1")
+    assert "--set hardware_overrides.chip.aiv_cores: 1: comm_alg fullmesh_v2 splits" in line
+    assert line.endswith("no count core to receive the counts; allowed: at least 2\n")
