@@ -217,7 +217,7 @@ class ShmemHost(Family):
         return HostTiling(options["pes"], options["elements"], DATA_TYPES[options["data_type"]],
                           options["blocks"], options["targets"], stride, RMA_BYTES, hardware,
                           dies, sdma.latency_ns if sdma else 0.0,
-                          sdma.bandwidth_gbps if sdma else 0.0)
+                          sdma.bandwidth_gbps if sdma else 0.0, not timing_only)
 
     def window(self, tiling: HostTiling) -> NoWindow:
         return NoWindow()
@@ -272,17 +272,21 @@ class ShmemHost(Family):
 
     def op_inputs(self, kernel: str, tiling: HostTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
-        dt = _dt(tiling)
+        """Per rank the inputs `kernel` reads (put: device_src, get: host_src), each PE's
+        segment pe + 10; left zero in a timing-only run, where zeros never written take no
+        memory (a payload of 1e8 elements would)."""
+        t = tiling
+        dt = _dt(t)
+        specs = self.kernel(kernel).inputs
         out: list[Arrays] = []
-        for r in range(tiling.world):
-            me = tiling.pe_of(r)
-            if me is None:
-                out.append({"device_src": np.zeros(0, dt), "host_src": np.zeros(0, dt)})
-                continue
-            src = np.zeros(tiling.pes * tiling.elements, dt)
-            src[me * tiling.elements:(me + 1) * tiling.elements] = me + VALUE_OFFSET
-            out.append({"device_src": np.full(tiling.elements, me + VALUE_OFFSET, dt),
-                        "host_src": src})
+        for r in range(t.world):
+            me = t.pe_of(r)
+            arrays = {s.name: np.zeros(s.shape(t, r), dt) for s in specs}
+            if me is not None and t.payload:
+                for a in arrays.values():  # host_src: segment me of pes; device_src: one
+                    at = me * t.elements if a.size > t.elements else 0
+                    a[at:at + t.elements] = me + VALUE_OFFSET
+            out.append(arrays)
         return out
 
     def reference_outputs(self, kernel: str, tiling: HostTiling, inputs: list[Arrays]
