@@ -70,3 +70,17 @@ def test_mc2_fullmesh_v2_needs_a_count_core_beside_an_all_to_all_core(tmp_path, 
     line = refused(tmp_path, capsys, scenario, "hardware_overrides.chip.aiv_cores=1")
     assert "--set hardware_overrides.chip.aiv_cores: 1: comm_alg fullmesh_v2 splits" in line
     assert line.endswith("no count core to receive the counts; allowed: at least 2\n")
+
+
+@pytest.mark.parametrize("scenario, says, least", [
+    ("frameworks/tilelang_a3_w16_bs8", "1: T.Kernel(ai_core_num) takes one AIC and two AIVs "
+     "per block, 24 here; allowed: at least 48", 48),  # the scenario's ai_core_num: 24
+    ("shmem_classic/a3_int32_ep2", "chip.aiv_cores 1 for block_dim = ep_world_size = 2 cores "
+     "(core c serves rank c); allowed: at least 2", 2),
+    (SHMEM_HOST, "1: 20 blocks of two AIVs need 40 AIV cores; allowed: at least 40", 40),
+])
+def test_one_aiv_core_names_the_least_count_that_works(tmp_path, capsys, scenario, says,
+                                                       least):
+    line = refused(tmp_path, capsys, scenario, "hardware_overrides.chip.aiv_cores=1")
+    assert line.endswith(f"--set hardware_overrides.chip.aiv_cores: {says}\n")
+    assert main(["lint", scenario, "--set", f"hardware_overrides.chip.aiv_cores={least}"]) == 0

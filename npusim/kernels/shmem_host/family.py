@@ -18,6 +18,7 @@ from npusim.hw.host import capacity_problem, lone_path, path_problem
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.shmem_host.programs import (
+    AIVS_PER_BLOCK,
     SDMA_UB_OFFSET,
     SDMA_UB_SIZE,
     HostTiling,
@@ -258,9 +259,14 @@ class ShmemHost(Family):
         if problem:
             return Misfit("workload.elements", f"{t.elements}: the HOST_SIDE heap of "
                           f"n_pes * elem_count elements: {problem}")
-        if op != "rma" and t.cores > hardware.chip.aiv_cores:
+        aiv = hardware.chip.aiv_cores
+        if op != "rma" and t.cores > aiv:
+            if aiv < AIVS_PER_BLOCK:  # not even one block fits: no blocks value helps
+                return Misfit("hardware.chip.aiv_cores", f"{aiv}: {t.blocks} blocks of two "
+                              f"AIVs need {t.cores} AIV cores; allowed: at least {t.cores}")
             return Misfit("workload.blocks", f"{t.blocks} blocks of two AIVs need {t.cores} "
-                          f"AIV cores; {hardware.name} has {hardware.chip.aiv_cores}")
+                          f"AIV cores; {hardware.name} has {aiv}; allowed: at most "
+                          f"{aiv // AIVS_PER_BLOCK}")
         if SDMA_UB_OFFSET + SDMA_UB_SIZE > hardware.ub.bytes:
             return Misfit("hardware.ub.bytes", f"{hardware.ub.bytes} B: the SDMA scratch sits "
                           f"at UB offset {SDMA_UB_OFFSET}")
