@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from npusim.errors import InputError
+import numpy as np
+
+from npusim.errors import InputError, excerpt
 from npusim.hw.config import HardwareConfig
 from npusim.hw.cores import config_value
 from npusim.hw.cores import kind as core_kind
@@ -49,6 +51,10 @@ def launch_misfit(fam: Any, w: Workload, tiling: Any, hw: HardwareConfig) -> Mis
     for kernel in fam.kernels_of(w.op, w.options):
         kind = core_kind(kernel.core_kind)
         n = kernel.cores(tiling)
+        if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool)):
+            return Misfit("workload.kernel", f"{fam.name}'s {kernel.name}: cores(tiling) "
+                          f"returned {excerpt(n)}; allowed: a whole number >= 1, or None "
+                          "(every core)")
         for part, per in kind.parts or ((kind, 1),):
             have = int(config_value(hw, part.count_key))
             need = per * (1 if n is None else max(n, 1))

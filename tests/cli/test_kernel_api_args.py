@@ -106,6 +106,17 @@ def test_a_launch_beyond_the_ranks_cores_is_refused_at_load(tmp_path, capsys, co
                             "allowed: at least 1\n")
 
 
+@pytest.mark.parametrize("cores", ["'4'", "2.0", "True"])
+def test_a_core_count_that_is_not_a_whole_number_is_refused_at_load(tmp_path, capsys, cores):
+    sc, _ = _write(tmp_path, cores=cores)
+    code, err = _run(tmp_path, capsys, sc)
+    shown = {"'4'": "'4'", "2.0": "2.0", "True": "true"}[cores]
+    assert code == 2
+    assert err == (f"npusim: error: {sc}: workload.kernel: faulty_toy's dispatch: "
+                   f"cores(tiling) returned {shown}; allowed: a whole number >= 1, or None "
+                   "(every core)\n")
+
+
 @pytest.mark.parametrize("cores", [0, 5])
 def test_a_launch_on_no_core_or_more_than_the_rank_has_is_a_kernel_error(hw, cores):
     m = Machine(hw, world=2)
