@@ -299,6 +299,9 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         RegBase (the 950): the calls compile to fused VFs, timed and counted by hw/vf.py.
         MemBase (A2/A3): each call is one instruction, issue cost + one cycle per repeat."""
         apis = [c for c in calls if not isinstance(c, str)]
+        for a in apis:
+            if a.count.__class__ is not int or a.count < 0:
+                self._whole(a.count, f"ctx.membase({name!r}) {a.kind}", "count")
         reads = {id(s.buf): s.buf for a in apis for s in a.srcs}
         writes = {id(a.dst): a.dst for a in apis}
         vcfg = self.cfg.vector

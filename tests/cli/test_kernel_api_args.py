@@ -76,6 +76,8 @@ FINITE = "allowed: a finite number >= 0"
     ("ctx.gm_read_scalar(own, 1.5, np.int32)", f"scalar GM load: offset 1.5; {WHOLE}"),
     ("yield from ctx.spin_until(own, 0, AtLeast(np.int32, 0), delay_cycles=-1)",
      f"spin: delay_cycles -1; {FINITE}"),
+    ("from npusim.runtime import membase; ctx.membase('m', [membase.dup(buf, buf, -8)])",
+     f"ctx.membase('m') dup: count -8; {WHOLE}"),
     ("yield from ctx.shmem.mte_put_nbi(0, 0, own, 0, 64, buf, 0)",
      "mte_put_nbi: ub_size 0; allowed: at least one element (1 B)"),
 ])
