@@ -8,8 +8,10 @@ window, and in a functional run the combine input row too; each core writes part
 its UB and its write marks; the interpreter, numpy and simpy cost a fixed base. The
 estimate counts both ops' machines at once (what `--workers 2` holds: combine runs in
 a forked process while dispatch runs); with `--workers 1` dispatch's machine is freed
-before combine's is built and the peak is lower. docs/memory.md has the
-measured points the two measured constants come from and the check against the others.
+before combine's is built and the peak is lower. A family whose kernels do not read the
+MoE shape is estimated from its declared GM tensors instead: each family says what its
+data touches (Family.touched). docs/memory.md has the measured points the two measured
+constants come from and the check against the others.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from npusim.kernels.family import Touched
 from npusim.scenario import Scenario
 
 GIB = 1 << 30
@@ -25,39 +28,32 @@ DEFAULT_LIMIT_GIB = 24.0
 BASE_BYTES = 48 * MIB  # interpreter, numpy, simpy, npusim and the scenario (measured: 41-48 MiB)
 CORE_BYTES = 88 << 10  # UB pages the kernels write, their write marks and the core's
 #                        simulator objects (measured 86 KiB per core at H 7168, atlas_a3)
-PAIR_OF_RANKS_BYTES = 512  # a route and a flow group per pair of ranks (cached paths)
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """The estimate's terms in bytes; `total` is what is compared with the limit."""
+    """The estimate's terms in bytes; `total` is what is compared with the limit. `data`
+    is what the family says its run's data touches (Family.touched)."""
 
     base: int
     cores: int
-    pairs: int
-    ranks: int
+    data: Touched
 
     @property
     def total(self) -> int:
-        return self.base + self.cores + self.pairs + self.ranks
+        return self.base + self.cores + self.data.total
 
 
 def estimate(scenario: Scenario, workers: int = 2) -> Footprint:
-    """Bytes the run will touch: base + cores + token-expert pairs + per rank. With
-    workers >= 2 a dispatch_combine run holds both ops' machines at once (two processes,
-    the child with the reference dispatch's rows); with 1, dispatch's outputs and
-    combine's machine (or dispatch's machine, the larger)."""
-    t = scenario.tiling
+    """Bytes the run will touch: the base, every core of every rank, and what the family
+    says its data touches (Family.touched: a MoE family per token-expert pair and rank,
+    with workers >= 2 both ops' machines of a dispatch_combine run at once; any other
+    by its declared tensors)."""
     w = scenario.workload
-    shape, cores = w.shape, scenario.hardware.chip.aiv_cores
-    world = shape.W
-    sends = world * shape.BS * (shape.K + shape.S)  # token-expert pairs put by all ranks
-    per_pair = w.family.pair_bytes(t, w.op, w.timing_only, workers)
-    row = shape.token_bytes
-    per_rank = 0 if w.timing_only else 3 * shape.BS * row  # x in, combine's x out, the reference
-    return Footprint(base=BASE_BYTES, cores=world * cores * CORE_BYTES,
-                     pairs=sends * per_pair + world * world * PAIR_OF_RANKS_BYTES,
-                     ranks=world * per_rank)
+    t = scenario.tiling
+    data = w.family.touched(t, w.shape, w.options, w.op, w.timing_only, workers)
+    return Footprint(base=BASE_BYTES, cores=t.world * scenario.hardware.chip.aiv_cores
+                     * CORE_BYTES, data=data)
 
 
 def limit_bytes(spec: str | None) -> tuple[int, str]:
@@ -100,16 +96,20 @@ def _mem_available() -> int | None:
 
 
 def too_big(scenario: Scenario, limit: int, how: str, workers: int = 2) -> str | None:
-    """One line if a functional run's estimate exceeds the limit, else None. Timing-only
-    runs are not gated: they write no payload and their memory is being reduced (docs)."""
-    if scenario.workload.timing_only:
-        return None
+    """One line if the run's estimate binds and exceeds the limit, else None."""
     fp = estimate(scenario, workers)
-    if fp.total <= limit:
+    if not fp.data.binding or fp.total <= limit:
         return None
     w = scenario.workload
-    return (f"{scenario.source}: a functional run of W={w.ep_world_size}, BS={w.bs}, "
-            f"H={w.h}, K={w.k} needs about {fp.total / GIB:.1f} GiB "
-            f"({fp.pairs / GIB:.1f} GiB windows and tensors of {w.ep_world_size * w.bs} tokens, "
-            f"{fp.cores / GIB:.1f} GiB cores) but the limit is {how}; allowed: smaller W or BS, "
-            "workload.timing_only: true, or --memory GIB|auto on a larger machine")
+    if w.family.uses_moe_shape:
+        what = (f"a functional run of W={w.ep_world_size}, BS={w.bs}, H={w.h}, K={w.k} "
+                f"needs about {fp.total / GIB:.1f} GiB ({fp.data.pairs / GIB:.1f} GiB windows and "
+                f"tensors of {w.ep_world_size * w.bs} tokens")
+    else:
+        run = "a timing-only" if w.timing_only else "a functional"
+        what = (f"{run} run of {w.family.name} needs about {fp.total / GIB:.1f} GiB "
+                f"({fp.data.tensors / GIB:.1f} GiB of its GM tensors")
+    timing = "" if w.timing_only else "workload.timing_only: true, "
+    return (f"{scenario.source}: {what}, {fp.cores / GIB:.1f} GiB cores) but the limit is "
+            f"{how}; allowed: smaller {fp.data.sized_by}, {timing}or --memory GIB|auto on "
+            "a larger machine")

@@ -40,6 +40,7 @@ from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.shape import MoeShape, ShapeLimits
 from npusim.workload.routing import Routing
 
+ROW_INDEX_BYTES = 8  # a RowTable's row number (int64)
 Arrays = dict[str, np.ndarray]
 """Named arrays of one rank (a RowTable may stand for an [A, H] array of shared rows)."""
 
@@ -79,6 +80,9 @@ class TensorSpec:
     # the name the kernel's program reads it by, when the family exposes it under another
     # (a forked kernel shown with its API's names); "": `name`
     gm: str = ""
+    # True: the family gives it as a RowTable, rows drawn from a small table; the memory
+    # estimate counts its index (a row number per row), not its declared bytes
+    shared_rows: bool = False
 
     @property
     def gm_name(self) -> str:
@@ -90,6 +94,12 @@ class TensorSpec:
     def nbytes(self, tiling: Any, rank: int) -> int:
         count = int(np.prod(self.shape(tiling, rank), dtype=np.int64))
         return count * self.np_dtype(tiling).itemsize
+
+    def held_bytes(self, tiling: Any, rank: int) -> int:
+        """The host bytes it takes: its bytes, or its rows' index when they are shared."""
+        if self.shared_rows:
+            return ROW_INDEX_BYTES * int(self.shape(tiling, rank)[0])
+        return self.nbytes(tiling, rank)
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,29 @@ class CoreTiming:
     kind: str  # its core kind's name: "aiv", "aic"
     sub_block: int  # its sub-block in a MIX block (AIV 0 or 1; 0 elsewhere)
     notes: Any = None  # what the kernel's program left in KernelContext.notes
+
+
+PAIR_OF_RANKS_BYTES = 512  # a route and a flow group per pair of ranks (cached paths)
+
+
+@dataclass(frozen=True)
+class Touched:
+    """The host memory a run's data will touch, by term in bytes (npusim/footprint.py adds
+    the interpreter's base and the cores): `pairs` the MoE window slots and rows of every
+    token-expert pair and the routes of every rank pair, `ranks` every rank's token rows,
+    `tensors` GM tensors by their declared shapes. `sized_by` names the workload keys
+    that size them (a refusal names them); `binding` False: the estimate does not gate
+    the run (a timing-only MoE run maps far more than it writes, docs/memory.md)."""
+
+    pairs: int = 0
+    ranks: int = 0
+    tensors: int = 0
+    sized_by: str = ""
+    binding: bool = True
+
+    @property
+    def total(self) -> int:
+        return self.pairs + self.ranks + self.tensors
 
 
 def const(value: Any) -> Callable[..., Any]:
@@ -301,8 +334,20 @@ class Family:
 
     def pair_bytes(self, tiling: Any, op: str, timing_only: bool, workers: int) -> int:
         """Host memory per token-expert pair the run touches (window slots, output rows),
-        for the memory estimate before a run (npusim/footprint.py); 0: not estimated."""
+        for the memory estimate of a family that reads the MoE shape; 0: not estimated."""
         return 0
+
+    def touched(self, tiling: Any, shape: MoeShape, options: Mapping[str, Any], op: str,
+                timing_only: bool, workers: int) -> Touched:
+        """What the run's data touches in host memory, estimated before anything is
+        allocated (npusim/footprint.py checks it against --memory). A family whose kernels
+        read the MoE shape: per token-expert pair (`pair_bytes`) and per rank, sized by W
+        and BS; any other: its kernels' declared GM tensors on every rank, sized by its
+        own options. Override where the declarations overstate what is written (rows
+        shared between ranks, a cache of which a step touches a part)."""
+        if self.uses_moe_shape:
+            return moe_touched(self, tiling, shape, op, timing_only, workers)
+        return declared_touched(self, tiling, options, op, timing_only)
 
     # ---- case directories (families with a case_format)
     def case_misfit(self, case_dir: Path, shape: MoeShape, options: Mapping[str, Any],
@@ -315,3 +360,36 @@ class Family:
 
     def write_case(self, case_dir: Path, kernel: str, outputs: Sequence[Arrays]) -> None:
         raise NotImplementedError
+
+
+def moe_touched(fam: Family, tiling: Any, shape: MoeShape, op: str, timing_only: bool,
+                workers: int) -> Touched:
+    """The MoE terms: every token-expert pair put by all ranks (W BS (K + S)) at the
+    family's pair_bytes, a route per rank pair, and per rank x in, combine's x out and the
+    reference (functional runs); a timing-only run is not held to it."""
+    world = shape.W
+    sends = world * shape.BS * (shape.K + shape.S)
+    per_rank = 0 if timing_only else 3 * shape.BS * shape.token_bytes
+    return Touched(pairs=sends * fam.pair_bytes(tiling, op, timing_only, workers)
+                   + world * world * PAIR_OF_RANKS_BYTES, ranks=world * per_rank,
+                   sized_by="W or BS", binding=not timing_only)
+
+
+def declared_touched(fam: Family, tiling: Any, options: Mapping[str, Any], op: str,
+                     timing_only: bool) -> Touched:
+    """The op's kernels' GM tensors on every rank as declared: every kernel's outputs
+    (read back as views and kept for the report), and while the largest kernel runs, its
+    scratch and its inputs twice (the family's arrays and the machine's copy). A
+    timing-only run writes no payload and is not held to it (measured: docs/memory.md)."""
+    world = tiling.world
+    outputs = running = 0
+    for kernel in fam.kernels_of(op, options):
+        outputs += sum(spec.held_bytes(tiling, r) for spec in kernel.outputs
+                       for r in range(world))
+        running = max(running, sum(spec.held_bytes(tiling, r) * factor
+                                   for specs, factor in ((kernel.inputs, 2), (kernel.scratch, 1))
+                                   for spec in specs for r in range(world)))
+    keys = [f"workload.{o.name}" for o in fam.options if o.kind in ("int", "ints")]
+    sized_by = " or ".join([", ".join(keys[:-1]), keys[-1]] if len(keys) > 1 else keys)
+    return Touched(tensors=outputs + running, sized_by=sized_by or "workload options",
+                   binding=not timing_only)

@@ -29,7 +29,7 @@ from npusim.hw.cores import config_value, pipe_cap
 from npusim.hw.machine import Machine, Rank
 from npusim.hw.memory import Region
 from npusim.hw.pipe import Op, TransferPipe
-from npusim.hw.ub import UBBuffer
+from npusim.hw.ub import INF, UBBuffer
 from npusim.hw.vf import COUNTERS as VF_COUNTERS
 from npusim.hw.vf import VF, VFTiming, membase_vfs
 from npusim.runtime.conditions import AtLeast
@@ -51,6 +51,7 @@ Wait = Generator[Any, Any, None]
 COUNTERS = (*VF_COUNTERS, "SCALAR")
 
 _ITEMSIZE: dict[Any, int] = {}
+_REAL = frozenset((int, float))  # the argument types the hot calls check inline
 
 
 def _itemsize(dtype: Any) -> int:
@@ -162,7 +163,9 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         self.step = prev_step
 
     def alloc(self, name: str, nbytes: int, buffer: str = "ub") -> UBBuffer:
-        """A named allocation in one of the core's local buffers (default the UB)."""
+        """A named allocation in one of the core's local buffers (default the UB); 0 B is
+        a buffer no access fits."""
+        nbytes = self._whole(nbytes, "ctx.alloc", "nbytes")
         local = self.core.buffers.get(buffer)
         if local is None:
             raise self.error(f"core kind {self.core.kind.name} has no local buffer {buffer!r}; "
@@ -181,6 +184,8 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     def window(self, rank: int | None = None) -> Region:
         """The symmetric window of a rank (default: this one)."""
         r = self.rank_id if rank is None else rank
+        if r.__class__ is not int:
+            r = self._whole(r, "ctx.window", "rank")
         if not 0 <= r < self.world:
             raise self.error(f"rank {r} is outside the world of {self.world} ranks")
         return self.machine.ranks[r].window
@@ -188,6 +193,8 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     # -- scalar and vector -------------------------------------------------------------
     def scalar(self, ops: float = 1.0) -> None:
         """Scalar work on the core's scalar unit (index maths, loop control, UB loads)."""
+        if ops.__class__ not in _REAL or not 0 <= ops < INF:
+            ops = self._amount(ops, "ctx.scalar", "ops")
         dur = ops * self.issue_ns
         self.counters["SCALAR"] += ops
         start = self.t
@@ -200,6 +207,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
 
     def loop(self, iterations: int = 1) -> None:
         """Per-iteration overhead of a scalar loop."""
+        iterations = self._amount(iterations, "ctx.loop", "iterations")
         self.scalar(iterations * self.cfg.scalar.loop_cycles / max(self.cfg.scalar.cycles_per_op,
                                                                   1e-9))
 
@@ -212,12 +220,28 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         e.g. loop iterations of a register-based vector function). `fn` applies the effect
         to UB at issue; the pipe-hazard checks make that equal to applying it at the end."""
         vcfg = self.cfg.vector
+        if (elements.__class__ is not int or elements < 0 or passes.__class__ not in _REAL
+                or not 0 <= passes < INF or extra_cycles.__class__ not in _REAL
+                or not 0 <= extra_cycles < INF
+                or (repeats is not None and (repeats.__class__ not in _REAL
+                                             or not 0 <= repeats < INF))):
+            self._vector_args(name, elements, passes, repeats, extra_cycles)
         if repeats is None:
             nbytes = elements * _itemsize(dtype)
             repeats = -(-nbytes // vcfg.bytes_per_cycle)
         dur = (vcfg.issue_cycles + (repeats * passes + extra_cycles) * vcfg.cycles_per_repeat
                ) * self.cycle_ns
         return self.fixed("vector", name, dur, reads, writes, fn, issue_slots)
+
+    def _vector_args(self, name: str, elements: Any, passes: Any, repeats: Any,
+                     extra_cycles: Any) -> None:
+        """vector()'s counts whole and its cycle terms finite, each >= 0."""
+        call = f"ctx.vector({name!r})"
+        self._whole(elements, call, "elements")
+        self._amount(passes, call, "passes")
+        self._amount(extra_cycles, call, "extra_cycles")
+        if repeats is not None:
+            self._amount(repeats, call, "repeats")
 
     def fixed(self, pipe: str, name: str, duration_ns: float, reads: Iterable[UBBuffer] = (),
               writes: Iterable[UBBuffer] = (), fn: Any = None, issue_slots: int = 1) -> Op:
@@ -226,6 +250,12 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         UB hazard checks of every instruction (a read waits for its writer, a write for
         every transfer still using the buffer)."""
         p = self.core.pipes.get(pipe) or self._pipe(pipe)  # (the lookup inlined: hot)
+        if (duration_ns.__class__ not in _REAL or not 0 <= duration_ns < INF
+                or issue_slots.__class__ is not int or issue_slots < 1):
+            self._amount(duration_ns, f"{pipe} {name!r}", "duration_ns")
+            if self._whole(issue_slots, f"{pipe} {name!r}", "issue_slots") < 1:
+                raise self._refused(f"{pipe} {name!r}", "issue_slots", issue_slots,
+                                    "a whole number >= 1")
         self.t += self.issue_ns
         if self.t > self.t_limit:
             raise past_time_limit(self)
@@ -269,6 +299,9 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         RegBase (the 950): the calls compile to fused VFs, timed and counted by hw/vf.py.
         MemBase (A2/A3): each call is one instruction, issue cost + one cycle per repeat."""
         apis = [c for c in calls if not isinstance(c, str)]
+        for a in apis:
+            if a.count.__class__ is not int or a.count < 0:
+                self._whole(a.count, f"ctx.membase({name!r}) {a.kind}", "count")
         reads = {id(s.buf): s.buf for a in apis for s in a.srcs}
         writes = {id(a.dst): a.dst for a in apis}
         vcfg = self.cfg.vector
@@ -319,6 +352,9 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         vector_seq); `fn` applies the whole run's effect."""
         vcfg = self.cfg.vector
         counts = (instructions,) if isinstance(instructions, int) else tuple(instructions)
+        for c in counts:
+            if c.__class__ is not int or c < 0:
+                self._whole(c, f"ctx.vector_function({name!r})", "instructions")
         n = len(counts)
         return self.vector(name, reads=reads, writes=writes, fn=fn, repeats=0,
                            extra_cycles=(sum(counts) * vcfg.vf_cycles_per_instr
@@ -336,6 +372,8 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         n = 0
         cycles = 0.0
         for _, elements, dtype in instrs:
+            if elements.__class__ is not int or elements < 0:
+                self._whole(elements, f"ctx.vector_seq({name!r})", "elements")
             n += 1
             cycles += -(-(elements * _itemsize(dtype)) // bpc)
         # n issue costs in all: one in vector(), n - 1 as extra repeat-free cycles
@@ -346,6 +384,10 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     def ub_write(self, buf: UBBuffer, byte_offset: int, values: np.ndarray, ops: float = 1.0
                  ) -> None:
         """Scalar stores into UB (e.g. a triplet or a flag): cost `ops` scalar slots."""
+        if (byte_offset.__class__ is not int or byte_offset < 0 or ops.__class__ not in _REAL
+                or not 0 <= ops < INF):
+            byte_offset = self._whole(byte_offset, "ctx.ub_write", "byte_offset")
+            ops = self._amount(ops, "ctx.ub_write", "ops")
         if buf.write_ready > self.t or buf.read_busy > self.t:
             raise self.error(f"scalar store into UB buffer {buf.name!r} while a transfer or "
                              "vector op still uses it: missing wait", address=buf.offset)
@@ -363,6 +405,9 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     def ub_read(self, buf: UBBuffer, dtype: str | np.dtype | type, count: int,
                 byte_offset: int = 0, ops: float = 1.0) -> np.ndarray:
         """Scalar loads from UB: a copy of the values, after checking they have landed."""
+        count = self._whole(count, "ctx.ub_read", "count")
+        byte_offset = self._whole(byte_offset, "ctx.ub_read", "byte_offset")
+        ops = self._amount(ops, "ctx.ub_read", "ops")
         if buf.write_ready > self.t:
             raise self.error(f"scalar load from UB buffer {buf.name!r} before the copy into "
                              f"it ({buf.writer}) completes: missing wait", address=buf.offset)

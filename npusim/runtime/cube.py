@@ -121,6 +121,7 @@ class CubeOps:
         (fp32; int32 for int8). With `a_scale` [m, ceil(k/32)] and `b_scale`
         [ceil(k/32), n] (E8M0 bytes, any local buffer) it is the MX mmad: each 32 elements
         of K scaled by 2^(e-127). Costs mmad_cycles on the cube pipe."""
+        m, n, k = (self._whole(v, name, dim) for v, dim in ((m, "m"), (n, "n"), (k, "k")))
         item = np_dtype(dtype).itemsize
         for buf, want in ((a, "l0a"), (b, "l0b"), (c, "l0c")):
             if self._buffer_kind(buf) != want:
@@ -176,6 +177,7 @@ class CubeOps:
         on chip (0: no such path on this preset), then `aic.fixpipe_latency_ns`.
         `src_offset` (bytes) picks rows of a larger C (a tile's half for each AIV)."""
         aic = self._aic()
+        m, n = self._whole(m, name, "m"), self._whole(n, name, "n")
         if self._buffer_kind(src) != "l0c":
             raise self.error(f"{name}: FixPipe reads L0C, not {src.ub.label}",
                              address=src.offset)

@@ -152,6 +152,7 @@ class DataCache:
     def dcci_line(self, region: Region, offset: int) -> None:
         """DataCacheCleanAndInvalid of one line: `dcache.dcci_ns`; the next load misses."""
         ctx = self.ctx
+        offset = ctx._whole(offset, "dcci_line", "offset")
         start = ctx.t
         ctx.t += self.cfg.dcci_ns
         ctx.trace.activity(ctx.rank_id, ctx.core_id, "scalar", "dcci_cacheline", start, ctx.t)

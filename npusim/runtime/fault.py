@@ -93,9 +93,13 @@ class PastTimeLimit(NpusimError):
 
 
 def past_time_limit(ctx: KernelContext) -> PastTimeLimit:
-    where = _where([(f.f_code.co_filename, f.f_lineno) for f in _stack()])
     return PastTimeLimit(f"rank {ctx.rank_id} core {ctx.core_label} ran its own clock to "
-                         f"{ctx.t / 1000:.3f} us without yielding", where)
+                         f"{ctx.t / 1000:.3f} us without yielding", calling_line())
+
+
+def calling_line() -> str:
+    """' (file, line N)' of the kernel code that called into the runtime from here."""
+    return _where([(f.f_code.co_filename, f.f_lineno) for f in _stack()])
 
 
 def _stack() -> list[Any]:

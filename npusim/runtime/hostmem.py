@@ -42,7 +42,7 @@ def host_tensor(ctx: KernelContext, name: str, pe: int | None = None) -> HostReg
     """GM tensor `name` of PE `pe` (default this one) as HOST_SIDE memory: the first call on
     any core moves it into that PE's host heap (the bytes the host wrote before the
     launch); the run's outputs are read back from there."""
-    pe = ctx.rank_id if pe is None else pe
+    pe = ctx.rank_id if pe is None else ctx._whole(pe, f"host_tensor {name!r}", "pe")
     if ctx.cfg.host is None:
         raise ctx.error(f"the {ctx.cfg.name} preset has no host memory (hardware.host)")
     if not 0 <= pe < ctx.world:

@@ -58,7 +58,12 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
     kind = kind or machine.kinds[0].name
     mix = core_kind(kind).parts
     per_block = sum(count for _, count in mix) if mix else 1
-    n = cores if cores is not None else len(machine.ranks[0].cores_of[kind]) // per_block
+    have = len(machine.ranks[0].cores_of[kind]) // per_block
+    n = cores if cores is not None else have
+    if not 1 <= n <= have:
+        unit = "blocks" if mix else f"{kind} cores"
+        raise KernelError(f"a launch on {n} {unit} per rank; allowed: 1 to {have}, the "
+                          f"{unit} a rank has")
     contexts: list[list[KernelContext]] = []
     ends = [[0.0] * (n * per_block) for _ in machine.ranks]
     procs = []

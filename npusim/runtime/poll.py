@@ -84,7 +84,7 @@ class PollLoop:
         reads): event driven like wait_until, each read costing one slot + the GM read
         latency (`mte.gm_to_ub_latency_ns`) + the delay (none after the read that sees
         `cond` hold). Returns the bytes it saw."""
-        delay = delay_cycles * self.cycle_ns
+        delay = self._amount(delay_cycles, name, "delay_cycles") * self.cycle_ns
         yield from self.poll_round_robin([Poll(region, offset, cond, None, nbytes, 0, None,
                                                delay)], 0, name)
         self.t -= delay  # the loop leaves at the read that saw it, without the delay
@@ -104,6 +104,8 @@ class PollLoop:
         m = len(polls)
         if m == 0:
             raise self.error(f"{name}: nothing to poll")
+        if self._whole(start, name, "start") >= m:
+            raise self._refused(name, "start", start, f"a poll's index, 0 to {m - 1}")
         self._check_polls(polls, name)
         yield from self.sync()
         env = self.env

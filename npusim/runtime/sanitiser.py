@@ -7,11 +7,19 @@ rank, core, step and address. :class:`Sanitiser` holds these checks of
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+
+from npusim.errors import KernelError, excerpt
 from npusim.hw.memory import Region, SparseRegion
 from npusim.hw.ub import UBBuffer
+from npusim.runtime.fault import calling_line
 from npusim.runtime.transfer import Strided
+
+WHOLE = "a whole number >= 0"
+AMOUNT = "a finite number >= 0"
 
 
 class Sanitiser:
@@ -19,8 +27,45 @@ class Sanitiser:
 
     __slots__ = ()
 
+    # -- the arguments of a call -----------------------------------------------------
+    def _whole(self, value: Any, call: str, name: str) -> int:
+        """A size, count, offset or index as an int, refused at the call when negative,
+        fractional or not a number: a negative allocation aliases the buffers after it,
+        a float offset fails only when the bytes land, far from the line at fault."""
+        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 0:
+            return int(value)
+        raise self._refused(call, name, value, WHOLE)
+
+    def _amount(self, value: Any, call: str, name: str) -> float:
+        """A time or an amount of work (ops, cycles, ns), refused at the call unless finite
+        and >= 0: NaN would poison every clock it reaches and surface as a deadlock
+        blamed on another core, a negative one would run the clock backwards."""
+        if (isinstance(value, int | float | np.integer | np.floating)
+                and not isinstance(value, bool) and 0 <= value < math.inf):
+            return float(value)
+        raise self._refused(call, name, value, AMOUNT)
+
+    def _refused(self, call: str, name: str, value: Any, allowed: str) -> KernelError:
+        return self.error(f"{call}: {name} {excerpt(value)}; allowed: {allowed}"
+                          f"{calling_line()}")
+
+    def _check_strided(self, strided: Strided, call: str) -> None:
+        """count and length whole, each gap at least -length (a gap of -length repeats one
+        block; below that the blocks would run backwards)."""
+        self._whole(strided.count, call, "strided.count")
+        length = self._whole(strided.length, call, "strided.length")
+        for name in ("src_gap", "dst_gap"):
+            gap = getattr(strided, name)
+            if not isinstance(gap, int | np.integer) or isinstance(gap, bool) or gap < -length:
+                raise self._refused(call, f"strided.{name}", gap,
+                                    f"a whole number >= -length ({-length})")
+
     def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
         """In range of the buffer and aligned to its local buffer (UB, L1, L0A/B/C)."""
+        if (byte_offset.__class__ is not int or nbytes.__class__ is not int or byte_offset < 0
+                or nbytes < 0):
+            byte_offset = self._whole(byte_offset, what, "the local buffer offset")
+            nbytes = self._whole(nbytes, what, "nbytes")
         local = buf.ub
         if byte_offset < 0 or byte_offset + nbytes > buf.nbytes:
             raise self.error(f"{what} of {nbytes} B at +{byte_offset} overruns {local.label} "
@@ -93,6 +138,9 @@ class Sanitiser:
                              address=offset, size=nbytes)
 
     def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
+        if offset.__class__ is not int or nbytes.__class__ is not int or offset < 0 or nbytes < 0:
+            offset = self._whole(offset, what, "offset")
+            nbytes = self._whole(nbytes, what, "nbytes")
         if offset < 0 or offset + nbytes > region.nbytes:
             raise self.error(f"{what} of {nbytes} B at offset {offset} is outside "
                              f"{region.name!r} of rank {region.rank} ({region.nbytes} B)",
@@ -108,6 +156,11 @@ class Sanitiser:
     def _check_polls(self, polls: list[Any], name: str) -> None:
         """Every poll reads this rank's GM in range and lands in a free local buffer."""
         for p in polls:
+            if p.strided is not None:
+                self._check_strided(p.strided, name)
+            self._amount(p.check_ns, name, "check_ns")
+            if p.read_ns is not None:
+                self._amount(p.read_ns, name, "read_ns")
             span = p.strided.src_span() if p.strided else p.nbytes
             self._check_gm(p.region, p.offset, span, name)
             if p.region.rank != self.rank_id:

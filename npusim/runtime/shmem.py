@@ -117,7 +117,12 @@ class Shmem:
         quiet waits for it); returns its Op."""
         ctx = self.ctx
         last: Op | None = None
-        parts = chunks(nbytes, ub_size, itemsize)
+        if ctx._whole(nbytes, name, "nbytes") < 1:  # it returns the last chunk's put
+            raise ctx._refused(name, "nbytes", nbytes, "a whole number >= 1")
+        item = ctx._whole(itemsize, name, "itemsize")
+        if ctx._whole(ub_size, name, "ub_size") < max(item, 1):
+            raise ctx._refused(name, "ub_size", ub_size, f"at least one element ({item} B)")
+        parts = chunks(nbytes, ub_size, item)
         if buf.nbytes < parts[0][1]:
             raise ctx.error(f"{name}: chunks of {parts[0][1]} B do not fit UB buffer "
                             f"{buf.name!r} ({buf.nbytes} B)", address=buf.offset)

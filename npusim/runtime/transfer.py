@@ -179,6 +179,8 @@ class TransferPath:
         if self.t > self.t_limit:
             raise past_time_limit(self)
         self.counters["SCALAR"] += 1
+        if strided is not None:
+            self._check_strided(strided, name)
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
         moved = strided.charged(self._burst) if strided else nbytes
@@ -286,6 +288,8 @@ class TransferPath:
         if self.t > self.t_limit:
             raise past_time_limit(self)
         self.counters["SCALAR"] += 1
+        if strided is not None:
+            self._check_strided(strided, name)
         src_span = strided.src_span() if strided else nbytes
         dst_span = strided.dst_span() if strided else nbytes
         self._check_ub(src, src_offset, src_span, name)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from npusim.errors import InputError
+import numpy as np
+
+from npusim.errors import InputError, excerpt
 from npusim.hw.config import HardwareConfig
 from npusim.hw.cores import config_value
 from npusim.hw.cores import kind as core_kind
@@ -40,6 +42,38 @@ def check_cores(src: str, fam: Any, op: str, hw: HardwareConfig) -> None:
                 raise InputError(src, "hardware", f"{hw.name} has no {part.name.upper()} "
                                  f"cores ({part.count_key} is not in the preset); "
                                  f"{fam.name}'s {kernel.name} runs on {kind.name}")
+
+
+def launch_misfit(fam: Any, w: Workload, tiling: Any, hw: HardwareConfig) -> Misfit | None:
+    """Every kernel of the op launches at least one core (a MIX kernel one block) and no
+    more than a rank has of each kind: the least count that works is the block's need
+    for a launch sized to fit, or the launch's own for one that asks more."""
+    for kernel in fam.kernels_of(w.op, w.options):
+        kind = core_kind(kernel.core_kind)
+        n = kernel.cores(tiling)
+        if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool)):
+            return Misfit("workload.kernel", f"{fam.name}'s {kernel.name}: cores(tiling) "
+                          f"returned {excerpt(n)}; allowed: a whole number >= 1, or None "
+                          "(every core)")
+        for part, per in kind.parts or ((kind, 1),):
+            have = int(config_value(hw, part.count_key))
+            need = per * (1 if n is None else max(n, 1))
+            if have < need:
+                return Misfit(f"hardware.{part.count_key}", f"{have}: {fam.name}'s "
+                              f"{kernel.name} needs {need} {part.name.upper()} cores "
+                              f"({_launched(n, kind)}); allowed: at least {need}")
+        if n is not None and n < 1:
+            return Misfit("workload.kernel", f"{fam.name}'s {kernel.name} launches "
+                          f"{_launched(n, kind)}; allowed: at least 1")
+    return None
+
+
+def _launched(n: int | None, kind: Any) -> str:
+    unit = "block" if kind.parts else f"{kind.name.upper()} core"
+    count = "every" if n is None else str(n)
+    return f"{count} {unit}{'' if n == 1 else 's'}" + (
+        " of " + " + ".join(f"{per} {p.name.upper()}" for p, per in kind.parts)
+        if kind.parts else "")
 
 
 def check_topology(src: str, w: Workload, hw: HardwareConfig) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
 from npusim.paths import resolved, user_path
-from npusim.scenario.checks import check_cores, check_topology, misfit
+from npusim.scenario.checks import check_cores, check_topology, launch_misfit, misfit
 from npusim.scenario.schema import dotted, number, section, show, string
 from npusim.scenario.workload import Workload, routing_file, workload_of
 from npusim.scenario.yaml import read_scenario_file
@@ -240,5 +240,6 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     if fam is not None:  # the tiling is built here, once, and the run reuses it
         misfit(src, fam.tiling_misfit(scenario.tiling, workload.shape, workload.options,
                                       hardware, workload.op), overrides)
+        misfit(src, launch_misfit(fam, workload, scenario.tiling, hardware), overrides)
     check_topology(src, workload, hardware)
     return scenario

@@ -44,19 +44,25 @@ FAMILY = Faulty()
 '''
 
 
-def _run(tmp: Path, capsys, body: str, *extra: str) -> tuple[int, str, str]:
-    """Run the faulty family; (exit code, stderr, 'file, line N' of the fault)."""
+def faulty_scenario(tmp: Path, text: str) -> tuple[Path, str]:
+    """A scenario of the kernel file `text` (FAULTY filled in) on W 2, BS 4; and the
+    '(file, line N)' of its fault."""
     f = tmp / "faulty.py"
-    text = FAULTY.format(toy=str(TOY), body=body)
     f.write_text(text)
     line = next(i for i, s in enumerate(text.splitlines(), 1) if s.endswith("# the fault"))
     w = {"kernel": "faulty.py", "op": "dispatch", "bs": 4, "h": 1024, "k": 2,
          "ep_world_size": 2, "experts_per_rank": 2, "routing": {"kind": "uniform", "seed": 1}}
     sc = tmp / "s.yaml"
     sc.write_text(yaml.safe_dump({"name": "faulty", "workload": w}))
+    return sc, f"({f.resolve()}, line {line})"
+
+
+def _run(tmp: Path, capsys, body: str, *extra: str) -> tuple[int, str, str]:
+    """Run the faulty family; (exit code, stderr, 'file, line N' of the fault)."""
+    sc, where = faulty_scenario(tmp, FAULTY.format(toy=str(TOY), body=body))
     code = main(["run", str(sc), "--out", str(tmp / "o"), "--quiet", "--workers", "1",
                  *extra])
-    return code, capsys.readouterr().err, f"({f.resolve()}, line {line})"
+    return code, capsys.readouterr().err, where
 
 
 @pytest.mark.parametrize("body, says", [

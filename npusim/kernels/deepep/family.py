@@ -37,7 +37,7 @@ from npusim.kernels.deepep.combine import combine_program
 from npusim.kernels.deepep.combine_rounds import combine_rounds_program
 from npusim.kernels.deepep.dispatch import dispatch_program
 from npusim.kernels.deepep.dispatch_layout import dispatch_layout_program
-from npusim.kernels.deepep.notify import notify_program
+from npusim.kernels.deepep.notify import BUILD_CORES, notify_program
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import (
     DEFAULT_HCCL_BUFFSIZE_MB,
@@ -358,6 +358,11 @@ class DeepEP(Family):
             return None  # the V2 kernels: mc2's checks, in misfit
         t = tiling
         p = platform(hardware)
+        if NOTIFY.name in self.runs[op] and t.cores < len(BUILD_CORES):
+            return Misfit("hardware.chip.aiv_cores", f"{t.cores}: notify_dispatch builds its "
+                          f"{len(BUILD_CORES)} outputs ({', '.join(BUILD_CORES)}) each on its "
+                          f"own fixed core 0..{len(BUILD_CORES) - 1} (notify_dispatch.h); "
+                          f"allowed: at least {len(BUILD_CORES)}")
         mb = buffsize_mb(shape, options, p)
         if t.context == "shmem":
             if mb * MiB > SHMEM_SIGNAL_OFFSET:

@@ -50,9 +50,9 @@ def _flat(n: str) -> Any:
 
 INPUTS = (
     TensorSpec("full_kv_cache", U8, _rows("full_kv"), "[F_BLOCK_NUM * BLOCK, kv bytes] "
-               "the latent rows (bf16 as bytes, or the c8 row)"),
+               "the latent rows (bf16 as bytes, or the c8 row)", shared_rows=True),
     TensorSpec("full_k_rope", U8, _rows("full_rope"), "[F_BLOCK_NUM * BLOCK, rope bytes] "
-               "(empty for c8)"),
+               "(empty for c8)", shared_rows=True),
     TensorSpec("full_kv_block_table", I32, lambda t, r: (t.batch, t.f_max), "[B, F_MAX]"),
     TensorSpec("selection_kv_block_table", I32, lambda t, r: (t.batch, t.s_max), "[B, S_MAX]"),
     TensorSpec("selection_kv_block_status_prev", I32, lambda t, r: (t.batch, t.topk + 1),

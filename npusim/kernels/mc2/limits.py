@@ -35,6 +35,10 @@ def full_mesh_misfit(shape: Any, o: Mc2Options, arch: str) -> tuple[str, str] | 
 def full_mesh_ub_misfit(t: Mc2Tiling) -> tuple[str, str] | None:
     """CheckUBSize (the send path's UB as the host counts it), the send slots UB leaves
     (CalcSendTokenBufNum: 0 slots would send nothing), and the BS mode's expert scales."""
+    if t.cores < 2:  # aivUsedCumSum_ is at most C / 2: one core leaves no count core
+        return ("hardware.chip.aiv_cores", f"{t.cores}: comm_alg fullmesh_v2 splits the AIV "
+                "cores into all-to-all cores and count cores (aivUsedCumSum_, at most C / 2), "
+                "and one core leaves no count core to receive the counts; allowed: at least 2")
     for r in range(t.W):
         used = tl.host_ub_check_v2(t, r)
         if used > t.ub_bytes:

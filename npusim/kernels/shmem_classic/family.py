@@ -174,10 +174,12 @@ class ShmemClassic(Family):
             return Misfit(key, f"{name}: combine_classic is built for int32_t and float16_t "
                           "only (COMBINE_FUNC_DEF; its run.sh refuses bfloat16_t); allowed "
                           "with op combine or dispatch_combine: int32_t, float16_t")
-        if shape.W > hardware.chip.aiv_cores:
-            return Misfit("hardware.chip.aiv_cores", f"chip.aiv_cores {hardware.chip.aiv_cores}"
-                          f" for block_dim = ep_world_size = {shape.W} cores (core c serves "
-                          f"rank c); allowed: ep_world_size <= {hardware.chip.aiv_cores}")
+        aiv = hardware.chip.aiv_cores
+        if shape.W > aiv:
+            fewer = f", or ep_world_size <= {aiv}" if aiv >= 2 else ""  # W is at least 2
+            return Misfit("hardware.chip.aiv_cores", f"chip.aiv_cores {aiv} for block_dim = "
+                          f"ep_world_size = {shape.W} cores (core c serves rank c); allowed: "
+                          f"at least {shape.W}{fewer}")
         return None
 
     def tiling_misfit(self, tiling: ClassicTiling, shape: MoeShape, options: Mapping[str, Any],

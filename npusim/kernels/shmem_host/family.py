@@ -18,6 +18,7 @@ from npusim.hw.host import capacity_problem, lone_path, path_problem
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.shmem_host.programs import (
+    AIVS_PER_BLOCK,
     SDMA_UB_OFFSET,
     SDMA_UB_SIZE,
     HostTiling,
@@ -64,9 +65,10 @@ def _paths(t: HostTiling, frames: Sequence[Sequence[Mapping[str, Any]]], write: 
     for pe in t.peers(0):
         kind = names[0] if pe == 0 else names[1]
         latency, gbps = lone_path(t.hw, 0, t.rank_of(pe), write)
-        entry = kinds.setdefault(kind, {"bytes_per_pe": 0, "cross_server": t.rank_of(pe) >=
-                                        t.host_dies})
+        entry = kinds.setdefault(kind, {"bytes_per_pe": 0, "cross_server": False})
         entry["bytes_per_pe"] += t.segment_bytes
+        # PE 0 sits on server 0: a path of this kind crosses servers if any of its PEs does
+        entry["cross_server"] = entry["cross_server"] or t.rank_of(pe) >= t.host_dies
         # the engine's own latency and cap come on top of the host path's
         entry["lone_latency_us"] = (latency + t.sdma_latency_ns) / 1000.0
         entry["lone_gbps"] = min(gbps, t.sdma_gbps)
@@ -216,7 +218,7 @@ class ShmemHost(Family):
         return HostTiling(options["pes"], options["elements"], DATA_TYPES[options["data_type"]],
                           options["blocks"], options["targets"], stride, RMA_BYTES, hardware,
                           dies, sdma.latency_ns if sdma else 0.0,
-                          sdma.bandwidth_gbps if sdma else 0.0)
+                          sdma.bandwidth_gbps if sdma else 0.0, not timing_only)
 
     def window(self, tiling: HostTiling) -> NoWindow:
         return NoWindow()
@@ -235,6 +237,16 @@ class ShmemHost(Family):
     def tiling_misfit(self, tiling: HostTiling, shape: MoeShape, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling
+        if options["placement"] == "server" and t.pes > t.host_dies:
+            return Misfit("workload.pes", f"{t.pes} PEs on one server (placement: server, PE i "
+                          f"on die i) need {t.pes} dies; {hardware.name} has {t.host_dies} "
+                          f"per server (host.dies); allowed: at most {t.host_dies}, or "
+                          "placement: across")
+        if op != "rma" and options["targets"] == "peers" and t.pes < 2:
+            return Misfit("workload.pes", f"{t.pes}: with targets: peers a PE moves data to "
+                          "or from the other PEs only, and there is none (its "
+                          "aclshmemx_sdma_quiet would wait for nothing); allowed: at least 2, "
+                          "or targets: all or self")
         if options["placement"] == "across" and t.world > _outer_dies(hardware):
             return Misfit("workload.pes", f"{t.pes} PEs one per server need "
                           f"{t.world} dies; {hardware.name} has {_outer_dies(hardware)}")
@@ -247,9 +259,14 @@ class ShmemHost(Family):
         if problem:
             return Misfit("workload.elements", f"{t.elements}: the HOST_SIDE heap of "
                           f"n_pes * elem_count elements: {problem}")
-        if op != "rma" and t.cores > hardware.chip.aiv_cores:
+        aiv = hardware.chip.aiv_cores
+        if op != "rma" and t.cores > aiv:
+            if aiv < AIVS_PER_BLOCK:  # not even one block fits: no blocks value helps
+                return Misfit("hardware.chip.aiv_cores", f"{aiv}: {t.blocks} blocks of two "
+                              f"AIVs need {t.cores} AIV cores; allowed: at least {t.cores}")
             return Misfit("workload.blocks", f"{t.blocks} blocks of two AIVs need {t.cores} "
-                          f"AIV cores; {hardware.name} has {hardware.chip.aiv_cores}")
+                          f"AIV cores; {hardware.name} has {aiv}; allowed: at most "
+                          f"{aiv // AIVS_PER_BLOCK}")
         if SDMA_UB_OFFSET + SDMA_UB_SIZE > hardware.ub.bytes:
             return Misfit("hardware.ub.bytes", f"{hardware.ub.bytes} B: the SDMA scratch sits "
                           f"at UB offset {SDMA_UB_OFFSET}")
@@ -261,17 +278,21 @@ class ShmemHost(Family):
 
     def op_inputs(self, kernel: str, tiling: HostTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
-        dt = _dt(tiling)
+        """Per rank the inputs `kernel` reads (put: device_src, get: host_src), each PE's
+        segment pe + 10; left zero in a timing-only run, where zeros never written take no
+        memory (a payload of 1e8 elements would)."""
+        t = tiling
+        dt = _dt(t)
+        specs = self.kernel(kernel).inputs
         out: list[Arrays] = []
-        for r in range(tiling.world):
-            me = tiling.pe_of(r)
-            if me is None:
-                out.append({"device_src": np.zeros(0, dt), "host_src": np.zeros(0, dt)})
-                continue
-            src = np.zeros(tiling.pes * tiling.elements, dt)
-            src[me * tiling.elements:(me + 1) * tiling.elements] = me + VALUE_OFFSET
-            out.append({"device_src": np.full(tiling.elements, me + VALUE_OFFSET, dt),
-                        "host_src": src})
+        for r in range(t.world):
+            me = t.pe_of(r)
+            arrays = {s.name: np.zeros(s.shape(t, r), dt) for s in specs}
+            if me is not None and t.payload:
+                for a in arrays.values():  # host_src: segment me of pes; device_src: one
+                    at = me * t.elements if a.size > t.elements else 0
+                    a[at:at + t.elements] = me + VALUE_OFFSET
+            out.append(arrays)
         return out
 
     def reference_outputs(self, kernel: str, tiling: HostTiling, inputs: list[Arrays]

@@ -50,6 +50,7 @@ class HostTiling:
     host_dies: int = 1  # dies per server
     sdma_latency_ns: float = 0.0
     sdma_gbps: float = 0.0
+    payload: bool = True  # False (timing-only): the inputs are left zero, never written
 
     @property
     def world(self) -> int:

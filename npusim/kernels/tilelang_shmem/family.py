@@ -160,6 +160,10 @@ class TileLangShmem(Family):
                           "per block); the preset has no aic section")
         aic, aiv = int(hardware.aic.cores), int(hardware.chip.aiv_cores)
         n = _ai_core_num(options, hardware)
+        if aiv < 2:  # not even one block: no ai_core_num fits
+            return Misfit("hardware.chip.aiv_cores", f"{aiv}: T.Kernel(ai_core_num) takes one "
+                          f"AIC and two AIVs per block, {max(n, 1)} here; allowed: at least "
+                          f"{2 * max(n, 1)}")
         if n > aic or 2 * n > aiv:
             return Misfit("workload.ai_core_num", f"{n}: T.Kernel(ai_core_num) takes one AIC "
                           f"and two AIVs per block; allowed: at most {min(aic, aiv // 2)} "

@@ -113,7 +113,7 @@ def test_a_host_side_heap_above_the_socket_is_one_line(tmp_path):
 
 def test_d2rh_on_a_single_server_preset_is_one_line(tmp_path):
     with pytest.raises(InputError) as exc:
-        _scenario(tmp_path, hardware="ascend950", op="rma", pes=9)
+        _scenario(tmp_path, hardware="ascend950", op="rma", pes=2, placement="across")
     assert "no path to another server's host" in _one_line(exc)
 
 
