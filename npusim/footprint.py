@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from npusim.runtime import userguard
 from npusim.scenario import Scenario
 
 GIB = 1 << 30
@@ -52,7 +53,8 @@ def estimate(scenario: Scenario, workers: int = 2) -> Footprint:
     shape, cores = w.shape, scenario.hardware.chip.aiv_cores
     world = shape.W
     sends = world * shape.BS * (shape.K + shape.S)  # token-expert pairs put by all ranks
-    per_pair = w.family.pair_bytes(t, w.op, w.timing_only, workers)
+    per_pair = userguard.call(w.family, "pair_bytes", t, w.op, w.timing_only, workers,
+                              check=userguard.whole(0))
     row = shape.token_bytes
     per_rank = 0 if w.timing_only else 3 * shape.BS * row  # x in, combine's x out, the reference
     return Footprint(base=BASE_BYTES, cores=world * cores * CORE_BYTES,
