@@ -12,17 +12,19 @@ import gc
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from numbers import Integral
 
 import numpy as np
 
 from npusim.engine.trace import Sample, Trace
+from npusim.errors import KernelError, excerpt
 from npusim.fork import Forked
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
-from npusim.kernels.family import Arrays, CoreTiming, Family, Kernel
+from npusim.kernels.family import Arrays, CoreTiming, Family, Kernel, TensorSpec
 from npusim.kernels.quant.formats import may_need_tables, tables
 from npusim.result import OpRun, RunResult
 from npusim.runtime import userguard
@@ -33,12 +35,30 @@ from npusim.scenario import Scenario
 def load_inputs(scenario: Scenario) -> list[Arrays]:
     """Per-rank inputs: read from the case directory, or generated from the seed."""
     w = scenario.workload
-    ranks = userguard.per_rank(scenario.tiling.world)  # the machine the run builds
+    plain = userguard.arrays()
     if scenario.data.case_dir is not None:
         return userguard.call(w.family, "read_case", scenario.data.case_dir, w.shape, w.op,
-                              check=ranks)
+                              check=plain)
     return userguard.call(w.family, "make_inputs", w.shape, w.options, w.op, w.routing,
-                          payload=not w.timing_only, check=ranks)
+                          payload=not w.timing_only, check=plain)
+
+
+def _tensors_of(kernel: Kernel, ranks: int) -> Callable[[object], str | None]:
+    """The check of what op_inputs gives: per rank, every input tensor of the kernel as
+    numbers (an array, or a RowTable of shared rows)."""
+    names = [spec.name for spec in kernel.inputs]
+
+    def numbers(a: object) -> bool:
+        return isinstance(a, RowTable) or (isinstance(a, np.ndarray)
+                                           and a.dtype.kind in "biufcV")
+
+    def check(value: object) -> str | None:
+        ok = isinstance(value, (list, tuple)) and len(value) == ranks and all(
+            isinstance(arrays, Mapping) and all(numbers(arrays.get(n)) for n in names)
+            for arrays in value)
+        return None if ok else (f"a list of {ranks} dicts (one per rank) of the arrays "
+                                f"{', '.join(names) or '(none)'}")
+    return check
 
 
 def default_workers() -> int:
@@ -88,7 +108,7 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
                     (core_kind(kernel.core_kind), *map(core_kind, kernel.engines)))
         _LAST_MACHINE[0] = weakref.ref(m)
         op_in = userguard.call(fam, "op_inputs", kernel.name, t, inputs, previous,
-                               check=userguard.per_rank(len(m.ranks)))
+                               check=_tensors_of(kernel, len(m.ranks)))
         return Leg.of(m, run_op(m, fam, kernel, t, op_in, limit_ns, keep_inputs,
                                 scenario.run.wall_time_limit_s))
 
@@ -161,7 +181,7 @@ def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list
 
     def work() -> tuple[bytes, Leg] | None:
         assumed = userguard.call(fam, "reference_outputs", first.name, t, inputs,
-                                 check=userguard.per_rank(len(inputs), none_ok=True))
+                                 check=userguard.arrays(none_ok=True))
         if assumed is None:
             return None
         return (userguard.call(fam, "next_reads", first.name, t, inputs, assumed,
@@ -235,10 +255,11 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
         for spec in kernel.inputs:
             a = arrays[spec.name]
             rank.tensor(spec.gm_name, a if isinstance(a, RowTable)
-                        else np.ascontiguousarray(a, dtype=spec.np_dtype(t)))
+                        else np.ascontiguousarray(a, dtype=_layout(kernel, spec, t, r)[0]))
         for spec in (*kernel.outputs, *kernel.scratch):
-            rank.tensor(spec.gm_name, spec.nbytes(t, r))
-    layout = userguard.call(fam, "window", t, check=userguard.not_none)
+            dtype, shape = _layout(kernel, spec, t, r)
+            rank.tensor(spec.gm_name, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    layout = userguard.call(fam, "window", t, check=userguard.window)
     zones = userguard.call(layout, "regions", check=userguard.regions)  # accesses stay in
     for rank in machine.ranks:
         rank.window.set_zones(zones)
@@ -247,8 +268,7 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     start = userguard.call(kernel, "launch_ns", machine.cfg, check=userguard.number_or_none)
     res = launch(machine, program, time_limit_ns=limit_ns, cores=cores,
                  kind=kernel.core_kind, launch_ns=start, wall_limit_s=wall_limit_s)
-    outputs = [{spec.name: rank.tensors[spec.gm_name].as_array(spec.np_dtype(t),
-                                                               spec.shape(t, r))
+    outputs = [{spec.name: rank.tensors[spec.gm_name].as_array(*_layout(kernel, spec, t, r))
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)
     fields = userguard.field_dict
@@ -264,13 +284,27 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
         run.family_fields.update(userguard.call(kernel, "profile_fields", t, frames,
                                                 check=fields))
     if keep_inputs:  # shared rows made dense: the tensor as the kernel read it
-        run.inputs = [{spec.name: _dense(arrays[spec.name], spec.np_dtype(t), spec.shape(t, r))
+        run.inputs = [{spec.name: _dense(arrays[spec.name], *_layout(kernel, spec, t, r))
                        for spec in kernel.inputs} for r, arrays in enumerate(op_inputs)]
     for row in res.contexts:  # all read: reference counting frees them and the machine
         for ctx in row:
             ctx.release()
     machine.release()
     return run
+
+
+def _layout(kernel: Kernel, spec: TensorSpec, t: object, r: int
+            ) -> tuple[np.dtype, tuple[int, ...]]:
+    """A tensor's dtype and shape on rank r: the kernel's functions (user code, under the
+    guard), their answer checked."""
+    what = f"{userguard.source_of(kernel)}: {type(kernel).__name__} tensor {spec.name!r}"
+    dtype, shape = userguard.guarded(what, lambda: (spec.np_dtype(t), spec.shape(t, r)))
+    ok = isinstance(shape, tuple) and all(
+        isinstance(n, Integral) and not isinstance(n, bool) and 0 <= n < 2**48 for n in shape)
+    if not ok:
+        raise KernelError(f"{what}: its shape is {excerpt(shape)}; allowed: a tuple of "
+                          "whole numbers >= 0")
+    return dtype, shape
 
 
 def _dense(a: np.ndarray | RowTable, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

@@ -37,10 +37,11 @@ def _own(filename: str) -> bool:
     return not str(p).startswith(_LIBS) and not filename.startswith("<")
 
 
-def where_in(frames: list[tuple[str, int]]) -> str:
-    """' (file, line N)' of the innermost kernel-code frame (else the innermost)."""
+def where_in(frames: list[tuple[str, int]], own_only: bool = False) -> str:
+    """' (file, line N)' of the innermost kernel-code frame (else the innermost, or with
+    own_only nothing: a hook that failed as it was called)."""
     own = [f for f in frames if _own(f[0])]
-    pick = own[-1] if own else (frames[-1] if frames else None)
+    pick = own[-1] if own else (frames[-1] if frames and not own_only else None)
     return f" ({pick[0]}, line {pick[1]})" if pick else ""
 
 

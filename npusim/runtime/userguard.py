@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import signal
 import sys
 import threading
@@ -25,11 +26,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from npusim.errors import KernelError, NpusimError
 from npusim.runtime.fault import ending, exc_text, raised_at, where_in
 
 DEFAULT_LIMIT_S = 3600.0  # run.wall_time_limit_s when a scenario gives none
 REPEAT_S = 0.2  # how often the alarm repeats once the limit is reached
+INT_BITS = 4000  # the largest integer a report field holds (JSON prints 4300 digits)
 
 
 class WallClockLimit(BaseException):
@@ -171,7 +175,8 @@ def fault(what: str, exc: BaseException) -> BaseException:
         return limit_error(_now[0].limit_s if _now[0] else None, exc, f" in {what}")
     if isinstance(exc, (NpusimError, MemoryError)):
         return exc
-    return KernelError(f"{what} raised {exc_text(exc)}{where_in(raised_at(exc))}{ending(exc)}")
+    where = where_in(raised_at(exc), own_only=True)
+    return KernelError(f"{what} raised {exc_text(exc)}{where}{ending(exc)}")
 
 
 Check = Callable[[Any], str | None]  # a return value -> what is allowed, or None: fine
@@ -205,10 +210,6 @@ def _kind(value: Any) -> str:
 # ---- the checks of the hooks' return values
 
 
-def not_none(value: Any) -> str | None:
-    return "an object (not None)" if value is None else None
-
-
 def tiling(value: Any) -> str | None:
     """A tiling: the run reads its `world` (the ranks)."""
     world = getattr(value, "world", None)
@@ -223,19 +224,44 @@ def optional_of(kind: type, words: str) -> Check:
 
 
 def field_dict(value: Any) -> str | None:
-    ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    ok = isinstance(value, dict) and all(isinstance(k, str) for k in value) and _plain(
+        value, DEPTH, [ITEMS])
     return None if ok else "a dict of {name: JSON-able value}"
 
 
-def per_rank(ranks: int, none_ok: bool = False) -> Check:
-    """A list of one mapping of arrays per rank."""
+DEPTH, ITEMS = 32, 10**6  # how deep, and how many values, the report takes of a field
+_LEAVES = (str, bytes, bool, type(None), numbers.Number, np.generic, os.PathLike)
+_KEYS = (str, bool, type(None), numbers.Number)
+
+
+def _plain(value: Any, depth: int, budget: list[int]) -> bool:
+    """Whether the report can write value (npusim.report.build.jsonable, then JSON):
+    plain data within DEPTH levels and ITEMS values, no integer JSON cannot print."""
+    budget[0] -= 1
+    if budget[0] < 0 or depth < 0:
+        return False
+    if isinstance(value, numbers.Integral) and not isinstance(value, np.generic):
+        return abs(int(value)).bit_length() <= INT_BITS
+    if isinstance(value, _LEAVES):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "biufcV" and value.size <= budget[0]
+    if isinstance(value, Mapping):
+        return all(isinstance(k, _KEYS) and _plain(v, depth - 1, budget)
+                   for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(_plain(v, depth - 1, budget) for v in value)
+    return False
+
+
+def arrays(none_ok: bool = False) -> Check:
+    """A list of mappings of arrays (a family's data: its own ranks, which op_inputs turns
+    into the machine's, checked there)."""
     def check(value: Any) -> str | None:
         if none_ok and value is None:
             return None
-        ok = (isinstance(value, (list, tuple)) and len(value) == ranks
-              and all(isinstance(a, Mapping) for a in value))
-        return None if ok else (f"a list of {ranks} dicts of arrays (one per rank)"
-                                + (" or None" if none_ok else ""))
+        ok = isinstance(value, (list, tuple)) and all(isinstance(a, Mapping) for a in value)
+        return None if ok else "a list of dicts of arrays" + (" or None" if none_ok else "")
     return check
 
 
@@ -259,11 +285,17 @@ def callable_value(value: Any) -> str | None:
     return None if callable(value) else "a generator function program(ctx)"
 
 
+def window(value: Any) -> str | None:
+    ok = callable(getattr(value, "regions", None))
+    return None if ok else "the window layout, an object with regions()"
+
+
 def regions(value: Any) -> str | None:
     ok = isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, (tuple, list)) and len(v) == 2 for k, v in
-        value.items())
-    return None if ok else "a dict {zone name: (start, end)}"
+        isinstance(k, str) and isinstance(v, (tuple, list)) and len(v) == 2
+        and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in v)
+        and 0 <= v[0] <= v[1] for k, v in value.items())
+    return None if ok else "a dict {zone name: (start, end)}, whole bytes 0 <= start <= end"
 
 
 def digest(value: Any) -> str | None:

@@ -20,24 +20,11 @@ import yaml
 from npusim import api
 from npusim.cli import main
 from npusim.errors import KernelError
+from tests.kernels.userhelp import HEAD
 
 ROOT = Path(__file__).resolve().parents[2]
-TOY = ROOT / "examples" / "kernels" / "toy_moe.py"
 
-FAMILY = '''
-import sys
-from npusim.kernels import registry
-toy = sys.modules[type(registry.from_file(registry.resolve_file({toy!r}, None))).__module__]
-
-
-class Odd(BaseException):
-    pass
-
-
-class Mute(Exception):
-    def __str__(self):
-        raise RuntimeError("no text")
-
+FAMILY = HEAD + '''
 
 def spin():
     while True: pass  # the loop
@@ -74,8 +61,7 @@ def _files(tmp: Path, top: str = "", body: str = "pass", kernel: str = "",
            family: str = "", obj: str = "F()", wall_s: float | None = None) -> tuple[Path, Path]:
     """The kernel file and a scenario naming it."""
     f = tmp / "fam.py"
-    f.write_text(FAMILY.format(toy=str(TOY), top=top, body=body, kernel=kernel,
-                               family=family, obj=obj))
+    f.write_text(FAMILY.format(top=top, body=body, kernel=kernel, family=family, obj=obj))
     doc = {"name": "guarded", "workload": {"kernel": "fam.py", **WORKLOAD}}
     if wall_s is not None:
         doc["run"] = {"wall_time_limit_s": wall_s}
@@ -144,6 +130,7 @@ HOOKS = [
     ("make_inputs", "self, shape, options, op, routing, payload", "family", "F"),
     ("window", "self, t", "family", "F"),
     ("op_inputs", "self, kernel, t, inputs, previous", "family", "F"),
+    ("runs_of", "self, options=None", "family", "F"),
     ("report_fields", "self, t, outputs", "kernel", "D"),
     ("timing_fields", "self, t, run, cores", "kernel", "D"),
 ]
@@ -172,9 +159,12 @@ def test_a_hook_that_raises_is_exit_3_at_its_line(tmp_path, capsys, hook, args, 
 # what each hook returns instead, and what the line says is allowed
 WRONG = {"tiling": ("None", "the call's tiling, an object whose `world` is its ranks"),
          "misfit": ("'too big'", "a npusim.kernels.family.Misfit (key, message) or None"),
-         "make_inputs": ("None", "a list of 2 dicts of arrays (one per rank)"),
-         "window": ("None", "an object (not None)"),
-         "op_inputs": ("[{}]", "a list of 2 dicts of arrays (one per rank)"),
+         "make_inputs": ("None", "a list of dicts of arrays"),
+         "window": ("None", "the window layout, an object with regions()"),
+         "op_inputs": ("[{}, {}]", "a list of 2 dicts (one per rank) of the arrays x, "
+                                   "expert_ids"),
+         "runs_of": ("{'dispatch': ('nope',)}",
+                     "a dict whose 'dispatch' names kernels of combine, dispatch"),
          "report_fields": ("['a']", "a dict of {name: JSON-able value}"),
          "timing_fields": ("None", "a dict of {name: JSON-able value}")}
 
@@ -198,6 +188,52 @@ RAISES = [
     ("raise KeyboardInterrupt", "KeyboardInterrupt"),
     ("raise Mute()", "Mute: (its message cannot be shown: str() raised)"),
 ]
+
+
+@pytest.mark.parametrize("value", ["{'a': object()}", "{'a': 10 ** 5000}", "{1: 2}",
+                                   "{'a': loop}", "{'a': {'b': np.zeros(2, object)}}"])
+def test_report_fields_the_report_cannot_write_are_exit_3(tmp_path, capsys, value):
+    code, err, f = _run(tmp_path, capsys, top="loop = []\nloop.append(loop)", kernel=(
+        f"    def report_fields(self, t, outputs):\n        return {value}"))
+    assert code == 3
+    assert err == (f"npusim: kernel error: {f}: D.report_fields returned a dict; allowed: a "
+                   "dict of {name: JSON-able value}\n")
+
+
+@pytest.mark.parametrize("zones", ["{'a': ('x', 'y')}", "{'a': (5, 1)}", "{'a': (0,)}",
+                                   "[(0, 1)]"])
+def test_window_zones_that_are_not_byte_ranges_are_exit_3(tmp_path, capsys, zones):
+    code, err, f = _run(tmp_path, capsys, top=f"class W:\n    def regions(self):\n"
+                        f"        return {zones}",
+                        family="    def window(self, t):\n        return W()")
+    assert code == 3
+    assert err.startswith(f"npusim: kernel error: {f}: W.regions returned a ")
+    assert err.endswith("; allowed: a dict {zone name: (start, end)}, whole bytes "
+                        "0 <= start <= end\n")
+
+
+def _bad_tensor(shape: str) -> str:
+    """A kernel part whose output tensor's shape is `shape` (a Python expression of t)."""
+    return ("    outputs = (toy.TensorSpec('expand_x', lambda t: np.float32,\n"
+            f"                              lambda t, r: {shape}),  # the tensor\n"
+            "               *toy.ToyDispatch.outputs[1:])")
+
+
+def test_a_tensor_shape_that_raises_is_exit_3_at_its_line(tmp_path, capsys):
+    code, err, f = _run(tmp_path, capsys, kernel=_bad_tensor("t.nowhere"))
+    assert code == 3
+    assert err == (f"npusim: kernel error: {f}: D tensor 'expand_x' raised AttributeError: "
+                   f"'ToyTiling' object has no attribute 'nowhere' "
+                   f"({f}, line {_line(f, 'lambda t, r')})\n")
+
+
+@pytest.mark.parametrize("shape, shown", [("(-1, 4)", "[-1, 4]"), ("[2, 2]", "[2, 2]"),
+                                          ("(2.5,)", "[2.5]"), ("None", "null")])
+def test_a_tensor_shape_of_the_wrong_type_is_exit_3(tmp_path, capsys, shape, shown):
+    code, err, f = _run(tmp_path, capsys, kernel=_bad_tensor(shape))
+    assert code == 3
+    assert err == (f"npusim: kernel error: {f}: D tensor 'expand_x': its shape is {shown}; "
+                   "allowed: a tuple of whole numbers >= 0\n")
 
 
 @pytest.mark.parametrize("raise_, says", RAISES)
