@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 
 from npusim.kernels.family import Touched
+from npusim.runtime import userguard
 from npusim.scenario import Scenario
 
 GIB = 1 << 30
@@ -51,9 +52,19 @@ def estimate(scenario: Scenario, workers: int = 2) -> Footprint:
     by its declared tensors)."""
     w = scenario.workload
     t = scenario.tiling
-    data = w.family.touched(t, w.shape, w.options, w.op, w.timing_only, workers)
+    data = userguard.call(w.family, "touched", t, w.shape, w.options, w.op, w.timing_only,
+                          workers, check=_touched)
     return Footprint(base=BASE_BYTES, cores=t.world * scenario.hardware.chip.aiv_cores
                      * CORE_BYTES, data=data)
+
+
+def _touched(value: object) -> str | None:
+    """What Family.touched must return (a user family's override, or its pair_bytes, may
+    not): a Touched of whole byte counts >= 0."""
+    whole = userguard.whole(0)
+    ok = isinstance(value, Touched) and not any(
+        whole(getattr(value, term)) for term in ("pairs", "ranks", "tensors"))
+    return None if ok else "a Touched of whole byte counts >= 0 (pair_bytes: an integer >= 0)"
 
 
 def limit_bytes(spec: str | None) -> tuple[int, str]:

@@ -12,19 +12,22 @@ import gc
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from numbers import Integral
 
 import numpy as np
 
 from npusim.engine.trace import Sample, Trace
+from npusim.errors import KernelError, excerpt
 from npusim.fork import Forked
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
-from npusim.kernels.family import Arrays, CoreTiming, Family, Kernel
+from npusim.kernels.family import Arrays, CoreTiming, Family, Kernel, TensorSpec
 from npusim.kernels.quant.formats import may_need_tables, tables
 from npusim.result import OpRun, RunResult
+from npusim.runtime import userguard
 from npusim.runtime.launch import LaunchResult, launch
 from npusim.scenario import Scenario
 
@@ -32,10 +35,30 @@ from npusim.scenario import Scenario
 def load_inputs(scenario: Scenario) -> list[Arrays]:
     """Per-rank inputs: read from the case directory, or generated from the seed."""
     w = scenario.workload
+    plain = userguard.arrays()
     if scenario.data.case_dir is not None:
-        return w.family.read_case(scenario.data.case_dir, w.shape, w.op)
-    return w.family.make_inputs(w.shape, w.options, w.op, w.routing,
-                                payload=not w.timing_only)
+        return userguard.call(w.family, "read_case", scenario.data.case_dir, w.shape, w.op,
+                              check=plain)
+    return userguard.call(w.family, "make_inputs", w.shape, w.options, w.op, w.routing,
+                          payload=not w.timing_only, check=plain)
+
+
+def _tensors_of(kernel: Kernel, ranks: int) -> Callable[[object], str | None]:
+    """The check of what op_inputs gives: per rank, every input tensor of the kernel as
+    numbers (an array, or a RowTable of shared rows)."""
+    names = [spec.name for spec in kernel.inputs]
+
+    def numbers(a: object) -> bool:
+        return isinstance(a, RowTable) or (isinstance(a, np.ndarray)
+                                           and a.dtype.kind in "biufcV")
+
+    def check(value: object) -> str | None:
+        ok = isinstance(value, (list, tuple)) and len(value) == ranks and all(
+            isinstance(arrays, Mapping) and all(numbers(arrays.get(n)) for n in names)
+            for arrays in value)
+        return None if ok else (f"a list of {ranks} dicts (one per rank) of the arrays "
+                                f"{', '.join(names) or '(none)'}")
+    return check
 
 
 def default_workers() -> int:
@@ -65,6 +88,13 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     same as with workers = 1, byte for byte. `keep_inputs` keeps every kernel's input
     arrays in its OpRun (for `npusim run --tensors`).
     """
+    with userguard.session(scenario.run.wall_time_limit_s):
+        return _simulate(scenario, detailed_trace, progress, workers, keep_inputs)
+
+
+def _simulate(scenario: Scenario, detailed_trace: bool,
+              progress: Callable[[str], None] | None, workers: int,
+              keep_inputs: bool) -> RunResult:
     wall0 = time.perf_counter()
     _free_last_machine()  # an earlier run's, before a fork could inherit it
     fam = scenario.workload.family
@@ -77,7 +107,8 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
         m = Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace),
                     (core_kind(kernel.core_kind), *map(core_kind, kernel.engines)))
         _LAST_MACHINE[0] = weakref.ref(m)
-        op_in = fam.op_inputs(kernel.name, t, inputs, previous)
+        op_in = userguard.call(fam, "op_inputs", kernel.name, t, inputs, previous,
+                               check=_tensors_of(kernel, len(m.ranks)))
         return Leg.of(m, run_op(m, fam, kernel, t, op_in, limit_ns, keep_inputs,
                                 scenario.run.wall_time_limit_s))
 
@@ -98,7 +129,8 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
                 found, ahead = ahead.result(), None
                 if found is None:
                     how_ahead = f"redone: the forked {kernel.name} did not finish"
-                elif found[0] != fam.next_reads(kernels[0].name, t, inputs, previous):
+                elif found[0] != userguard.call(fam, "next_reads", kernels[0].name, t,
+                                                inputs, previous, check=userguard.digest):
                     how_ahead = (f"redone: the simulated {kernels[0].name} wrote other outputs "
                                  f"than {fam.name}'s numpy reference {kernels[0].name}")
                 else:
@@ -118,7 +150,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
         clock += one.clock_ns
     if scenario.data.case_dir is not None:
         for run in runs:
-            fam.write_case(scenario.data.case_dir, run.op, run.outputs)
+            userguard.call(fam, "write_case", scenario.data.case_dir, run.op, run.outputs)
     return RunResult(scenario.to_dict(), scenario.hardware.to_dict(), runs,
                      sum(one.events for one in legs), time.perf_counter() - wall0,
                      samples=samples, combine_ahead=how_ahead)
@@ -148,10 +180,12 @@ def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list
         return None, ""
 
     def work() -> tuple[bytes, Leg] | None:
-        assumed = fam.reference_outputs(first.name, t, inputs)
+        assumed = userguard.call(fam, "reference_outputs", first.name, t, inputs,
+                                 check=userguard.arrays(none_ok=True))
         if assumed is None:
             return None
-        return fam.next_reads(first.name, t, inputs, assumed), leg(second, assumed)
+        return (userguard.call(fam, "next_reads", first.name, t, inputs, assumed,
+                               check=userguard.digest), leg(second, assumed))
 
     try:
         return Forked(work), ""
@@ -221,35 +255,56 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
         for spec in kernel.inputs:
             a = arrays[spec.name]
             rank.tensor(spec.gm_name, a if isinstance(a, RowTable)
-                        else np.ascontiguousarray(a, dtype=spec.np_dtype(t)))
+                        else np.ascontiguousarray(a, dtype=_layout(kernel, spec, t, r)[0]))
         for spec in (*kernel.outputs, *kernel.scratch):
-            rank.tensor(spec.gm_name, spec.nbytes(t, r))
-    zones = fam.window(t).regions()  # every window access must stay in a zone
+            dtype, shape = _layout(kernel, spec, t, r)
+            rank.tensor(spec.gm_name, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    layout = userguard.call(fam, "window", t, check=userguard.window)
+    zones = userguard.call(layout, "regions", check=userguard.regions)  # accesses stay in
     for rank in machine.ranks:
         rank.window.set_zones(zones)
-    res = launch(machine, kernel.program(t), time_limit_ns=limit_ns, cores=kernel.cores(t),
-                 kind=kernel.core_kind, launch_ns=kernel.launch_ns(machine.cfg),
-                 wall_limit_s=wall_limit_s)
-    outputs = [{spec.name: rank.tensors[spec.gm_name].as_array(spec.np_dtype(t),
-                                                               spec.shape(t, r))
+    program = userguard.call(kernel, "program", t, check=userguard.callable_value)
+    cores = userguard.call(kernel, "cores", t, check=userguard.whole(1, none_ok=True))
+    start = userguard.call(kernel, "launch_ns", machine.cfg, check=userguard.number_or_none)
+    res = launch(machine, program, time_limit_ns=limit_ns, cores=cores,
+                 kind=kernel.core_kind, launch_ns=start, wall_limit_s=wall_limit_s)
+    outputs = [{spec.name: rank.tensors[spec.gm_name].as_array(*_layout(kernel, spec, t, r))
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)
-    run.family_fields = kernel.report_fields(t, outputs)
+    fields = userguard.field_dict
+    run.family_fields = dict(userguard.call(kernel, "report_fields", t, outputs, check=fields))
     timing = [[CoreTiming(ctx.core.kind.name, ctx.sub_block_idx, ctx.notes) for ctx in row]
               for row in res.contexts]
-    run.family_fields.update(kernel.timing_fields(t, run, timing))
-    run.family_fields.update(kernel.transfer_fields(t, run.core_transfers))
+    run.family_fields.update(userguard.call(kernel, "timing_fields", t, run, timing,
+                                            check=fields))
+    run.family_fields.update(userguard.call(kernel, "transfer_fields", t,
+                                            run.core_transfers, check=fields))
     frames = [[ctx.frames_from(res.start_ns) for ctx in row] for row in res.contexts]
     if any(f for row in frames for f in row):
-        run.family_fields.update(kernel.profile_fields(t, frames))
+        run.family_fields.update(userguard.call(kernel, "profile_fields", t, frames,
+                                                check=fields))
     if keep_inputs:  # shared rows made dense: the tensor as the kernel read it
-        run.inputs = [{spec.name: _dense(arrays[spec.name], spec.np_dtype(t), spec.shape(t, r))
+        run.inputs = [{spec.name: _dense(arrays[spec.name], *_layout(kernel, spec, t, r))
                        for spec in kernel.inputs} for r, arrays in enumerate(op_inputs)]
     for row in res.contexts:  # all read: reference counting frees them and the machine
         for ctx in row:
             ctx.release()
     machine.release()
     return run
+
+
+def _layout(kernel: Kernel, spec: TensorSpec, t: object, r: int
+            ) -> tuple[np.dtype, tuple[int, ...]]:
+    """A tensor's dtype and shape on rank r: the kernel's functions (user code, under the
+    guard), their answer checked."""
+    what = f"{userguard.source_of(kernel)}: {type(kernel).__name__} tensor {spec.name!r}"
+    dtype, shape = userguard.guarded(what, lambda: (spec.np_dtype(t), spec.shape(t, r)))
+    ok = isinstance(shape, tuple) and all(
+        isinstance(n, Integral) and not isinstance(n, bool) and 0 <= n < 2**48 for n in shape)
+    if not ok:
+        raise KernelError(f"{what}: its shape is {excerpt(shape)}; allowed: a tuple of "
+                          "whole numbers >= 0")
+    return dtype, shape
 
 
 def _dense(a: np.ndarray | RowTable, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

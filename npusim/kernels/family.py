@@ -38,6 +38,7 @@ import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.shape import MoeShape, ShapeLimits
+from npusim.runtime import userguard
 from npusim.workload.routing import Routing
 
 ROW_INDEX_BYTES = 8  # a RowTable's row number (int64)
@@ -281,8 +282,19 @@ class Family:
 
     def kernels_of(self, op: str, options: Mapping[str, Any] | None = None
                    ) -> tuple[Kernel, ...]:
-        """The kernels `workload.op: <op>` runs under `options`, in order."""
-        return tuple(self.kernel(n) for n in self.runs_of(options)[op])
+        """The kernels `workload.op: <op>` runs under `options`, in order (runs_of, a hook
+        a user's family may override, under the guard and its answer checked)."""
+        known = {k.name for k in self.ops}
+
+        def check(runs: Any) -> str | None:
+            names = runs.get(op) if isinstance(runs, Mapping) else None
+            ok = (isinstance(names, (tuple, list)) and names
+                  and all(isinstance(n, str) and n in known for n in names))
+            return None if ok else (f"a dict whose {op!r} names kernels of "
+                                    f"{', '.join(sorted(known))}")
+
+        return tuple(self.kernel(n) for n in userguard.call(self, "runs_of", options,
+                                                            check=check)[op])
 
     def option_defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.options}

@@ -18,13 +18,16 @@ import importlib.util
 import re
 import sys
 import traceback
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from npusim.errors import InputError
-from npusim.kernels.family import Family, Kernel, Option
+from npusim.errors import InputError, NpusimError, excerpt
+from npusim.kernels.family import Family, Kernel, Option, Phase, TensorSpec, Variant
 from npusim.kernels.shape import ShapeLimits
 from npusim.paths import resolved, user_path
+from npusim.runtime import userguard
+from npusim.runtime.fault import exc_text
 from npusim.suggest import did_you_mean
 
 BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
@@ -107,14 +110,14 @@ def from_file(path: Path) -> Family:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look modules up by name
     try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # sys.exit() in a kernel file cannot end npusim
+        _loading(f"cannot import {path}", path, spec.loader.exec_module, module)
+    except BaseException:
         sys.modules.pop(name, None)
-        raise FamilyError(f"cannot import {path}: {_where(exc, path)}") from None
-    fam = getattr(module, "FAMILY", None)
+        raise
+    fam = _loading(f"{path}: FAMILY", path, getattr, module, "FAMILY", None)
     if fam is None:
         raise FamilyError(f"{path} defines no FAMILY (the kernel family object)")
-    _loaded[key] = _checked(fam, str(path))
+    _loaded[key] = _checked(fam, str(path), path)
     return _loaded[key]
 
 
@@ -122,20 +125,36 @@ def from_module(ref: str) -> Family:
     if ref in _loaded:
         return _loaded[ref]
     mod_name, attr = ref.split(":")
-    try:
-        module = importlib.import_module(mod_name)
-    except (Exception, SystemExit) as exc:
-        raise FamilyError(f"cannot import module {mod_name}: {_where(exc, None)}") from None
-    fam = getattr(module, attr, None)
+    module = _loading(f"cannot import module {mod_name}", None, importlib.import_module,
+                      mod_name)
+    fam = _loading(f"{ref}", None, getattr, module, attr, None)
     if fam is None:
         raise FamilyError(f"module {mod_name} has no attribute {attr!r}")
-    _loaded[ref] = _checked(fam, ref)
+    _loaded[ref] = _checked(fam, ref, None)
     return _loaded[ref]
+
+
+def _loading(head: str, path: Path | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), user code run while a family loads (its import, constructor and
+    declarations), under the guard: its fault is a FamilyError `head: exception (file,
+    line)` (sys.exit() and every BaseException included: a kernel file cannot end
+    npusim); the wall-clock limit and Ctrl-C stop it as they stop a run."""
+    with userguard.session():
+        try:
+            with userguard.span():
+                return fn(*args)
+        except FamilyError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - user code: every kind is told apart
+            if userguard.stopping(exc) is not None or isinstance(exc, (NpusimError,
+                                                                       MemoryError)):
+                raise userguard.fault(f"loading {path or head}", exc) from exc
+            raise FamilyError(f"{head}: {_where(exc, path)}") from exc
 
 
 def _where(exc: BaseException, path: Path | None) -> str:
     """The exception in one line with the file and line it comes from."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = exc_text(exc)
     if isinstance(exc, SyntaxError) and exc.lineno:
         return f"{text} ({exc.filename}, line {exc.lineno})"
     frames = traceback.extract_tb(exc.__traceback__)
@@ -173,22 +192,92 @@ def _undeclared(obj: Any, base: type, declares: tuple[tuple[str, tuple[str, ...]
     return None
 
 
-def _checked(obj: Any, ref: str) -> Family:
-    """The family object, or FamilyError saying what its declaration lacks."""
-    fam = obj() if isinstance(obj, type) and issubclass(obj, Family) else obj
+def _checked(obj: Any, ref: str, path: Path | None = None) -> Family:
+    """The family object (FAMILY, or an instance of the class FAMILY names), or
+    FamilyError saying what its declaration lacks; the constructor and the reading of its
+    declarations run under the guard (user code may raise or loop in either)."""
+    fam = obj
+    if isinstance(obj, type) and issubclass(obj, Family):
+        fam = _loading(f"{ref}: the kernel family's constructor", path, obj)
     if not isinstance(fam, Family):
         raise FamilyError(f"{ref}: FAMILY is a {type(obj).__name__}, not a "
                           "npusim.kernels.family.Family")
+    return _loading(f"{ref}: reading the kernel family's declarations", path, _declared,
+                    fam, ref)
+
+
+def _typed(obj: Any, table: tuple[tuple[str, Callable[[Any], bool], str], ...]
+           ) -> tuple[str, Any, str] | None:
+    """The first declaration of obj whose value is of the wrong type: (name, value,
+    allowed), or None."""
+    for attr, ok, allowed in table:
+        value = getattr(obj, attr, None)
+        if not ok(value):
+            return attr, value, allowed
+    return None
+
+
+def _seq_of(kind: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, kind) for x in v)
+
+
+def _str_map_of(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, Mapping) and all(
+        isinstance(k, str) and ok(x) for k, x in v.items())
+
+
+def _is(*kinds: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, kinds)
+
+
+_NAMES = _seq_of(str)
+FAMILY_TYPES = (
+    ("name", lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    ("help", _is(str), "a string"),
+    ("ops", lambda v: _seq_of(Kernel)(v) and bool(v), "a tuple of Kernel objects"),
+    ("runs", lambda v: _str_map_of(_NAMES)(v) and bool(v),
+     "a dict {op name: (kernel name, ...)}"),
+    ("options", _seq_of(Option), "a tuple of Option objects"),
+    ("case_format", _is(str), "a string"),
+    ("uses_moe_shape", _is(bool), "True or False"),
+    ("variants", _seq_of(Variant), "a tuple of Variant objects"),
+    ("dispatch_quants", _str_map_of(_is(Mapping)), "a dict {quantisation: {option: value}}"),
+    ("combine_quants", _str_map_of(_is(Mapping)), "a dict {quantisation: {option: value}}"),
+    ("references", _is(bool), "True or False"),
+    ("chains", _is(bool), "True or False"),
+    ("shape_limits", _is(ShapeLimits), "a npusim.kernels.shape.ShapeLimits"),
+)
+KERNEL_TYPES = (
+    ("name", lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    ("phases", _seq_of(Phase), "a tuple of Phase objects"),
+    ("inputs", _seq_of(TensorSpec), "a tuple of TensorSpec objects"),
+    ("outputs", _seq_of(TensorSpec), "a tuple of TensorSpec objects"),
+    ("scratch", _seq_of(TensorSpec), "a tuple of TensorSpec objects"),
+    ("core_kind", _is(str), "a core kind's name (aiv, aic, mix)"),
+    ("engines", _NAMES, "a tuple of core kind names"),
+    ("variant", _is(str, type(None)), "an option's name or None"),
+    ("profiles", _is(bool), "True or False"),
+)
+
+
+def _declared(fam: Family, ref: str) -> Family:
+    """fam, once every declaration is there and of its type, and they agree."""
     missing = [a for a in ("name", "ops", "runs") if not getattr(fam, a, None)]
     missing += [h for h in _HOOKS if getattr(type(fam), h) is getattr(Family, h)]
     if missing:
         raise FamilyError(f"{ref}: incomplete kernel family: no {', '.join(missing)}")
+    wrong = _typed(fam, FAMILY_TYPES)
+    if wrong:
+        raise FamilyError(f"{ref}: kernel family declaration {wrong[0]} = "
+                          f"{excerpt(wrong[1])}; allowed: {wrong[2]}")
+    for k in fam.ops:
+        wrong = _typed(k, KERNEL_TYPES)
+        if wrong:
+            raise FamilyError(f"{ref}: kernel {type(k).__name__} declaration {wrong[0]} = "
+                              f"{excerpt(wrong[1])}; allowed: {wrong[2]}")
     wrong = _undeclared(fam, Family, FAMILY_DECLARES)
     if wrong:
         raise FamilyError(f"{ref}: kernel family {fam.name!r} {wrong}")
-    if not isinstance(fam.shape_limits, ShapeLimits):
-        raise FamilyError(f"{ref}: kernel family {fam.name!r}: shape_limits must be a "
-                          f"npusim.kernels.shape.ShapeLimits, got {fam.shape_limits!r}")
     for o in fam.options:
         if not isinstance(o, Option) or o.kind not in OPTION_KINDS:
             raise FamilyError(f"{ref}: options must be Option objects of kind "

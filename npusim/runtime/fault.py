@@ -11,13 +11,9 @@ kept as the error's cause (npusim --debug prints it).
 
 from __future__ import annotations
 
-import signal
 import sys
 import sysconfig
-import threading
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,14 +37,15 @@ def _own(filename: str) -> bool:
     return not str(p).startswith(_LIBS) and not filename.startswith("<")
 
 
-def _where(frames: list[tuple[str, int]]) -> str:
-    """' (file, line N)' of the innermost kernel-code frame (else the innermost)."""
+def where_in(frames: list[tuple[str, int]], own_only: bool = False) -> str:
+    """' (file, line N)' of the innermost kernel-code frame (else the innermost, or with
+    own_only nothing: a hook that failed as it was called)."""
     own = [f for f in frames if _own(f[0])]
-    pick = own[-1] if own else (frames[-1] if frames else None)
+    pick = own[-1] if own else (frames[-1] if frames and not own_only else None)
     return f" ({pick[0]}, line {pick[1]})" if pick else ""
 
 
-def _raised_at(exc: BaseException) -> list[tuple[str, int]]:
+def raised_at(exc: BaseException) -> list[tuple[str, int]]:
     return [(f.filename, f.lineno or 0) for f in traceback.extract_tb(exc.__traceback__)]
 
 
@@ -61,8 +58,13 @@ def _suspended_at(gen: Any) -> list[tuple[str, int]]:
     return frames
 
 
-def _text(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+def exc_text(exc: BaseException) -> str:
+    """The exception in one line: its type and (at most 200 characters of) its text, or
+    its type alone when its __str__ itself fails."""
+    try:
+        text = " ".join(str(exc).split())
+    except BaseException:  # noqa: BLE001 - a user's __str__ may raise anything
+        text = "(its message cannot be shown: str() raised)"
     if len(text) > 200:
         text = text[:200] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -70,14 +72,18 @@ def _text(exc: BaseException) -> str:
 
 def raised(ctx: KernelContext, exc: BaseException) -> KernelError:
     """The error for an exception raised inside ctx's program."""
-    ending = "; a kernel cannot end the simulator" if isinstance(exc, SystemExit) else ""
-    return ctx.error(f"the kernel program raised {_text(exc)}{_where(_raised_at(exc))}"
-                     f"{ending}")
+    return ctx.error(f"the kernel program raised {exc_text(exc)}{where_in(raised_at(exc))}"
+                     f"{ending(exc)}")
+
+
+def ending(exc: BaseException) -> str:
+    """What a message adds for SystemExit: it ends nothing but the kernel."""
+    return "; a kernel cannot end the simulator" if isinstance(exc, SystemExit) else ""
 
 
 def bad_yield(ctx: KernelContext, gen: Any, value: str) -> KernelError:
     """The error for a program that yielded something that is not a simpy event."""
-    where = _where(_suspended_at(gen))
+    where = where_in(_suspended_at(gen))
     return ctx.error(f"the kernel program yielded {value}, not an event (yield from "
                      f"ctx.wait(...), ctx.sync() or another of the runtime's waits){where}")
 
@@ -99,7 +105,7 @@ def past_time_limit(ctx: KernelContext) -> PastTimeLimit:
 
 def calling_line() -> str:
     """' (file, line N)' of the kernel code that called into the runtime from here."""
-    return _where([(f.f_code.co_filename, f.f_lineno) for f in _stack()])
+    return where_in([(f.f_code.co_filename, f.f_lineno) for f in _stack()])
 
 
 def _stack() -> list[Any]:
@@ -109,52 +115,3 @@ def _stack() -> list[Any]:
         frames.append(f)
         f = f.f_back
     return frames[::-1]
-
-
-class WallClockLimit(BaseException):
-    """Raised by the wall-clock guard into whatever Python code runs (a BaseException, so a
-    program's `except Exception` does not swallow it)."""
-
-
-class WallClock:
-    """run.wall_time_limit_s: SIGALRM after that many seconds of wall time raises
-    WallClockLimit in the running code, noting which simpy process (core) was running.
-    Only in the main thread (where Python runs signal handlers), where setitimer exists."""
-
-    def __init__(self, env: Any, limit_s: float | None) -> None:
-        self.env, self.limit_s = env, limit_s
-        self.process: Any = None
-        self._armed = False
-
-    def _fire(self, signum: int, frame: Any) -> None:
-        if self._armed:
-            self._armed = False
-            self.process = self.env.active_process
-            raise WallClockLimit(self.limit_s)
-
-    @contextmanager
-    def armed(self) -> Iterator[WallClock]:
-        usable = (self.limit_s is not None and hasattr(signal, "setitimer")
-                  and threading.current_thread() is threading.main_thread())
-        if not usable:
-            yield self
-            return
-        old = signal.signal(signal.SIGALRM, self._fire)
-        self._armed = True
-        signal.setitimer(signal.ITIMER_REAL, self.limit_s)
-        try:
-            yield self
-        finally:
-            self._armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
-
-    def error(self, ctx: KernelContext | None, exc: BaseException) -> KernelError:
-        """The error for the limit: the core that was running and where its program was."""
-        head = (f"wall-clock limit of {self.limit_s:g} s (run.wall_time_limit_s) reached "
-                f"at simulated time {self.env.now / 1000:.3f} us")
-        if ctx is None:
-            return KernelError(f"{head}, no core running")
-        cause = exc.__cause__ or exc
-        return ctx.error(f"{head} while the core ran without yielding (a loop that never "
-                         f"waits?){_where(_raised_at(cause))}")

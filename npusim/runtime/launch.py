@@ -15,6 +15,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from simpy.events import PENDING
+
 from npusim import progress
 from npusim.engine.env import collector_paused
 from npusim.errors import (
@@ -27,10 +29,12 @@ from npusim.errors import (
 )
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Barrier, Machine
+from npusim.runtime import userguard
 from npusim.runtime.blocked import Unfinished, summarise
 from npusim.runtime.context import KernelContext
 from npusim.runtime.crosscore import FlagBoard
-from npusim.runtime.fault import PastTimeLimit, WallClock, WallClockLimit, bad_yield, raised
+from npusim.runtime.fault import PastTimeLimit, bad_yield, raised, raised_at, where_in
+from npusim.runtime.userguard import WallClockLimit
 
 Program = Callable[[KernelContext], Generator[Any, Any, None]]
 
@@ -49,7 +53,19 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
            wall_limit_s: float | None = None) -> LaunchResult:
     """Run `program` on `cores` cores (default all) of one kind (default the machine's
     first) of every rank, from `start_ns`, after `launch_ns` (default: kernel.launch_ns);
-    stop after `wall_limit_s` seconds of wall time (default: no limit)."""
+    stop after `wall_limit_s` seconds of wall time (default: no limit, or the session
+    around it), or at Ctrl-C."""
+    try:
+        with userguard.session(wall_limit_s):
+            return _launch(machine, program, start_ns, time_limit_ns, cores, kind,
+                           launch_ns, wall_limit_s)
+    finally:  # no core runs now: a program closed from here on is freed, not faulty
+        machine.env._active_proc = None
+
+
+def _launch(machine: Machine, program: Program, start_ns: float | None,
+            time_limit_ns: float, cores: int | None, kind: str | None,
+            launch_ns: float | None, wall_limit_s: float | None) -> LaunchResult:
     env = machine.env
     t0 = env.now if start_ns is None else start_ns
     limit_at = t0 + time_limit_ns
@@ -91,16 +107,23 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
         contexts.append(row)
     done = env.all_of(procs)
     report, every = progress.tick, progress.TICK_MASK  # a look at the clock now and then
-    clock = WallClock(env, wall_limit_s)
     running = dict(zip(procs, (ctx for row in contexts for ctx in row), strict=True))
+    hit: list[Any] = [None]  # the process running when the limit or Ctrl-C came
+
+    def stop(exc: BaseException) -> None:
+        """End the event loop at once, whichever core the stop was raised into."""
+        hit[0] = env.active_process
+        if done._value is PENDING:
+            done._ok, done._value, done._defused = False, exc, True
+
     try:
-        with collector_paused(), clock.armed():
+        with collector_paused(), userguard.span(stop):
             stopped = env.advance(done, limit_at, every, report)
-        if stopped == "done" and not done.ok:  # a core's program failed
+        if stopped == "done" and not done.ok:  # a core's program failed, or a stop
             raise done.value
     except WallClockLimit as exc:  # which core ran, then every unfinished one
         raise _stopped(WallClockLimitError, contexts, procs,
-                       str(clock.error(running.get(clock.process), exc)),
+                       str(_wall_error(env, wall_limit_s, running.get(hit[0]), exc)),
                        "still running") from exc
     except PastTimeLimit as exc:  # a core that never yielded: the run stops at the limit
         raise _stopped(SimTimeLimitError, contexts, procs,
@@ -158,6 +181,7 @@ def _mix_row(machine: Machine, rank: Any, parts: tuple, blocks: int, first: floa
 
 def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
          ) -> Generator[Any, Any, None]:
+    me = ctx.env.active_process  # this core's process: its first step runs here
     try:
         yield from program(ctx)
         yield from ctx.drain()
@@ -165,9 +189,26 @@ def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
         raise exc.located(ctx.rank_id, ctx.core_label, ctx.step) from None
     except (NpusimError, MemoryError):  # npusim's own reports
         raise
-    except (Exception, SystemExit) as exc:  # the program's own fault: a kernel error
+    except BaseException as exc:  # noqa: BLE001 - the program's own fault: a kernel error
+        if isinstance(exc, GeneratorExit) and ctx.env.active_process is not me:
+            raise  # the generator closed as it is freed, not one the program raised
+        stop = userguard.stopping(exc)  # the wall-clock limit or the user's Ctrl-C
+        if stop is not None:
+            raise stop from None if stop is exc else exc
         raise raised(ctx, exc) from exc
     ends[ctx.rank_id][ctx.core_id] = ctx.t
+
+
+def _wall_error(env: Any, limit_s: float | None, ctx: KernelContext | None,
+                exc: BaseException) -> KernelError:
+    """The error for the wall-clock limit: the core that was running and where its program
+    was (none: the limit came between two cores' steps)."""
+    head = (f"wall-clock limit of {limit_s:g} s (run.wall_time_limit_s) reached "
+            f"at simulated time {env.now / 1000:.3f} us")
+    if ctx is None:
+        return KernelError(f"{head}, no core running")
+    return ctx.error(f"{head} while the core ran without yielding (a loop that never "
+                     f"waits?){where_in(raised_at(exc.__cause__ or exc))}")
 
 
 _BAD_YIELD = 'Invalid yield value "'  # simpy's RuntimeError for a yield of a non-event

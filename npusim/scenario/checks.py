@@ -13,6 +13,7 @@ from npusim.hw.config import HardwareConfig
 from npusim.hw.cores import config_value
 from npusim.hw.cores import kind as core_kind
 from npusim.kernels.family import Misfit
+from npusim.runtime import userguard
 from npusim.scenario.workload import Workload
 
 
@@ -50,7 +51,7 @@ def launch_misfit(fam: Any, w: Workload, tiling: Any, hw: HardwareConfig) -> Mis
     for a launch sized to fit, or the launch's own for one that asks more."""
     for kernel in fam.kernels_of(w.op, w.options):
         kind = core_kind(kernel.core_kind)
-        n = kernel.cores(tiling)
+        n = userguard.call(kernel, "cores", tiling)  # a user kernel's hook
         if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool)):
             return Misfit("workload.kernel", f"{fam.name}'s {kernel.name}: cores(tiling) "
                           f"returned {excerpt(n)}; allowed: a whole number >= 1, or None "

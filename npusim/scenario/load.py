@@ -12,15 +12,19 @@ from typing import Any
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
+from npusim.kernels.family import Misfit
 from npusim.paths import resolved, user_path
+from npusim.runtime import userguard
 from npusim.scenario.checks import check_cores, check_topology, launch_misfit, misfit
 from npusim.scenario.schema import dotted, number, section, show, string
 from npusim.scenario.workload import Workload, routing_file, workload_of
 from npusim.scenario.yaml import read_scenario_file
 
-RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0, "wall_time_limit_s": 3600.0}
+RUN_DEFAULTS: dict[str, Any] = {"sim_time_limit_us": 100000.0,
+                                "wall_time_limit_s": userguard.DEFAULT_LIMIT_S}
 TOP_KEYS = ("name", "description", "hardware", "hardware_overrides", "workload", "data", "run")
 DEFAULT_HARDWARE = "ascend950"
+FITS = userguard.optional_of(Misfit, "a npusim.kernels.family.Misfit (key, message)")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -57,7 +61,8 @@ class Scenario:
         w = self.workload
         if w.family is None:
             raise ValueError("a scenario linted without its kernel family has no tiling")
-        return w.family.tiling(w.shape, w.options, self.hardware, timing_only=w.timing_only)
+        return userguard.call(w.family, "tiling", w.shape, w.options, self.hardware,
+                              timing_only=w.timing_only, check=userguard.tiling)
 
     def to_dict(self) -> dict[str, Any]:
         """The fully resolved scenario (defaults filled) for reports."""
@@ -194,8 +199,17 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
                       case_dir_override: str | Path | None = None,
                       import_kernels: bool = True) -> Scenario:
     """Validate a scenario given as a mapping (from a file, a CSV row or a sweep point);
-    `src` names it in errors and relative paths resolve against `base`."""
+    `src` names it in errors and relative paths resolve against `base`. The user code it
+    runs (a kernel file's import, its family's fit checks and tiling) is held to the
+    scenario's run.wall_time_limit_s."""
     section(src, "", doc, TOP_KEYS, ("name", "workload"))
+    run = _run(src, doc.get("run"))
+    with userguard.session(run.wall_time_limit_s):
+        return _validated(doc, src, base, run, case_dir_override, import_kernels)
+
+
+def _validated(doc: dict[str, Any], src: str, base: Path, run: RunOptions,
+               case_dir_override: str | Path | None, import_kernels: bool) -> Scenario:
 
     name = scenario_name(src, "name", doc["name"])
     description = doc.get("description")
@@ -206,15 +220,15 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     workload = workload_of(src, doc["workload"], base, import_kernels)
     fam = workload.family
     workload = routing_file(src, workload, base)
-    run = _run(src, doc.get("run"))
     case_dir, case_src, case_key = _case_dir(src, doc.get("data"), base, case_dir_override)
     if case_dir is not None and workload.routing.kind == "file":
         raise InputError(case_src, case_key, "the case directory's expert_ids and "
                          "workload.routing.path would both give the routing; allowed "
                          "only without routing.kind: file")
     if case_dir is not None and fam is not None:
-        problem = fam.case_misfit(case_dir, workload.shape, workload.options, workload.op,
-                                  workload.timing_only)
+        problem = userguard.call(fam, "case_misfit", case_dir, workload.shape,
+                                 workload.options, workload.op, workload.timing_only,
+                                 check=userguard.optional_of(str, "a one-line message"))
         if problem:
             raise InputError(case_src, case_key, problem)
 
@@ -224,8 +238,8 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
     hardware = _hardware(src, ref, overrides, base)
     if fam is not None:
         check_cores(src, fam, workload.op, hardware)
-        misfit(src, fam.misfit(workload.shape, workload.options, hardware, workload.op),
-                overrides)
+        misfit(src, userguard.call(fam, "misfit", workload.shape, workload.options, hardware,
+                                   workload.op, check=FITS), overrides)
     scenario = Scenario(
         name=name,
         description=description,
@@ -238,8 +252,9 @@ def scenario_from_doc(doc: dict[str, Any], src: str, base: Path,
         run=run,
     )
     if fam is not None:  # the tiling is built here, once, and the run reuses it
-        misfit(src, fam.tiling_misfit(scenario.tiling, workload.shape, workload.options,
-                                      hardware, workload.op), overrides)
+        misfit(src, userguard.call(fam, "tiling_misfit", scenario.tiling, workload.shape,
+                                   workload.options, hardware, workload.op, check=FITS),
+               overrides)
         misfit(src, launch_misfit(fam, workload, scenario.tiling, hardware), overrides)
     check_topology(src, workload, hardware)
     return scenario

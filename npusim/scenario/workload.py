@@ -150,7 +150,8 @@ class Workload:
     @property
     def ops(self) -> tuple[str, ...]:
         """Kernel calls in run order."""
-        return (tuple(self.family.runs_of(self.options)[self.op]) if self.family is not None
+        return (tuple(k.name for k in self.family.kernels_of(self.op, self.options))
+                if self.family is not None
                 else (self.op,))
 
     @property
