@@ -314,16 +314,22 @@ def test_the_wall_clock_limit_stops_a_loop_anywhere(tmp_path, where):
     f, sc = _files(tmp_path, wall_s=1, **SPIN[where])
     code, err = _ended(_npusim(sc, tmp_path / "o"))
     assert code == 3 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("npusim: kernel error: ")
     assert "wall-clock limit of 1 s (run.wall_time_limit_s) reached" in err
     if where == "swallowed":  # stopped where the alarm landed outside its `try`
         first = _line(f, "# swallows")
         assert any(f"({f}, line {n})" in err for n in range(first, first + 5)), err
     else:
         assert f"({f}, line {_line(f, '# the loop')})" in err
-    if where in ("program", "swallowed"):  # every core spins: the first one is named
-        assert err.startswith("npusim: kernel error: rank 0, core 0, step 'send': ")
-    assert not (tmp_path / "o").exists()
+    if where in ("program", "swallowed"):  # every core spins: the first one is named, and
+        # every unfinished core is listed in blocked.txt, as for a deadlock
+        assert err.startswith("npusim: rank 0, core 0, step 'send': "), err
+        listing = tmp_path / "o" / "blocked.txt"
+        assert err.rstrip().endswith(f"every unfinished core: {listing}"), err
+        assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["blocked.txt"]
+        assert "rank 0 core 0" in listing.read_text()
+    else:  # stopped before any core ran: nothing written
+        assert err.startswith("npusim: kernel error: ")
+        assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize("where", list(SPIN))
