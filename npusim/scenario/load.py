@@ -167,11 +167,16 @@ def _case_dir(
 
 
 
+def folder_name_ok(name: str) -> bool:
+    """Whether `name` is a plain file name an output folder may take (scenario_name)."""
+    return bool(_NAME_RE.match(name)) and len(name) <= 128
+
+
 def scenario_name(src: str, key: str, raw: Any) -> str:
     """The scenario's name, which outputs use as a folder name (out/<name>, a sweep's or
     advice's points): a plain file name, never a path that leads elsewhere."""
     name = string(src, key, raw)
-    if not _NAME_RE.match(name) or len(name) > 128:
+    if not folder_name_ok(name):
         raise InputError(
             src,
             key,
