@@ -12,7 +12,7 @@ from typing import Any
 
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
-from npusim.paths import resolved, user_path
+from npusim.paths import LOOP, resolved, user_path
 from npusim.scenario.checks import check_cores, check_topology, misfit
 from npusim.scenario.schema import dotted, number, section, show, string
 from npusim.scenario.workload import Workload, routing_file, workload_of
@@ -111,6 +111,8 @@ def _hardware(src: str, ref: str, overrides: dict[str, Any], base: Path) -> Hard
     except InputError as exc:
         if exc.source == "hardware":  # unknown preset name
             raise InputError(src, "hardware", exc.message) from None
+        if exc.source == resolved and exc.key is None and exc.message == LOOP:
+            raise InputError(src, "hardware", f"{resolved} {LOOP}") from None
         if exc.source == resolved and exc.key is None and "not found" in exc.message:
             raise InputError(
                 src,
