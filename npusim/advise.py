@@ -213,8 +213,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
             w["kernel"] = c.kernel or c.family
             w.update(c.options)
             w["timing_only"] = True
-            tag = "" if axis is None else f"-{axis.rsplit('.', 1)[-1]}{value}"
-            doc["name"] = f"{c.key}{tag}"
+            doc["name"] = point_name(c.key, axis, value)
             try:
                 sc = scenario_from_doc(doc, f"{src} ({c.label} {c.quant})", base)
             except InputError as exc:
@@ -230,6 +229,19 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
             points.append(Point(doc["name"], vals, doc, digest))
             cand_of[doc["name"]] = c
     return Plan(points, refused, cand_of, axis, list(values), preset, settings)
+
+
+def point_name(key: str, axis: str | None, value: Any) -> str:
+    """The candidate's point name at an axis value: the value itself where that makes a
+    plain file name, else a digest of it (a preset file's path, a text with a space), so
+    no point is refused for a name the advice made up."""
+    from npusim.scenario.load import folder_name_ok
+
+    name = key if axis is None else f"{key}-{axis.rsplit('.', 1)[-1]}{value}"
+    if folder_name_ok(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return f"{key[:100]}-{digest}" if folder_name_ok(key[:100]) else f"point-{digest}"
 
 
 def _off_preset(sc: Any, doc: Mapping[str, Any]) -> str:

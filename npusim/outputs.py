@@ -44,14 +44,16 @@ def _what(mode: int) -> str:
     return "a special file"
 
 
-def _stat(p: Path, source: str, option: str | None) -> os.stat_result | None:
-    """What p is (a symbolic link followed: what it names counts); None if nothing."""
+def _stat(p: Path, source: str, option: str | None,
+          allowed: str = ALLOWED_FILE) -> os.stat_result | None:
+    """What p is (a symbolic link followed: what it names counts); None if nothing.
+    `allowed` is what the option takes, a file's or a folder's, for the message."""
     try:
         return os.stat(p)
     except FileNotFoundError:
         return None
     except OSError as exc:  # e.g. a file where a folder of the path should be
-        raise InputError(source, option, f"{p}: {exc.strerror}; {ALLOWED_FILE}") from None
+        raise InputError(source, option, f"{p}: {exc.strerror}; {allowed}") from None
 
 
 def _text(arg: str | Path, source: str, option: str | None, what: str) -> Path:
@@ -74,14 +76,19 @@ def output_file(arg: str | Path, option: str, source: str = "command line") -> P
     a folder that exists or can be made."""
     p = _text(arg, source, option, "file")
     refuse_special(p, source, option)
+    _parents_ok(p, source, option, ALLOWED_FILE)
+    return p
+
+
+def _parents_ok(p: Path, source: str, option: str, allowed: str) -> None:
+    """InputError unless the nearest existing parent of p is a folder."""
     for parent in p.parents:
-        st = _stat(parent, source, option)
+        st = _stat(parent, source, option, allowed)
         if st is not None:
             if not stat.S_ISDIR(st.st_mode):
                 raise InputError(source, option, f"{parent} is {_what(st.st_mode)}, not a "
-                                 f"directory; {ALLOWED_FILE}")
-            break
-    return p
+                                 f"directory; {allowed}")
+            return
 
 
 def output_folder(arg: str | Path, option: str, files: tuple[str, ...] = (),
@@ -89,9 +96,9 @@ def output_folder(arg: str | Path, option: str, files: tuple[str, ...] = (),
     """An output folder checked before a command runs: a folder or a new path, whose
     `files` (the outputs it will hold) are regular files or new paths."""
     p = _text(arg, source, option, "folder")
-    st = _stat(p, source, option)
+    st = _stat(p, source, option, ALLOWED_FOLDER)
     if st is None:
-        output_file(p, option, source)  # its parents
+        _parents_ok(p, source, option, ALLOWED_FOLDER)
     elif not stat.S_ISDIR(st.st_mode):
         raise InputError(source, option, f"{p} is {_what(st.st_mode)}, not a directory; "
                          f"{ALLOWED_FOLDER}")

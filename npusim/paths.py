@@ -26,6 +26,17 @@ def user_path(text: str | Path) -> Path:
         return p
 
 
+def is_loop(path: Path) -> bool:
+    """Whether resolving path never ends (a test that is False for it reads "not found")."""
+    try:
+        resolved(path, "", None)
+    except InputError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def resolved(path: Path, source: str, key: str | None) -> Path:
     """path made absolute, symlinks followed; InputError(source, key) on a loop."""
     try:

@@ -235,10 +235,11 @@ def _point_profile(report_path: Path) -> Profile:
     return prof
 
 
-def _state(report_path: Path, digest: str) -> str:
+def _state(report_path: Path, digest: str, name: str) -> str:
     """A point's folder: "done" (its report is one compare accepts, for this scenario),
     "new" (no report, or one for another scenario) or "broken: <why>" (any other
-    report: the point runs again, so results.csv never takes a row from it)."""
+    report, another point's included: the point runs again, so results.csv never takes a
+    row from it)."""
     marker = report_path.with_name("point.json")
     if not (report_path.is_file() and marker.is_file()):
         return "new"
@@ -248,9 +249,11 @@ def _state(report_path: Path, digest: str) -> str:
     except (UnusableInput, AttributeError):
         return "broken: its point.json is unreadable"
     try:
-        _point_profile(report_path)
+        prof = _point_profile(report_path)
     except UnusableInput as exc:
         return f"broken: its report.json is not a whole report: {exc.message}"
+    if prof.scenario != name:
+        return f"broken: its report.json is not a whole report: it is point {prof.scenario}'s"
     return "done"
 
 
@@ -310,7 +313,7 @@ def run_points(
     shown = None if quiet else Progress()
     for pt in points:
         rp = out / "points" / pt.name / "report.json"
-        state = _state(rp, pt.digest)
+        state = _state(rp, pt.digest, pt.name)
         if state.startswith("broken"):  # said even when quiet: results change
             text = f"npusim: note: sweep point {pt.name}: {state[8:]}; running it again"
             shown.note(text) if shown else print(text, file=sys.stderr)

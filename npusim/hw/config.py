@@ -18,6 +18,7 @@ from typing import Any
 
 from npusim.errors import InputError, excerpt
 from npusim.hw.provenance import Provenance, is_entry, split_entry
+from npusim.paths import LOOP, is_loop
 from npusim.shipped import configs_dir
 from npusim.suggest import did_you_mean
 from npusim.useryaml import load_text
@@ -323,7 +324,7 @@ def resolve_preset(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
-            raise InputError(str(p), None, "hardware file not found")
+            raise InputError(str(p), None, LOOP if is_loop(p) else "hardware file not found")
         return p
     candidate = CONFIG_DIR / f"{name_or_path}.yaml"
     if candidate.is_file():

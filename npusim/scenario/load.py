@@ -13,7 +13,7 @@ from typing import Any
 from npusim.errors import InputError
 from npusim.hw.config import HardwareConfig, load_hardware, preset_names
 from npusim.kernels.family import Misfit
-from npusim.paths import resolved, user_path
+from npusim.paths import LOOP, resolved, user_path
 from npusim.runtime import userguard
 from npusim.scenario.checks import check_cores, check_topology, launch_misfit, misfit
 from npusim.scenario.schema import dotted, number, section, show, string
@@ -116,6 +116,8 @@ def _hardware(src: str, ref: str, overrides: dict[str, Any], base: Path) -> Hard
     except InputError as exc:
         if exc.source == "hardware":  # unknown preset name
             raise InputError(src, "hardware", exc.message) from None
+        if exc.source == resolved and exc.key is None and exc.message == LOOP:
+            raise InputError(src, "hardware", f"{resolved} {LOOP}") from None
         if exc.source == resolved and exc.key is None and "not found" in exc.message:
             raise InputError(
                 src,
@@ -172,11 +174,16 @@ def _case_dir(
 
 
 
+def folder_name_ok(name: str) -> bool:
+    """Whether `name` is a plain file name an output folder may take (scenario_name)."""
+    return bool(_NAME_RE.match(name)) and len(name) <= 128
+
+
 def scenario_name(src: str, key: str, raw: Any) -> str:
     """The scenario's name, which outputs use as a folder name (out/<name>, a sweep's or
     advice's points): a plain file name, never a path that leads elsewhere."""
     name = string(src, key, raw)
-    if not _NAME_RE.match(name) or len(name) > 128:
+    if not folder_name_ok(name):
         raise InputError(
             src,
             key,

@@ -338,3 +338,25 @@ def test_a_preset_file_of_a_calibrated_name_is_not_called_calibrated(tmp_path, c
     assert text.startswith(f"advise: ascend950, uncalibrated ({advise.OWN_FILE}); ")
     assert not [p for p in (tmp_path / "runs" / "points").iterdir()
                 if p.name.startswith("validate-")]
+
+
+@pytest.mark.parametrize("value", ["mine.yaml", "sub dir/mine.yaml"])
+def test_a_preset_file_along_over_hardware_runs_uncalibrated(value, tmp_path, capsys,
+                                                             monkeypatch, small_tables):
+    """--over hardware=PRESET,FILE: a point's name comes from the axis value, and a path is no
+    plain file name; the file's point still runs, and is not called calibrated."""
+    (tmp_path / "quick.py").write_text(FAMILY.format(name="quick", base=500, per_token=10))
+    (tmp_path / value).parent.mkdir(exist_ok=True)
+    (tmp_path / value).write_text((ROOT / "configs/ascend950.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    assert main(["advise", "--family", "quick.py", "--over", f"hardware=ascend950,{value}",
+                 "--out", "runs", "--json", "--quiet", "--workers", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_value = {p["value"]: p for p in doc["points"]}
+    own = by_value[value]
+    assert [r["family"] for r in own["ranking"]] == ["quick"]
+    assert own["calibration"]["status"] == f"uncalibrated ({advise.OWN_FILE})"
+    assert own["ranking"][0]["calibration"] == f"uncalibrated ({advise.OWN_FILE})"
+    assert by_value["ascend950"]["calibration"]["status"].startswith("calibrated (MAPE ")
+    names = [p.name for p in (tmp_path / "runs" / "points").iterdir()]
+    assert len(names) == 3 and all("/" not in n and " " not in n for n in names)

@@ -426,3 +426,24 @@ def test_ctrl_c_stops_a_sweep_whose_points_are_running(tmp_path):
     workers = [int(m.name) for m in marks.iterdir()]
     assert _until(lambda: not any(map(_alive, workers)), 30), "a worker still runs"
     assert not out.exists() or not any(out.rglob("*"))
+
+
+def test_a_point_report_of_another_point_is_run_again(tmp_path, capsys):
+    """Two points' reports swapped (a hand copy): each is a whole report, but of the other
+    scenario; trusting it would put BS 8's latency on BS 1's row."""
+    p = sweep_file(tmp_path, {"workload.bs": [1, 8]})
+    out = tmp_path / "out"
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    results = (out / "results.csv").read_text()
+    a, b = (out / "points" / n / "report.json" for n in ("s-0000", "s-0001"))
+    text_a, text_b = a.read_text(), b.read_text()
+    a.write_text(text_b)
+    b.write_text(text_a)
+    capsys.readouterr()
+    assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"npusim: note: sweep point {mine}: its report.json is not a whole report: "
+                   f"it is point {other}'s; running it again"
+                   for mine, other in (("s-0000", "s-0001"), ("s-0001", "s-0000"))]
+    assert (out / "results.csv").read_text() == results
+    assert json.loads(a.read_text())["scenario"]["name"] == "s-0000"

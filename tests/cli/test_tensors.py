@@ -73,3 +73,20 @@ def test_tensors_path_that_is_a_file_is_one_line_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--tensors" in err and "not a directory" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("option", ["--out", "--tensors"])
+def test_a_folder_under_a_file_says_a_folder_is_allowed(option, tmp_path, capsys):
+    """A folder output whose parent is a file: the line says what the option takes, a
+    folder, not the file outputs' "a regular file"."""
+    sc = Path(__file__).resolve().parents[2] / "scenarios" / "dispatch_bs8_none.yaml"
+    f = tmp_path / "file"
+    f.write_text("x")
+    paths = {"--out": str(tmp_path / "o"), "--tensors": str(tmp_path / "t")}
+    paths[option] = str(f / "sub")
+    assert main(["run", str(sc), "--out", paths["--out"], "--tensors", paths["--tensors"]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith(f"npusim: error: command line: {option}: {f / 'sub'}: ")
+    assert err.endswith("; allowed: a folder or a new path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

@@ -50,12 +50,19 @@ def _case(tmp_path: Path, kind: str) -> tuple[list[str], str]:
         sweep.write_text(yaml.safe_dump({"name": "sw", "base": "base.yaml",
                                          "axes": {"workload.bs": [4, 8]}}))
         return ["sweep", str(sweep), *out], f"{sweep}: base"
+    if kind == "hardware":
+        _loop(tmp_path, "hw.yaml")
+        scenario.write_text(yaml.safe_dump({**SHAPE, "hardware": "hw.yaml"}))
+        return ["run", str(scenario), *out], f"{scenario}: hardware"
+    if kind == "--hardware":
+        loop = _loop(tmp_path, "hw.yaml")
+        return ["validate", "--hardware", str(loop)], str(loop)
     loop = _loop(tmp_path, "fam.py")
     return (["advise", "--family", str(loop), *out, "--quiet"], "command line: --family")
 
 
 @pytest.mark.parametrize("kind", ["--case-dir", "data.case_dir", "workload.kernel", "base",
-                                  "--family"])
+                                  "--family", "hardware", "--hardware"])
 def test_a_symlink_loop_is_one_line_exit_2(kind, tmp_path, capsys):
     argv, where = _case(tmp_path, kind)
     before = _files(tmp_path)
