@@ -307,6 +307,7 @@ def _num(x: float) -> str:
 RANGE_KEYS = ("bs", "h", "k", "ep_world_size")
 OVERRIDDEN = "hardware_overrides: not the preset its table validates"
 OWN_FILE = "a preset file: not the shipped preset its table validates"
+NOTHING_RAN = "no candidate runs at this value"  # its hardware is unknown: no table vouches
 
 
 def table_of(preset: str) -> Path | None:
@@ -396,7 +397,7 @@ def calibrations(p: Plan, found: Mapping[str, Validation],
                 for name, v in found.items()}
     out = {}
     for value in p.values:
-        preset, off = p.settings.get(repr(value), (p.preset, ""))
+        preset, off = p.settings.get(repr(value), (p.preset, NOTHING_RAN))
         mape, basis = computed.get(preset, (None, ""))
         out[repr(value)] = calibration_of(preset, off, mape, basis)
     return out

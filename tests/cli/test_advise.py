@@ -360,3 +360,18 @@ def test_a_preset_file_along_over_hardware_runs_uncalibrated(value, tmp_path, ca
     assert by_value["ascend950"]["calibration"]["status"].startswith("calibrated (MAPE ")
     names = [p.name for p in (tmp_path / "runs" / "points").iterdir()]
     assert len(names) == 3 and all("/" not in n and " " not in n for n in names)
+
+
+def test_a_value_no_candidate_can_run_is_not_called_calibrated(tmp_path, capsys, monkeypatch,
+                                                               small_tables):
+    """--over hardware=PRESET,MISSING: the missing file's value runs nothing, so no table
+    vouches for it; it must not borrow the first preset's calibration."""
+    (tmp_path / "quick.py").write_text(FAMILY.format(name="quick", base=500, per_token=10))
+    monkeypatch.chdir(tmp_path)
+    assert main(["advise", "--family", "quick.py", "--over", "hardware=ascend950,missing.yaml",
+                 "--out", "runs", "--json", "--quiet", "--workers", "1"]) == 0
+    by_value = {p["value"]: p for p in json.loads(capsys.readouterr().out)["points"]}
+    assert by_value["missing.yaml"]["ranking"] == []
+    assert by_value["missing.yaml"]["calibration"]["status"] == (
+        f"uncalibrated ({advise.NOTHING_RAN})")
+    assert by_value["ascend950"]["calibration"]["status"].startswith("calibrated (MAPE ")
