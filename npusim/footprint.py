@@ -106,6 +106,11 @@ def _mem_available() -> int | None:
     return None
 
 
+def _gib(n: int) -> str:
+    """Bytes in GiB to three figures: a small run's need must not read as its limit."""
+    return f"{n / GIB:.3g} GiB"
+
+
 def too_big(scenario: Scenario, limit: int, how: str, workers: int = 2) -> str | None:
     """One line if the run's estimate binds and exceeds the limit, else None."""
     fp = estimate(scenario, workers)
@@ -114,13 +119,13 @@ def too_big(scenario: Scenario, limit: int, how: str, workers: int = 2) -> str |
     w = scenario.workload
     if w.family.uses_moe_shape:
         what = (f"a functional run of W={w.ep_world_size}, BS={w.bs}, H={w.h}, K={w.k} "
-                f"needs about {fp.total / GIB:.1f} GiB ({fp.data.pairs / GIB:.1f} GiB windows and "
+                f"needs about {_gib(fp.total)} ({_gib(fp.data.pairs)} windows and "
                 f"tensors of {w.ep_world_size * w.bs} tokens")
     else:
         run = "a timing-only" if w.timing_only else "a functional"
-        what = (f"{run} run of {w.family.name} needs about {fp.total / GIB:.1f} GiB "
-                f"({fp.data.tensors / GIB:.1f} GiB of its GM tensors")
+        what = (f"{run} run of {w.family.name} needs about {_gib(fp.total)} "
+                f"({_gib(fp.data.tensors)} of its GM tensors")
     timing = "" if w.timing_only else "workload.timing_only: true, "
-    return (f"{scenario.source}: {what}, {fp.cores / GIB:.1f} GiB cores) but the limit is "
+    return (f"{scenario.source}: {what}, {_gib(fp.cores)} cores) but the limit is "
             f"{how}; allowed: smaller {fp.data.sized_by}, {timing}or --memory GIB|auto on "
             "a larger machine")

@@ -99,7 +99,7 @@ def test_32_gib_per_pe_is_refused_before_allocating(tmp_path, capsys):
     tensors = 2 * 2 * segment + 2 * 2 * segment  # host_dst on 2 dies, device_src twice
     need = (tensors + BASE_BYTES + 2 * 48 * CORE_BYTES) / GIB
     assert err.startswith(f"npusim: error: {p}: a functional run of shmem_host needs about "
-                          f"{need:.1f} GiB ({tensors / GIB:.1f} GiB of its GM tensors, ")
+                          f"{need:.3g} GiB ({tensors / GIB:.3g} GiB of its GM tensors, ")
     assert err.endswith("but the limit is 24 GiB (the default); allowed: smaller "
                         "workload.pes, workload.elements or workload.blocks, "
                         "workload.timing_only: true, or --memory GIB|auto on a larger "
