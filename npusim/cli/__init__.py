@@ -9,7 +9,8 @@ wall-clock limit); 130 interrupted, saying what it left. --debug adds the traceb
 One module per concept: entry (main), parser (the argparse tree), guard (errors to one
 line and an exit code), common (exit codes, shared option parsing), and one module per
 group of commands: run, lint, tables (validate), calibrate, regress (compare, check),
-sweeps (sweep, plot), catalogue (presets, scenarios); advise lives in npusim.advise_cmd.
+sweeps (sweep, plot), catalogue (presets, scenarios), advise (its options; the ranking is
+npusim.advise).
 """
 
 from npusim.cli.common import EXIT_FAIL, EXIT_INPUT, EXIT_KERNEL, EXIT_OK

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from npusim import __version__, advise_cmd
-from npusim.cli import calibrate, catalogue, lint, regress, run, sweeps, tables
+from npusim import __version__
+from npusim.cli import advise, calibrate, catalogue, lint, regress, run, sweeps, tables
 
 
 def _common() -> argparse.ArgumentParser:
@@ -52,5 +52,5 @@ def build_parser(prog: str = "npusim") -> argparse.ArgumentParser:
 
     for group in (run, lint, tables, calibrate, regress, sweeps, catalogue):
         group.add_parsers(add)
-    advise_cmd.add_parser(sub)
+    advise.add_parser(sub)
     return parser

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,8 +88,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise InputError(str(src), None, "file not found")
     out = output_file(src.with_suffix(".png") if args.out is None else args.out, "--out")
     if src.suffix == ".csv":
-        table = Path(args.published) if args.published else None
-        path = plot_sweep(src, args.axis, out, args.group, table)
+        marks = _published_points(Path(args.published)) if args.published else None
+        path = plot_sweep(src, args.axis, out, args.group, marks)
     else:
         report = read_json(src)
         if not isinstance(report, dict) or "ops" not in report:
@@ -96,3 +97,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
         path = plot_report(report, out)
     print(f"figure: {path}")
     return EXIT_OK
+
+
+def _published_points(table: Path) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """A calibration table's measured rows as (op, quant) -> [(BS, us)], for the plot."""
+    from npusim.calibrate import read_table
+
+    marks: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for m in read_table(table):
+        if "bs" in m.workload:  # rows of families without a batch size have no BS axis
+            marks[(m.op, m.quant)].append((float(m.workload["bs"]), m.measured_us))
+    return marks

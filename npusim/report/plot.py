@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,13 @@ def _phase_durations(row: dict[str, str], phases: list[str]) -> list[float]:
     return [out[ph] for ph in phases]
 
 
+Marks = Mapping[tuple[str, str], list[tuple[float, float]]]  # (op, quant) -> [(bs, us)]
+
+
 def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = None,
-               published: Path | None = None) -> Path:
-    """Latency vs `axis` per op (one panel per op and `group` value), phases stacked."""
+               published: Marks | None = None) -> Path:
+    """Latency vs `axis` per op (one panel per op and `group` value), phases stacked;
+    `published` measured points to overlay (the caller reads them from their table)."""
     plt = _pyplot()
     try:
         rows = list(csv.DictReader(csv_path.open()))
@@ -77,7 +82,7 @@ def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = 
     panels: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
     for r in rows:
         panels[(r["op"], r[group] if group else "")].append(r)
-    marks = _published_points(published) if published else {}
+    marks = published or {}
     keys = sorted(panels)
     fig, axs = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
     colors = plt.get_cmap("tab10")
@@ -104,16 +109,6 @@ def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _save(plt, fig, out)
-
-
-def _published_points(table: Path) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    from npusim.calibrate import read_table
-
-    marks: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for m in read_table(table):
-        if "bs" in m.workload:  # rows of families without a batch size have no BS axis
-            marks[(m.op, m.quant)].append((float(m.workload["bs"]), m.measured_us))
-    return marks
 
 
 def plot_report(report: dict[str, Any], out: Path) -> Path:

@@ -48,3 +48,24 @@ def test_report_figure_from_the_cli(tmp_path):
                  str(tmp_path / "r.png")]) == 0
     assert Path(tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["plot", str(tmp_path / "missing.json")]) == 2
+
+
+def test_published_points_overlay_a_tables_rows_by_op_and_quant(tmp_path):
+    """`npusim plot --published TABLE`: the command reads the table's measured rows (the
+    report layer reads no table) and overlays each (op, quant) at its BS."""
+    from npusim.cli.sweeps import _published_points
+
+    table = tmp_path / "t.csv"
+    table.write_text("op,bs,h,k,ep_world_size,experts_per_rank,dtype,dispatch_quant,"
+                     "combine_quant,measured_us,source\n"
+                     "dispatch,8,7168,8,8,4,float16,none,none,17.1,paper\n"
+                     "dispatch,256,7168,8,8,4,float16,none,none,170,paper\n"
+                     "combine,8,7168,8,8,4,float16,none,int8,18.8,paper\n")
+    marks = _published_points(table)
+    assert marks[("dispatch", "none")] == [(8.0, 17.1), (256.0, 170.0)]
+    assert marks[("combine", "int8")] == [(8.0, 18.8)]
+    src = tmp_path / "results.csv"
+    src.write_text(CSV)
+    assert main(["plot", str(src), "--published", str(table), "--out",
+                 str(tmp_path / "f.png")]) == 0
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
