@@ -17,6 +17,7 @@ from npusim.hw.memory import Region, SparseRegion
 from npusim.hw.ub import UBBuffer
 from npusim.runtime.fault import calling_line
 from npusim.runtime.transfer import Strided
+from npusim.values import is_integer
 
 WHOLE = "a whole number >= 0"
 AMOUNT = "a finite number >= 0"
@@ -32,7 +33,7 @@ class Sanitiser:
         """A size, count, offset or index as an int, refused at the call when negative,
         fractional or not a number: a negative allocation aliases the buffers after it,
         a float offset fails only when the bytes land, far from the line at fault."""
-        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 0:
+        if is_integer(value) and value >= 0:
             return int(value)
         raise self._refused(call, name, value, WHOLE)
 
@@ -56,7 +57,7 @@ class Sanitiser:
         length = self._whole(strided.length, call, "strided.length")
         for name in ("src_gap", "dst_gap"):
             gap = getattr(strided, name)
-            if not isinstance(gap, int | np.integer) or isinstance(gap, bool) or gap < -length:
+            if not is_integer(gap) or gap < -length:
                 raise self._refused(call, f"strided.{name}", gap,
                                     f"a whole number >= -length ({-length})")
 

@@ -15,7 +15,6 @@ naming what is allowed.
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 import signal
@@ -30,6 +29,7 @@ import numpy as np
 
 from npusim.errors import KernelError, NpusimError
 from npusim.runtime.fault import ending, exc_text, raised_at, where_in
+from npusim.values import is_finite, is_integer
 
 DEFAULT_LIMIT_S = 3600.0  # run.wall_time_limit_s when a scenario gives none
 REPEAT_S = 0.2  # how often the alarm repeats once the limit is reached
@@ -213,7 +213,7 @@ def _kind(value: Any) -> str:
 def tiling(value: Any) -> str | None:
     """A tiling: the run reads its `world` (the ranks)."""
     world = getattr(value, "world", None)
-    ok = isinstance(world, numbers.Integral) and not isinstance(world, bool) and world >= 1
+    ok = is_integer(world) and world >= 1
     return None if ok else "the call's tiling, an object whose `world` is its ranks (an int)"
 
 
@@ -270,14 +270,13 @@ def whole(lo: int, none_ok: bool = False) -> Check:
     def check(value: Any) -> str | None:
         if none_ok and value is None:
             return None
-        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= lo
+        ok = is_integer(value) and value >= lo
         return None if ok else f"an integer >= {lo}" + (" or None" if none_ok else "")
     return check
 
 
 def number_or_none(value: Any) -> str | None:
-    ok = value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool)
-                           and math.isfinite(value) and value >= 0)
+    ok = value is None or (is_finite(value) and value >= 0)
     return None if ok else "a finite number of ns >= 0 or None"
 
 
@@ -293,7 +292,7 @@ def window(value: Any) -> str | None:
 def regions(value: Any) -> str | None:
     ok = isinstance(value, Mapping) and all(
         isinstance(k, str) and isinstance(v, (tuple, list)) and len(v) == 2
-        and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in v)
+        and all(is_integer(x) for x in v)
         and 0 <= v[0] <= v[1] for k, v in value.items())
     return None if ok else "a dict {zone name: (start, end)}, whole bytes 0 <= start <= end"
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from npusim.errors import InputError, excerpt
 from npusim.hw.config import HardwareConfig
 from npusim.hw.cores import config_value
@@ -15,6 +13,7 @@ from npusim.hw.cores import kind as core_kind
 from npusim.kernels.family import Misfit
 from npusim.runtime import userguard
 from npusim.scenario.workload import Workload
+from npusim.values import is_integer
 
 
 def misfit(src: str, m: Misfit | None, overrides: Mapping[str, Any]) -> None:
@@ -52,7 +51,7 @@ def launch_misfit(fam: Any, w: Workload, tiling: Any, hw: HardwareConfig) -> Mis
     for kernel in fam.kernels_of(w.op, w.options):
         kind = core_kind(kernel.core_kind)
         n = userguard.call(kernel, "cores", tiling)  # a user kernel's hook
-        if n is not None and (not isinstance(n, int | np.integer) or isinstance(n, bool)):
+        if n is not None and not is_integer(n):
             return Misfit("workload.kernel", f"{fam.name}'s {kernel.name}: cores(tiling) "
                           f"returned {excerpt(n)}; allowed: a whole number >= 1, or None "
                           "(every core)")
