@@ -384,8 +384,11 @@ def validations(p: Plan) -> dict[str, Validation]:
 def mape_of(v: Validation, reports: Mapping[str, Mapping[str, Any]]) -> float:
     """validate's MAPE: each row's op duration in its run's report against the row."""
     from npusim.calibrate import compare
+    from npusim.calibrate.simulate import row_value
 
-    simulated = [float(reports[name]["ops"][k]["duration_us"]) for name, k in v.where]
+    ops = [reports[name]["ops"][k] for name, k in v.where]
+    simulated = [row_value(m, (float(op["duration_us"]), op.get("family_fields", {})))
+                 for m, op in zip(v.rows, ops, strict=True)]
     return compare(v.rows, simulated).mape()
 
 

@@ -148,6 +148,9 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
         runs.append(shifted(one.run, clock))
         samples += [replace(s, t_ns=s.t_ns + clock) for s in one.samples] if clock else one.samples
         clock += one.clock_ns
+    extra = userguard.call(fam, "run_fields", t, runs, check=userguard.field_dicts(len(runs)))
+    for run, fields in zip(runs, extra, strict=True):
+        run.family_fields.update(fields)
     if scenario.data.case_dir is not None:
         for run in runs:
             userguard.call(fam, "write_case", scenario.data.case_dir, run.op, run.outputs)

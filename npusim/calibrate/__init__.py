@@ -17,7 +17,14 @@ squares fit), loo (leave-one-out), preset (reading and rewriting the preset's va
 report (the fit report).
 """
 
-from npusim.calibrate.comparison import Comparison, compare, log_residuals
+from npusim.calibrate.comparison import (
+    Comparison,
+    compare,
+    error,
+    log_residuals,
+    row_entry,
+    unit_label,
+)
 from npusim.calibrate.fitting import (
     FitResult,
     FreeParameter,
@@ -48,6 +55,7 @@ __all__ = [
     "Measurement",
     "check_params",
     "compare",
+    "error",
     "current_values",
     "default_table",
     "expand",
@@ -61,9 +69,11 @@ __all__ = [
     "pinned_by",
     "read_table",
     "rewrite_preset",
+    "row_entry",
     "row_doc",
     "simulate_row",
     "simulate_table",
     "timed_ops",
+    "unit_label",
     "variant_option",
 ]

@@ -17,10 +17,7 @@ class Comparison:
     speedups: list[dict[str, Any]] = field(default_factory=list)
 
     def errors(self) -> list[float]:
-        return [
-            (s - m.measured_us) / m.measured_us
-            for s, m in zip(self.simulated, self.rows, strict=True)
-        ]
+        return [error(m, s) for s, m in zip(self.simulated, self.rows, strict=True)]
 
     def mape(self) -> float:
         errs = self.errors()
@@ -31,9 +28,10 @@ def compare(rows: list[Measurement], simulated: list[float]) -> Comparison:
     """Rows side by side, plus the quantisation speed-ups: every quantised row whose
     unquantised twin (same fields, quant none) is in the table."""
     cmp = Comparison(rows, simulated)
-    index = {_key(m, m.base_quant): i for i, m in enumerate(rows) if m.quant == m.base_quant}
+    index = {_key(m, m.base_quant): i for i, m in enumerate(rows)
+             if m.quant == m.base_quant and not m.bandwidth}
     for i, m in enumerate(rows):
-        if m.quant == m.base_quant:
+        if m.quant == m.base_quant or m.bandwidth:
             continue
         j = index.get(_key(m, m.base_quant))
         if j is None:
@@ -44,7 +42,7 @@ def compare(rows: list[Measurement], simulated: list[float]) -> Comparison:
                 "bs": m.workload.get("bs"),
                 "quant": m.quant,
                 "label": _speedup_label(m, rows[j]),
-                "measured": rows[j].measured_us / m.measured_us,
+                "measured": rows[j].measured / m.measured,
                 "simulated": simulated[j] / simulated[i],
             }
         )
@@ -71,5 +69,23 @@ def _key(m: Measurement, quant: str) -> tuple:
     return tuple(sorted((k, str(v)) for k, v in w.items()))
 
 
+def error(m: Measurement, simulated: float) -> float:
+    """The relative error of a simulated value against the row's measured one, in the
+    row's unit (a bandwidth row: of the bandwidth, as its table quotes it)."""
+    return (simulated - m.measured) / m.measured
+
+
 def log_residuals(rows: list[Measurement], simulated: list[float]) -> list[float]:
-    return [math.log(s / m.measured_us) for s, m in zip(simulated, rows, strict=True)]
+    """log(simulated / measured): a bandwidth row's residual is its time's, sign aside."""
+    return [math.log(s / m.measured) for s, m in zip(simulated, rows, strict=True)]
+
+
+def row_entry(m: Measurement, simulated: float, key: str = "simulated") -> dict[str, Any]:
+    """A row's figures for a report: measured_<unit>, <key>_<unit> and the error."""
+    return {"row": m.name, m.column: m.measured, f"{key}_{m.unit}": simulated,
+            "measured": m.measured, key: simulated, "unit": unit_label(m),
+            "error": error(m, simulated)}
+
+
+def unit_label(m: Measurement) -> str:
+    return "GB/s" if m.bandwidth else "us"

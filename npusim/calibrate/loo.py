@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from npusim.calibrate.comparison import compare, log_residuals
+from npusim.calibrate.comparison import compare, log_residuals, row_entry
 from npusim.calibrate.fitting import FitResult, FreeParameter, expand, fd_points, fit, point_key
 from npusim.calibrate.simulate import simulate_table
 from npusim.calibrate.table import Measurement
@@ -32,16 +32,8 @@ def leave_one_out(
             rest, hardware, params, result.values, source, max_evals=max_evals, workers=workers
         )
         pred = simulate_table([m], hardware, sub.overrides(), source, workers=1)[0]
-        out.append(
-            {
-                "row": m.name,
-                "measured_us": m.measured_us,
-                "predicted_us": pred,
-                "error": (pred - m.measured_us) / m.measured_us,
-                "evaluations": sub.evaluations,
-                "fitted": sub.values,
-            }
-        )
+        out.append({**row_entry(m, pred, "predicted"), "evaluations": sub.evaluations,
+                    "fitted": sub.values})
         if progress:
             progress(out[-1])
     return out
@@ -128,10 +120,7 @@ def leave_one_out_linear(
         pred = simulate_table([m], hardware, values, source, workers=1)[0]
         out.append(
             {
-                "row": m.name,
-                "measured_us": m.measured_us,
-                "predicted_us": pred,
-                "error": (pred - m.measured_us) / m.measured_us,
+                **row_entry(m, pred, "predicted"),
                 "evaluations": 1,
                 "method": "linear",
                 "fitted": {p.name: float(math.exp(x[j] + step[j])) for j, p in enumerate(params)},

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from npusim.calibrate.comparison import Comparison
+from npusim.calibrate.comparison import Comparison, row_entry
 from npusim.calibrate.fitting import FitResult, FreeParameter
 from npusim.calibrate.table import Measurement
 
 
 def fit_report(
     hw_path: Path,
-    table: Path,
+    table: str,
     params: list[FreeParameter],
     result: FitResult,
     cmp: Comparison,
@@ -37,22 +37,11 @@ def fit_report(
             }
             for p in params
         ],
-        "rows": [
-            {"row": m.name, "measured_us": m.measured_us, "simulated_us": s, "error": e}
-            for m, s, e in zip(rows, result.simulated, cmp.errors(), strict=True)
-        ],
+        "rows": [row_entry(m, s) for m, s in zip(rows, result.simulated, strict=True)],
         "mape": cmp.mape(),
         "speedups": cmp.speedups,
         "leave_one_out": result.loo,
-        "held_out": [
-            {
-                "row": m.name,
-                "measured_us": m.measured_us,
-                "predicted_us": t,
-                "error": (t - m.measured_us) / m.measured_us,
-            }
-            for m, t in zip(held, held_sim, strict=True)
-        ],
+        "held_out": [row_entry(m, t, "predicted") for m, t in zip(held, held_sim, strict=True)],
         "pinned_by": result.pinned_by,
     }
 
@@ -67,19 +56,19 @@ def fit_summary(
         for p in params
     ]
     lines += [
-        f"  {row['row']:<24}{row['measured_us']:>10.1f}{row['simulated_us']:>10.2f}"
-        f"{100 * row['error']:>8.1f}%"
+        f"  {row['row']:<24}{row['measured']:>10.1f}{row['simulated']:>10.2f} "
+        f"{row['unit']:<5}{100 * row['error']:>7.1f}%"
         for row in report["rows"]
     ]
     lines.append(f"  MAPE {100 * report['mape']:.2f}%")
     lines += [
-        f"  leave-one-out {r['row']:<24} predicted {r['predicted_us']:.2f} "
+        f"  leave-one-out {r['row']:<24} predicted {r['predicted']:.2f} {r['unit']} "
         f"({100 * r['error']:+.1f}%)"
         for r in result.loo
     ]
     lines += [
-        f"  held out (--hold-out) {r['row']:<24} predicted {r['predicted_us']:.2f}, "
-        f"measured {r['measured_us']:.1f} ({100 * r['error']:+.1f}%)"
+        f"  held out (--hold-out) {r['row']:<24} predicted {r['predicted']:.2f}, "
+        f"measured {r['measured']:.1f} {r['unit']} ({100 * r['error']:+.1f}%)"
         for r in report["held_out"]
     ]
     lines.append("which rows pin each parameter (share of its effect on the residuals):")

@@ -3,12 +3,13 @@ run share its simulation."""
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from npusim.calibrate.table import Measurement, family_of, timed_ops
+from npusim.calibrate.table import Measurement, bandwidth_field, family_of, timed_ops
 
 
 def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -19,20 +20,31 @@ def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[st
     return {
         "name": m.name,
         "hardware": hardware,
-        "hardware_overrides": dict(overrides),
+        "hardware_overrides": {**m.hardware, **overrides},
         "workload": workload,
     }
 
 
-def simulate_row(args: tuple[dict[str, Any], str]) -> list[float]:
-    """Latency (us) of each op of the row's run; runs in a worker process."""
+def simulate_row(args: tuple[dict[str, Any], str]) -> list[tuple[float, dict[str, Any]]]:
+    """Each op of the row's run: its latency (us) and its family_fields; runs in a worker
+    process."""
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
     doc, src = args
     sc = scenario_from_doc(doc, src, Path.cwd())
     result = simulate(sc)
-    return [(op.end_ns - op.start_ns) / 1000.0 for op in result.ops]
+    return [((op.end_ns - op.start_ns) / 1000.0, op.family_fields) for op in result.ops]
+
+
+def row_value(m: Measurement, op: tuple[float, dict[str, Any]]) -> float:
+    """The simulated counterpart of the row's measured value: the op's latency, or the
+    bandwidth figure its kernel names (NaN if the run gave none, which no check passes)."""
+    us, fields = op
+    if not m.bandwidth:
+        return us
+    v = fields.get(bandwidth_field(m))
+    return float(v) if isinstance(v, int | float) and v > 0 else math.nan
 
 
 def _job_key(doc: dict[str, Any]) -> str:
@@ -74,12 +86,12 @@ def simulate_table(
     for doc, src in jobs:
         scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
     results = _run_jobs(jobs, [_cost(rows[i]) for _, i in runs], workers)
-    return [results[j][k] for j, k in where]
+    return [row_value(m, results[j][k]) for m, (j, k) in zip(rows, where, strict=True)]
 
 
 def _run_jobs(
     jobs: list[tuple[dict[str, Any], str]], cost: list[float], workers: int | None
-) -> list[list[float]]:
+) -> list[list[tuple[float, dict[str, Any]]]]:
     """Every job's latencies, in job order: here with one worker, else in a process pool."""
     n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     if n <= 1:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,13 @@ from npusim.shipped import targets_dir
 
 WORKLOAD_FIELDS = ("op", "bs", "h", "k", "ep_world_size", "experts_per_rank", "dtype")
 INT_FIELDS = ("bs", "h", "k", "ep_world_size", "experts_per_rank")
-OPTIONAL = ("source", "label", "routing", "kernel", "tolerance_pct")
+# what a row measured: the op's latency, or the bandwidth its kernel's published tables
+# quote (Kernel.bandwidth); a row fills exactly one
+MEASURED = {"measured_us": "us", "measured_gbps": "gbps"}
+OPTIONAL = ("source", "label", "routing", "kernel", "tolerance_pct", "use")
+USES = ("fit", "predict")  # predict: validate reports the row, calibrate never fits it
+# a column hw.<preset key> sets that key for the row alone (a window the shape needs)
+HW_PREFIX = "hw."
 TARGETS_DIR = targets_dir()  # package data (npusim._data.configs/targets)
 
 
@@ -55,13 +61,26 @@ def variant_option(w: dict[str, Any]) -> Option | None:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One measured kernel call."""
+    """One measured kernel call: its latency (unit "us") or its bandwidth ("gbps", the
+    figure the row's kernel names as `Kernel.bandwidth`)."""
 
     workload: dict[str, Any]
-    measured_us: float
+    measured: float
     source: str = ""
     label: str = ""
     tolerance: float | None = None  # the row's allowed error (a fraction), None: the default
+    unit: str = "us"
+    use: str = "fit"  # "predict": never fitted, only reported (a prediction)
+    hardware: dict[str, float] = field(default_factory=dict)  # the row's own preset keys
+
+    @property
+    def column(self) -> str:
+        """The table column (and report key) of the measured value: measured_<unit>."""
+        return f"measured_{self.unit}"
+
+    @property
+    def bandwidth(self) -> bool:
+        return self.unit == "gbps"
 
     @property
     def op(self) -> str:
@@ -111,16 +130,18 @@ def read_table(path: str | Path) -> list[Measurement]:
 
 def _check_columns(src: str, cols: list[str]) -> None:
     """Every needed column present, none unknown."""
-    missing = [c for c in (*WORKLOAD_FIELDS, "measured_us") if c not in cols]
+    missing = [c for c in WORKLOAD_FIELDS if c not in cols]
+    if not any(c in cols for c in MEASURED):
+        missing.append(" or ".join(MEASURED))
     if missing:
         raise InputError(
             src,
             None,
             f"missing column(s) {', '.join(missing)}; needed: "
-            f"{', '.join((*WORKLOAD_FIELDS, 'measured_us'))}",
+            f"{', '.join(WORKLOAD_FIELDS)} and {' or '.join(MEASURED)}",
         )
-    known = (*WORKLOAD_FIELDS, "measured_us", *OPTIONAL, *option_columns())
-    extra = [c for c in cols if c not in known]
+    known = (*WORKLOAD_FIELDS, *MEASURED, *OPTIONAL, *option_columns())
+    extra = [c for c in cols if c not in known and not c.startswith(HW_PREFIX)]
     if extra:
         raise InputError(src, extra[0], f"unknown column; allowed: {', '.join(known)}")
 
@@ -130,21 +151,79 @@ def _measurement(rec: dict[str, Any], cols: list[str], src: str, where: str) -> 
     w = _workload(rec, cols, src, where)
     if rec.get("routing"):
         w["routing"] = {"kind": rec["routing"].strip(), "seed": 0}
-    try:
-        measured = float(rec["measured_us"])
-    except (TypeError, ValueError):
-        raise InputError(
-            src, f"{where}.measured_us", f"must be a number, got {rec['measured_us']!r}"
-        ) from None
-    if not measured > 0:
-        raise InputError(src, f"{where}.measured_us", "must be > 0")
+    column, measured = _measured(rec, cols, src, where)
+    if MEASURED[column] == "gbps" and _bandwidth_field(w) is None:
+        raise InputError(src, f"{where}.{column}", f"op {w['op']!r} of family "
+                         f"{family_of(w).name!r} names no bandwidth figure; allowed: "
+                         "measured_us")
+    use = (rec.get("use") or "").strip() or "fit"
+    if use not in USES:
+        raise InputError(src, f"{where}.use", f"{use!r}; allowed: {', '.join(USES)}, or blank "
+                         "(fit)")
     return Measurement(
         w,
         measured,
         (rec.get("source") or "").strip(),
         (rec.get("label") or "").strip(),
         _row_tolerance(rec.get("tolerance_pct"), src, where),
+        MEASURED[column],
+        use,
+        _row_hardware(rec, cols, src, where),
     )
+
+
+def _row_hardware(rec: dict[str, Any], cols: list[str], src: str, where: str
+                  ) -> dict[str, float]:
+    """The row's hw.<key> cells (blank: the preset's value); the scenario built from the
+    row checks each key and value as it checks hardware_overrides."""
+    out: dict[str, float] = {}
+    for c in (c for c in cols if c.startswith(HW_PREFIX)):
+        v = (rec.get(c) or "").strip()
+        if not v:
+            continue
+        try:
+            x = float(v)
+        except ValueError:
+            x = math.nan
+        if not math.isfinite(x):
+            raise InputError(src, f"{where}.{c}", f"{v!r}; allowed: a finite number")
+        out[c[len(HW_PREFIX):]] = int(x) if x.is_integer() else x
+    return out
+
+
+def _measured(rec: dict[str, Any], cols: list[str], src: str, where: str
+              ) -> tuple[str, float]:
+    """The row's one measured cell: its column and value (finite, > 0)."""
+    filled = [c for c in MEASURED if c in cols and (rec.get(c) or "").strip()]
+    if len(filled) != 1:
+        named = [c for c in MEASURED if c in cols]
+        raise InputError(src, f"{where}.{named[0]}", "fill exactly one of "
+                         f"{' and '.join(named)}" if len(named) > 1 else "must be a number, "
+                         "got ''")
+    column = filled[0]
+    try:
+        value = float(rec[column])
+    except (TypeError, ValueError):
+        raise InputError(
+            src, f"{where}.{column}", f"must be a number, got {rec[column]!r}"
+        ) from None
+    if not (value > 0 and math.isfinite(value)):
+        raise InputError(src, f"{where}.{column}", f"{rec[column].strip()!r}; allowed: a "
+                         "finite number > 0")
+    return column, value
+
+
+def bandwidth_field(m: Measurement) -> str:
+    """The family_fields key a bandwidth row's simulated figure is read from."""
+    name = _bandwidth_field(m.workload)
+    assert name is not None  # read_table refuses such rows
+    return name
+
+
+def _bandwidth_field(w: Mapping[str, Any]) -> str | None:
+    fam = family_of(w)
+    run, i = timed_ops(fam, w)[w["op"]]
+    return fam.kernel(fam.runs_of(w)[run][i]).bandwidth
 
 
 def _workload(rec: dict[str, Any], cols: list[str], src: str, where: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class _Job:
     max_evals: int
     workers: int | None
     hardware: str
-    table: Path
+    table: str
     rows: list[Measurement]  # fitted
     held: list[Measurement]  # --hold-out: predicted at the fitted values
     hw_path: Path
@@ -114,10 +114,12 @@ def _hold_out(rows: list, patterns: list[str]) -> tuple[list, list]:
             raise InputError(
                 "command line", "--hold-out", f"{pat!r} matches no row; rows: {', '.join(names)}"
             )
-    held = [m for m in rows if any(fnmatchcase(m.name, p) for p in patterns)]
+    held = [m for m in rows
+            if m.use == "predict" or any(fnmatchcase(m.name, p) for p in patterns)]
     kept = [m for m in rows if m not in held]
     if not kept:
-        raise InputError("command line", "--hold-out", "leaves no row to fit")
+        raise InputError("command line", "--hold-out", "leaves no row to fit (rows whose use "
+                         "is predict are never fitted)")
     return kept, held
 
 
@@ -192,8 +194,8 @@ def _leave_one_out(how: str, quiet: bool, job: _Job, result: FitResult) -> list[
 
     def held_out(e: dict) -> None:
         print(
-            f"  {e['row']}: predicted {e['predicted_us']:.2f} us, measured "
-            f"{e['measured_us']:.2f} us ({100 * e['error']:+.1f}%), "
+            f"  {e['row']}: predicted {e['predicted']:.2f} {e['unit']}, measured "
+            f"{e['measured']:.2f} {e['unit']} ({100 * e['error']:+.1f}%), "
             f"{e['evaluations']} evaluations",
             flush=True,
         )

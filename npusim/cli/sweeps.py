@@ -105,6 +105,7 @@ def _published_points(table: Path) -> dict[tuple[str, str], list[tuple[float, fl
 
     marks: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for m in read_table(table):
-        if "bs" in m.workload:  # rows of families without a batch size have no BS axis
-            marks[(m.op, m.quant)].append((float(m.workload["bs"]), m.measured_us))
+        # rows of families without a batch size have no BS axis; the plot's is latency
+        if "bs" in m.workload and not m.bandwidth:
+            marks[(m.op, m.quant)].append((float(m.workload["bs"]), m.measured))
     return marks

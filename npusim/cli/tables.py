@@ -18,7 +18,11 @@ def add_table_options(p: argparse.ArgumentParser) -> None:
     """--hardware, --table and --map: the preset and the measurements it is held to."""
     p.add_argument("--hardware", default="ascend950", help="preset name or YAML path")
     p.add_argument(
-        "--table", metavar="CSV", help="measurements (default configs/targets/<preset>.csv)"
+        "--table",
+        metavar="CSV",
+        action="append",
+        help="measurements: a CSV file, or the name of a shipped table (atlas_a3_normal); "
+        "repeatable, the rows of all together (default configs/targets/<preset>.csv)",
     )
     p.add_argument(
         "--map",
@@ -49,29 +53,47 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     val.set_defaults(func=cmd_validate)
 
 
-def table_args(args: argparse.Namespace) -> tuple[str, Path, list]:
-    """The preset, the table's path and its rows (--table, or the preset's published
-    table; an msprof op_summary through --map)."""
+def table_args(args: argparse.Namespace) -> tuple[str, str, list]:
+    """The preset, the tables' names (joined by " + ") and their rows, in order (each
+    --table, or the preset's published table; an msprof op_summary through --map)."""
     from npusim.calibrate import default_table, read_table
     from npusim.hw.config import load_hardware
     from npusim.msprof import is_op_summary, read_measurements
 
     name = load_hardware(args.hardware).name  # a fitted copy keeps its preset's name
-    table = Path(args.table) if args.table else default_table(name)
-    if not args.table and not table.exists():
+    tables = [_table_path(t) for t in args.table] if args.table else [default_table(name)]
+    if not args.table and not tables[0].exists():
         raise InputError(
-            "command line", "--table", f"no published table for {name} ({table}); pass --table CSV"
+            "command line", "--table", f"no published table for {name} ({tables[0]}); "
+            "pass --table CSV"
         )
     if args.map:
-        return args.hardware, table, read_measurements(table, Path(args.map))
-    if is_op_summary(table):
-        raise InputError(
-            str(table),
-            None,
-            "is an msprof op_summary: pass --map MAPPING.yaml "
-            "(its op names to scenarios; docs/calibration.md)",
-        )
-    return args.hardware, table, read_table(table)
+        if len(tables) > 1:
+            raise InputError("command line", "--table", "one op_summary with --map; allowed: "
+                             "a single --table")
+        return args.hardware, str(tables[0]), read_measurements(tables[0], Path(args.map))
+    rows = []
+    for table in tables:
+        if is_op_summary(table):
+            raise InputError(
+                str(table),
+                None,
+                "is an msprof op_summary: pass --map MAPPING.yaml "
+                "(its op names to scenarios; docs/calibration.md)",
+            )
+        rows += read_table(table)
+    return args.hardware, " + ".join(map(str, tables)), rows
+
+
+def _table_path(given: str) -> Path:
+    """--table's file; a name that is no file but a shipped table's is that table."""
+    from npusim.calibrate import TARGETS_DIR
+
+    p = Path(given)
+    shipped = TARGETS_DIR / f"{given}.csv"
+    if not p.exists() and "/" not in given and shipped.is_file():
+        return shipped
+    return p
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -85,7 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     cmp = compare(rows, sim)
     errs = cmp.errors()
     tols = [tol if m.tolerance is None else m.tolerance for m in rows]
-    bad_rows = [m.name for m, e, t in zip(rows, errs, tols, strict=True) if abs(e) > t]
+    bad_rows = [m.name for m, e, t in zip(rows, errs, tols, strict=True) if not abs(e) <= t]
     bad_sp = [sp for sp in cmp.speedups if abs(sp["simulated"] - sp["measured"]) > sp_tol]
     show = _print_json if args.json else _print_text
     show(hardware, table, tol, sp_tol, cmp, tols, not bad_rows and not bad_sp)
@@ -94,7 +116,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _print_json(
     hardware: str,
-    table: Path,
+    table: str,
     tol: float,
     sp_tol: float,
     cmp: Comparison,
@@ -102,6 +124,8 @@ def _print_json(
     ok: bool,
 ) -> None:
     import json
+
+    from npusim.calibrate.comparison import row_entry
 
     rows, sim, errs = cmp.rows, cmp.simulated, cmp.errors()
     print(
@@ -112,12 +136,11 @@ def _print_json(
                 "tolerance": tol,
                 "rows": [
                     {
-                        "row": m.name,
                         **m.workload,
-                        "measured_us": m.measured_us,
-                        "simulated_us": round(s, 4),
+                        **row_entry(m, round(s, 4)),
                         "error": round(e, 6),
                         "tolerance": t,
+                        "use": m.use,
                     }
                     for m, s, e, t in zip(rows, sim, errs, tols, strict=True)
                 ],
@@ -139,19 +162,23 @@ def _print_json(
 
 def _print_text(
     hardware: str,
-    table: Path,
+    table: str,
     tol: float,
     sp_tol: float,
     cmp: Comparison,
     tols: list[float],
     ok: bool,
 ) -> None:
+    from npusim.calibrate.comparison import unit_label
+
     rows, sim, errs = cmp.rows, cmp.simulated, cmp.errors()
     print(f"{hardware} against {table}")
-    print(f"  {'row':<24}{'measured us':>12}{'simulated us':>14}{'error':>9}")
+    print(f"  {'row':<24}{'measured':>12}{'simulated':>12} {'unit':<5}{'error':>8}")
     for m, s, e, t in zip(rows, sim, errs, tols, strict=True):
         flag = "" if abs(e) <= t else f"  <- outside {100 * t:g}%"
-        print(f"  {m.name:<24}{m.measured_us:>12.1f}{s:>14.2f}{100 * e:>8.1f}%{flag}")
+        note = "  (a prediction: never fitted)" if m.use == "predict" else ""
+        print(f"  {m.name:<24}{m.measured:>12.1f}{s:>12.2f} {unit_label(m):<5}"
+              f"{100 * e:>7.1f}%{flag}{note}")
     own = sorted({t for m, t in zip(rows, tols, strict=True) if m.tolerance is not None})
     print(
         f"  MAPE {100 * cmp.mape():.2f}% (tolerance per row {100 * tol:g}%"

@@ -188,6 +188,9 @@ class Kernel:
     engines: ClassVar[tuple[str, ...]] = ()
     # the option whose values calibration tables compare (cann_sample: the wire format)
     variant: ClassVar[str | None] = None
+    # the family_fields key of the bandwidth (GB/s) the kernel's published tables quote,
+    # which a calibration row's measured_gbps is held to; None: they quote latencies
+    bandwidth: ClassVar[str | None] = None
     # True: the kernel turns its cores' profiling frames into figures (profile_fields);
     # `npusim run --harness-csv` writes the frames of such kernels only
     profiles: ClassVar[bool] = False
@@ -338,6 +341,12 @@ class Family:
                           ) -> list[Arrays] | None:
         """What a correct `kernel` writes (numpy), or None when the family gives none."""
         return None
+
+    def run_fields(self, tiling: Any, runs: Sequence[Any]) -> list[dict[str, Any]]:
+        """Figures of a call that need the other calls of the run (a published time that
+        spans two kernels), one dict per OpRun in run order, merged into its
+        family_fields; none by default."""
+        return [{} for _ in runs]
 
     def next_reads(self, kernel: str, tiling: Any, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:

@@ -256,6 +256,7 @@ KERNEL_TYPES = (
     ("core_kind", _is(str), "a core kind's name (aiv, aic, mix)"),
     ("engines", _NAMES, "a tuple of core kind names"),
     ("variant", _is(str, type(None)), "an option's name or None"),
+    ("bandwidth", _is(str, type(None)), "a family_fields key or None"),
     ("profiles", _is(bool), "True or False"),
 )
 

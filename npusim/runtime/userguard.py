@@ -229,6 +229,15 @@ def field_dict(value: Any) -> str | None:
     return None if ok else "a dict of {name: JSON-able value}"
 
 
+def field_dicts(n: int) -> Check:
+    """One field dict per call of the run (Family.run_fields)."""
+    def check(value: Any) -> str | None:
+        ok = (isinstance(value, (list, tuple)) and len(value) == n
+              and all(field_dict(v) is None for v in value))
+        return None if ok else f"a list of {n} dicts of {{name: JSON-able value}}"
+    return check
+
+
 DEPTH, ITEMS = 32, 10**6  # how deep, and how many values, the report takes of a field
 _LEAVES = (str, bytes, bool, type(None), numbers.Number, np.generic, os.PathLike)
 _KEYS = (str, bool, type(None), numbers.Number)

@@ -54,8 +54,8 @@ def test_op_summary_rows_are_the_mean_of_the_matching_launches(tmp_path):
     rows = read_measurements(s, m)
     assert [r.name for r in rows] == ["my_dispatch", "combine_bs8_none"]
     # the two BS 8 dispatch launches (30 and 34 us); the BS 256 one has other shapes
-    assert rows[0].measured_us == pytest.approx(32.0)
-    assert rows[1].measured_us == pytest.approx(40.5)
+    assert rows[0].measured == pytest.approx(32.0)
+    assert rows[1].measured == pytest.approx(40.5)
     assert rows[0].tolerance is None and rows[1].tolerance == pytest.approx(0.15)
     assert rows[0].workload["bs"] == 8 and rows[1].op == "combine"
     for r in rows:  # the rows' scenarios build as validate simulates them
@@ -149,7 +149,7 @@ def test_the_a3_table_holds_the_published_rows_and_its_scenarios_build(tmp_path)
         ("combine", 16): 135,
         ("combine", 32): 151,
     }
-    assert {(m.op, m.workload["ep_world_size"]): m.measured_us for m in rows} == published
+    assert {(m.op, m.workload["ep_world_size"]): m.measured for m in rows} == published
     for m in rows:
         w = m.workload
         # the kernels measured: DeepEP's MoeLowLatencyDispatchV2 / CombineV2
@@ -185,7 +185,8 @@ def test_rows_of_one_run_share_its_simulation_and_read_their_own_op(monkeypatch,
 
     def fake(job):
         runs.append(job[0]["workload"]["op"])
-        return [1.5, 2.5] if job[0]["workload"]["op"] == "dispatch_combine" else [1.0]
+        us = [1.5, 2.5] if job[0]["workload"]["op"] == "dispatch_combine" else [1.0]
+        return [(t, {}) for t in us]
 
     monkeypatch.setattr(cal, "simulate_row", fake)
     got = cal.simulate_table(read_table(table), "atlas_a3", {}, "t", workers=1)

@@ -160,8 +160,27 @@ def _bandwidth(t: DeepepTiling, run: Any, rows_name: str, ll_bytes: int) -> dict
             **ll.bandwidth_fields([t.BS * t.K] * t.W, ll_bytes, ns)}
 
 
+def buffer_dispatch_fields(runs: Any) -> list[dict[str, Any]]:
+    """test_intranode times `buffer.dispatch`, notify_dispatch included: where notify_dispatch
+    ran just before the normal dispatch, the dispatch's bottleneck bandwidth is rank 0's
+    bytes over both kernels' device time (the host's `.item()` between them is not
+    modelled); `kernel_bandwidth_gbps` keeps the kernel's own."""
+    out: list[dict[str, Any]] = [{} for _ in runs]
+    for i in range(1, len(runs)):
+        notify, run = runs[i - 1], runs[i]
+        if (notify.op, run.op) != (NOTIFY.name, DISPATCH.name):
+            continue
+        ns = (notify.end_ns - notify.start_ns) + (run.end_ns - run.start_ns)
+        recv = run.family_fields["intranode_bytes"]
+        out[i] = {"kernel_bandwidth_gbps": run.family_fields["bottleneck_bandwidth_gbps"],
+                  "buffer_dispatch_us": round(ns / 1000, 4),
+                  "bottleneck_bandwidth_gbps": round(recv[0] / ns, 2) if ns else 0.0}
+    return out
+
+
 class CamMoeDispatchNormal(Kernel):
     name = "dispatch"
+    bandwidth = "bottleneck_bandwidth_gbps"
     phases = (Phase("input_to_share", "every core: its pairs of the round into the own window"),
               Phase("set_status", "every core: a 32 B flag per expert of its share"),
               Phase("wait_status", "every core: its le*W+src entries"),
@@ -189,6 +208,7 @@ class CamMoeDispatchNormal(Kernel):
 
 class CamMoeCombineNormal(Kernel):
     name = "combine"
+    bandwidth = "bottleneck_bandwidth_gbps"
     phases = (Phase("copy_to_share", "every core: its received rows to their sources' windows "
                     "and a flag each"),
               Phase("read_from_remote", "every core: its tokens' K flags, weighted sum"),
@@ -293,6 +313,9 @@ class DeepEP(Family):
 
     def window(self, tiling: DeepepTiling) -> Any:
         return tiling.window
+
+    def run_fields(self, tiling: Any, runs: Any) -> list[dict[str, Any]]:
+        return buffer_dispatch_fields(runs)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
