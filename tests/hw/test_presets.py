@@ -164,13 +164,42 @@ def test_the_a3_levels_are_msmodelings_a3_interconnect():
 
 
 def test_the_a2_is_a_full_mesh_of_28_gbps_links_and_roce():
-    """A2: 8 cards, 7 HCCS links each (196 GB/s per card = 7 x 28), RoCE 25 GB/s per card
-    (one 200GE port: 200 / 8), grid (128, 8)."""
+    """A2: 8 cards, 7 HCCS links each of 56 GB/s both ways (392 GB/s per card; one way 196 =
+    7 x 28), RoCE 25 GB/s per card (one 200GE port: 200 / 8), grid (128, 8); the 910B3's
+    20 AIC + 40 AIV (catlass AscendC910B3 MaxBlock / MaxAivBlock), UB 192 KiB."""
     hw = load_hardware("atlas_a2")
     server, cluster = hw.fabric.levels
-    assert (server.dies, server.sharing, server.link_gbps * 7) == (8, "pair", 196)
+    assert (server.dies, server.sharing, server.link_gbps * 2) == (8, "pair", 56)
+    assert server.link_gbps * 7 * 2 == 392
     assert (cluster.dies, cluster.sharing, cluster.egress_gbps) == (128 * 8, "die", 200 / 8)
-    assert (hw.chip.aiv_cores, hw.ub.bytes) == (48, 192 * 1024)
+    assert (hw.aic.cores, hw.chip.aiv_cores, hw.ub.bytes) == (20, 2 * 20, 192 * 1024)
+
+
+def test_the_a2_clock_is_the_910b3_bf16_peak_over_its_cubes():
+    """msmodeling's A2_313T_64G: 294.9 TFLOPS BF16 over 20 cube cores of 4096 MACs (2 flops
+    each) per cycle is 1.8 GHz, to the profile's 0.1 TFLOPS."""
+    hw = load_hardware("atlas_a2")
+    tflops = hw.aic.cores * hw.aic.cube_fp16_macs_per_cycle * 2 * hw.chip.clock_ghz / 1000
+    assert tflops == pytest.approx(294.9, abs=0.05)
+
+
+def _calibrated_fits(name: str) -> dict[str, str]:
+    """Every calibrated key of a shipped preset and the fit report it names."""
+    return {key: prov.fields["fit"] for key, (_, _, prov) in load_provenance(name).items()
+            if prov is not None and prov.kind == "calibrated"}
+
+
+def test_the_a2_copies_no_value_fitted_on_the_a3():
+    """No A2 value is calibrated by a fit of the A3's (its table is the A3's, not the A2's),
+    and none of the keys the A3 fitted copies the A3 by same_as: each says why on its own."""
+    a3_fits = _calibrated_fits("atlas_a3")
+    assert a3_fits, "the A3 preset has fitted values to guard against"
+    a2 = load_provenance("atlas_a2")
+    by_a3_fit = [k for k, fit in _calibrated_fits("atlas_a2").items()
+                 if fit in set(a3_fits.values())]
+    copied = [k for k in a3_fits if k in a2 and a2[k][2] is not None
+              and a2[k][2].fields.get("same_as") == "atlas_a3"]
+    assert (by_a3_fit, copied) == ([], [])
 
 
 def test_a_sourced_value_that_drifts_from_its_figure_fails(tmp_path):

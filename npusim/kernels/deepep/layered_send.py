@@ -71,24 +71,26 @@ def reorder_tokens(ctx: KernelContext, t: LayeredTiling) -> Wait:
     ids = ctx.ub_read(ids_buf, I32, BS * K, ops=0).reshape(BS, K)
     item = t.shape.np_dtype.itemsize
     quant = t.quant == "int8"
-    one = t.struct_len + (max(t.struct_len, H * item) - t.struct_len + 4 * H if quant else 0)
-    per_ub = max(1, t.token_ub_size // one)
     rec = t.struct_len
+    # quantTokenUBSize: quantising, the tokens are loaded into the structs' own buffer (as
+    # bf16, so a token's slot is the larger of the two) and cast from there to fp32
+    slot = max(rec, H * item) if quant else rec
+    per_ub = max(1, t.token_ub_size // (slot + (4 * H if quant else 0)))
     x, flags, out = ctx.tensor("x"), ctx.tensor("token_addr_flag_struct"), \
         ctx.tensor("windows_out")
     tok = start
     while tok < end:
         n = min(per_ub, end - tok)
         ctx.ub.reset()
-        structs = ctx.alloc("token_struct", align_up(n * rec, 32))
-        # the expert ids' padding and the scale lane hold whatever UB held; zeros here
+        structs = ctx.alloc("token_struct", align_up(n * slot, 32))
+        # the expert ids' padding and the scale lane hold whatever UB held; zeros here, or
+        # the loaded tokens' bytes when quantising
         ctx.ub_write(structs, 0, np.zeros(n * rec, np.uint8), ops=0)
         if quant:
-            src = ctx.alloc("token_in", align_up(n * H * item, 32))
-            yield from ctx.wait(ctx.copy_in(src, x, tok * H * item, n * H * item,
+            yield from ctx.wait(ctx.copy_in(structs, x, tok * H * item, n * H * item,
                                             name="load_token"))
             yield from ctx.drain()
-            quant_process(ctx, t, src, structs, n)
+            quant_process(ctx, t, structs, structs, n)
         else:
             ctx.copy_in(structs, x, tok * H * item, n * H * item, dst_offset=t.token_offset,
                         name="load_token", strided=Strided(n, H * item, 0, rec - H * item))

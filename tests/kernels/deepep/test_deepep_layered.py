@@ -51,10 +51,29 @@ def _struct_len(quant: str) -> int:
 @pytest.mark.parametrize("quant", ["int8", "bf16"])
 def test_layered_dispatch_matches_reference(tmp_path: Path, quant: str) -> None:
     sc = _scenario(tmp_path, quant=quant)
-    inputs, res = _run(sc)
+    _assert_dispatch_matches(sc, *_run(sc), quant, BS)
+
+
+def test_int8_tokens_load_into_their_structs_buffer(tmp_path: Path) -> None:
+    """Quantising, ReorderTokens loads a core's tokens into the structs' own buffer, a slot of
+    max(struct, 2H) each, and casts them to fp32 beside it: 32 tokens per core (BS 256 over
+    8 AIV) go 30 at a time, (190 KiB - 8 KiB - the int16 ids) // (2H + 4H), in the 192 KiB
+    UB, where a bf16 buffer of their own beside the structs would overflow it."""
+    bs, cores = 256, 8
+    rec = _struct_len("int8")
+    per_ub = (190 * 1024 - 8 * 1024 - bs * K * 2) // (2 * H + 4 * H)
+    assert per_ub < bs // cores and per_ub * (rec + 2 * H + 4 * H) > 192 * 1024
+    sc = _scenario(tmp_path, quant="int8", bs=bs,
+                   overrides={**BIG_WINDOW, "chip.aiv_cores": cores})
+    _assert_dispatch_matches(sc, *_run(sc), "int8", bs)
+
+
+def _assert_dispatch_matches(sc, inputs, res, quant: str, bs: int) -> None:
+    """The layered dispatch's outputs against mc2's reference of the V2 dispatch and the
+    family's reference of the combine's reduce info."""
     assert [r.op for r in res.ops] == ["low_latency_dispatch_layered"]
     got = res.ops[0].outputs
-    shape = mref.mc2_shape(W, (BS,) * W, H, K, E)
+    shape = mref.mc2_shape(W, (bs,) * W, H, K, E)
     ins = [mref.DispatchInputs(a["x"], a["topk_idx"].astype(np.int32)) for a in inputs]
     want = mref.reference_dispatch(shape, ins, "int8" if quant == "int8" else "none", 1)
     idxs = [a["topk_idx"] for a in inputs]
@@ -67,7 +86,7 @@ def test_layered_dispatch_matches_reference(tmp_path: Path, quant: str) -> None:
             assert d["packed_recv_x_scales"][:n].tobytes() == wv.dynamic_scales[:n].tobytes()
         assert np.array_equal(d["packed_recv_count"], wv.expert_token_nums), r
         assert np.array_equal(d["layout_range"][:E], wv.ep_recv_count), r
-        tail = ref.layered_reduce_info(idxs, r, L, W * BS, cores)
+        tail = ref.layered_reduce_info(idxs, r, L, W * bs, cores)
         assert d["layout_range"][E:].tobytes() == tail[E:].tobytes(), r
 
 
