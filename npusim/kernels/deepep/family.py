@@ -524,9 +524,15 @@ class DeepEP(Family):
             return [{"x": a["x"], "expert_ids": a["topk_idx"].astype(I32),
                      "send_token_idx_small": lo["send_token_idx_small"], **n}
                     for a, lo, n in zip(inputs, lay, note, strict=True)]
-        disp = previous if previous is not None else self._reference_dispatch(t, inputs)
+        if t.timing_only:  # the simulated records carry no triple (dispatch.fill_triple)
+            triples = self._expand_idx(t, inputs)
+            disp = previous if previous is not None else [
+                {"recv_x": np.zeros((t.rows_capacity, t.H), t.out_dtype)} for _ in inputs]
+        else:
+            disp = previous if previous is not None else self._reference_dispatch(t, inputs)
+            triples = [d["expand_idx"] for d in disp]
         res = []
-        for a, n, d in zip(inputs, note, disp, strict=True):
+        for a, n, d, idx in zip(inputs, note, disp, triples, strict=True):
             rows = d["recv_x"]
             if t.quant == "int8":  # per_token_cast_back: fp32(q) * scale, to bf16
                 full = np.zeros((t.rows_capacity, t.H), t.shape.np_dtype)
@@ -535,7 +541,7 @@ class DeepEP(Family):
                     full[:m] = (rows[:m].astype(F32) * d["dynamic_scales"][:m, None]).astype(
                         t.shape.np_dtype)
                 rows = full
-            res.append({"x": rows, "expand_idx": d["expand_idx"],
+            res.append({"x": rows, "expand_idx": idx,
                         "ep_recv_count": n["recv_count"].sum(axis=0).astype(I32),
                         "topk_idx": a["topk_idx"].astype(I32), "topk_weights": a["topk_weights"]})
         return res
@@ -543,17 +549,15 @@ class DeepEP(Family):
     def _reference_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
         got = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs],
                            self._sizes(t), t.quant)
-        res = []
-        for o in got:
-            n = o["recv_x"].shape[0]
-            rows = np.zeros((t.rows_capacity, t.H), o["recv_x"].dtype)
-            rows[:n] = o["recv_x"]
-            sc = np.zeros(t.rows_capacity, F32)
-            sc[:n] = o["dynamic_scales"]
-            idx = np.zeros(3 * t.rows_capacity, I32)
-            idx[:3 * n] = o["expand_idx"]
-            res.append({"recv_x": rows, "dynamic_scales": sc, "expand_idx": idx})
-        return res
+        cap = t.rows_capacity
+        return [{"recv_x": _padded(o["recv_x"], cap),
+                 "dynamic_scales": _padded(o["dynamic_scales"], cap),
+                 "expand_idx": _padded(o["expand_idx"], 3 * cap)} for o in got]
+
+    def _expand_idx(self, t: DeepepTiling, inputs: list[Arrays]) -> list[np.ndarray]:
+        """Every rank's expand_idx from the routing alone: what a timing-only combine reads."""
+        got = ref.source_triples([a["topk_idx"] for a in inputs], self._sizes(t))
+        return [_padded(tr.reshape(-1), 3 * t.rows_capacity) for tr in got]
 
     def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
@@ -577,6 +581,13 @@ class DeepEP(Family):
             for name in ("num_tokens_per_expert", "send_token_idx_small"):
                 h.update(np.ascontiguousarray(o[name], I32).tobytes())
         return h.digest()
+
+
+def _padded(a: np.ndarray, rows: int) -> np.ndarray:
+    """`a` in the first rows of a zero tensor of `rows` rows (a GM output's capacity)."""
+    out = np.zeros((rows, *a.shape[1:]), a.dtype)
+    out[:a.shape[0]] = a
+    return out
 
 
 FAMILY = DeepEP()

@@ -95,32 +95,35 @@ def int8_quantize(row: np.ndarray) -> tuple[np.ndarray, F32]:
     return q, F32(F32(1.0) / d)
 
 
+def source_triples(idxs: list[np.ndarray], s: Sizes) -> list[np.ndarray]:
+    """Every rank's received (source rank, token, k), ordered by (local expert, source rank,
+    token): the handle's recv_src_idx, from the routing alone (one stable sort by expert of
+    the pairs in (source, token, k) order, so a large EP costs no Python loop per pair)."""
+    experts = np.concatenate([np.asarray(i).reshape(-1) for i in idxs]).astype(np.int64)
+    src = np.concatenate([np.full(np.asarray(i).size, r, np.int32) for r, i in enumerate(idxs)])
+    within = np.concatenate([np.arange(np.asarray(i).size) for i in idxs])
+    keep = (experts >= 0) & (experts < s.E)
+    order = np.flatnonzero(keep)[np.argsort(experts[keep], kind="stable")]
+    triple = np.stack([src[order], within[order] // s.K, within[order] % s.K], axis=1)
+    bounds = np.searchsorted(experts[order], np.arange(s.W + 1) * s.L)
+    return [triple[bounds[me]:bounds[me + 1]].astype(np.int32) for me in range(s.W)]
+
+
 def dispatch(xs: list[np.ndarray], idxs: list[np.ndarray], s: Sizes, quant: str
              ) -> list[dict[str, np.ndarray]]:
-    """Every rank's received rows ordered by (local expert, source rank, token), each with
-    its (source rank, token, k) and, for int8, its scale."""
-    W, L = s.W, s.L
+    """Every rank's received rows in source_triples' order, each with its (source rank,
+    token, k) and, for int8, its scale."""
     out = []
-    for me in range(W):
-        pairs = []
-        for src in range(W):
-            for t in range(idxs[src].shape[0]):
-                for k in range(s.K):
-                    e = int(idxs[src][t, k])
-                    if 0 <= e < s.E and e // L == me:
-                        pairs.append((e % L, src, t, k))
-        pairs.sort()
-        n = len(pairs)
-        h = xs[0].shape[1]
+    h = xs[0].shape[1]
+    for triple in source_triples(idxs, s):
+        n = triple.shape[0]
         rows = np.zeros((n, h), np.int8 if quant == "int8" else xs[0].dtype)
         scales = np.zeros(n, F32)
-        triple = np.zeros((n, 3), np.int32)
-        for i, (_le, src, t, k) in enumerate(pairs):
+        for i, (src, t, _k) in enumerate(triple):
             if quant == "int8":
                 rows[i], scales[i] = int8_quantize(xs[src][t])
             else:
                 rows[i] = xs[src][t]
-            triple[i] = (src, t, k)
         out.append({"recv_x": rows, "dynamic_scales": scales, "expand_idx": triple.reshape(-1)})
     return out
 
