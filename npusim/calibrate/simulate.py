@@ -17,12 +17,15 @@ def row_doc(m: Measurement, hardware: str, overrides: dict[str, Any]) -> dict[st
     workload = dict(m.workload)
     workload["op"] = timed_ops(family_of(workload), workload)[m.op][0]
     workload["timing_only"] = True
-    return {
+    doc = {
         "name": m.name,
         "hardware": hardware,
         "hardware_overrides": {**m.hardware, **overrides},
         "workload": workload,
     }
+    if m.run:
+        doc["run"] = dict(m.run)
+    return doc
 
 
 def simulate_row(args: tuple[dict[str, Any], str]) -> list[tuple[float, dict[str, Any]]]:

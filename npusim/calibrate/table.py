@@ -22,8 +22,9 @@ INT_FIELDS = ("bs", "h", "k", "ep_world_size", "experts_per_rank")
 MEASURED = {"measured_us": "us", "measured_gbps": "gbps"}
 OPTIONAL = ("source", "label", "routing", "kernel", "tolerance_pct", "use")
 USES = ("fit", "predict")  # predict: validate reports the row, calibrate never fits it
-# a column hw.<preset key> sets that key for the row alone (a window the shape needs)
-HW_PREFIX = "hw."
+# a column hw.<preset key> sets that key for the row alone (a window the shape needs), and
+# run.<key> the row's run option (a wall-clock guard longer than the default hour)
+HW_PREFIX, RUN_PREFIX = "hw.", "run."
 TARGETS_DIR = targets_dir()  # package data (npusim._data.configs/targets)
 
 
@@ -72,6 +73,7 @@ class Measurement:
     unit: str = "us"
     use: str = "fit"  # "predict": never fitted, only reported (a prediction)
     hardware: dict[str, float] = field(default_factory=dict)  # the row's own preset keys
+    run: dict[str, float] = field(default_factory=dict)  # the row's own run options
 
     @property
     def column(self) -> str:
@@ -141,7 +143,7 @@ def _check_columns(src: str, cols: list[str]) -> None:
             f"{', '.join(WORKLOAD_FIELDS)} and {' or '.join(MEASURED)}",
         )
     known = (*WORKLOAD_FIELDS, *MEASURED, *OPTIONAL, *option_columns())
-    extra = [c for c in cols if c not in known and not c.startswith(HW_PREFIX)]
+    extra = [c for c in cols if c not in known and not c.startswith((HW_PREFIX, RUN_PREFIX))]
     if extra:
         raise InputError(src, extra[0], f"unknown column; allowed: {', '.join(known)}")
 
@@ -168,16 +170,17 @@ def _measurement(rec: dict[str, Any], cols: list[str], src: str, where: str) -> 
         _row_tolerance(rec.get("tolerance_pct"), src, where),
         MEASURED[column],
         use,
-        _row_hardware(rec, cols, src, where),
+        _prefixed(rec, cols, HW_PREFIX, src, where),
+        _prefixed(rec, cols, RUN_PREFIX, src, where),
     )
 
 
-def _row_hardware(rec: dict[str, Any], cols: list[str], src: str, where: str
-                  ) -> dict[str, float]:
-    """The row's hw.<key> cells (blank: the preset's value); the scenario built from the
-    row checks each key and value as it checks hardware_overrides."""
+def _prefixed(rec: dict[str, Any], cols: list[str], prefix: str, src: str, where: str
+              ) -> dict[str, float]:
+    """The row's <prefix><key> cells (blank: the default); the scenario built from the
+    row checks each key and value as it checks hardware_overrides and run."""
     out: dict[str, float] = {}
-    for c in (c for c in cols if c.startswith(HW_PREFIX)):
+    for c in (c for c in cols if c.startswith(prefix)):
         v = (rec.get(c) or "").strip()
         if not v:
             continue
@@ -187,7 +190,7 @@ def _row_hardware(rec: dict[str, Any], cols: list[str], src: str, where: str
             x = math.nan
         if not math.isfinite(x):
             raise InputError(src, f"{where}.{c}", f"{v!r}; allowed: a finite number")
-        out[c[len(HW_PREFIX):]] = int(x) if x.is_integer() else x
+        out[c[len(prefix):]] = int(x) if x.is_integer() else x
     return out
 
 

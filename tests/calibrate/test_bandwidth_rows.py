@@ -21,7 +21,7 @@ from npusim.kernels.deepep.family import buffer_dispatch_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = ("op,bs,h,k,ep_world_size,experts_per_rank,dtype,measured_us,measured_gbps,kernel,mode,"
-        "quant,label,use,hw.window.bytes\n")
+        "quant,label,use,hw.window.bytes,run.wall_time_limit_s\n")
 SMALL = "16,1024,4,4,4,bfloat16"
 
 
@@ -34,16 +34,18 @@ def _table(tmp: Path, *rows: str, head: str = HEAD) -> Path:
 def test_a_bandwidth_row_reads_with_its_unit_use_and_own_preset_keys(tmp_path):
     rows = read_table(_table(
         tmp_path,
-        f"dispatch,{SMALL},,146,deepep,normal,int8,d,fit,2147483648",
-        f"combine,{SMALL},,81,deepep,normal,int8,c,predict,",
-        f"dispatch,{SMALL},132,,deepep,low_latency,int8,ll,,",
+        f"dispatch,{SMALL},,146,deepep,normal,int8,d,fit,2147483648,7200",
+        f"combine,{SMALL},,81,deepep,normal,int8,c,predict,,",
+        f"dispatch,{SMALL},132,,deepep,low_latency,int8,ll,,,",
     ))
     assert [(m.unit, m.measured, m.use) for m in rows] == [
         ("gbps", 146.0, "fit"), ("gbps", 81.0, "predict"), ("us", 132.0, "fit")]
     assert rows[0].hardware == {"window.bytes": 2**31} and rows[1].hardware == {}
-    # the row's own key reaches its scenario; a fitted value of the same key would win
+    assert rows[0].run == {"wall_time_limit_s": 7200} and rows[1].run == {}
+    # the row's own keys reach its scenario; a fitted value of the same key would win
     doc = row_doc(rows[0], "atlas_a3", {"mte.put_gbps": 20.0})
     assert doc["hardware_overrides"] == {"window.bytes": 2**31, "mte.put_gbps": 20.0}
+    assert doc["run"] == {"wall_time_limit_s": 7200} and "run" not in row_doc(rows[1], "x", {})
 
 
 @pytest.mark.parametrize("row, key", [
@@ -53,6 +55,7 @@ def test_a_bandwidth_row_reads_with_its_unit_use_and_own_preset_keys(tmp_path):
     (f"dispatch,{SMALL},,-3,deepep,normal,int8,d,,", "row 2.measured_gbps"),
     (f"dispatch,{SMALL},,146,deepep,normal,int8,d,always,", "row 2.use"),
     (f"dispatch,{SMALL},,146,deepep,normal,int8,d,,inf", "row 2.hw.window.bytes"),
+    (f"dispatch,{SMALL},,146,deepep,normal,int8,d,,,x", "row 2.run.wall_time_limit_s"),
     # the low-latency kernels are timed in us: no bandwidth figure to hold a GB/s row to
     (f"dispatch,{SMALL},,146,deepep,low_latency,int8,d,,", "row 2.measured_gbps"),
 ])
@@ -160,6 +163,11 @@ def test_a_shipped_table_is_found_by_name(tmp_path):
 
     assert _table_path("atlas_a3_normal").name == "atlas_a3_normal.csv"
     assert _table_path("atlas_a3_normal").is_file()
+    # the shipped normal table: EP 8-32 to fit, EP 64 and 128 predictions only
+    rows = read_table(_table_path("atlas_a3_normal"))
+    assert {m.workload["ep_world_size"]: m.use for m in rows} == {
+        8: "fit", 16: "fit", 32: "fit", 64: "predict", 128: "predict"}
+    assert all(m.unit == "gbps" and m.hardware == {"window.bytes": 2**31} for m in rows)
     mine = tmp_path / "atlas_a3_normal"  # a file of that name in the folder comes first
     mine.write_text("x")
     import os
