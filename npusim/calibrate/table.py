@@ -236,7 +236,7 @@ def _workload(rec: dict[str, Any], cols: list[str], src: str, where: str) -> dic
     w: dict[str, Any] = {}
     for c in WORKLOAD_FIELDS:
         v = (rec.get(c) or "").strip()
-        if c in INT_FIELDS and not v:  # left to the family (checked below)
+        if c != "op" and not v:  # left to the family (checked below)
             continue
         if c in INT_FIELDS:
             try:
@@ -253,9 +253,10 @@ def _workload(rec: dict[str, Any], cols: list[str], src: str, where: str) -> dic
         fam = family_of(w)
     except registry.FamilyError as exc:
         raise InputError(src, f"{where}.kernel", str(exc)) from None
-    blank = [c for c in INT_FIELDS if c not in w]
+    blank = [c for c in (*INT_FIELDS, "dtype") if c not in w]
     if blank and fam.uses_moe_shape:
-        raise InputError(src, f"{where}.{blank[0]}", "must be an integer, got ''")
+        raise InputError(src, f"{where}.{blank[0]}", "must be an integer, got ''"
+                         if blank[0] != "dtype" else "must name a dtype, got ''")
     timed = timed_ops(fam, w)
     if w["op"] not in timed:
         raise InputError(src, f"{where}.op", f"{w['op']!r}; allowed: {', '.join(timed)}")

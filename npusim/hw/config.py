@@ -187,6 +187,9 @@ class SDMAConfig:
     engines: int = field(metadata={"unit": "engines", "min": 1, "max": 64})
     bandwidth_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
     latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    # how long a read of another die's memory holds the engine for its first bytes,
+    # beyond the round trip's flight (npusim.hw.copy_path)
+    read_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,10 @@ class AICPUConfig:
     cores: int = field(metadata={"unit": "cores", "min": 1, "max": 64})
     task_dispatch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
     poll_ns: float = field(metadata={"unit": "ns", "min": 1.0, "max": 1e7})
+    # an AICPU kernel that writes SQEs into an RTSQ (HIXL's descriptor expansion): its
+    # fixed cost on its stream, and the cost of building and copying in one SQE
+    kernel_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
+    sqe_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
 
 
 @dataclass(frozen=True)
@@ -224,11 +231,15 @@ class HostConfig:
     sockets: int = field(metadata={"unit": "sockets", "min": 1, "max": 64})  # per server
     socket_bytes: int = field(metadata={"unit": "B", "min": 1 << 20, "max": 1 << 50})
     dram_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})  # per socket
-    # a socket's port onto the NPUs' interconnect, each direction
-    cpu_link_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    # what a socket takes in from the NPUs' interconnect (writes into its memory) and
+    # serves out (reads of it): not the same rate
+    write_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
+    read_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
     # a die's path to the host, each direction
     npu_link_gbps: float = field(metadata={"unit": "GB/s", "min": 1e-3, "max": 1e6})
     latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})  # one way
+    # the host thread's cost of one aclrtMemcpyAsync (a task submitted to a stream)
+    memcpy_async_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
 
 
 @dataclass(frozen=True)

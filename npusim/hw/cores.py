@@ -150,7 +150,12 @@ RDMA = CoreKind(
     buffers=(),
 )
 
-KINDS: dict[str, CoreKind] = {k.name: k for k in (AIV, AIC, MIX_AIC_1_2, SDMA, RDMA)}
+# The die's AICPUs (the preset's `aicpu` section): scalar cores a runtime runs its own
+# kernels on (pyPTO's task scheduling, HIXL's descriptor expansion into an RTSQ)
+AICPU = CoreKind("aicpu", "aicpu.cores", pipes=(PipeKind("scalar", "issue", "scalar"),),
+                 buffers=())
+
+KINDS: dict[str, CoreKind] = {k.name: k for k in (AIV, AIC, MIX_AIC_1_2, SDMA, RDMA, AICPU)}
 
 
 def register(kind: CoreKind) -> CoreKind:

@@ -3,8 +3,10 @@
 A server (`host.dies` consecutive ranks) has `host.sockets` CPU sockets; its dies are split
 evenly over them (die d of a server hangs off socket d // (dies / sockets), the NUMA node
 a PE's process runs on). Each socket has DRAM of `host.socket_bytes` and `host.dram_gbps`
-(reads and writes share it) and a port onto the NPUs' interconnect of `host.cpu_link_gbps`
-each way; each die a path to the host of `host.npu_link_gbps` each way. SHMEM's HOST_SIDE
+(reads and writes share it), takes writes in from the NPUs' interconnect at
+`host.write_gbps` and serves reads out at `host.read_gbps` (a socket writes at about half
+the rate it reads: hicann/hixl's D2rH against rH2D); each die has a path to the host of
+`host.npu_link_gbps` each way. SHMEM's HOST_SIDE
 heap of PE p lives in the DRAM of p's socket.
 
 A transfer between die r and the host memory of PE p (a flow of the shared network, so
@@ -174,11 +176,11 @@ class Host:
             server, sock = key
             first = server * self.cfg.dies + sock * (self.cfg.dies // self.cfg.sockets)
             name = f"server{server}.socket{sock}"
-            link, dram = self.cfg.cpu_link_gbps, self.cfg.dram_gbps
+            c = self.cfg
             res = self._socket[key] = (
-                Resource(f"{name}.cpu_in", "host.cpu_in", first, link),
-                Resource(f"{name}.cpu_out", "host.cpu_out", first, link),
-                Resource(f"{name}.dram", "host.dram", first, dram))
+                Resource(f"{name}.cpu_in", "host.cpu_in", first, c.write_gbps),
+                Resource(f"{name}.cpu_out", "host.cpu_out", first, c.read_gbps),
+                Resource(f"{name}.dram", "host.dram", first, c.dram_gbps))
             self._listed += res
         return res
 
@@ -222,4 +224,5 @@ def lone_path(cfg: HardwareConfig, rank: int, pe: int, write: bool) -> tuple[flo
     cross = rank // host.dies != pe // host.dies
     latency = host.latency_ns + ((server_latency_ns(cfg) or 0.0) if cross else 0.0)
     return (latency if write else 2 * latency,
-            min(host.npu_link_gbps, host.cpu_link_gbps, host.dram_gbps))
+            min(host.npu_link_gbps, host.write_gbps if write else host.read_gbps,
+                host.dram_gbps))

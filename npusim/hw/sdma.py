@@ -62,21 +62,22 @@ def route(machine: Machine, rank: int, dst_rank: int, nbytes: int) -> tuple[tupl
 def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
         dst_offset: int, nbytes: int, at: float, name: str = "sdma", engine: int = 0,
         fenced: bool = False, landed: Callable[[float], None] | None = None,
-        core: int = 0, via: tuple[tuple, float] | None = None) -> Op:
+        core: int = 0, via: Path | None = None, count: bool | None = None) -> Op:
     """One SQE of rank `rank`'s engine, at its engine from time `at` (the doorbell):
     copy `nbytes` from `src` to `dst` (either may be on any rank). The returned op
     completes when the bytes have landed; `landed(t)` runs then. The detailed trace
-    shows it on lane "sdma" of `core`, the core that posted it. `via` (resources, flight
-    latency) replaces the die-to-die route: a copy to or from host memory
-    (npusim.hw.host), whose bytes are not counted as sent to another rank."""
-    if via is not None:
-        path, latency = via[0], machine.cfg.sdma.latency_ns + via[1]
-    else:
-        path, latency = route(machine, rank, dst.rank, nbytes)
+    shows it on lane "sdma" of `core`, the core that posted it. `via` replaces the
+    die-to-die route with a path of npusim.hw.copy_path (to or from host memory, whose
+    bytes are not counted as sent to another rank unless `count`, or a read of another
+    die's GM)."""
+    if count is None:
+        count = via is None
+    if via is None:
+        links, latency = route(machine, rank, dst.rank, nbytes)
+        via = Path(links, latency, machine.cfg.sdma.bandwidth_gbps)
     return queued_copy(machine, engine_pipe(machine, rank, engine), KIND, rank, src,
-                       src_offset, dst, dst_offset, nbytes, at,
-                       Path(path, latency, machine.cfg.sdma.bandwidth_gbps), name,
-                       fenced=fenced, landed=landed, core=core, count=via is None)
+                       src_offset, dst, dst_offset, nbytes, at, via, name,
+                       fenced=fenced, landed=landed, core=core, count=count)
 
 
 @dataclass(frozen=True)

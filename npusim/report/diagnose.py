@@ -71,7 +71,7 @@ def _imbalance(op: Mapping[str, Any], caps: Mapping[tuple[str, bool], float]
         for rank in op.get("ranks", []):
             for core in rank.get("cores", []):
                 if phase in core.get("phases", {}):
-                    us = max(_stream_us(core, phase, caps).values())
+                    us = max(_stream_us(core, phase, caps).values(), default=0.0)
                     rows.append((us, -rank["rank"], -core["core"], rank["rank"], core))
         if len(rows) < 3:
             continue

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from npusim.hw import sdma as engine
+from npusim.hw.copy_path import Memory, engine_copy
 from npusim.hw.cores import pipe_cap
 from npusim.hw.host import HostRegion, Path, host_of
 from npusim.hw.memory import Region
@@ -262,10 +263,9 @@ class HostSdma(Sdma):
         for so, do, n in pieces:
             ctx._check_gm(src, so, n, name)
             ctx._check_gm(host, do, n, name)
-        path = write_path(ctx, host)
-        total = sum(n for _, _, n in pieces)
-        yield from self._post(src, host, pieces, (*ctx.rank.read_path(total), *path.resources),
-                              path, f"{name} {path.kind}")
+        kind = write_path(ctx, host).kind
+        yield from self._post(src, host, pieces, Memory(ctx.rank_id), Memory(pe, True), kind,
+                              f"{name} {kind}")
 
     def get_batch_host(self, pe: int, dst: Region, src: Region,
                        pieces: list[tuple[int, int, int]], name: str = "sdma_get") -> Wait:
@@ -281,26 +281,27 @@ class HostSdma(Sdma):
         for so, do, n in pieces:
             ctx._check_gm(host, so, n, name)
             ctx._check_gm(dst, do, n, name)
-        path = read_path(ctx, host)
-        total = sum(n for _, _, n in pieces)
-        yield from self._post(host, dst, pieces, (*path.resources, *ctx.rank.write_path(total)),
-                              path, f"{name} {path.kind}")
+        kind = read_path(ctx, host).kind
+        yield from self._post(host, dst, pieces, Memory(pe, True), Memory(ctx.rank_id), kind,
+                              f"{name} {kind}")
 
     def _post(self, src: Region, dst: Region, pieces: list[tuple[int, int, int]],
-              resources: tuple, path: Path, name: str) -> Wait:
-        """runtime.sdma's post sequence for a batch of SQEs on `resources`."""
+              a: Memory, b: Memory, kind: str, name: str) -> Wait:
+        """runtime.sdma's post sequence for a batch of SQEs from memory `a` to `b`, each on
+        its engine path (npusim.hw.copy_path: the host legs hold the engine)."""
         ctx = self.ctx
         yield from self._set_value(0, 1, "sdma send flag")
         self._sq_tail()
         for _ in pieces:
             yield from self._fill_sqe()
         pipe = engine.engine_pipe(ctx.machine, ctx.rank_id, self.engine)
-        remote = path.kind not in ("D2H", "H2D")
+        remote = kind not in ("D2H", "H2D")
 
         def post(at: float) -> None:
             for so, do, n in pieces:
+                via = engine_copy(ctx.machine, ctx.rank_id, a, b, n)
                 engine.sqe(ctx.machine, ctx.rank_id, src, so, dst, do, n, at, name,
-                           self.engine, core=ctx.core_id, via=(resources, path.latency_ns))
+                           self.engine, core=ctx.core_id, via=via)
                 ctx._count(pipe, name, n, remote)
 
         yield from self._ring(post)

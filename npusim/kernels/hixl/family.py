@@ -1,11 +1,13 @@
-"""Family ``hixl``: HIXL's one-sided D2rH (put) / rH2D (get) of KV blocks between servers.
+"""Family ``hixl``: HIXL's one-sided transfers between an initiator die and a target
+process's device or host memory, in any of the eight directions hicann/hixl's benchmark
+measures (D2rD, rD2D, D2rH, rH2D, H2rH, rH2H, H2rD, rD2H), on one server or two.
 
-The setups of the cann-recipes-infer article "NPU DeepSeek SHMEM通信优化实践" (results as images
-only): one card to one card across two servers with 8784 KiB blocks (DeepSeek-R1's 61 x (128
-KiB + 16 KiB)); 16 cards 1:1; large blocks. 100 transfers, the first dropped. Tensors: `kv`
-on each local die (device GM), `remote_kv` in the paired remote process's host memory
-(HOST_SIDE, npusim.hw.host). The report gives latency per transfer, GB/s per pair, and which
-host links the concurrent pairs share."""
+Two forms of a transfer: the benchmark's (`block_bytes`: `total_bytes`, 128 MiB, in blocks
+of that size, one TransferSync) and the cann-recipes-infer article's KV block (61 layers x
+(128 KiB latent + 16 KiB rope), 100 transfers, the first dropped). Tensors: `kv` on each
+initiator (its device GM, or its host memory for H2r* / r*2H) and `remote_kv` on each
+target (its GM, or its host memory for *2rH / rH2*). The report gives latency per
+transfer, GB/s per pair, and what bounds it."""
 
 from __future__ import annotations
 
@@ -14,32 +16,42 @@ from typing import Any
 
 import numpy as np
 
-from npusim.hw.host import capacity_problem, lone_path, path_problem, socket_of
+from npusim.hw.host import capacity_problem, path_problem, socket_of
 from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
-from npusim.kernels.hixl.transfer import HixlTiling, transfer_program
+from npusim.kernels.hixl.bound import bound_fields
+from npusim.kernels.hixl.transfer import PATHS, HixlTiling, resolve, transfer_program
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow
 
+# what each transport carries (hicann/hixl benchmarks/performance.md, A3: 不支持 elsewhere)
+TRANSPORTS: dict[str, tuple[str, ...]] = {
+    "fabric_mem": tuple(PATHS),
+    "hccs": ("D2rD", "rD2D", "H2rD", "rD2H"),
+}
+EXPANSIONS = {"fabric_mem": ("aicpu", "host"), "hccs": ("aicpu",)}
+
 
 def _local(t: HixlTiling, r: int) -> tuple[int, ...]:
-    return (t.block_bytes,) if r < t.pairs else (0,)
+    return (t.nbytes,) if t.remote_of(r) is not None else (0,)
 
 
 def _remote(t: HixlTiling, r: int) -> tuple[int, ...]:
-    return (t.block_bytes,) if t.remote_first <= r < t.world else (0,)
+    return (t.nbytes,) if t.is_target(r) else (0,)
 
 
-KV = TensorSpec("kv", const(np.uint8), _local, "[block bytes] the KV block on the local die")
-REMOTE_KV = TensorSpec("remote_kv", const(np.uint8), _remote,
-                       "[block bytes] HOST_SIDE: the block in the remote process's DRAM")
+KV = TensorSpec("kv", const(np.uint8), _local, "[bytes] the initiator's buffer (its GM, or "
+                "its host memory for H2r* and r*2H)")
+REMOTE_KV = TensorSpec("remote_kv", const(np.uint8), _remote, "[bytes] the target's buffer "
+                       "(its GM, or its host memory for *2rH and rH2*)")
 
 
-def transfer_fields(t: HixlTiling, frames: Sequence[Sequence[Mapping[str, Any]]],
-                    direction: str) -> dict[str, Any]:
+def transfer_fields(t: HixlTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
+                    ) -> dict[str, Any]:
     """Latency per transfer (the first dropped when there are more), GB/s per pair and in
-    all, and the remote host links the pairs share."""
+    all, what bounds it, and the target sockets the pairs share."""
     per_pair, firsts = [], []
-    for r in range(t.pairs):
+    for pair in range(t.pairs):
+        r = t.local_of(pair)
         f = frames[r][0] if r < len(frames) and frames[r] else {}
         spans = [f[k][1] - f[k][0] for k in (f"transfer{i}" for i in range(t.transfers))
                  if k in f]
@@ -49,53 +61,64 @@ def transfer_fields(t: HixlTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
         kept = spans[1:] if len(spans) > 1 else spans
         per_pair.append(sum(kept) / len(kept))
     mean = sum(per_pair) / len(per_pair) if per_pair else 0.0
-    host = t.hw.host
-    sockets: dict[str, int] = {}
-    for r in range(t.pairs):
-        server, sock = socket_of(host, t.remote_first + r)
-        key = f"server{server}.socket{sock}"
-        sockets[key] = sockets.get(key, 0) + 1
-    latency, gbps = lone_path(t.hw, 0, t.remote_first, direction == "put")
-    port = "cpu_in" if direction == "put" else "cpu_out"
-    most = max(sockets.values()) if sockets else 0
-    return {
-        "block_bytes": t.block_bytes, "descriptors": len(t.pieces()),
+    out = {
+        "path": t.path, "transport": t.transport, "expansion": t.expansion,
+        "servers": t.servers, "bytes_per_transfer": t.nbytes,
+        "block_bytes": t.block_bytes or t.nbytes, "descriptors": len(t.pieces()),
         "transfers_timed": max(1, t.transfers - 1),
         "latency_us": mean / 1000.0, "latency_us_first": (sum(firsts) / len(firsts) / 1000.0
                                                           if firsts else 0.0),
         "latency_us_max_pair": max(per_pair) / 1000.0 if per_pair else 0.0,
-        "gbps_per_pair": t.block_bytes / mean if mean else 0.0,
-        "gbps_total": t.pairs * t.block_bytes / mean if mean else 0.0,
-        "path": "D2rH" if direction == "put" else "rH2D",
-        "lone_latency_us": (latency + t.hw.sdma.latency_ns) / 1000.0,
-        "lone_gbps": min(gbps, t.hw.sdma.bandwidth_gbps),
+        "gbps_per_pair": t.nbytes / mean if mean else 0.0,
+        "gbps_total": t.pairs * t.nbytes / mean if mean else 0.0,
+        **bound_fields(t),
+    }
+    if t.remote_host:
+        out.update(_sockets(t))
+    return out
+
+
+def _sockets(t: HixlTiling) -> dict[str, Any]:
+    """Which target sockets the pairs' host memory sits on, and what they share there."""
+    host = t.hw.host
+    sockets: dict[str, int] = {}
+    for pair in range(t.pairs):
+        server, sock = socket_of(host, t.target_of(pair))
+        key = f"server{server}.socket{sock}"
+        sockets[key] = sockets.get(key, 0) + 1
+    most = max(sockets.values())
+    port, rate = (("write port", host.write_gbps) if t.op == "put"
+                  else ("read port", host.read_gbps))
+    return {
         "pairs_per_remote_socket": sockets,
-        "shared_link": (f"each remote socket's CPU port ({port}, {host.cpu_link_gbps:g} GB/s) "
-                        f"and DRAM ({host.dram_gbps:g} GB/s) serve up to {most} pair(s): "
-                        f"{min(host.cpu_link_gbps, host.dram_gbps) / most:g} GB/s each "
-                        "when all stream") if most else "",
+        "shared_link": (f"each target socket's {port} ({rate:g} GB/s) and DRAM "
+                        f"({host.dram_gbps:g} GB/s) serve up to {most} pair(s): "
+                        f"{min(rate, host.dram_gbps) / most:g} GB/s each when all stream"),
     }
 
 
 class _Transfer(Kernel):
     engines = ("sdma",)
+    core_kind = "aicpu"
     profiles = True  # profile_fields: the transfer frames
+    bandwidth = "gbps_per_pair"
 
     def cores(self, tiling: HixlTiling) -> int:
         return 1
 
     def program(self, tiling: HixlTiling) -> Any:
-        return transfer_program(tiling, self.name)
+        return transfer_program(tiling.of(self.name), self.name)
 
     def profile_fields(self, tiling: HixlTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
                        ) -> dict[str, Any]:
-        return transfer_fields(tiling, frames, self.name)
+        return transfer_fields(tiling.of(self.name), frames)
 
 
 class Put(_Transfer):
     name = "put"
-    phases = (Phase("put", "AIV 0 of each local die: per transfer, one SQE per descriptor "
-                    "into the remote host (D2rH) behind one doorbell, then sdma quiet (frame "
+    phases = (Phase("put", "AICPU 0 of each initiator die (or the host thread, host "
+                    "expansion): per transfer, one SQE per descriptor writing the target's "
+                    "memory, in kernels of 128 with a notify wait every 1920 (frame "
                     "transfer<i>)"),)
     inputs = (KV,)
     outputs = (REMOTE_KV,)
@@ -103,8 +126,9 @@ class Put(_Transfer):
 
 class Get(_Transfer):
     name = "get"
-    phases = (Phase("get", "AIV 0 of each local die: per transfer, one SQE per descriptor "
-                    "from the remote host (rH2D) behind one doorbell, then sdma quiet (frame "
+    phases = (Phase("get", "AICPU 0 of each initiator die (or the host thread, host "
+                    "expansion): per transfer, one SQE per descriptor reading the target's "
+                    "memory, in kernels of 128 with a notify wait every 1920 (frame "
                     "transfer<i>)"),)
     inputs = (REMOTE_KV,)
     outputs = (KV,)
@@ -113,17 +137,36 @@ class Get(_Transfer):
 class Hixl(Family):
     name = "hixl"
     uses_moe_shape = False
-    help = ("HIXL FabricMem one-sided transfers of KV blocks between two Atlas A3 servers: "
-            "put (D2rH) or get (rH2D), 1 or more card pairs, 100 transfers timed")
+    help = ("HIXL one-sided transfers (FabricMem or HCCS) between an initiator die and a "
+            "target's device or host memory: the eight directions of hicann/hixl's "
+            "benchmark, AICPU or host expansion, one server or two")
     ops = (Put(), Get())
     runs = {"put": ("put",), "get": ("get",)}
     options = (
-        Option("pairs", "int", 1, "card pairs 1:1, local die i on server 0 to die i of "
-               "server 1 (the article: 1 and 16)", lo=1, hi=64),
-        Option("layers", "int", 61, "layers per block (DeepSeek-R1: 61)", lo=1, hi=4096),
-        Option("k_bytes", "int", 131072, "bytes of a layer's latent part (128 KiB)", lo=1,
+        Option("path", "choice", "auto", "the direction (r: the target's side; D device GM, "
+               "H host memory); auto: D2rH for put, rH2D for get",
+               choices=("auto", *PATHS)),
+        Option("transport", "choice", "fabric_mem", "fabric_mem (FabricMem: every direction) "
+               "or hccs (hixl_cs over HCCS: D2rD, rD2D, H2rD, rD2H)",
+               choices=tuple(TRANSPORTS)),
+        Option("expansion", "choice", "aicpu", "who turns descriptors into SQEs: aicpu "
+               "(AICPU kernels of 128) or host (aclrtMemcpyAsync over 4 streams; fabric_mem "
+               "only)", choices=("aicpu", "host")),
+        Option("servers", "int", 2, "1: initiator and target on one server (the odd and "
+               "even die of a package, as the benchmark's devices 1 and 0); 2: die i of "
+               "server 0 and die i of server 1", lo=1, hi=2),
+        Option("block_bytes", "int", 0, "bytes per descriptor of the benchmark's form "
+               "(total_bytes in blocks of this size); 0: the KV-block form (layers, k_bytes, "
+               "v_bytes)", lo=0, hi=1 << 40),
+        Option("total_bytes", "int", 128 << 20, "bytes per transfer in the block form "
+               "(the benchmark: 128 MiB)", lo=1, hi=1 << 44),
+        Option("pairs", "int", 1, "initiator-target pairs (the article: 1 and 16)", lo=1,
+               hi=64),
+        Option("layers", "int", 61, "KV form: layers per block (DeepSeek-R1: 61)", lo=1,
+               hi=4096),
+        Option("k_bytes", "int", 131072, "KV form: a layer's latent part (128 KiB)", lo=1,
                hi=1 << 30),
-        Option("v_bytes", "int", 16384, "bytes of a layer's rope part (16 KiB; 0: none)",
+        Option("v_bytes", "int", 16384, "KV form: a layer's rope part (16 KiB; 0: none)",
                lo=0, hi=1 << 30),
         Option("transfers", "int", 100, "transfers per pair, one after another (the first "
                "is dropped from the mean when there are more)", lo=1, hi=1000),
@@ -131,9 +174,11 @@ class Hixl(Family):
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> HixlTiling:
-        dies = hardware.host.dies if hardware.host is not None else options["pairs"]
-        return HixlTiling(options["pairs"], options["layers"], options["k_bytes"],
-                          options["v_bytes"], options["transfers"], dies, hardware)
+        dies = hardware.host.dies if hardware.host is not None else 2 * options["pairs"]
+        o = options
+        return HixlTiling(o["pairs"], o["layers"], o["k_bytes"], o["v_bytes"], o["transfers"],
+                          dies, hardware, o["path"], o["expansion"], o["servers"],
+                          o["transport"], o["block_bytes"], o["total_bytes"])
 
     def window(self, tiling: HixlTiling) -> NoWindow:
         return NoWindow()
@@ -146,24 +191,49 @@ class Hixl(Family):
         if hardware.sdma is None:
             return Misfit("hardware", f"{hardware.name} has no SDMA engine (no sdma section): "
                           "HIXL FabricMem needs the A3's; allowed: atlas_a3")
+        if hardware.aicpu is None:
+            return Misfit("hardware", f"{hardware.name} has no AICPU (no aicpu section); "
+                          "allowed: atlas_a3")
+        path, transport = resolve(options["path"], op), options["transport"]
+        if PATHS[path][0] != op:
+            same = ", ".join(p for p, v in PATHS.items() if v[0] == op)
+            return Misfit("workload.path", f"{path} is a {PATHS[path][0]}; op {op} moves "
+                          f"{same}")
+        if path not in TRANSPORTS[transport]:
+            return Misfit("workload.path", f"{path} over {transport}: not supported (不支持); "
+                          f"{transport} carries {', '.join(TRANSPORTS[transport])}")
+        if options["expansion"] not in EXPANSIONS[transport]:
+            return Misfit("workload.expansion", f"{options['expansion']} over {transport}: "
+                          f"allowed: {', '.join(EXPANSIONS[transport])}")
+        block, total = options["block_bytes"], options["total_bytes"]
+        if block > total:
+            return Misfit("workload.block_bytes", f"{block} is above total_bytes {total}; "
+                          "allowed: 1 to total_bytes, or 0 (the KV-block form)")
         return None
 
     def tiling_misfit(self, tiling: HixlTiling, shape: MoeShape, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
-        t = tiling
-        if t.pairs > hardware.host.dies:
-            return Misfit("workload.pairs", f"{t.pairs}: a server has {hardware.host.dies} "
-                          "dies; allowed: at most that many pairs")
+        t = tiling.of(op)
+        most = hardware.host.dies // 2 if t.servers == 1 else hardware.host.dies
+        if t.pairs > most:
+            return Misfit("workload.pairs", f"{t.pairs}: {t.servers} server(s) of "
+                          f"{hardware.host.dies} dies hold {most} pairs; allowed: at most "
+                          f"{most}")
         problem = path_problem(hardware, t.world)
         if problem:
-            return Misfit("workload.pairs", problem)
+            return Misfit("workload.servers", problem)
         levels = hardware.fabric.levels
         if levels and t.world > levels[-1].dies:
             return Misfit("workload.pairs", f"two servers need {t.world} dies; "
                           f"{hardware.name} has {levels[-1].dies}")
-        problem = capacity_problem(hardware, t.pairs, t.block_bytes)
-        if problem:
-            return Misfit("workload.layers", f"a block of {t.block_bytes} B per pair: {problem}")
+        if len(t.pieces()) > 1 << 22:
+            return Misfit("workload.block_bytes", f"{len(t.pieces())} descriptors per "
+                          "transfer; allowed: at most 4194304 (a larger block)")
+        for host_side, who in ((t.local_host, "initiator"), (t.remote_host, "target")):
+            problem = host_side and capacity_problem(hardware, t.pairs, t.nbytes)
+            if problem:
+                key = "workload.total_bytes" if t.block_bytes else "workload.layers"
+                return Misfit(key, f"{t.nbytes} B per {who} in host memory: {problem}")
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,

@@ -26,17 +26,13 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from npusim.hw.cores import CoreKind, PipeKind, register
 from npusim.runtime.conditions import Condition
 from npusim.runtime.context import KernelContext
 
 Wait = Generator[Any, Any, Any]
 
-# The scheduling AICPU as a core kind: a scalar unit and nothing else; no kernel program
-# runs on it (its work is the dispatch and the polls below), its count and costs are the
-# preset's `aicpu` section.
-AICPU = register(CoreKind("aicpu", "aicpu.cores", pipes=(PipeKind("scalar", "issue",
-                                                                  "scalar"),), buffers=()))
+# The scheduling AICPUs are npusim.hw.cores' aicpu kind; no program of this family runs
+# on them (their work is the dispatch and the polls below).
 
 
 class Scheduler:

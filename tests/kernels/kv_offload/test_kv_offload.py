@@ -18,7 +18,8 @@ from npusim.sim import simulate
 ROUND = {"chip.clock_ghz": 1.0, "scalar.cycles_per_op": 0.0, "vector.issue_cycles": 0.0,
          "mte.gm_to_ub_gbps": 10.0, "mte.put_gbps": 10.0, "mte.gm_to_ub_latency_ns": 100.0,
          "mte.ub_to_gm_gbps": 10.0, "mte.ub_to_gm_latency_ns": 100.0, "hbm.bandwidth_gbps": 1e4,
-         "host.latency_ns": 1000.0, "host.npu_link_gbps": 1e4, "host.cpu_link_gbps": 1e4,
+         "host.latency_ns": 1000.0, "host.npu_link_gbps": 1e4, "host.write_gbps": 1e4,
+         "host.read_gbps": 1e4,
          "host.dram_gbps": 1e4, "dcache.miss_ns": 100.0}
 
 

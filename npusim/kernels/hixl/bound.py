@@ -1,0 +1,102 @@
+"""What bounds a HIXL transfer, from the preset alone: the steady-state cost per descriptor
+of each stage it goes through, and the stage that is the slowest.
+
+The stages run side by side, so the slowest sets the pace:
+
+* the expansion: an AICPU kernel's fixed cost shared by its descriptors plus one SQE's
+  (AICPU expansion), or one aclrtMemcpyAsync on the host thread (host expansion);
+* the engine: each SQE holds it for the responses it waits on (npusim.hw.copy_path: the
+  round trips), then streams its bytes at the narrowest rate on its path.
+
+The simulated figure is what counts; this says why it is what it is, in the words a user
+acts on: the descriptors (fewer, larger blocks), the round trips (the same), or a named
+port (nothing a block size changes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from npusim.hw.fabric import levels_of
+from npusim.hw.host import server_latency_ns
+from npusim.kernels.hixl.transfer import HOST_STREAMS, KERNEL_DESCS, HixlTiling
+
+
+def _level(cfg: Any, a: int, b: int) -> Any:
+    """The innermost fabric level joining dies a and b."""
+    for lv in levels_of(cfg.fabric, max(a, b) + 1):
+        if a // lv.dies == b // lv.dies:
+            return lv
+    raise ValueError(f"dies {a} and {b} share no level")
+
+
+def _device_rates(cfg: Any, lv: Any) -> list[tuple[float, str]]:
+    """The link rates a copy between two dies joined at level `lv` crosses (a level that
+    shares another's ports, such as the supernode's the server's, crosses those)."""
+    if lv.sharing == "pair":
+        return [(lv.link_gbps, f"the {lv.name} link")]
+    if lv.sharing != "die":
+        lv = next(x for x in levels_of(cfg.fabric, 1) if x.name == lv.sharing)
+    return [(lv.egress_gbps, f"the die's {lv.name} port"),
+            (lv.ingress_gbps, f"the die's {lv.name} port")]
+
+
+def legs(t: HixlTiling) -> tuple[float, list[tuple[float, str]]]:
+    """(ns an SQE holds the engine, [(GB/s, what)] of every rate on its path) of pair 0."""
+    cfg = t.hw
+    local, target = t.local_of(0), t.target_of(0)
+    host = cfg.host
+    cross = local // host.dies != target // host.dies if host else False
+    rates: list[tuple[float, str]] = [(cfg.sdma.bandwidth_gbps, "the SDMA engine")]
+    hold = 0.0
+    sides = ((t.local_host, False), (t.remote_host, True))
+    reading = {False: t.op == "put", True: t.op == "get"}  # which side the engine reads
+    for is_host, remote in sides:
+        source = reading[remote]
+        if is_host:
+            flight = host.latency_ns + ((server_latency_ns(cfg) or 0.0) if remote and cross
+                                        else 0.0)
+            hold += 2 * flight
+            rates += [(host.npu_link_gbps, "the die's host port"), (host.dram_gbps, "DRAM")]
+            rates.append((host.read_gbps, "the socket's read port") if source
+                         else (host.write_gbps, "the socket's write port"))
+        elif remote:
+            lv = _level(cfg, local, target)
+            if source:
+                hold += cfg.sdma.read_ns + 2 * lv.latency_ns
+            rates += _device_rates(cfg, lv)
+    return hold, rates
+
+
+def bound_fields(t: HixlTiling) -> dict[str, Any]:
+    """The stages' costs per descriptor (us) at the transfer's mean descriptor size, and
+    `bound`: the stage that sets the pace."""
+    pieces = t.pieces()
+    n = len(pieces)
+    size = sum(p[2] for p in pieces) / n
+    hold, rates = legs(t)
+    rate, narrowest = min(rates)
+    stream = size / rate
+    landing = t.hw.sdma.latency_ns
+    if t.expansion == "aicpu":
+        per_kernel = min(KERNEL_DESCS, n)
+        expand = t.hw.aicpu.kernel_ns / per_kernel + t.hw.aicpu.sqe_ns
+        what = "the descriptors: the AICPU's kernels and SQEs"
+        engine = hold + stream
+    else:
+        expand = t.hw.host.memcpy_async_ns
+        what = "the descriptors: the host's aclrtMemcpyAsync calls"
+        # each stream waits for its copy to land before the next
+        engine = max(hold + stream, (hold + stream + landing) / HOST_STREAMS)
+    if expand >= engine:
+        bound = what
+    elif hold >= stream:
+        bound = "the round trips: each SQE holds the engine for the responses it waits on"
+    else:
+        bound = f"{narrowest} ({rate:g} GB/s)"
+    return {
+        "bound": bound,
+        "per_descriptor_us": {"expansion": expand / 1000.0, "engine_hold": hold / 1000.0,
+                              "engine_stream": stream / 1000.0},
+        "narrowest_gbps": rate,
+    }
