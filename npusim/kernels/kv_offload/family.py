@@ -34,7 +34,7 @@ from npusim.kernels.kv_offload.inputs import full_rows, step_inputs
 from npusim.kernels.kv_offload.offload import offload_program
 from npusim.kernels.kv_offload.program import gather_program
 from npusim.kernels.kv_offload.reference import gather, plan
-from npusim.kernels.kv_offload.tiling import INDEXER_KEY, KvTiling
+from npusim.kernels.kv_offload.tiling import KvTiling
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow, TaskKernel
 
@@ -99,12 +99,13 @@ def footprint(t: KvTiling) -> dict[str, Any]:
     memory and, on the device, the indexer keys and one selection pool of TOPK rows per
     query row and layer (offload_cache.py: B * S rows)."""
     rows = t.batch * t.seq_len * t.layers
-    device_full = rows * (t.row_bytes + INDEXER_KEY)
-    device_offload = rows * INDEXER_KEY + t.rows * t.topk * t.layers * t.row_bytes
+    key = t.indexer_key_bytes
+    device_full = rows * (t.row_bytes + key)
+    device_offload = rows * key + t.rows * t.topk * t.layers * t.row_bytes
     return {"kv_bytes_per_card_no_offload": device_full,
             "kv_bytes_per_card_offload": device_offload,
             "host_bytes_per_card_offload": rows * t.row_bytes,
-            "row_bytes": t.row_bytes, "indexer_key_bytes": INDEXER_KEY}
+            "row_bytes": t.row_bytes, "indexer_key_bytes": key}
 
 
 def step_share(step_us: float) -> dict[str, Any]:

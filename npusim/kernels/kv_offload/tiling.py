@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KV_BF16, ROPE_BF16, KV_C8 = 1024, 128, 656
-INDEXER_KEY = 256  # the Lightning Indexer's key per token and layer (128 bf16), on device
+# the Lightning Indexer's key cache per token and layer, on the device (modeling_deepseek.py
+# cache entries: indexer_key_cache of index_head_dim 128 in the nope dtype, and with the
+# int8 cache an fp16 indexer_key_scale_cache of one value)
+INDEXER_KEY_BF16, INDEXER_KEY_C8 = 128 * 2, 128 + 2
 UB_BLOCK = 32  # the tiling's ubBlockSize_
 SORT_ALIGN = 32  # ONE_REPEAT_SORT_NUM: the sorts work on multiples of 32 ids
 TOPK_NUMS = 8  # the kernel's scratch of 8 x topk ids (sorted lists and their indices)
@@ -68,6 +71,10 @@ class KvTiling:
     @property
     def rope_bytes(self) -> int:
         return 0 if self.c8 else ROPE_BF16
+
+    @property
+    def indexer_key_bytes(self) -> int:
+        return INDEXER_KEY_C8 if self.c8 else INDEXER_KEY_BF16
 
     @property
     def row_bytes(self) -> int:

@@ -210,8 +210,9 @@ def test_the_step_figures_and_the_memory_choice(tmp_path):
     assert a["per_step_us"] == pytest.approx(61 * a["gather_us"])
     assert a["step_share"] == pytest.approx([a["per_step_us"] / 1000 / 18.85,
                                              a["per_step_us"] / 1000 / 25.8])
-    # the selection pool is per query row: B * S * TOPK rows a layer
-    assert a["kv_bytes_per_card_offload"] == 3 * 300 * 61 * 256 + 12 * 64 * 61 * 656
+    # the selection pool is per query row: B * S * TOPK rows a layer; the c8 indexer key
+    # is 128 int8 + an fp16 scale
+    assert a["kv_bytes_per_card_offload"] == 3 * 300 * 61 * 130 + 12 * 64 * 61 * 656
 
 
 def test_offload_copies_the_layer_cache_into_host_memory(tmp_path):
