@@ -237,3 +237,44 @@ def test_offload_needs_host_memory(tmp_path):
     with pytest.raises(InputError) as exc:
         _scenario(tmp_path, op="offload", kv_location="hbm")
     assert "workload.kv_location" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def _one_id_left(monkeypatch, row: int):
+    """Inputs whose query row `row` keeps only the id its status holds in the last slot
+    (then 63 slots below it are free, so the hit moves down to slot 0)."""
+    from npusim.kernels.kv_offload import family
+
+    made = family.step_inputs
+
+    def step_inputs(t, seed, payload):
+        ins = made(t, seed, payload)
+        topk = np.full_like(ins["selection_topk_indices"][row], -1)
+        topk[0] = ins["selection_kv_block_status_prev"][row][63]
+        ins["selection_topk_indices"][row] = topk
+        return ins
+    monkeypatch.setattr(family, "step_inputs", step_inputs)
+
+
+def test_a_moved_hit_of_the_first_query_is_copied_within_its_pool(tmp_path, monkeypatch):
+    from npusim.kernels.kv_offload.family import reference
+
+    _one_id_left(monkeypatch, 0)
+    sc = _scenario(tmp_path, batch=1, next_n=1)
+    t, ins = _inputs(sc)
+    out = simulate(sc).ops[0].outputs[0]
+    g = ins["selection_topk_indices"][0][0]
+    status = out["selection_kv_block_status"][0]
+    assert status[0] == g and status[64] == 1 and (status[1:64] == -1).all()
+    # slot 0 now holds what slot 63 held: the token's row, as the previous step left it
+    sel = out["selection_kv_cache"].reshape(-1, 1024)
+    assert np.array_equal(sel[0], ins["selection_kv_cache_prev"].reshape(-1, 1024)[63])
+    ref = reference(t, ins)
+    assert np.array_equal(out["selection_kv_cache"].reshape(-1),
+                          ref["selection_kv_cache"].reshape(-1))
+
+
+def test_a_moved_hit_of_a_later_query_is_refused(tmp_path, monkeypatch):
+    _one_id_left(monkeypatch, 1)
+    with pytest.raises(Exception) as exc:
+        simulate(_scenario(tmp_path, batch=1, next_n=1))
+    assert "CopyFromSelKv for query 1" in str(exc.value)
