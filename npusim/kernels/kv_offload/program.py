@@ -2,23 +2,27 @@
 ops/ascendc/src/gather_selection_kv_cache, op_kernel gather_selection_kv_cache_split_bs_
 reuse_vec.h: the topk > 32 variant DeepSeek-V3.2 runs, topk block size 1).
 
-AIV only; the B * S sequences are split over the cores (tiling DoOpTiling), core c taking
-sequences c, c + cores, ... Per sequence:
+AIV only; the B * S query rows (S = 1 + next_n queries per sequence) are split over the
+cores in contiguous runs (tiling DoOpTiling, KvTiling.rows_of). Per row r (sequence
+b = r // S, query q = r % S):
 
-1. CopyIn: the topk row, the status row (TOPK + 1), the selection and full block-table rows
-   (MTE2 from GM), the two sequence lengths (scalar loads).
-2. GatherValidTopk, SortTopk (ascending) and the status sorted likewise, then FindTopkHit
+1. The sequence's length, a scalar GM load (fullKvActualSeqGm_.GetValue); CopyIn: the
+   topk row (waited: DeQue), then, once the previous row's stores have left (the
+   MTE3_MTE2 flag), the row's status (TOPK + 1) and selection block-table row (MTE2).
+2. GatherValidTopk, SortTopk (descending) and the status sorted likewise, then FindTopkHit
    (two pointers over the sorted lists): the sorts as vector work of ceil(log2 n) passes
-   over the n int32 values, the two-pointer walk as scalar work, one slot per element.
-3. Per written slot in topk order: a miss looks its token's block up in the full block
-   table (in UB) and copies the kv row and the rope row full cache -> UB (DataCopyPad on
-   MTE2: from host memory when the cache is there) -> selection cache (MTE3); a hit moved
-   down copies selection -> UB -> selection (CopyFromSelKv). Two UB buffer sets, ping-pong.
-4. The status row and the sequence's valid count back to GM.
+   over the n int32 values, the walk and the slot bookkeeping as scalar work.
+3. Per written slot in topk order: a miss reads its token's block number from the full
+   block table in GM with a scalar load (fullKvBlockTableGm_.GetValue, through the data
+   cache: a line fill on a miss) and copies the kv row and the rope row full cache -> UB
+   (DataCopyPad on MTE2: from host memory when the cache is there) -> selection pool
+   (MTE3); a hit moved down copies selection -> UB -> selection (CopyFromSelKv). Two UB
+   buffer sets, ping-pong (AllocTensor waits for the set's previous stores).
+4. The valid count and the status row back to GM (MTE3, waited by the next row's flag).
 
-The tail swap (PostHandleTopk) only runs for topk blocks of more than one token, so not
-here. Which slot a row goes to, and the counts, come from reference.plan (the golden's
-rule), which the program also follows.
+Which slot a row goes to, and the counts, come from reference.plan (the kernel's rules),
+which the program also follows. PostHandleTopk returns at once for a topk block of one
+token, so it has no step here.
 """
 
 from __future__ import annotations
@@ -30,97 +34,133 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.kv_offload.reference import Move, plan
-from npusim.kernels.kv_offload.tiling import KvTiling
+from npusim.kernels.kv_offload.tiling import (
+    I32,
+    SORT_ALIGN,
+    TOPK_NUMS,
+    UB_BLOCK,
+    KvTiling,
+    ceil_align,
+)
 from npusim.runtime import hostmem
 
-I32 = 4
+
+def _load(ctx: Any, name: str, row: int, count: int, buf: Any) -> Any:
+    return ctx.copy_in(buf, ctx.tensor(name), row * count * I32, count * I32,
+                       name=f"copy_in {name}")
 
 
-def _load(ctx: Any, t: KvTiling, name: str, b: int, count: int, buf: Any) -> Any:
-    return ctx.copy_in(buf, ctx.tensor(name), b * count * I32, count * I32, name=f"copy_in {name}")
+def _full(ctx: Any, t: KvTiling) -> tuple[Any, Any]:
+    """The full cache's two tensors: device GM, or host memory mapped into the device."""
+    if t.location == "host":
+        return (hostmem.host_tensor(ctx, "full_kv_cache"),
+                hostmem.host_tensor(ctx, "full_k_rope"))
+    return ctx.tensor("full_kv_cache"), ctx.tensor("full_k_rope")
+
+
+def _buffers(ctx: Any, t: KvTiling) -> dict[str, Any]:
+    """Init's UB: sized for S rows of a sequence as the kernel sizes them (one row used)."""
+    sort_align = ceil_align(t.topk, SORT_ALIGN)
+    one_align = max(sort_align, ceil_align(t.topk + 1, UB_BLOCK // I32))
+    s = t.queries
+    bufs = {"topk": ctx.alloc("topk", s * sort_align * I32),
+            "sel_table": ctx.alloc("sel_table", ceil_align(s * t.s_max * I32, UB_BLOCK)),
+            "sel_seq": ctx.alloc("sel_seq", ceil_align(s * I32, UB_BLOCK)),
+            "status": ctx.alloc("status", s * one_align * I32),
+            "sorted": ctx.alloc("sorted", sort_align * I32 * TOPK_NUMS)}
+    bufs["rows"] = [(ctx.alloc(f"kv{p}", ceil_align(t.kv_bytes, UB_BLOCK)),
+                     ctx.alloc(f"rope{p}", ceil_align(t.rope_bytes, UB_BLOCK))
+                     if t.rope_bytes else None) for p in (0, 1)]
+    return bufs
 
 
 def gather_program(t: KvTiling) -> Callable[[Any], Any]:
     passes = max(1, math.ceil(math.log2(max(2, t.topk))))
 
     def program(ctx: Any) -> Any:
-        batches = t.batches_of(ctx.core_id)
-        if not batches:
+        rows = t.rows_of(ctx.core_id)
+        if not rows:
             return
-        full_kv, full_rope = ctx.tensor("full_kv_cache"), ctx.tensor("full_k_rope")
-        if t.location == "host":
-            full_kv = hostmem.host_tensor(ctx, "full_kv_cache")
-            full_rope = hostmem.host_tensor(ctx, "full_k_rope")
-        sel_kv, sel_rope = ctx.tensor("selection_kv_cache"), ctx.tensor("selection_k_rope")
-        _carry_in(ctx, t, batches)
-        topk_buf = ctx.alloc("topk", t.topk * I32)
-        status_buf = ctx.alloc("status", (t.topk + 1) * I32)
-        sorted_buf = ctx.alloc("sorted", 2 * t.topk * I32)
-        sbt_buf = ctx.alloc("sel_table", t.s_max * I32)
-        fbt_buf = ctx.alloc("full_table", t.f_max * I32)
-        rows = [(ctx.alloc(f"kv{p}", t.kv_bytes),
-                 ctx.alloc(f"rope{p}", t.rope_bytes) if t.rope_bytes else None) for p in (0, 1)]
+        full = _full(ctx, t)
+        sel = ctx.tensor("selection_kv_cache"), ctx.tensor("selection_k_rope")
+        _carry_in(ctx, t, rows)
+        bufs = _buffers(ctx, t)
         last: list[list[Any]] = [[], []]
-        for b in batches:
+        pending: list[Any] = []
+        for r in rows:
+            b, q = divmod(r, t.queries)
+            kv_len = int(ctx.gm_read_scalar(ctx.tensor("full_kv_actual_seq"), b * I32,
+                                            np.int32))
             with ctx.phase("copy_in"):
-                loads = [_load(ctx, t, "selection_topk_indices", b, t.topk, topk_buf),
-                         _load(ctx, t, "selection_kv_block_status", b, t.topk + 1, status_buf),
-                         _load(ctx, t, "selection_kv_block_table", b, t.s_max, sbt_buf),
-                         _load(ctx, t, "full_kv_block_table", b, t.f_max, fbt_buf)]
-                kv_len = int(ctx.gm_read_scalar(ctx.tensor("full_kv_actual_seq"), b * I32,
-                                                np.int32))
-                ctx.gm_read_scalar(ctx.tensor("full_q_actual_seq"), b * I32, np.int32)
-                yield from ctx.wait(*loads)
+                yield from ctx.wait(_load(ctx, "selection_topk_indices", r, t.topk,
+                                          bufs["topk"]))
+                yield from ctx.wait(*pending, *last[0], *last[1])  # MTE3_MTE2
+                yield from ctx.wait(
+                    _load(ctx, "selection_kv_block_status", r, t.topk + 1, bufs["status"]),
+                    _load(ctx, "selection_kv_block_table", r, t.s_max, bufs["sel_table"]))
             with ctx.phase("find_hits"):
-                ctx.vector("sort_topk", t.topk, np.int32, reads=[topk_buf], writes=[sorted_buf],
-                           passes=passes)
-                ctx.vector("sort_status", t.topk, np.int32, reads=[status_buf],
-                           writes=[sorted_buf], passes=passes)
-                yield from ctx.pipe_barrier("vector")
-                topk = ctx.ub_read(topk_buf, np.int32, t.topk, ops=0)
-                status = ctx.ub_read(status_buf, np.int32, t.topk + 1, ops=0)
-                sbt = ctx.ub_read(sbt_buf, np.int32, t.s_max, ops=0)
-                fbt = ctx.ub_read(fbt_buf, np.int32, t.f_max, ops=0)
-                moves, new_status, valid, _ = plan(topk, status, kv_len)
-                ctx.scalar(2 * t.topk)  # FindTopkHit's two pointers over both sorted lists
+                moves, status, valid = yield from _find_hits(ctx, t, bufs, kv_len, q, passes)
+                sbt = ctx.ub_read(bufs["sel_table"], np.int32, t.s_max, ops=0)
             with ctx.phase("gather"):
                 for i, m in enumerate(moves):
                     p = i % 2
-                    yield from ctx.wait(*last[p])  # the buffer's previous rows have left
-                    last[p] = yield from _row(ctx, t, m, rows[p], sbt, fbt, full_kv,
-                                              full_rope, sel_kv, sel_rope)
+                    last[p] = yield from _row(ctx, t, m, bufs["rows"][p], last[p], sbt, b, q,
+                                              full, sel)
             with ctx.phase("write_back"):
-                ctx.ub_write(status_buf, 0, new_status.astype(np.int32), ops=valid + 1)
-                yield from ctx.wait(ctx.copy_out(ctx.tensor("selection_kv_block_status"),
-                                                 b * (t.topk + 1) * I32, status_buf,
-                                                 (t.topk + 1) * I32))
-                ctx.gm_write_scalar(ctx.tensor("selection_kv_actual_seq"), b * I32, valid,
-                                    np.int32)
+                pending = _write_back(ctx, t, bufs, r, status, valid)
         yield from ctx.drain()
     return program
 
 
-def _row(ctx: Any, t: KvTiling, m: Move, bufs: tuple[Any, Any], sbt: np.ndarray,
-         fbt: np.ndarray, full_kv: Any, full_rope: Any, sel_kv: Any, sel_rope: Any) -> Any:
-    """One slot's kv and rope rows into place; returns the copy-outs in flight."""
-    ctx.scalar(2)  # the block-table lookups (in UB)
+def _find_hits(ctx: Any, t: KvTiling, bufs: dict[str, Any], kv_len: int, q: int,
+               passes: int) -> Any:
+    """GatherInfoGen: the sorts (vector), the walk and the slot bookkeeping (scalar);
+    returns (moves, new status row, valid count)."""
+    ctx.vector("sort_topk", t.topk, np.int32, reads=[bufs["topk"]], writes=[bufs["sorted"]],
+               passes=passes)
+    ctx.vector("sort_status", t.topk, np.int32, reads=[bufs["status"]],
+               writes=[bufs["sorted"]], passes=passes)
+    yield from ctx.pipe_barrier("vector")
+    topk = ctx.ub_read(bufs["topk"], np.int32, t.topk, ops=0)
+    status = ctx.ub_read(bufs["status"], np.int32, t.topk + 1, ops=0)
+    moves, new_status, valid, _ = plan(topk, status, kv_len - (t.queries - 1 - q), q)
+    # FindTopkHit's two pointers over both sorted lists; per valid id its two UB loads
+    # (the id, its hit flag); per written slot the free-slot scan, the selection table
+    # lookup and the status store
+    scans = moves[-1].slot + 1 if moves else 0
+    ctx.scalar(2 * t.topk + 2 * valid + scans + 2 * len(moves))
+    return moves, new_status, valid
+
+
+def _row(ctx: Any, t: KvTiling, m: Move, bufs: tuple[Any, Any], previous: list[Any],
+         sbt: np.ndarray, b: int, q: int, full: tuple[Any, Any], sel: tuple[Any, Any]) -> Any:
+    """One slot's kv and rope rows into place; returns the stores in flight."""
     dst = int(sbt[m.slot // t.block]) * t.block + m.slot % t.block
-    parts = [(bufs[0], t.kv_bytes, full_kv, sel_kv), (bufs[1], t.rope_bytes, full_rope, sel_rope)]
+    widths = (t.kv_bytes, t.rope_bytes)
     if m.from_slot >= 0:
-        yield from ctx.pipe_barrier("mte3")  # CopyFromSelKv reads what earlier rows wrote
+        if q:
+            raise ctx.error(f"CopyFromSelKv for query {q} of a sequence: the kernel looks "
+                            f"the source slot up in row {q} of its UB selection block table, "
+                            "where only this row's table was copied in (row 0); the source "
+                            "it reads is undefined")
         src = int(sbt[m.from_slot // t.block]) * t.block + m.from_slot % t.block
-        loads = [ctx.copy_in(buf, sel, src * n, n, name="CopyFromSelKv")
-                 for buf, n, _, sel in parts if n]
+        yield from ctx.wait(*previous)  # AllocTensor
+        yield from ctx.pipe_barrier("mte3")  # reads what earlier rows wrote
+        loads = [ctx.copy_in(buf, s, src * n, n, name="CopyFromSelKv")
+                 for buf, n, s in zip(bufs, widths, sel, strict=True) if n]
     else:
-        blk = int(fbt[m.token // t.block])
+        blk = int(ctx.gm_read_scalar(ctx.tensor("full_kv_block_table"),
+                                     (b * t.f_max + m.token // t.block) * I32, np.int32))
         if not 0 <= blk < t.f_blocks:
             raise ctx.error(f"full_kv_block_table entry {blk} for token {m.token} is past the "
                             f"cache's {t.f_blocks} blocks")
         src = blk * t.block + m.token % t.block
-        loads = [_read(ctx, t, buf, full, src * n, n) for buf, n, full, _ in parts if n]
-    yield from ctx.wait(*loads)
-    return [ctx.copy_out(sel, dst * n, buf, n, name="copy_out selection")
-            for buf, n, _, sel in parts if n]
+        yield from ctx.wait(*previous)  # AllocTensor
+        loads = [_read(ctx, t, buf, f, src * n, n)
+                 for buf, n, f in zip(bufs, widths, full, strict=True) if n]
+    yield from ctx.wait(*loads)  # EnQue / DeQue
+    return [ctx.copy_out(s, dst * n, buf, n, name="copy_out selection")
+            for buf, n, s in zip(bufs, widths, sel, strict=True) if n]
 
 
 def _read(ctx: Any, t: KvTiling, buf: Any, full: Any, offset: int, n: int) -> Any:
@@ -130,16 +170,26 @@ def _read(ctx: Any, t: KvTiling, buf: Any, full: Any, offset: int, n: int) -> An
     return ctx.copy_in(buf, full, offset, n, name="CopyFromFullKv")
 
 
-def _carry_in(ctx: Any, t: KvTiling, batches: range) -> None:
+def _write_back(ctx: Any, t: KvTiling, bufs: dict[str, Any], r: int, status: np.ndarray,
+                valid: int) -> list[Any]:
+    """CopyOutSelKvBlockTableAndSeqLen: the valid count and the status row (MTE3)."""
+    ctx.ub_write(bufs["status"], 0, status.astype(np.int32), ops=0)  # set as it went
+    ctx.ub_write(bufs["sel_seq"], 0, np.array([valid], np.int32))
+    return [ctx.copy_out(ctx.tensor("selection_kv_actual_seq"), r * I32, bufs["sel_seq"], I32),
+            ctx.copy_out(ctx.tensor("selection_kv_block_status"), r * (t.topk + 1) * I32,
+                         bufs["status"], (t.topk + 1) * I32)]
+
+
+def _carry_in(ctx: Any, t: KvTiling, rows: range) -> None:
     """The in-place tensors start as the previous decode step left them: this core's
-    sequences' selection rows and status, written before the launch (untimed)."""
-    rows = t.s_max * t.block
+    rows' selection pools and status, written before the launch (untimed)."""
+    span_rows = t.s_max * t.block
     for name, n in (("selection_kv_cache", t.kv_bytes), ("selection_k_rope", t.rope_bytes),
                     ("selection_kv_block_status", (t.topk + 1) * I32)):
         if not n:
             continue
-        span = n if name.endswith("status") else rows * n
+        span = n if name.endswith("status") else span_rows * n
         dst, src = ctx.tensor(name), ctx.tensor(f"{name}_prev")
-        for b in batches:
-            at = b * span
+        for r in rows:
+            at = r * span
             dst.write(at, src.read(at, span))
