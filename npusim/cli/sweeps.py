@@ -6,9 +6,13 @@ import argparse
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from npusim.cli.common import EXIT_OK, count, workers
 from npusim.errors import InputError
+
+if TYPE_CHECKING:
+    from npusim.calibrate import Measurement
 
 
 def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -47,6 +51,7 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     plo.add_argument("--axis", help="sweep axis for the x axis (default: the first)")
     plo.add_argument("--group", help="sweep axis that splits the panels")
     plo.add_argument("--published", metavar="CSV", help="measured points to overlay")
+    plo.add_argument("--logx", action="store_true", help="a log2 x axis (sizes that double)")
     plo.add_argument("--out", metavar="PNG", help="output file (default beside the input)")
     plo.set_defaults(func=cmd_plot)
 
@@ -88,8 +93,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise InputError(str(src), None, "file not found")
     out = output_file(src.with_suffix(".png") if args.out is None else args.out, "--out")
     if src.suffix == ".csv":
-        marks = _published_points(Path(args.published)) if args.published else None
-        path = plot_sweep(src, args.axis, out, args.group, marks)
+        marks = _published_points(Path(args.published), args.axis) if args.published else None
+        path = plot_sweep(src, args.axis, out, args.group, marks, args.logx)
     else:
         report = read_json(src)
         if not isinstance(report, dict) or "ops" not in report:
@@ -99,13 +104,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _published_points(table: Path) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """A calibration table's measured rows as (op, quant) -> [(BS, us)], for the plot."""
+def _published_points(table: Path, axis: str | None = None
+                      ) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """A calibration table's measured rows as (op, series) -> [(x, us)], for the plot.
+
+    x is the row's value of the plot's axis (a workload key; default the batch size), so
+    rows without it are left out. A latency row's y is its time; a bandwidth row's, the
+    time its `total_bytes` take at the measured rate (the benchmark's GB/s is those bytes
+    over that time; rows whose figure counts other bytes are left out). A row's series is
+    its variant (cann_sample: the quantisation), or for a kernel without one its label up
+    to the last `_` (a table's series: hixl_1server_fabric_aicpu_D2rD_16K and _2M)."""
     from npusim.calibrate import read_table
 
+    key = axis.removeprefix("workload.") if axis else "bs"
     marks: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for m in read_table(table):
-        # rows of families without a batch size have no BS axis; the plot's is latency
-        if "bs" in m.workload and not m.bandwidth:
-            marks[(m.op, m.quant)].append((float(m.workload["bs"]), m.measured))
+        y = _published_us(m)
+        if key in m.workload and y is not None:
+            marks[(m.op, _series(m))].append((float(m.workload[key]), y))
     return marks
+
+
+def _published_us(m: Measurement) -> float | None:
+    """The row's time in us (None: a bandwidth figure of no stated byte count)."""
+    if not m.bandwidth:
+        return m.measured
+    nbytes = m.workload.get("total_bytes")
+    return nbytes / m.measured / 1000.0 if nbytes else None
+
+
+def _series(m: Measurement) -> str:
+    """The series a row's point belongs to (see _published_points)."""
+    if m.quant != "-" or not m.label:
+        return m.quant
+    return m.label.rpartition("_")[0] or m.label

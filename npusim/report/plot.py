@@ -57,13 +57,25 @@ def _phase_durations(row: dict[str, str], phases: list[str]) -> list[float]:
     return [out[ph] for ph in phases]
 
 
-Marks = Mapping[tuple[str, str], list[tuple[float, float]]]  # (op, quant) -> [(bs, us)]
+Marks = Mapping[tuple[str, str], list[tuple[float, float]]]  # (op, series) -> [(x, us)]
+MAX_COLUMNS = 8  # panels per row: a sweep of many series wraps into a grid
+
+
+def _panels(rows: list[dict[str, str]], group: str | None
+            ) -> dict[tuple[str, str], list[dict[str, str]]]:
+    """The rows of each (op, group value), in the order the sweep's points first give them
+    (the sweep file's order of its axes' values)."""
+    panels: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for r in rows:
+        panels.setdefault((r["op"], r[group] if group else ""), []).append(r)
+    return panels
 
 
 def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = None,
-               published: Marks | None = None) -> Path:
-    """Latency vs `axis` per op (one panel per op and `group` value), phases stacked;
-    `published` measured points to overlay (the caller reads them from their table)."""
+               published: Marks | None = None, logx: bool = False) -> Path:
+    """Latency vs `axis` per op (one panel per op and `group` value, at most MAX_COLUMNS
+    to a row), phases stacked; `published` measured points to overlay (the caller reads
+    them from their table); `logx`: a log2 axis, for sizes that double."""
     plt = _pyplot()
     try:
         rows = list(csv.DictReader(csv_path.open()))
@@ -79,14 +91,16 @@ def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = 
     if group is not None and group not in axes_cols:
         raise InputError(str(csv_path), "--group", f"{group!r}; allowed: {', '.join(axes_cols)}")
     phases = [c[: -len("_end_us")] for c in rows[0] if c.endswith("_end_us")]
-    panels: dict[tuple[str, str], list[dict[str, str]]] = defaultdict(list)
-    for r in rows:
-        panels[(r["op"], r[group] if group else "")].append(r)
+    panels = _panels(rows, group)
     marks = published or {}
-    keys = sorted(panels)
-    fig, axs = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
+    keys = list(panels)
+    ncols = min(len(keys), MAX_COLUMNS)
+    nrows = -(-len(keys) // ncols)
+    fig, axs = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows), squeeze=False)
+    for ax in axs.flat[len(keys):]:
+        ax.set_visible(False)
     colors = plt.get_cmap("tab10")
-    for ax, key in zip(axs[0], keys, strict=True):
+    for ax, key in zip(axs.flat, keys, strict=False):
         sel = sorted(panels[key], key=lambda r: float(r[axis]))
         xs = [float(r[axis]) for r in sel]
         used = [ph for ph in phases if any(r.get(f"{ph}_end_us") for r in sel)]
@@ -104,6 +118,8 @@ def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = 
                         label=f"published {quant}")
         op, g = key
         ax.set_title(f"{op}" + (f" ({group}={g})" if group else ""), fontsize=9)
+        if logx:
+            ax.set_xscale("log", base=2)
         ax.set_xlabel(axis)
         ax.set_ylabel("latency (us)")
         ax.grid(alpha=0.3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -68,4 +69,24 @@ def test_published_points_overlay_a_tables_rows_by_op_and_quant(tmp_path):
     src.write_text(CSV)
     assert main(["plot", str(src), "--published", str(table), "--out",
                  str(tmp_path / "f.png")]) == 0
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_panels_keep_the_sweeps_order_and_wrap_into_rows(tmp_path):
+    """Ten series (more than a row holds) in the order the sweep gives them, not sorted;
+    `--logx` draws sizes that double on a log2 axis."""
+    from npusim.report.plot import MAX_COLUMNS, _panels
+
+    names = [f"s{9 - i}" for i in range(10)]
+    lines = ["point,table,workload.block_bytes,op,latency_us,put_start_us,put_end_us"]
+    for i, name in enumerate(names):
+        for j, block in enumerate((16384, 2097152)):
+            lines.append(f"p-{2 * i + j},{name},{block},put,{100 - j},1.0,{100 - j}")
+    src = tmp_path / "results.csv"
+    src.write_text("\n".join(lines) + "\n")
+    rows = list(csv.DictReader(src.open()))
+    assert [g for _, g in _panels(rows, "table")] == names
+    assert len(names) > MAX_COLUMNS
+    assert main(["plot", str(src), "--axis", "workload.block_bytes", "--group", "table",
+                 "--logx", "--out", str(tmp_path / "f.png")]) == 0
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
