@@ -1,15 +1,16 @@
 """Family ``kv_offload``: GatherSelectionKvCache (hicann/cann-recipes-infer) at a decode step,
-with DeepSeek-V3.2's full MLA cache in device HBM or in host memory (SHMEM's HOST_SIDE heap
-in the article; torch_npu's swapped memory in the public model code: both are host DRAM
-mapped into the device and reached over the NPU -> host path npusim.hw.host models, so
-`memory` only records which one), and prefill's per-layer offload of the cache into host
-memory.
+with DeepSeek-V3.2's full MLA cache in device HBM or in host memory (`memory`: SHMEM's
+HOST_SIDE heap in the article, mapped in huge pages; torch_npu's swapped memory in the
+public model code, pinned in the OS's base pages: both host DRAM reached over the NPU ->
+host path npusim.hw.host models, the second with many more pages for the die's SMMU to
+translate), and prefill's per-layer offload of the cache into host memory.
 
 Op `gather`: one layer's call on one card for its B sequences of S = 1 + next_n queries;
 the report gives the bytes gathered from the full cache, the reuse rate, the gather time,
 the effective GB/s, the same per decode step (x layers), its share of DeepSeek-V3.2's
-published TPOT band, and the card's KV footprint with and without offload. Op `offload`:
-one prefill layer's copy of the layer's cache into host memory.
+published TPOT band, the host pages the die's SMMU walked, and the card's KV footprint
+with and without offload. Op `offload`: one prefill layer's copy of the layer's cache into
+host memory.
 """
 
 from __future__ import annotations
@@ -154,13 +155,15 @@ class Gather(TaskKernel):
                 "bytes_gathered": nbytes, "reuse_rate": 1 - rows / valid if valid else 0.0,
                 "gather_us": span / 1000.0, "effective_gbps": nbytes / span if span else 0.0,
                 "per_step_us": step_us, "per_step_bytes": nbytes * t.layers,
+                "translation_misses": sum(run.translation_misses),
                 **step_share(step_us), **footprint(t)}
 
 
 class Offload(TaskKernel):
     name = "offload"
-    phases = (Phase("offload", "one core: the layer's cache (kv, then rope) as SDMA copies "
-                    "of 1 MiB into host memory, then quiet"),)
+    phases = (Phase("offload", "the host thread: the layer's cache (kv, then rope) as "
+                    "aclrtMemcpyAsync on the d2h stream into host memory, then "
+                    "aclrtSynchronizeStream"),)
     inputs = (TensorSpec("layer_kv_cache", U8, _rows("layer_kv"), "[F_BLOCK_NUM * BLOCK, kv "
                          "bytes] the layer's device-side temp cache", shared_rows=True),
               TensorSpec("layer_k_rope", U8, _rows("layer_rope"), "(empty for c8)",
@@ -182,7 +185,8 @@ class Offload(TaskKernel):
         return {"memory": t.memory, "bytes_offloaded": nbytes, "offload_us": span / 1000.0,
                 "offload_gbps": nbytes / span if span else 0.0,
                 "per_prefill_us": span * t.layers / 1000.0,
-                "per_prefill_bytes": nbytes * t.layers}
+                "per_prefill_bytes": nbytes * t.layers,
+                "translation_misses": sum(run.translation_misses)}
 
 
 class KvOffload(Family):
@@ -208,8 +212,9 @@ class KvOffload(Family):
         Option("kv_location", "choice", "host", "where the full cache lives",
                choices=("host", "hbm")),
         Option("memory", "choice", "shmem_host", "how the host cache was allocated: SHMEM's "
-               "HOST_SIDE heap (the article) or torch_npu's swapped memory (the model "
-               "code); both take the host path of the preset today",
+               "HOST_SIDE heap (the article: huge pages, host.huge_page_bytes) or "
+               "torch_npu's swapped memory (the model code: pinned base pages, "
+               "host.page_bytes); the die's SMMU walks the pages it does not hold",
                choices=("shmem_host", "swapped")),
         Option("reuse", "float", 0.6, "share of this step's topk the selection pool holds "
                "from the previous step (the guide's 60%)", lo=0.0, hi=1.0),

@@ -65,6 +65,12 @@ class KvTiling:
     memory: str = "shmem_host"  # shmem_host | swapped: how the host cache was allocated
 
     @property
+    def huge_pages(self) -> bool:
+        """SHMEM's HOST_SIDE heap maps huge pages; torch_npu's swapped memory is pinned in
+        the OS's base pages (NPUSwappedMemoryAllocator: aclrtMallocHost, aclrtHostRegister)."""
+        return self.memory == "shmem_host"
+
+    @property
     def kv_bytes(self) -> int:
         return KV_C8 if self.c8 else KV_BF16
 
