@@ -29,6 +29,7 @@ from npusim.kernels.family import (
     Option,
     Phase,
     TensorSpec,
+    Variant,
     const,
 )
 from npusim.kernels.kv_offload.inputs import full_rows, step_inputs
@@ -46,6 +47,9 @@ U8, I32 = const(np.uint8), const(np.int32)
 # the 64K rows are 19.84 ms (batch 256) and 22.78 ms (batch 512)
 TPOT_LOW_MS = 18.85
 TPOT_HIGH_MS = 25.8
+# what the host pages cost (npusim.hw.host): the keys the memory option's answer rests on
+PAGE_KEYS = ("host.page_bytes", "host.huge_page_bytes", "host.tlb_entries",
+             "host.page_walk_ns", "host.walkers", "host.latency_ns")
 TOPK_SPLIT_NUM = 32  # the tiling's split: topk up to 32 runs the other kernel variant
 MAX_Q_SEQ_LEN = 8  # the tiling refuses S >= 8
 
@@ -150,7 +154,8 @@ class Gather(TaskKernel):
         valid = t.rows * t.topk
         span = run.end_ns - run.start_ns - t.launch_ns
         step_us = span * t.layers / 1000.0
-        return {"kv_location": t.location, "memory": t.memory, "queries": t.queries,
+        return {"kv_location": t.location, "memory": t.memory, "host_page_bytes": t.page_bytes,
+                "queries": t.queries,
                 "query_rows": t.rows, "cores_used": t.cores, "rows_gathered": rows,
                 "bytes_gathered": nbytes, "reuse_rate": 1 - rows / valid if valid else 0.0,
                 "gather_us": span / 1000.0, "effective_gbps": nbytes / span if span else 0.0,
@@ -182,7 +187,8 @@ class Offload(TaskKernel):
         t = tiling
         _, nbytes = _moved(run, "copy_ D2H")
         span = run.end_ns - run.start_ns - t.launch_ns
-        return {"memory": t.memory, "bytes_offloaded": nbytes, "offload_us": span / 1000.0,
+        return {"memory": t.memory, "host_page_bytes": t.page_bytes, "bytes_offloaded": nbytes,
+                "offload_us": span / 1000.0,
                 "offload_gbps": nbytes / span if span else 0.0,
                 "per_prefill_us": span * t.layers / 1000.0,
                 "per_prefill_bytes": nbytes * t.layers,
@@ -198,6 +204,10 @@ class KvOffload(Family):
             "per-layer offload of the cache into host memory")
     ops = (Gather(), Offload())
     references = True  # reference_outputs
+    # `npusim advise SHAPE` compares the two host allocations at a shape of this family;
+    # they differ only in the pages the die's SMMU translates
+    variants = tuple(Variant(m, {"memory": m}, PAGE_KEYS) for m in ("shmem_host", "swapped"))
+    dispatch_quants = combine_quants = {"none": {}}  # nothing is quantised in transit
     runs = {"gather": ("gather",), "offload": ("offload",)}
     options = (
         Option("batch", "int", 16, "B: sequences on the card (die)", lo=1, hi=1024),
@@ -230,7 +240,8 @@ class KvOffload(Family):
         return KvTiling(o["batch"], o["seq_len"], o["topk"], o["block"], o["c8"],
                         o["kv_location"], o["reuse"], o["cache_blocks"], o["layers"],
                         hardware.chip.aiv_cores, hardware.kernel.task_launch_ns,
-                        queries=1 + o["next_n"], memory=o["memory"])
+                        queries=1 + o["next_n"], memory=o["memory"],
+                        page_bytes=_page_bytes(hardware, o["memory"]))
 
     def window(self, tiling: KvTiling) -> NoWindow:
         return NoWindow()
@@ -265,6 +276,14 @@ class KvOffload(Family):
         if kernel != "gather":
             return None
         return [reference(tiling, self.op_inputs(kernel, tiling, inputs, None)[0])]
+
+
+def _page_bytes(hardware: Any, memory: str) -> int:
+    """The host cache's page: SHMEM's huge page, or the OS's base page (swapped memory)."""
+    host = hardware.host
+    if host is None:
+        return 0
+    return host.huge_page_bytes if memory == "shmem_host" else host.page_bytes
 
 
 def _gather_misfit(t: KvTiling, hardware: Any) -> Misfit | None:

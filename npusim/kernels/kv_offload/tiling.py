@@ -63,6 +63,7 @@ class KvTiling:
     world: int = 1
     queries: int = 1  # S: queries per sequence per step (1 + next_n)
     memory: str = "shmem_host"  # shmem_host | swapped: how the host cache was allocated
+    page_bytes: int = 0  # the host cache's page (its allocator's; 0: no host memory)
 
     @property
     def huge_pages(self) -> bool:

@@ -314,6 +314,8 @@ def test_swapped_memory_walks_its_base_pages_and_shmem_host_none(tmp_path):
                       ).ops[0].family_fields for m in ("shmem_host", "swapped")}
     t, ins = _inputs(_scenario(tmp_path, overrides=walks, batch=1, c8=True))
     misses = _walked_pages(ins, t, 4096, 2)
+    assert ff["shmem_host"]["host_page_bytes"] == 2 << 20
+    assert ff["swapped"]["host_page_bytes"] == 4096
     assert ff["shmem_host"]["translation_misses"] == 0
     assert ff["swapped"]["translation_misses"] == misses > 32 // 2
     assert (ff["swapped"]["gather_us"] - ff["shmem_host"]["gather_us"]) * 1000.0 == \
