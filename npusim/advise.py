@@ -2,9 +2,12 @@
 
 A shape is a scenario's generic keys (preset, W, BS, H, K, experts per rank, dtype,
 routing); its family and family options are ignored. Every registered family that
-declares variants (`Family.variants`) is a candidate once per variant and per allowed
-(dispatch, combine) quantisation it declares (`Family.dispatch_quants`,
-`combine_quants`), so a new family joins by declaring them. Each candidate is validated
+declares variants (`Family.variants`) and reads the MoE shape is a candidate once per
+variant and per allowed (dispatch, combine) quantisation it declares
+(`Family.dispatch_quants`, `combine_quants`), so a new family joins by declaring them.
+A family that does not read the MoE shape (`uses_moe_shape` False, e.g. kv_offload) has
+its own options as its shape: a scenario of it is the shape (every option kept) and its
+variants are the candidates, compared at that shape. Each candidate is validated
 as a scenario: one that does not fit is listed with the loader's own one-line reason,
 the text `npusim lint` prints. The rest run timing-only as the points of a sweep (the
 same processes or Ray, resumable, progress on stderr), and are ranked by their total
@@ -79,12 +82,31 @@ class Candidate:
                                     self.combine_quant) if x)
 
 
+def own_family(doc: Mapping[str, Any]) -> str | None:
+    """The built-in family a shape scenario names if its options are its shape (it does not
+    read the MoE shape and declares variants), else None."""
+    w = doc.get("workload")
+    name = w.get("kernel") if isinstance(w, Mapping) else None
+    if not isinstance(name, str) or name not in registry.names():
+        return None
+    fam = registry.get(name)
+    return name if fam.variants and not fam.uses_moe_shape else None
+
+
+def own_keys(family: str) -> tuple[str, ...]:
+    """The workload keys a --set may name in a shape of `family` (own_family): its op and
+    its options (the kernel is the shape's)."""
+    return ("op", *(o.name for o in registry.get(family).options))
+
+
 def _families(refs: Sequence[str]) -> list[tuple[str, Family]]:
     """(workload.kernel, family) of each --family: a built-in name, a user's .py file
-    (relative to the working directory) or module:attr."""
+    (relative to the working directory) or module:attr; by default every built-in family
+    with variants that reads the MoE shape."""
     known = registry.names()
     if not refs:
-        return [(n, registry.get(n)) for n in known if registry.get(n).variants]
+        return [(n, registry.get(n)) for n in known
+                if registry.get(n).variants and registry.get(n).uses_moe_shape]
     out = []
     for ref in refs:
         offered = [n for n in known if registry.get(n).variants]
@@ -161,12 +183,14 @@ def axis_of(spec: str) -> tuple[str, list[Any]]:
 
 
 def shape_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The generic part of a scenario document: the shape an advice ranks kernels for."""
+    """The generic part of a scenario document: the shape an advice ranks kernels for (a
+    family whose options are its shape keeps them all, own_family)."""
     out = {k: copy.deepcopy(v) for k, v in doc.items()
            if k in ("name", "hardware", "hardware_overrides", "run")}
     w = doc.get("workload")
     w = w if isinstance(w, Mapping) else {}
-    out["workload"] = {k: copy.deepcopy(w[k]) for k in SHAPE_KEYS if k in w}
+    keep = w if own_family(doc) else SHAPE_KEYS
+    out["workload"] = {k: copy.deepcopy(w[k]) for k in keep if k in w}
     out.setdefault("name", "advise")
     return out
 
@@ -434,11 +458,13 @@ def entry_of(c: Candidate, report: Mapping[str, Any], cal: Calibration) -> Entry
 
 @dataclass
 class Ranking:
-    """Candidates fastest first; `tied` counts those within the tie of the winner."""
+    """Candidates fastest first; `tied` counts those within the tie of the winner.
+    `unvouched`: the preset has a table but no row of it covers any of them."""
 
     entries: list[Entry]
     tie: float
     calibration: Calibration
+    unvouched: bool = False
 
     @property
     def tied(self) -> int:
@@ -456,7 +482,9 @@ class Ranking:
             return f"{_name(first)} is the only candidate that runs this shape"
         if self.tied > 1:
             names = ", ".join(_name(e) for e in self.entries[:self.tied])
-            what = ("validation error" if self.calibration.mape is not None
+            what = ("assumed error (no row of its table covers them: uncalibrated)"
+                    if self.unvouched
+                    else "validation error" if self.calibration.mape is not None
                     else "assumed error (uncalibrated)")
             return f"tie: {names} are within {self.tie:.1%} of each other, the preset's {what}"
         second = self.entries[1]
@@ -480,8 +508,12 @@ def _name(e: Entry) -> str:
 
 
 def rank(entries: Sequence[Entry], cal: Calibration) -> Ranking:
+    """Fastest first. Where no row of the preset's table covers any candidate, its MAPE
+    says nothing of them: the tie is then UNCALIBRATED_TIE, as for an uncalibrated one."""
     ordered = sorted(entries, key=lambda e: (e.total_us, e.candidate.label, e.candidate.quant))
-    return Ranking(list(ordered), cal.tie, cal)
+    unvouched = cal.mape is not None and bool(entries) and all(e.outside for e in entries)
+    tie = UNCALIBRATED_TIE if unvouched else cal.tie
+    return Ranking(list(ordered), tie, cal, unvouched)
 
 
 def winners(rankings: Sequence[tuple[Any, Ranking]]) -> list[tuple[Any, str]]:
@@ -539,6 +571,34 @@ def rankings(p: Plan, reports: Mapping[str, Mapping[str, Any]],
 SCHEMA = "npusim.advice/1"
 
 
+def rests_on(c: Candidate, preset: str) -> list[str]:
+    """The preset keys that set the candidate's variant apart, each with its value and its
+    provenance in a few words (assumed and its range, calibrated, sourced)."""
+    from npusim.hw.config import load_provenance, preset_names
+
+    fam = registry.get(c.kernel or c.family, Path.cwd())
+    keys = next((v.rests_on for v in fam.variants if v.name == c.variant), ())
+    if not keys or preset not in preset_names():
+        return list(keys)
+    known = load_provenance(preset)
+    return [_provenance_words(k, known.get(k)) for k in keys]
+
+
+def _provenance_words(key: str, entry: tuple[Any, str, Any] | None) -> str:
+    if entry is None:
+        return f"{key} (not in the preset)"
+    value, unit, prov = entry
+    kind = prov.kind if prov is not None else "plain"
+    if kind == "assumed":
+        lo, hi = prov.fields["range"]
+        kind = f"assumed, plausible {_num(float(lo))}-{_num(float(hi))}"
+    elif kind == "calibrated":
+        kind = f"calibrated, {Path(prov.fields['fit']).name}"
+    elif kind == "sourced":
+        kind = f"sourced, confidence {prov.fields['conf']}"
+    return f"{key} {_num(float(value))} {unit} ({kind})"
+
+
 def document(shape: Mapping[str, Any], p: Plan,
              ranked: Sequence[tuple[Any, Ranking]]) -> dict[str, Any]:
     """The advice as plain data (`--json`, and what the text and figures are drawn from)."""
@@ -548,6 +608,7 @@ def document(shape: Mapping[str, Any], p: Plan,
                 "combine_quant": c.combine_quant, "ops_us": dict(e.ops),
                 "total_us": e.total_us, "critical": e.critical, "wire_bytes": e.wire_bytes,
                 "calibration": cal.status, "outside_calibration": e.outside, "tie": tie,
+                "rests_on": rests_on(c, cal.preset),
                 "phases_us": {op: {n: list(span) for n, span in ph.items()}
                               for op, ph in e.phases.items()}}
 

@@ -44,6 +44,8 @@ class OpRun:
     core_counters: list[list[dict[str, float]]] = field(default_factory=list)
     # what the kernel's family reports of this call (Kernel.report_fields), JSON-able
     family_fields: dict[str, Any] = field(default_factory=dict)
+    # per rank, the host pages its die's SMMU had to walk (npusim.hw.host)
+    translation_misses: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -228,6 +228,7 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
     machine ran this op alone, so every counter is the op's."""
     ranks = [rank.stats() for rank in machine.ranks]
     cores = [[ctx.stats() for ctx in row] for row in res.contexts]
+    host = getattr(machine, "host", None)
     return OpRun(
         op=kernel.name, phase_order=kernel.phase_order(), core_kind=kernel.core_kind,
         engines=tuple(kernel.engines),
@@ -245,6 +246,7 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
         core_counters=[[c.counters for c in row] for row in cores],
         core_labels=[c.label for c in cores[0]]
         if core_kind(kernel.core_kind).parts and cores else [],
+        translation_misses=[host.misses(r) if host else 0 for r in range(machine.world)],
     )
 
 

@@ -101,7 +101,9 @@ def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path
     else:
         doc, src, base = read_scenario_file(resolve(arg))
     shape = advise.shape_doc(doc)
-    shape_keys = tuple(f"workload.{k}" for k in advise.SHAPE_KEYS)
+    own = advise.own_family(doc)
+    keys = advise.SHAPE_KEYS if own is None else advise.own_keys(own)
+    shape_keys = tuple(f"workload.{k}" for k in keys)
     sets = parse_sets(items)
     for key, value in sets:
         if not (
@@ -115,7 +117,7 @@ def _shape(arg: str | None, items: list[str]) -> tuple[dict[str, Any], str, Path
                 f"--set {key}",
                 "is not a shape key; allowed: "
                 "name, hardware, hardware_overrides.*, run.*, workload."
-                f"{{{','.join(advise.SHAPE_KEYS)}}} (advise chooses the kernel "
+                f"{{{','.join(keys)}}} (advise chooses the kernel "
                 "family and its options)",
             )
         try:
@@ -148,7 +150,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
         "--out",
     )
     plot = output_file(args.plot, "--plot") if args.plot is not None else None
-    cands, missing = advise.candidates(dq, cq, args.family)
+    own = advise.own_family(shape)
+    cands, missing = advise.candidates(dq, cq, args.family or ([own] if own else []))
     p = advise.plan(shape, src, base, cands, missing, axis, values)
     if not p.points:
         reasons = list(dict.fromkeys(why for *_, why in p.refused))

@@ -240,6 +240,15 @@ class HostConfig:
     latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})  # one way
     # the host thread's cost of one aclrtMemcpyAsync (a task submitted to a stream)
     memcpy_async_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
+    # the pages of host memory as the die's SMMU translates them (npusim.hw.host, Tlb):
+    # the OS's base page (pinned memory: torch_npu's swapped memory), the huge page of
+    # SHMEM's HOST_SIDE heap, the translations a die caches, what a miss costs, and how
+    # many misses its walkers resolve at once
+    page_bytes: int = field(metadata={"unit": "B", "min": 1024, "max": 1 << 30})
+    huge_page_bytes: int = field(metadata={"unit": "B", "min": 1024, "max": 1 << 40})
+    tlb_entries: int = field(metadata={"unit": "pages", "min": 1, "max": 1 << 24})
+    page_walk_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e6})
+    walkers: int = field(metadata={"unit": "walks", "min": 1, "max": 1024})
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ response it must wait for before it can go on:
     its own die's GM             nothing
 
 The hold comes before the SQE's bytes stream (sdma.Path.setup_ns), and the two memories'
-holds add (a host-to-host copy pays both). A leg that holds the engine has had its flight
+holds add (a host-to-host copy pays both); sdma.sqe adds the table walks of host pages
+the die's SMMU does not hold (npusim.hw.host). A leg that holds the engine has had its flight
 counted in the hold (the response came back), so the bytes land `sdma.latency_ns` plus
 the flights of the legs that do not (a posted write) after the last byte: a host write
 completes, and the next SQE starts, a round trip after its bytes, as the CPU answers.

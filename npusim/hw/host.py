@@ -22,13 +22,28 @@ adds over the server level (its non-blocking uplinks impose no share). A flat fa
 levels) has no server grouping to cross, so it has no path to another server's host.
 One-way flight latency is `host.latency_ns`; a read pays it twice (request, data).
 
+Pages. A host tensor is mapped in pages of its allocator's size (`host.huge_page_bytes`
+for SHMEM's HOST_SIDE heap, `host.page_bytes` for ordinary pinned memory), and a die's
+SMMU translates each access's pages: it keeps the last `host.tlb_entries` pages it
+translated (least recently used out), and the pages an access touches that it does not
+hold each need a table walk of `host.page_walk_ns`, `host.walkers` of them at a time:
+
+    walk time = ceil(missed pages / walkers) x page_walk_ns
+
+added to the access's latency (an SDMA SQE's engine holds for it before its bytes). A
+run is one iteration of a loop: the cache starts as an earlier one left it, with each
+tensor's first pages, on a die's first touch, in the room it has (evicting nothing).
+
 What it leaves out: host traffic does not share the die's UB ports with MTE puts (they
-are separate resources here), and the CPUs' coherence traffic and SMMU misses are not
-modelled. Hardware only: nothing here knows of SHMEM calls or kernels.
+are separate resources here), and the CPUs' coherence traffic is not modelled; the walk
+is one figure whatever the page size. Hardware only: nothing here knows of SHMEM calls
+or kernels.
 """
 
 from __future__ import annotations
 
+import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,9 +61,14 @@ class HostRegion(Region):
 
     host_side = True
 
-    def __init__(self, inner: Region) -> None:
+    def __init__(self, inner: Region, page_bytes: int) -> None:
         super().__init__(inner.name, inner.rank, inner.nbytes)
         self.inner = inner
+        self.page_bytes = page_bytes  # its allocator's page: what the SMMU translates
+
+    @property
+    def pages(self) -> int:
+        return -(-self.nbytes // self.page_bytes)
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         return self.inner.read(offset, nbytes)
@@ -66,6 +86,44 @@ class HostRegion(Region):
     def as_array(self, dtype: np.dtype | type, shape: tuple[int, ...] | None = None
                  ) -> np.ndarray:
         return self.inner.as_array(dtype, shape)
+
+
+class Tlb:
+    """One die's cache of host-page translations (its SMMU's), least recently used out."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self.pages: OrderedDict[tuple[int, str, int], None] = OrderedDict()
+        self.known: set[tuple[int, str]] = set()
+        self.misses = 0
+
+    def warm(self, region: HostRegion) -> None:
+        """On the die's first touch of `region`: its first pages as an earlier iteration of
+        the loop left them, as many as the cache has room for (nothing is evicted)."""
+        tensor = (region.rank, region.name)
+        if tensor in self.known:
+            return
+        self.known.add(tensor)
+        for page in range(min(self.entries - len(self.pages), region.pages)):
+            self.pages.setdefault((*tensor, page), None)
+
+    def touch(self, region: HostRegion, offset: int, nbytes: int) -> int:
+        """The pages of `nbytes` at `offset` translated in order; returns how many missed."""
+        self.warm(region)
+        first = offset // region.page_bytes
+        last = (offset + max(nbytes, 1) - 1) // region.page_bytes
+        missed = 0
+        for page in range(first, last + 1):
+            key = (region.rank, region.name, page)
+            if key in self.pages:
+                self.pages.move_to_end(key)
+                continue
+            missed += 1
+            self.pages[key] = None
+            if len(self.pages) > self.entries:
+                self.pages.popitem(last=False)
+        self.misses += missed
+        return missed
 
 
 @dataclass(frozen=True)
@@ -143,20 +201,38 @@ class Host:
         self._die: dict[int, tuple[Resource, Resource]] = {}
         self._socket: dict[tuple[int, int], tuple[Resource, Resource, Resource]] = {}
         self._listed: list[Resource] = []
+        self._tlb: dict[int, Tlb] = {}
 
     # -- the heap -----------------------------------------------------------------------
-    def adopt(self, rank: Rank, name: str) -> HostRegion:
-        """GM tensor `name` of `rank` placed in that PE's HOST_SIDE heap (aclshmemx_malloc
-        (..., HOST_SIDE), filled by the host's aclrtMemcpy before the launch, untimed): the
-        same bytes, now in host DRAM; the tensor is read back from there after the run.
-        The same region on every later call."""
+    def adopt(self, rank: Rank, name: str, huge_pages: bool = True) -> HostRegion:
+        """GM tensor `name` of `rank` placed in that PE's host memory (by default SHMEM's
+        HOST_SIDE heap, aclshmemx_malloc(..., HOST_SIDE), in huge pages; else pinned memory
+        in the OS's base pages), filled by the host's aclrtMemcpy before the launch,
+        untimed: the same bytes, now in host DRAM; the tensor is read back from there after
+        the run. The same region on every later call."""
         region = rank.tensors[name]
         if isinstance(region, HostRegion):
             return region
-        host = HostRegion(region)
+        c = self.cfg
+        host = HostRegion(region, c.huge_page_bytes if huge_pages else c.page_bytes)
         rank.tensors[name] = host
         self.heaps.setdefault(rank.index, []).append(host)
         return host
+
+    # -- translation --------------------------------------------------------------------
+    def walk_ns(self, rank: int, region: HostRegion, offset: int, nbytes: int) -> float:
+        """What die `rank`'s SMMU adds to an access of `nbytes` of `region` at `offset`: the
+        walks of the pages it does not hold, `walkers` at a time."""
+        tlb = self._tlb.get(rank)
+        if tlb is None:
+            tlb = self._tlb[rank] = Tlb(self.cfg.tlb_entries)
+        missed = tlb.touch(region, offset, nbytes)
+        return math.ceil(missed / self.cfg.walkers) * self.cfg.page_walk_ns
+
+    def misses(self, rank: int) -> int:
+        """Host pages die `rank`'s SMMU has had to walk so far."""
+        tlb = self._tlb.get(rank)
+        return tlb.misses if tlb else 0
 
     # -- resources ------------------------------------------------------------------------
     def _die_ports(self, rank: int) -> tuple[Resource, Resource]:
@@ -226,3 +302,11 @@ def lone_path(cfg: HardwareConfig, rank: int, pe: int, write: bool) -> tuple[flo
     return (latency if write else 2 * latency,
             min(host.npu_link_gbps, host.write_gbps if write else host.read_gbps,
                 host.dram_gbps))
+
+
+def walk_of(machine: object, rank: int, region: Region, offset: int, nbytes: int) -> float:
+    """The table walks die `rank` pays to reach `nbytes` of `region` at `offset` (0 for
+    device GM, which the SMMU's host translations do not cover)."""
+    if not isinstance(region, HostRegion):
+        return 0.0
+    return host_of(machine).walk_ns(rank, region, offset, nbytes)

@@ -15,6 +15,9 @@ earlier SQE of its engine has landed, which is what makes the flag a completion 
 The copied bytes are read from the source when they land (like an MTE2 read): the
 kernels post SDMA copies only of GM that nothing writes during the call.
 
+A copy to or from host memory also holds its engine for the table walks of the host
+pages the die's SMMU does not hold (npusim.hw.host.walk_of), before its bytes stream.
+
 `queued_copy` is the queue itself, shared with the NIC's send queues (npusim.hw.rdma): a
 copy's path says what it streams through, at what cap, with what setup and wire bytes.
 """
@@ -22,8 +25,9 @@ copy's path says what it streams through, at what cap, with what setup and wire 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from npusim.hw.host import walk_of
 from npusim.hw.machine import Machine
 from npusim.hw.memory import Region
 from npusim.hw.pipe import Op, TransferPipe
@@ -75,6 +79,10 @@ def sqe(machine: Machine, rank: int, src: Region, src_offset: int, dst: Region,
     if via is None:
         links, latency = route(machine, rank, dst.rank, nbytes)
         via = Path(links, latency, machine.cfg.sdma.bandwidth_gbps)
+    walk = (walk_of(machine, rank, src, src_offset, nbytes)
+            + walk_of(machine, rank, dst, dst_offset, nbytes))
+    if walk:
+        via = replace(via, setup_ns=via.setup_ns + walk)
     return queued_copy(machine, engine_pipe(machine, rank, engine), KIND, rank, src,
                        src_offset, dst, dst_offset, nbytes, at, via, name,
                        fenced=fenced, landed=landed, core=core, count=count)

@@ -123,11 +123,13 @@ class Misfit:
 
 @dataclass(frozen=True)
 class Variant:
-    """One way a family runs a MoE layer's dispatch and combine (`npusim advise` ranks
-    them): its name and the workload options that select it."""
+    """One way a family runs its work (`npusim advise` ranks them): its name, the workload
+    options that select it, and the preset keys that set it apart from the family's other
+    variants (what a comparison of them rests on: advise lists their provenance)."""
 
     name: str  # "" for a family's only way
     options: Mapping[str, Any] = field(default_factory=dict)
+    rests_on: tuple[str, ...] = ()  # dotted preset keys, e.g. "host.page_walk_ns"
 
 
 QUANTS = ("none", "int8", "mxfp8")
@@ -252,7 +254,8 @@ class Family:
     # experts_per_rank); its scenarios may leave those keys out (scenario.NEUTRAL_SHAPE)
     uses_moe_shape: ClassVar[bool] = True
     # What `npusim advise` may run: the variants the family offers as a MoE layer's
-    # dispatch / combine (none: it is not one of the alternatives), and per name in
+    # dispatch / combine (none: it is not one of the alternatives; a family that does not
+    # use the MoE shape offers its variants for its own scenarios' shapes), and per name in
     # QUANTS the options that select that quantisation on the dispatch and on the
     # combine side (a name it lacks: it cannot run that quantisation)
     variants: ClassVar[tuple[Variant, ...]] = ()

@@ -13,7 +13,10 @@ SHAPE_WORDS = (("ep_world_size", "W"), ("bs", "BS"), ("h", "H"), ("k", "K"),
 
 def _shape_line(doc: Mapping[str, Any]) -> str:
     w = doc["shape"]
-    parts = [f"{label} {w[k]}".strip() for k, label in SHAPE_WORDS if k in w]
+    if "kernel" in w:  # a family whose options are its shape: them as they are
+        parts = [f"{k} {v}" for k, v in w.items()]
+    else:
+        parts = [f"{label} {w[k]}".strip() for k, label in SHAPE_WORDS if k in w]
     cal = doc["calibration"]
     return f"advise: {doc['preset']}, {cal['status']}; " + ", ".join(parts)
 
@@ -47,6 +50,10 @@ def format_ranking(ranking: list[Mapping[str, Any]]) -> list[str]:
                      f"{r['calibration']}{mark}")
     notes = {r["outside_calibration"] for r in ranking if r["outside_calibration"]}
     lines += [f"  * outside the calibrated shapes: {n}" for n in sorted(notes)]
+    rests = dict.fromkeys(k for r in ranking for k in r.get("rests_on", ()))
+    if rests:
+        lines.append("  the variants differ by preset values; the answer rests on:")
+        lines += [f"    {k}" for k in rests]
     return lines
 
 

@@ -5,7 +5,8 @@ one SQE of the die's SDMA engine (npusim.hw.copy_path: any two memories the die 
 address, device GM or host memory), and a stream runs its copies one after another: the
 next starts once the one before it has completed. Synchronising waits for a stream's
 last copy. The host thread is drawn on the lane of the core that runs it here (it is no
-device core). Nothing here knows of a library or a family.
+device core), and its copies are counted among that core's transfers on the engine's
+pipe. Nothing here knows of a library or a family.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def memcpy_async(ctx: Any, stream: Stream, src: Any, src_offset: int, dst: Any,
     on `stream`: the host thread's call, then the copy once the stream reaches it."""
     ctx.t += ctx.cfg.host.memcpy_async_ns
     crosses = not (a.host or b.host) and a.rank != b.rank
+    pipe = engine.engine_pipe(ctx.machine, ctx.rank_id, stream.engine)
+    ctx._count(pipe, name, nbytes, a.rank != ctx.rank_id or b.rank != ctx.rank_id)
 
     def start(at: float) -> Any:
         via = engine_copy(ctx.machine, ctx.rank_id, a, b, nbytes)

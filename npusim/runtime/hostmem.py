@@ -4,9 +4,11 @@ hicann/shmem maps a PE's HOST_SIDE heap (aclshmemx_malloc(..., HOST_SIDE), src/h
 shmem_mm.cpp) into every device's address space (p2p_host_heap_base[pe],
 shmem_device_mte.hpp), so a kernel reaches it with the calls it uses for GM; each costs
 what its path costs (npusim.hw.host: the die's host port, the socket's CPU port and DRAM,
-and between servers the supernode fabric):
+and between servers the supernode fabric) and the table walks of the pages the die's SMMU
+does not hold (added to each access's latency; an SDMA SQE's engine holds for them):
 
     host_tensor(ctx, name, pe)        a declared GM tensor of PE pe, living in its host DRAM
+                                      (SHMEM's huge pages, or pinned base pages)
     copy_in_host / copy_out_host      an MTE2 read / MTE3 write of host-mapped GM
     HostSdma.put_nbi_host / _get_     aclshmemx_sdma_put_nbi / _get_nbi to and from a PE's
                                       HOST_SIDE memory (D2H, D2rH; H2D, rH2D), SQEs of the
@@ -27,7 +29,7 @@ import numpy as np
 from npusim.hw import sdma as engine
 from npusim.hw.copy_path import Memory, engine_copy
 from npusim.hw.cores import pipe_cap
-from npusim.hw.host import HostRegion, Path, host_of
+from npusim.hw.host import HostRegion, Path, host_of, walk_of
 from npusim.hw.memory import Region
 from npusim.hw.pipe import Op
 from npusim.hw.ub import INF, UBBuffer
@@ -39,16 +41,18 @@ if TYPE_CHECKING:
 Wait = Generator[Any, Any, Any]
 
 
-def host_tensor(ctx: KernelContext, name: str, pe: int | None = None) -> HostRegion:
-    """GM tensor `name` of PE `pe` (default this one) as HOST_SIDE memory: the first call on
-    any core moves it into that PE's host heap (the bytes the host wrote before the
-    launch); the run's outputs are read back from there."""
+def host_tensor(ctx: KernelContext, name: str, pe: int | None = None,
+                huge_pages: bool = True) -> HostRegion:
+    """GM tensor `name` of PE `pe` (default this one) as host memory: the first call on any
+    core moves it into that PE's host DRAM (the bytes the host wrote before the launch),
+    in SHMEM's huge pages or, with `huge_pages` False, in the OS's base pages (pinned
+    memory registered with the device); the run's outputs are read back from there."""
     pe = ctx.rank_id if pe is None else ctx._whole(pe, f"host_tensor {name!r}", "pe")
     if ctx.cfg.host is None:
         raise ctx.error(f"the {ctx.cfg.name} preset has no host memory (hardware.host)")
     if not 0 <= pe < ctx.world:
         raise ctx.error(f"host_tensor {name!r}: PE {pe} is not one of the {ctx.world} PEs")
-    return host_of(ctx.machine).adopt(ctx.machine.ranks[pe], name)
+    return host_of(ctx.machine).adopt(ctx.machine.ranks[pe], name, huge_pages)
 
 
 def _host(ctx: KernelContext, region: Region, what: str) -> HostRegion:
@@ -82,7 +86,7 @@ def copy_in_host(ctx: KernelContext, dst: UBBuffer, src: Region, src_offset: int
     ctx._check_gm(host, src_offset, nbytes, name)
     path = read_path(ctx, host)
     cap = _cap(ctx, "mte2", name)
-    latency = ctx._mte2_latency + path.latency_ns
+    latency = ctx._mte2_latency + path.latency_ns + _walk(ctx, host, src_offset, nbytes)
     ctx._claim_landing(dst, nbytes, name)
     op = Op(ctx.env, name, "mte2")
     pipe = ctx.core.mte2
@@ -117,8 +121,8 @@ def copy_out_host(ctx: KernelContext, dst: Region, dst_offset: int, src: UBBuffe
 
     host = _host(ctx, dst, name)
     path = write_path(ctx, host)
-    route = Route(path.resources, _cap(ctx, "mte3", name),
-                  ctx.cfg.mte.put_latency_ns + path.latency_ns)
+    route = Route(path.resources, _cap(ctx, "mte3", name), ctx.cfg.mte.put_latency_ns
+                  + path.latency_ns + _walk(ctx, host, dst_offset, nbytes))
     return _send(ctx, host, dst_offset, src, src_offset, nbytes, f"{name} {path.kind}", route,
                  path.kind != "D2H")
 
@@ -152,6 +156,11 @@ def _send(ctx: KernelContext, dst: HostRegion, dst_offset: int, src: UBBuffer,
     return op
 
 
+def _walk(ctx: KernelContext, host: HostRegion, offset: int, nbytes: int) -> float:
+    """The table walks this die's SMMU needs for the access (npusim.hw.host)."""
+    return walk_of(ctx.machine, ctx.rank_id, host, offset, nbytes)
+
+
 def _cap(ctx: KernelContext, pipe: str, what: str) -> float:
     """The pipe's remote port cap: host memory is reached off the die, like a peer's."""
     cap = next((pipe_cap(ctx.cfg, pk, remote=True) for pk in ctx.core.kind.pipes
@@ -175,7 +184,7 @@ def scalar_p(ctx: KernelContext, dst: Region, offset: int, value: Any, dtype: An
     ctx.t += ctx.cfg.dcache.dcci_ns
     line = int(ctx.cfg.dcache.line_bytes)
     path = write_path(ctx, host)
-    latency = ctx.cfg.mte.put_latency_ns + path.latency_ns
+    latency = ctx.cfg.mte.put_latency_ns + path.latency_ns + _walk(ctx, host, offset, raw.size)
 
     def effect(t: float) -> None:
         host.write(offset, raw)
@@ -201,8 +210,8 @@ def scalar_g(ctx: KernelContext, src: Region, offset: int, dtype: Any,
     def effect(t: float) -> None:
         got.append(host.read(offset, item).view(dtype)[0])
 
-    op = _line(ctx, f"{name} {path.kind}", line, path, ctx.cfg.dcache.miss_ns + path.latency_ns,
-               effect)
+    latency = ctx.cfg.dcache.miss_ns + path.latency_ns + _walk(ctx, host, offset, item)
+    op = _line(ctx, f"{name} {path.kind}", line, path, latency, effect)
     yield from ctx.wait(op)
     return got[0]
 

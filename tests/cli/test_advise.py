@@ -375,3 +375,55 @@ def test_a_value_no_candidate_can_run_is_not_called_calibrated(tmp_path, capsys,
     assert by_value["missing.yaml"]["calibration"]["status"] == (
         f"uncalibrated ({advise.NOTHING_RAN})")
     assert by_value["ascend950"]["calibration"]["status"].startswith("calibrated (MAPE ")
+
+
+KV_SHAPE = {"name": "kv", "hardware": "atlas_a3",
+            "workload": {"kernel": "kv_offload", "op": "gather", "batch": 1, "seq_len": 300,
+                         "topk": 64, "block": 16, "c8": True, "memory": "swapped"}}
+
+
+def _kv_advice(tmp_path, capsys, overrides=None) -> dict:
+    shape = {**KV_SHAPE, **({"hardware_overrides": overrides} if overrides else {})}
+    path = tmp_path / "kv.yaml"
+    path.write_text(json.dumps(shape))
+    assert main(["advise", str(path), "--out", str(tmp_path / "runs"), "--json", "--quiet",
+                 "--workers", "1"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_family_whose_options_are_its_shape_compares_its_variants(tmp_path, capsys,
+                                                                   small_tables):
+    """kv_offload's shape is its own options; its variants are the two host allocations.
+    The full cache (304 rows x 656 B: 49 pages of 4 KiB, one of 2 MiB) fits the 2048
+    translations a die keeps, so neither walks and they tie; no row of atlas_a3's table
+    covers them, so the tie is the uncalibrated one, and the row says what it rests on."""
+    doc = _kv_advice(tmp_path, capsys)
+    assert doc["shape"]["batch"] == 1 and doc["shape"]["c8"] is True
+    (pt,) = doc["points"]
+    assert {r["variant"] for r in pt["ranking"]} == {"shmem_host", "swapped"}
+    assert all(r["tie"] for r in pt["ranking"])
+    assert pt["ranking"][0]["total_us"] == pt["ranking"][1]["total_us"]
+    assert {r["outside_calibration"] for r in pt["ranking"]} == {
+        "kv_offload has no row in atlas_a3's table"}
+    assert "10.0%" in pt["why"] and "no row of its table" in pt["why"]
+    rests = pt["ranking"][0]["rests_on"]
+    assert "host.page_walk_ns 1000 ns (assumed, plausible 200-5000)" in rests
+    assert any(r.startswith("host.latency_ns ") and "calibrated" in r for r in rests)
+    assert not doc["refused"]  # the MoE families are not asked to run a kv_offload shape
+
+
+def test_the_variants_differ_by_the_walks_of_the_swapped_pages(tmp_path, capsys,
+                                                               small_tables):
+    over = {"host.tlb_entries": 2, "host.walkers": 1, "host.page_walk_ns": 1000.0}
+    doc = _kv_advice(tmp_path, capsys, over)
+    got = {r["variant"]: r["total_us"] for r in doc["points"][0]["ranking"]}
+    direct = {}
+    for memory in got:
+        shape = {**KV_SHAPE, "hardware_overrides": over}
+        shape["workload"] = {**shape["workload"], "memory": memory, "timing_only": True}
+        path = tmp_path / f"{memory}.yaml"
+        path.write_text(json.dumps(shape))
+        direct[memory] = npu.run(str(path)).latency_us()
+    assert got == pytest.approx(direct, abs=1e-3)
+    assert got["swapped"] > got["shmem_host"] * 1.1  # beyond the uncalibrated tie
+    assert doc["points"][0]["ranking"][0]["variant"] == "shmem_host"

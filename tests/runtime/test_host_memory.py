@@ -183,3 +183,47 @@ def test_a_heap_above_a_socket_is_refused():
 def test_the_host_section_is_optional_and_reported_only_when_present():
     assert "host" not in load_hardware("atlas_a2").to_dict()
     assert load_hardware("atlas_a3").to_dict()["host"]["sockets"] == 4
+
+
+WALKS = {"host.page_walk_ns": 700.0, "host.tlb_entries": 2, "host.walkers": 2,
+         "host.page_bytes": 4096}
+
+
+def test_an_mte_read_of_base_pages_the_smmu_does_not_hold_pays_their_walks():
+    seen = []
+
+    def body(ctx):
+        heap = hostmem.host_tensor(ctx, "heap", huge_pages=False)
+        buf = ctx.alloc("b", 3 * 4096)
+        # pages 0 and 1 start cached (the tensor's first pages, in a 2-entry cache); 12 KiB
+        # at page 5 + 100 B touch pages 5, 6, 7, 8: four misses, walked two at a time
+        for offset, n in ((0, 8192), (5 * 4096 + 100, 3 * 4096)):
+            op = hostmem.copy_in_host(ctx, buf, heap, offset, n)
+            yield from ctx.wait(op)
+            seen.append(op.done_at)
+
+    m = _machine(**WALKS)
+    _run(m, body)
+    first = 8192 / 10.0 + 100.0 + 2000.0
+    assert seen[0] == pytest.approx(first)
+    assert seen[1] - seen[0] == pytest.approx(3 * 4096 / 10.0 + 100.0 + 2000.0 + 2 * 700.0)
+    assert m.host.misses(0) == 4
+
+
+def test_huge_pages_cost_no_walk_where_base_pages_do():
+    def body(ctx):
+        sdma = hostmem.HostSdma(ctx, ctx.alloc("sdma_tmp", 64))
+        yield from sdma.put_nbi_host(0, hostmem.host_tensor(ctx, "heap", huge_pages=huge), 0,
+                                     ctx.tensor("x"), 0, MIB)
+
+    ends = {}
+    for huge in (True, False):
+        m = _machine(**WALKS)
+        _run(m, body)
+        m.env.run()
+        ends[huge] = (m.env.now, m.host.misses(0))
+    # 2 MiB pages: the heap is one page, cached from the start; 4 KiB pages: 1 MiB is pages
+    # 0 to 255, of which 0 and 1 start cached, so 254 walks, two at a time, hold the engine
+    assert ends[True] == (pytest.approx(BELL + 2000.0 + MIB / 40.0 + 1000.0), 0)
+    assert ends[False][1] == 254
+    assert ends[False][0] - ends[True][0] == pytest.approx(127 * 700.0)

@@ -1,15 +1,16 @@
 """Family ``kv_offload``: GatherSelectionKvCache (hicann/cann-recipes-infer) at a decode step,
-with DeepSeek-V3.2's full MLA cache in device HBM or in host memory (SHMEM's HOST_SIDE heap
-in the article; torch_npu's swapped memory in the public model code: both are host DRAM
-mapped into the device and reached over the NPU -> host path npusim.hw.host models, so
-`memory` only records which one), and prefill's per-layer offload of the cache into host
-memory.
+with DeepSeek-V3.2's full MLA cache in device HBM or in host memory (`memory`: SHMEM's
+HOST_SIDE heap in the article, mapped in huge pages; torch_npu's swapped memory in the
+public model code, pinned in the OS's base pages: both host DRAM reached over the NPU ->
+host path npusim.hw.host models, the second with many more pages for the die's SMMU to
+translate), and prefill's per-layer offload of the cache into host memory.
 
 Op `gather`: one layer's call on one card for its B sequences of S = 1 + next_n queries;
 the report gives the bytes gathered from the full cache, the reuse rate, the gather time,
 the effective GB/s, the same per decode step (x layers), its share of DeepSeek-V3.2's
-published TPOT band, and the card's KV footprint with and without offload. Op `offload`:
-one prefill layer's copy of the layer's cache into host memory.
+published TPOT band, the host pages the die's SMMU walked, and the card's KV footprint
+with and without offload. Op `offload`: one prefill layer's copy of the layer's cache into
+host memory.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from npusim.kernels.family import (
     Option,
     Phase,
     TensorSpec,
+    Variant,
     const,
 )
 from npusim.kernels.kv_offload.inputs import full_rows, step_inputs
@@ -45,6 +47,9 @@ U8, I32 = const(np.uint8), const(np.int32)
 # the 64K rows are 19.84 ms (batch 256) and 22.78 ms (batch 512)
 TPOT_LOW_MS = 18.85
 TPOT_HIGH_MS = 25.8
+# what the host pages cost (npusim.hw.host): the keys the memory option's answer rests on
+PAGE_KEYS = ("host.page_bytes", "host.huge_page_bytes", "host.tlb_entries",
+             "host.page_walk_ns", "host.walkers", "host.latency_ns")
 TOPK_SPLIT_NUM = 32  # the tiling's split: topk up to 32 runs the other kernel variant
 MAX_Q_SEQ_LEN = 8  # the tiling refuses S >= 8
 
@@ -149,18 +154,21 @@ class Gather(TaskKernel):
         valid = t.rows * t.topk
         span = run.end_ns - run.start_ns - t.launch_ns
         step_us = span * t.layers / 1000.0
-        return {"kv_location": t.location, "memory": t.memory, "queries": t.queries,
+        return {"kv_location": t.location, "memory": t.memory, "host_page_bytes": t.page_bytes,
+                "queries": t.queries,
                 "query_rows": t.rows, "cores_used": t.cores, "rows_gathered": rows,
                 "bytes_gathered": nbytes, "reuse_rate": 1 - rows / valid if valid else 0.0,
                 "gather_us": span / 1000.0, "effective_gbps": nbytes / span if span else 0.0,
                 "per_step_us": step_us, "per_step_bytes": nbytes * t.layers,
+                "translation_misses": sum(run.translation_misses),
                 **step_share(step_us), **footprint(t)}
 
 
 class Offload(TaskKernel):
     name = "offload"
-    phases = (Phase("offload", "one core: the layer's cache (kv, then rope) as SDMA copies "
-                    "of 1 MiB into host memory, then quiet"),)
+    phases = (Phase("offload", "the host thread: the layer's cache (kv, then rope) as "
+                    "aclrtMemcpyAsync on the d2h stream into host memory, then "
+                    "aclrtSynchronizeStream"),)
     inputs = (TensorSpec("layer_kv_cache", U8, _rows("layer_kv"), "[F_BLOCK_NUM * BLOCK, kv "
                          "bytes] the layer's device-side temp cache", shared_rows=True),
               TensorSpec("layer_k_rope", U8, _rows("layer_rope"), "(empty for c8)",
@@ -179,10 +187,12 @@ class Offload(TaskKernel):
         t = tiling
         _, nbytes = _moved(run, "copy_ D2H")
         span = run.end_ns - run.start_ns - t.launch_ns
-        return {"memory": t.memory, "bytes_offloaded": nbytes, "offload_us": span / 1000.0,
+        return {"memory": t.memory, "host_page_bytes": t.page_bytes, "bytes_offloaded": nbytes,
+                "offload_us": span / 1000.0,
                 "offload_gbps": nbytes / span if span else 0.0,
                 "per_prefill_us": span * t.layers / 1000.0,
-                "per_prefill_bytes": nbytes * t.layers}
+                "per_prefill_bytes": nbytes * t.layers,
+                "translation_misses": sum(run.translation_misses)}
 
 
 class KvOffload(Family):
@@ -194,6 +204,10 @@ class KvOffload(Family):
             "per-layer offload of the cache into host memory")
     ops = (Gather(), Offload())
     references = True  # reference_outputs
+    # `npusim advise SHAPE` compares the two host allocations at a shape of this family;
+    # they differ only in the pages the die's SMMU translates
+    variants = tuple(Variant(m, {"memory": m}, PAGE_KEYS) for m in ("shmem_host", "swapped"))
+    dispatch_quants = combine_quants = {"none": {}}  # nothing is quantised in transit
     runs = {"gather": ("gather",), "offload": ("offload",)}
     options = (
         Option("batch", "int", 16, "B: sequences on the card (die)", lo=1, hi=1024),
@@ -208,8 +222,9 @@ class KvOffload(Family):
         Option("kv_location", "choice", "host", "where the full cache lives",
                choices=("host", "hbm")),
         Option("memory", "choice", "shmem_host", "how the host cache was allocated: SHMEM's "
-               "HOST_SIDE heap (the article) or torch_npu's swapped memory (the model "
-               "code); both take the host path of the preset today",
+               "HOST_SIDE heap (the article: huge pages, host.huge_page_bytes) or "
+               "torch_npu's swapped memory (the model code: pinned base pages, "
+               "host.page_bytes); the die's SMMU walks the pages it does not hold",
                choices=("shmem_host", "swapped")),
         Option("reuse", "float", 0.6, "share of this step's topk the selection pool holds "
                "from the previous step (the guide's 60%)", lo=0.0, hi=1.0),
@@ -225,7 +240,8 @@ class KvOffload(Family):
         return KvTiling(o["batch"], o["seq_len"], o["topk"], o["block"], o["c8"],
                         o["kv_location"], o["reuse"], o["cache_blocks"], o["layers"],
                         hardware.chip.aiv_cores, hardware.kernel.task_launch_ns,
-                        queries=1 + o["next_n"], memory=o["memory"])
+                        queries=1 + o["next_n"], memory=o["memory"],
+                        page_bytes=_page_bytes(hardware, o["memory"]))
 
     def window(self, tiling: KvTiling) -> NoWindow:
         return NoWindow()
@@ -260,6 +276,14 @@ class KvOffload(Family):
         if kernel != "gather":
             return None
         return [reference(tiling, self.op_inputs(kernel, tiling, inputs, None)[0])]
+
+
+def _page_bytes(hardware: Any, memory: str) -> int:
+    """The host cache's page: SHMEM's huge page, or the OS's base page (swapped memory)."""
+    host = hardware.host
+    if host is None:
+        return 0
+    return host.huge_page_bytes if memory == "shmem_host" else host.page_bytes
 
 
 def _gather_misfit(t: KvTiling, hardware: Any) -> Misfit | None:

@@ -6,11 +6,11 @@ d2h stream waits on an event and copies it into the layer's full cache in host m
 (no rope with the int8 cache): the whole temp cache, contiguous when prefill runs
 without context parallelism. The layer's last op waits on the copy's event.
 
-A copy_ between two device-addressed tensors is a memcpy task the die's SDMA engine
-executes; npusim posts it as SDMA copies from one AIV core (HostSdma.put_nbi_host: one
-SQE per 1 MiB, D2H over the die's host write path, npusim.hw.host), the closest path it
-has. What posting from the runtime rather than from a core changes (a few us of SQ
-writes) is not modelled.
+A non-blocking copy_ between two device-addressed tensors is an aclrtMemcpyAsync the
+host thread puts on the current stream (the d2h stream), which the die's SDMA engine
+executes: npusim.runtime.acl_stream.memcpy_async per tensor on one Stream (the host's
+call, then one SQE D2H over the die's host write path, npusim.hw.host), then
+Stream.synchronize for the layer's wait on the copy's event.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from npusim.hw.copy_path import Memory
 from npusim.kernels.kv_offload.tiling import KvTiling
 from npusim.runtime import hostmem
-
-SDMA_UB = 64  # the staging buffer HostSdma needs
+from npusim.runtime.acl_stream import Stream, memcpy_async
 
 
 def offload_program(t: KvTiling) -> Callable[[Any], Any]:
@@ -30,14 +30,15 @@ def offload_program(t: KvTiling) -> Callable[[Any], Any]:
     def program(ctx: Any) -> Any:
         if ctx.core_id:
             return
-        sdma = hostmem.HostSdma(ctx, ctx.alloc("sdma_tmp", SDMA_UB))
+        d2h = Stream()
+        device, host = Memory(ctx.rank_id), Memory(ctx.rank_id, host=True)
         with ctx.phase("offload"):
             for src, dst, n in (("layer_kv_cache", "full_kv_cache", t.kv_bytes),
                                 ("layer_k_rope", "full_k_rope", t.rope_bytes)):
                 if not n:
                     continue
-                host = hostmem.host_tensor(ctx, dst)
-                yield from sdma.put_nbi_host(ctx.rank_id, host, 0, ctx.tensor(src), 0,
-                                             rows * n, name="copy_ D2H")
-            yield from sdma.quiet()
+                region = hostmem.host_tensor(ctx, dst, huge_pages=t.huge_pages)
+                memcpy_async(ctx, d2h, ctx.tensor(src), 0, region, 0, rows * n, device,
+                             host, name="copy_ D2H")
+            yield from d2h.synchronize(ctx)
     return program

@@ -51,10 +51,11 @@ def _load(ctx: Any, name: str, row: int, count: int, buf: Any) -> Any:
 
 
 def _full(ctx: Any, t: KvTiling) -> tuple[Any, Any]:
-    """The full cache's two tensors: device GM, or host memory mapped into the device."""
+    """The full cache's two tensors: device GM, or host memory mapped into the device (in
+    huge pages or base pages, as `memory` allocated it)."""
     if t.location == "host":
-        return (hostmem.host_tensor(ctx, "full_kv_cache"),
-                hostmem.host_tensor(ctx, "full_k_rope"))
+        return (hostmem.host_tensor(ctx, "full_kv_cache", huge_pages=t.huge_pages),
+                hostmem.host_tensor(ctx, "full_k_rope", huge_pages=t.huge_pages))
     return ctx.tensor("full_kv_cache"), ctx.tensor("full_k_rope")
 
 

@@ -63,6 +63,13 @@ class KvTiling:
     world: int = 1
     queries: int = 1  # S: queries per sequence per step (1 + next_n)
     memory: str = "shmem_host"  # shmem_host | swapped: how the host cache was allocated
+    page_bytes: int = 0  # the host cache's page (its allocator's; 0: no host memory)
+
+    @property
+    def huge_pages(self) -> bool:
+        """SHMEM's HOST_SIDE heap maps huge pages; torch_npu's swapped memory is pinned in
+        the OS's base pages (NPUSwappedMemoryAllocator: aclrtMallocHost, aclrtHostRegister)."""
+        return self.memory == "shmem_host"
 
     @property
     def kv_bytes(self) -> int:

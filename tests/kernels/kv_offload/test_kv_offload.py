@@ -201,11 +201,8 @@ def test_each_block_table_line_a_core_reads_costs_one_fill(tmp_path):
     assert got[1100.0] - got[100.0] == pytest.approx(1000.0 * (len(lines) + 1), rel=1e-9)
 
 
-def test_the_step_figures_and_the_memory_choice(tmp_path):
-    ff = {m: simulate(_scenario(tmp_path, c8=True, next_n=3, memory=m)).ops[0].family_fields
-          for m in ("shmem_host", "swapped")}
-    a = ff["shmem_host"]
-    assert ff["swapped"]["gather_us"] == a["gather_us"]  # one host path for both today
+def test_the_step_figures(tmp_path):
+    a = simulate(_scenario(tmp_path, c8=True, next_n=3)).ops[0].family_fields
     assert a["queries"] == 4 and a["query_rows"] == 12 and a["rows_gathered"] == 12 * 32
     assert a["bytes_gathered"] == 12 * 32 * 656  # c8: one 656 B row, no rope
     assert a["per_step_us"] == pytest.approx(61 * a["gather_us"])
@@ -279,3 +276,69 @@ def test_a_moved_hit_of_a_later_query_is_refused(tmp_path, monkeypatch):
     with pytest.raises(Exception) as exc:
         simulate(_scenario(tmp_path, batch=1, next_n=1))
     assert "CopyFromSelKv for query 1" in str(exc.value)
+
+
+def _walked_pages(ins, t, page: int, entries: int) -> int:
+    """The misses of a cache of `entries` pages (least recently used out) that starts with
+    the tensor's first pages, over the pages of the full-cache rows the one query row
+    gathers, in topk order (the kernel's rule, reference.plan)."""
+    from collections import OrderedDict
+
+    from npusim.kernels.kv_offload.reference import plan
+
+    status = np.array(ins["selection_kv_block_status_prev"][0])
+    moves, *_ = plan(ins["selection_topk_indices"][0], status, t.seq_len, 0)
+    cached = OrderedDict.fromkeys(range(entries))
+    misses = 0
+    for m in moves:
+        row = int(ins["full_kv_block_table"][0, m.token // t.block]) * t.block + m.token % t.block
+        for p in range(row * t.kv_bytes // page, ((row + 1) * t.kv_bytes - 1) // page + 1):
+            if p in cached:
+                cached.move_to_end(p)
+                continue
+            misses += 1
+            cached[p] = None
+            if len(cached) > entries:
+                cached.popitem(last=False)
+    return misses
+
+
+def test_swapped_memory_walks_its_base_pages_and_shmem_host_none(tmp_path):
+    # one query row on one core, c8 (one 656 B row a token): each missed row's load waits
+    # before the next, so every walk (1000 ns, one at a time) adds to the call. The full
+    # cache is 304 rows x 656 B: one 2 MiB page (cached from the start), or 49 pages of
+    # 4 KiB of which a 2-entry cache holds the first two
+    walks = {**ROUND, "host.page_walk_ns": 1000.0, "host.tlb_entries": 2, "host.walkers": 1,
+             "host.page_bytes": 4096, "host.huge_page_bytes": 2 << 20}
+    ff = {m: simulate(_scenario(tmp_path, overrides=walks, batch=1, c8=True, memory=m)
+                      ).ops[0].family_fields for m in ("shmem_host", "swapped")}
+    t, ins = _inputs(_scenario(tmp_path, overrides=walks, batch=1, c8=True))
+    misses = _walked_pages(ins, t, 4096, 2)
+    assert ff["shmem_host"]["host_page_bytes"] == 2 << 20
+    assert ff["swapped"]["host_page_bytes"] == 4096
+    assert ff["shmem_host"]["translation_misses"] == 0
+    assert ff["swapped"]["translation_misses"] == misses > 32 // 2
+    assert (ff["swapped"]["gather_us"] - ff["shmem_host"]["gather_us"]) * 1000.0 == \
+        pytest.approx(1000.0 * misses, rel=1e-9)
+
+
+def test_offload_is_two_memcpy_async_on_one_stream_then_its_synchronize(tmp_path):
+    # per tensor the host's call (100 ns), then one SQE: the engine holds for the host
+    # write's round trip (2 x 1000 ns), streams at 10 GB/s and lands 100 ns after; the
+    # rope copy starts when the kv copy has completed (one stream). 224 rows of 1024 B
+    # and 128 B
+    over = {**ROUND, "sdma.bandwidth_gbps": 10.0, "sdma.latency_ns": 100.0,
+            "host.memcpy_async_ns": 100.0, "host.page_walk_ns": 1000.0,
+            "host.tlb_entries": 2, "host.walkers": 1, "host.page_bytes": 4096}
+    got = {m: simulate(_scenario(tmp_path, overrides=over, op="offload", batch=2,
+                                 seq_len=100, memory=m)).ops[0].family_fields
+           for m in ("shmem_host", "swapped")}
+    kv, rope = 224 * 1024, 224 * 128
+    one = 100.0 + 2000.0 + kv / 10.0 + 100.0
+    assert got["shmem_host"]["offload_us"] * 1000.0 == pytest.approx(
+        one + 2000.0 + rope / 10.0 + 100.0, rel=1e-9)
+    # swapped: 56 pages of kv (the first two cached at the start) and 7 of rope (no room
+    # left to start cached), each walked alone before the copy's bytes
+    assert got["swapped"]["translation_misses"] == 54 + 7
+    assert (got["swapped"]["offload_us"] - got["shmem_host"]["offload_us"]) * 1000.0 == \
+        pytest.approx(61 * 1000.0, rel=1e-9)
