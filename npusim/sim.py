@@ -15,12 +15,14 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 
 from npusim.engine.trace import Sample, Trace
 from npusim.errors import KernelError, excerpt
 from npusim.fork import Forked
+from npusim.hw.cores import CoreKind, config_value
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
@@ -92,6 +94,16 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
         return _simulate(scenario, detailed_trace, progress, workers, keep_inputs)
 
 
+def built_kinds(kernel: Kernel, cfg: Any) -> tuple[CoreKind, ...]:
+    """The kinds a kernel's machine builds: its cores' and the engines it names that the
+    preset has. An engine the preset lacks is left out, so one kernel may drive the SDMA
+    engine or the NIC as its options say: its family refuses the options that need what
+    is missing, and a post to a missing engine is a kernel error."""
+    engines = (core_kind(name) for name in kernel.engines)
+    return (core_kind(kernel.core_kind),
+            *(k for k in engines if config_value(cfg, k.count_key) is not None))
+
+
 def _simulate(scenario: Scenario, detailed_trace: bool,
               progress: Callable[[str], None] | None, workers: int,
               keep_inputs: bool) -> RunResult:
@@ -105,7 +117,7 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
 
     def leg(kernel: Kernel, previous: list[Arrays] | None) -> Leg:
         m = Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace),
-                    (core_kind(kernel.core_kind), *map(core_kind, kernel.engines)))
+                    built_kinds(kernel, scenario.hardware))
         _LAST_MACHINE[0] = weakref.ref(m)
         op_in = userguard.call(fam, "op_inputs", kernel.name, t, inputs, previous,
                                check=_tensors_of(kernel, len(m.ranks)))
@@ -231,7 +243,7 @@ def _op_run(machine: Machine, kernel: Kernel, res: LaunchResult,
     host = getattr(machine, "host", None)
     return OpRun(
         op=kernel.name, phase_order=kernel.phase_order(), core_kind=kernel.core_kind,
-        engines=tuple(kernel.engines),
+        engines=tuple(k.name for k in machine.kinds[1:]),
         start_ns=res.start_ns, end_ns=res.end_ns, ranks=machine.world,
         cores_per_rank=len(machine.ranks[0].cores_of[kernel.core_kind]),
         spans=machine.trace.spans, outputs=outputs,

@@ -204,6 +204,9 @@ class RDMAConfig:
     mtu_bytes: int = field(metadata={"unit": "B", "min": 256, "max": 1 << 16})
     header_bytes: int = field(metadata={"unit": "B", "min": 0, "max": 4096})
     wqe_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    # one way, from the NIC's last byte out to its landing in the far memory (a NIC
+    # port's route, npusim.hw.rdma.memory_path; an RDMA READ pays it twice)
+    latency_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,8 @@ class Machine:
         # the servers' host memory (npusim.hw.host.Host): built when a kernel first
         # touches it, so runs that do not add no resources
         self.host: Any = None
+        # each die's NIC port, out and in (npusim.hw.rdma.nic_ports): built on first use
+        self.nic: dict[int, tuple[Resource, Resource]] = {}
         if self.trace.detailed:  # link-utilisation counters for the timeline
             self.net.observer = self._sample
 
@@ -193,7 +195,8 @@ class Machine:
 
     def resources(self) -> list[Resource]:
         host = self.host.resources() if self.host is not None else []
-        return [*(r.hbm for r in self.ranks), *self.fabric.resources(), *host]
+        nic = [port for ports in self.nic.values() for port in ports]
+        return [*(r.hbm for r in self.ranks), *self.fabric.resources(), *host, *nic]
 
     def link_stats(self) -> list[LinkStats]:
         """Every shared resource's bytes since the machine was built."""

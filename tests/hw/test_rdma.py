@@ -33,13 +33,16 @@ def _machine(world: int = 16, overrides: dict | None = None) -> Machine:
     return m
 
 
-def test_the_preset_holds_the_nic_and_the_a3_has_none() -> None:
+def test_the_presets_hold_their_nics_and_the_950_has_none() -> None:
     hw = load_hardware("atlas_a2")
     r = hw.rdma
-    assert (r.engines, r.port_gbps, r.mtu_bytes, r.header_bytes, r.wqe_ns) == (
-        1, PORT, MTU, HEADER, WQE)
-    assert load_hardware("atlas_a3").rdma is None
-    assert "rdma" not in load_hardware("atlas_a3").to_dict()
+    assert (r.engines, r.port_gbps, r.mtu_bytes, r.header_bytes, r.wqe_ns, r.latency_ns) == (
+        1, PORT, MTU, HEADER, WQE, LEVEL)
+    # the A3's die: msmodeling's RoCE tier 0, 196 GB/s / 8 and 5.5 us
+    a3 = load_hardware("atlas_a3").rdma
+    assert (a3.port_gbps, a3.latency_ns) == (196 / 8, 5.5e3)
+    assert load_hardware("ascend950").rdma is None
+    assert "rdma" not in load_hardware("ascend950").to_dict()
     assert RDMA.drained() == ("rdma",)
 
 
@@ -126,7 +129,7 @@ def test_posting_to_the_own_rank_or_without_a_nic_is_a_kernel_error() -> None:
 
     with pytest.raises(KernelError, match="another rank"):
         launch(_machine(overrides=ROUND), _posting(own), launch_ns=0.0, cores=1)
-    m = Machine(load_hardware("atlas_a3"), 2, Trace(), (AIV,))
+    m = Machine(load_hardware("ascend950"), 2, Trace(), (AIV,))
     m.ranks[0].tensor("x", np.zeros(64, np.uint8))
     with pytest.raises(KernelError, match="no RDMA NIC"):
         launch(m, _posting(own), launch_ns=0.0, cores=1)

@@ -6,7 +6,9 @@ The stages run side by side, so the slowest sets the pace:
 * the expansion: an AICPU kernel's fixed cost shared by its descriptors plus one SQE's
   (AICPU expansion), or one aclrtMemcpyAsync on the host thread (host expansion);
 * the engine: each SQE holds it for the responses it waits on (npusim.hw.copy_path: the
-  round trips), then streams its bytes at the narrowest rate on its path.
+  round trips), then streams its bytes at the narrowest rate on its path;
+* over RoCE the NIC's send queue instead: each WQE holds it `rdma.wqe_ns`, then streams
+  its bytes and their packet headers through the NIC port (npusim.hw.rdma.memory_path).
 
 The simulated figure is what counts; this says why it is what it is, in the words a user
 acts on: the descriptors (fewer, larger blocks), the round trips (the same), or a named
@@ -19,6 +21,7 @@ from typing import Any
 
 from npusim.hw.fabric import levels_of
 from npusim.hw.host import server_latency_ns
+from npusim.hw.rdma import wire_bytes
 from npusim.kernels.hixl.transfer import HOST_STREAMS, KERNEL_DESCS, HixlTiling
 
 
@@ -68,13 +71,32 @@ def legs(t: HixlTiling) -> tuple[float, list[tuple[float, str]]]:
     return hold, rates
 
 
+def nic_legs(t: HixlTiling, size: float) -> tuple[float, list[tuple[float, str]]]:
+    """(ns a WQE holds the NIC's queue, [(GB/s, what)] of every rate on its path) for a
+    message of `size` bytes: the port at the payload's share of the wire, and the host
+    ports and DRAM of a host side (both sides' own, the same figures)."""
+    cfg = t.hw
+    nic = cfg.rdma
+    n = max(1, round(size))
+    rates = [(nic.port_gbps * n / wire_bytes(n, nic.mtu_bytes, nic.header_bytes),
+              "the NIC port (payload)")]
+    for is_host, reads in ((t.local_host, t.op == "put"), (t.remote_host, t.op == "get")):
+        if is_host:
+            host = cfg.host
+            rates += [(host.npu_link_gbps, "the die's host port"), (host.dram_gbps, "DRAM")]
+            rates.append((host.read_gbps, "the socket's read port") if reads
+                         else (host.write_gbps, "the socket's write port"))
+    return nic.wqe_ns, rates
+
+
 def bound_fields(t: HixlTiling) -> dict[str, Any]:
     """The stages' costs per descriptor (us) at the transfer's mean descriptor size, and
     `bound`: the stage that sets the pace."""
     pieces = t.pieces()
     n = len(pieces)
     size = sum(p[2] for p in pieces) / n
-    hold, rates = legs(t)
+    roce = t.transport == "roce"
+    hold, rates = nic_legs(t, size) if roce else legs(t)
     rate, narrowest = min(rates)
     stream = size / rate
     landing = t.hw.sdma.latency_ns
@@ -91,7 +113,8 @@ def bound_fields(t: HixlTiling) -> dict[str, Any]:
     if expand >= engine:
         bound = what
     elif hold >= stream:
-        bound = "the round trips: each SQE holds the engine for the responses it waits on"
+        bound = ("the NIC's work per WQE (rdma.wqe_ns)" if roce else
+                 "the round trips: each SQE holds the engine for the responses it waits on")
     else:
         bound = f"{narrowest} ({rate:g} GB/s)"
     return {

@@ -27,8 +27,9 @@ from npusim.kernels.vector_sample import NoWindow
 TRANSPORTS: dict[str, tuple[str, ...]] = {
     "fabric_mem": tuple(PATHS),
     "hccs": ("D2rD", "rD2D", "H2rD", "rD2H"),
+    "roce": tuple(PATHS),
 }
-EXPANSIONS = {"fabric_mem": ("aicpu", "host"), "hccs": ("aicpu",)}
+EXPANSIONS = {"fabric_mem": ("aicpu", "host"), "hccs": ("aicpu",), "roce": ("aicpu",)}
 
 
 def _local(t: HixlTiling, r: int) -> tuple[int, ...]:
@@ -98,7 +99,7 @@ def _sockets(t: HixlTiling) -> dict[str, Any]:
 
 
 class _Transfer(Kernel):
-    engines = ("sdma",)
+    engines = ("sdma", "rdma")  # the SDMA engine, or over RoCE the NIC (if the preset has it)
     core_kind = "aicpu"
     profiles = True  # profile_fields: the transfer frames
     bandwidth = "gbps_per_pair"
@@ -117,9 +118,9 @@ class _Transfer(Kernel):
 class Put(_Transfer):
     name = "put"
     phases = (Phase("put", "AICPU 0 of each initiator die (or the host thread, host "
-                    "expansion): per transfer, one SQE per descriptor writing the target's "
-                    "memory, in kernels of 128 with a notify wait every 1920 (frame "
-                    "transfer<i>)"),)
+                    "expansion): per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
+                    "writing the target's memory, in kernels of 128 with a notify wait "
+                    "every 1920 (frame transfer<i>)"),)
     inputs = (KV,)
     outputs = (REMOTE_KV,)
 
@@ -127,9 +128,9 @@ class Put(_Transfer):
 class Get(_Transfer):
     name = "get"
     phases = (Phase("get", "AICPU 0 of each initiator die (or the host thread, host "
-                    "expansion): per transfer, one SQE per descriptor reading the target's "
-                    "memory, in kernels of 128 with a notify wait every 1920 (frame "
-                    "transfer<i>)"),)
+                    "expansion): per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
+                    "reading the target's memory, in kernels of 128 with a notify wait "
+                    "every 1920 (frame transfer<i>)"),)
     inputs = (REMOTE_KV,)
     outputs = (KV,)
 
@@ -137,8 +138,8 @@ class Get(_Transfer):
 class Hixl(Family):
     name = "hixl"
     uses_moe_shape = False
-    help = ("HIXL one-sided transfers (FabricMem or HCCS) between an initiator die and a "
-            "target's device or host memory: the eight directions of hicann/hixl's "
+    help = ("HIXL one-sided transfers (FabricMem, HCCS or RoCE) between an initiator die "
+            "and a target's device or host memory: the eight directions of hicann/hixl's "
             "benchmark, AICPU or host expansion, one server or two")
     ops = (Put(), Get())
     runs = {"put": ("put",), "get": ("get",)}
@@ -146,12 +147,13 @@ class Hixl(Family):
         Option("path", "choice", "auto", "the direction (r: the target's side; D device GM, "
                "H host memory); auto: D2rH for put, rH2D for get",
                choices=("auto", *PATHS)),
-        Option("transport", "choice", "fabric_mem", "fabric_mem (FabricMem: every direction) "
-               "or hccs (hixl_cs over HCCS: D2rD, rD2D, H2rD, rD2H)",
+        Option("transport", "choice", "fabric_mem", "fabric_mem (FabricMem: every direction), "
+               "hccs (hixl_cs over HCCS: D2rD, rD2D, H2rD, rD2H) or roce (the device NIC's "
+               "RDMA WRITE and READ: every direction; needs hardware.rdma)",
                choices=tuple(TRANSPORTS)),
-        Option("expansion", "choice", "aicpu", "who turns descriptors into SQEs: aicpu "
-               "(AICPU kernels of 128) or host (aclrtMemcpyAsync over 4 streams; fabric_mem "
-               "only)", choices=("aicpu", "host")),
+        Option("expansion", "choice", "aicpu", "who turns descriptors into SQEs (WQEs over "
+               "roce): aicpu (AICPU kernels of 128) or host (aclrtMemcpyAsync over 4 "
+               "streams; fabric_mem only)", choices=("aicpu", "host")),
         Option("servers", "int", 2, "1: initiator and target on one server (the odd and "
                "even die of a package, as the benchmark's devices 1 and 0); 2: die i of "
                "server 0 and die i of server 1", lo=1, hi=2),
@@ -188,7 +190,10 @@ class Hixl(Family):
         if hardware.host is None:
             return Misfit("hardware", f"{hardware.name} has no host memory (no host section); "
                           "allowed: atlas_a3 or a preset with host")
-        if hardware.sdma is None:
+        if options["transport"] == "roce" and hardware.rdma is None:
+            return Misfit("hardware.rdma", f"{hardware.name} has no RoCE NIC (no "
+                          "hardware.rdma section); allowed: atlas_a3 or a preset with rdma")
+        if options["transport"] != "roce" and hardware.sdma is None:
             return Misfit("hardware", f"{hardware.name} has no SDMA engine (no sdma section): "
                           "HIXL FabricMem needs the A3's; allowed: atlas_a3")
         if hardware.aicpu is None:

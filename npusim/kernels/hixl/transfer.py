@@ -6,7 +6,8 @@ imports the target's VMM handle (aclrtMemImportFromShareableHandleV2); hixl_cs o
 does the same through its channel. A direction names both sides: D2rD writes local GM into
 the remote GM, rH2D reads the remote host into local GM, H2rH writes local host memory
 into the remote host, and so on. Every byte is moved by the initiator's die's SDMA engine
-(npusim.hw.copy_path: which memories a copy crosses and how long it holds the engine).
+(npusim.hw.copy_path: which memories a copy crosses and how long it holds the engine), or
+over RoCE by its NIC (below).
 
 One transfer is one TransferSync of a list of descriptors (the benchmark's: `total_bytes`
 in `block_bytes` blocks; the article's: a KV block's layers x {latent, rope}). How it
@@ -23,6 +24,12 @@ reaches the engine:
   a stream runs its copies one after another; the call returns once every stream is
   synchronised (fabric_mem_host_transfer_service.cc).
 
+Over RoCE (hixl_cs or the communicator with HCCL_INTRA_ROCE_ENABLE: the device NIC),
+each descriptor is one WQE on the initiator die's NIC send queue (npusim.hw.rdma), posted
+by the same AICPU expansion (HcommBatchTransferOnThread in kernels of 128, a notify wait
+every 1920): a WRITE for put, a READ for get, between the two memories through both dies'
+NIC ports (rdma.memory_path), never through the SDMA engine or the HCCS links.
+
 The AICPU expansion runs on AICPU 0 of the initiator's die; host expansion's host thread
 is drawn on the same lane (it is no device core). Each transfer is framed
 (`transfer<i>`) for the report.
@@ -34,6 +41,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from npusim.hw import rdma as nic
 from npusim.hw import sdma as engine
 from npusim.hw.copy_path import Memory, engine_copy
 from npusim.runtime import hostmem
@@ -162,17 +170,27 @@ def _sqe(ctx: Any, src: Any, dst: Any, a: Memory, b: Memory, piece: tuple[int, i
                       core=ctx.core_id, via=via, count=crosses)
 
 
+def _wqe(ctx: Any, src: Any, dst: Any, a: Memory, b: Memory, piece: tuple[int, int, int],
+         at: float, name: str) -> Any:
+    """One WQE the AICPU wrote, on the NIC's send queue from `at` (the kernel's doorbell)."""
+    so, do, n = piece
+    via = nic.memory_path(ctx.machine, ctx.rank_id, a, b, n)
+    return nic.post_send(ctx.machine, ctx.rank_id, src, so, dst, do, n, at, name,
+                         core=ctx.core_id, via=via)
+
+
 def aicpu_transfer(ctx: Any, t: HixlTiling, src: Any, dst: Any, a: Memory, b: Memory,
                    pieces: list[tuple[int, int, int]], name: str) -> Iterator[Any]:
-    """One TransferSync in AICPU expansion: kernels of KERNEL_DESCS SQEs, a notify wait
-    every NOTIFY_SQES and after the last."""
+    """One TransferSync in AICPU expansion: kernels of KERNEL_DESCS SQEs (WQEs over
+    RoCE), a notify wait every NOTIFY_SQES and after the last."""
     cpu = ctx.cfg.aicpu
+    post = _wqe if t.transport == "roce" else _sqe
     pending: list[Any] = []
     since = 0
     for first in range(0, len(pieces), KERNEL_DESCS):
         batch = pieces[first:first + KERNEL_DESCS]
         ctx.t += cpu.kernel_ns + cpu.sqe_ns * len(batch)
-        pending += [_sqe(ctx, src, dst, a, b, p, ctx.t, name) for p in batch]
+        pending += [post(ctx, src, dst, a, b, p, ctx.t, name) for p in batch]
         since += len(batch)
         if since >= NOTIFY_SQES or first + KERNEL_DESCS >= len(pieces):
             yield from ctx.wait(*pending)

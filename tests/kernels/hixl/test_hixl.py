@@ -148,7 +148,8 @@ def test_pairs_on_one_socket_share_its_write_port(tmp_path):
     ({"total_bytes": 0}, "workload.total_bytes", ""),
     ({"servers": 1, "pairs": 9}, "workload.pairs", "at most 8"),
     ({"servers": 3}, "workload.servers", ""),
-    ({"transport": "roce"}, "workload.transport", "fabric_mem"),
+    ({"transport": "roce", "expansion": "host"}, "workload.expansion", "allowed: aicpu"),
+    ({"transport": "nvlink"}, "workload.transport", "roce"),
 ])
 def test_what_the_platform_does_not_support_is_one_line(tmp_path, w, key, words):
     with pytest.raises(InputError) as exc:
@@ -165,6 +166,78 @@ def test_a_total_over_host_memory_and_presets_without_the_path_are_one_line(tmp_
     with pytest.raises(InputError) as exc:
         _scenario(tmp_path, hardware="ascend950")
     assert "\n" not in str(exc.value)
+
+
+# RoCE on round figures: a 20 GB/s port, 4 KiB packets with 96 B of header each, 500 ns
+# per WQE, 2000 ns one way
+ROCE = {**ROUND, "rdma.port_gbps": 20.0, "rdma.mtu_bytes": 4096, "rdma.header_bytes": 96,
+        "rdma.wqe_ns": 500.0, "rdma.latency_ns": 2000.0}
+WIRE = 65536 + 16 * 96  # a 64 KiB block on the wire: 16 packets
+
+
+def _roce(tmp: Path, path: str, n: int) -> dict:
+    """One RoCE transfer of n 64 KiB blocks on one server, on the round figures."""
+    sc = _scenario(tmp, overrides=ROCE, op=PATHS[path][0], path=path, servers=1,
+                   transport="roce", block_bytes=65536, total_bytes=n * 65536, transfers=1)
+    return simulate(sc).ops[0].family_fields
+
+
+def test_a_roce_write_costs_the_kernel_and_its_wqes_one_after_another(tmp_path):
+    # D2rD: one AICPU kernel (10 us + 4 x 0.1 us), then on the NIC's one queue each WQE's
+    # 500 ns and its 16 packets at 20 GB/s, the last landing 2000 ns after its last byte;
+    # the HCCS link's 1000 GB/s and the engine play no part
+    ff = _roce(tmp_path, "D2rD", 4)
+    want = 10000 + 4 * 100 + 4 * (500 + WIRE / 20.0) + 2000
+    assert ff["latency_us"] * 1000 == pytest.approx(want)
+    assert ff["transport"] == "roce" and ff["bound"].startswith("the NIC port")
+
+
+def test_a_roce_read_holds_its_queue_no_longer_but_lands_after_a_round_trip(tmp_path):
+    # rD2D: the same WQEs back to back (READs outstanding), the last landing after the
+    # request's flight and the data's
+    ff = _roce(tmp_path, "rD2D", 4)
+    want = 10000 + 4 * 100 + 4 * (500 + WIRE / 20.0) + 2 * 2000
+    assert ff["latency_us"] * 1000 == pytest.approx(want)
+
+
+def test_roce_host_to_host_adds_the_host_legs_flights_only(tmp_path):
+    # H2rH: the port (20 GB/s) is narrower than the socket's 50 GB/s write port, so the
+    # rate stays; the landing adds the local host read's round trip (2 x 500) and the
+    # remote host write's flight (500)
+    ff = _roce(tmp_path, "H2rH", 2)
+    want = 10000 + 2 * 100 + 2 * (500 + WIRE / 20.0) + 2000 + 3 * 500
+    assert ff["latency_us"] * 1000 == pytest.approx(want)
+
+
+def test_roce_moves_the_bytes_whole_in_both_directions(tmp_path):
+    for path in ("H2rD", "rD2H"):
+        op = PATHS[path][0]
+        sc = _scenario(tmp_path, op=op, path=path, servers=2, transport="roce")
+        (run,) = simulate(sc).ops
+        fam = sc.workload.family
+        t = fam.tiling(sc.workload.shape, sc.workload.options, sc.hardware)
+        ins = fam.op_inputs(op, t, fam.make_inputs(sc.workload.shape, sc.workload.options,
+                                                   op, {"seed": 0}, True), None)
+        local, target = t.local_of(0), t.target_of(0)
+        if op == "put":
+            assert np.array_equal(run.outputs[target]["remote_kv"], ins[local]["kv"])
+        else:
+            assert np.array_equal(run.outputs[local]["kv"], ins[target]["remote_kv"])
+
+
+def test_roce_on_a_preset_without_a_nic_is_one_line_naming_the_key_and_sdma_still_runs(
+        tmp_path):
+    doc = yaml.safe_load((Path(__file__).resolve().parents[3] / "configs" / "atlas_a3.yaml")
+                         .read_text())
+    del doc["rdma"]
+    preset = tmp_path / "no_nic.yaml"
+    preset.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    with pytest.raises(InputError) as exc:
+        _scenario(tmp_path, hardware=str(preset), transport="roce")
+    assert "hardware.rdma" in str(exc.value) and "\n" not in str(exc.value)
+    # the same kernel without its NIC: the SDMA engine's transfers run as before
+    (run,) = simulate(_scenario(tmp_path, hardware=str(preset), transfers=1)).ops
+    assert run.engines == ("sdma",) and run.family_fields["descriptors"] == 4
 
 
 def test_many_large_transfers_finish(tmp_path):
