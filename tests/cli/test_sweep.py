@@ -151,8 +151,11 @@ def test_a_truncated_point_report_is_run_again_and_said_so(tmp_path, capsys):
     capsys.readouterr()
     assert main(["sweep", str(p), "--out", str(out), "--workers", "1", "--quiet"]) == 0
     err = capsys.readouterr().err
+    # what the standard parser says of the cut text, wherever the cut fell
+    with pytest.raises(json.JSONDecodeError) as bad:
+        json.loads(cut)
     assert err == ("npusim: note: sweep point s-0001: its report.json is not a whole report: "
-                   f"not JSON (Expecting value, line {cut.count(chr(10)) + 1}); running it "
+                   f"not JSON ({bad.value.msg}, line {bad.value.lineno}); running it "
                    "again\n")
 
     def timeless(text: str) -> dict:
