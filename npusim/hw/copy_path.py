@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.hw.host import host_of
+from npusim.hw.config import HardwareConfig
+from npusim.hw.fabric import level_between
+from npusim.hw.host import host_of, server_latency_ns
 from npusim.hw.machine import Machine
 from npusim.hw.sdma import Path
 
@@ -55,29 +57,50 @@ class Leg:
     remote: bool
 
 
+def hold_ns(cfg: HardwareConfig, rank: int, mem: Memory, reading: bool) -> float:
+    """How long an SQE of die `rank`'s engine waits on `mem`'s side before it goes on, from
+    the preset alone (the rule above): a read of another die, `sdma.read_ns` + the joining
+    level's flight both ways; host memory either way, the host's round trip (the
+    supernode's extra flight too when the PE is on another server); nothing else."""
+    if mem.host:
+        host = cfg.host
+        cross = rank // host.dies != mem.rank // host.dies
+        return 2 * (host.latency_ns + ((server_latency_ns(cfg) or 0.0) if cross else 0.0))
+    if mem.rank == rank or not reading:
+        return 0.0
+    return cfg.sdma.read_ns + 2 * level_between(cfg.fabric, mem.rank, rank).latency_ns
+
+
 def read_leg(machine: Machine, rank: int, src: Memory, nbytes: int) -> Leg:
     """Engine of die `rank` reading `nbytes` of `src`."""
+    hold = hold_ns(machine.cfg, rank, src, True)
     if src.host:
         path = host_of(machine).read_path(rank, src.rank)
-        flight = path.latency_ns / 2  # read_path gives the round trip
-        return Leg(path.resources, flight, path.latency_ns, src.rank != rank)
+        return Leg(path.resources, path.latency_ns / 2, hold, src.rank != rank)
     read = machine.ranks[src.rank].read_path(nbytes)
     if src.rank == rank:
-        return Leg(read, 0.0, 0.0, False)
+        return Leg(read, 0.0, hold, False)
     links, flight = machine.fabric.route(src.rank, rank)
-    return Leg((*read, *links), flight, machine.cfg.sdma.read_ns + 2 * flight, True)
+    return Leg((*read, *links), flight, hold, True)
 
 
 def write_leg(machine: Machine, rank: int, dst: Memory, nbytes: int) -> Leg:
     """Engine of die `rank` writing `nbytes` into `dst`."""
+    hold = hold_ns(machine.cfg, rank, dst, False)
     if dst.host:
         path = host_of(machine).write_path(rank, dst.rank)
-        return Leg(path.resources, path.latency_ns, 2 * path.latency_ns, dst.rank != rank)
+        return Leg(path.resources, path.latency_ns, hold, dst.rank != rank)
     landing = machine.ranks[dst.rank].write_path(nbytes)
     if dst.rank == rank:
-        return Leg(landing, 0.0, 0.0, False)
+        return Leg(landing, 0.0, hold, False)
     links, flight = machine.fabric.route(rank, dst.rank)
-    return Leg((*links, *landing), flight, 0.0, True)
+    return Leg((*links, *landing), flight, hold, True)
+
+
+def counted(a: Memory, b: Memory) -> bool:
+    """Whether a copy from `a` to `b` counts as bytes sent between ranks (device GM of two
+    dies; host memory is not a rank's)."""
+    return not (a.host or b.host) and a.rank != b.rank
 
 
 def engine_copy(machine: Machine, rank: int, src: Memory, dst: Memory, nbytes: int) -> Path:

@@ -74,6 +74,22 @@ def levels_of(cfg: FabricConfig, world: int) -> tuple[Level, ...]:
     return tuple(out)
 
 
+def joining(levels: tuple[Level, ...], src: int, dst: int) -> tuple[int, Level]:
+    """The innermost of `levels` whose group holds both ranks (and the inner group size)."""
+    inner = 1
+    for lv in levels:
+        if src // lv.dies == dst // lv.dies:
+            return inner, lv
+        inner = lv.dies
+    raise ValueError(f"ranks {src} and {dst} are in no common level")
+
+
+def level_between(cfg: FabricConfig, src: int, dst: int) -> Level:
+    """The innermost level of a preset's topology joining two ranks, from the preset alone
+    (no machine built)."""
+    return joining(levels_of(cfg, max(src, dst) + 1), src, dst)[1]
+
+
 def _named(lv: LevelConfig) -> Level:
     return Level(lv.name, lv.dies, lv.sharing, lv.latency_ns, lv.link_gbps or 0.0,
                  lv.egress_gbps or 0.0, lv.ingress_gbps or 0.0, lv.uplink_gbps,
@@ -149,12 +165,7 @@ class Fabric:
 
     def level_of(self, src: int, dst: int) -> tuple[int, Level]:
         """The innermost level whose group holds both ranks (and the inner group size)."""
-        inner = 1
-        for lv in self.levels:
-            if src // lv.dies == dst // lv.dies:
-                return inner, lv
-            inner = lv.dies
-        raise ValueError(f"ranks {src} and {dst} are in no common level")
+        return joining(self.levels, src, dst)
 
     def route(self, src: int, dst: int) -> tuple[tuple[Resource, ...], float]:
         """The link resources and added latency (ns) between two different ranks."""

@@ -11,11 +11,12 @@ pipe. Nothing here knows of a library or a family.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from npusim.hw import sdma as engine
-from npusim.hw.copy_path import Memory, engine_copy
+from npusim.hw.copy_path import Memory, counted, engine_copy
 
 
 class Stream:
@@ -23,7 +24,7 @@ class Stream:
 
     def __init__(self, engine_index: int = 0) -> None:
         self.engine = engine_index
-        self.queue: list[tuple[float, Callable[[float], Any]]] = []
+        self.queue: deque[tuple[float, Callable[[float], Any]]] = deque()
         self.busy = False
         self.last: Any = None
 
@@ -37,7 +38,7 @@ class Stream:
         if not self.queue:
             self.busy = False
             return
-        at, start = self.queue.pop(0)
+        at, start = self.queue.popleft()
         self.busy = True
         self.last = start(max(at, now))
 
@@ -56,14 +57,13 @@ def memcpy_async(ctx: Any, stream: Stream, src: Any, src_offset: int, dst: Any,
     """aclrtMemcpyAsync of `nbytes` from region `src` (in memory `a`) to `dst` (in `b`)
     on `stream`: the host thread's call, then the copy once the stream reaches it."""
     ctx.t += ctx.cfg.host.memcpy_async_ns
-    crosses = not (a.host or b.host) and a.rank != b.rank
     pipe = engine.engine_pipe(ctx.machine, ctx.rank_id, stream.engine)
     ctx._count(pipe, name, nbytes, a.rank != ctx.rank_id or b.rank != ctx.rank_id)
 
     def start(at: float) -> Any:
         via = engine_copy(ctx.machine, ctx.rank_id, a, b, nbytes)
         return engine.sqe(ctx.machine, ctx.rank_id, src, src_offset, dst, dst_offset, nbytes,
-                          at, name, stream.engine, core=ctx.core_id, via=via, count=crosses,
+                          at, name, stream.engine, core=ctx.core_id, via=via, count=counted(a, b),
                           landed=lambda t: stream._next(t))
 
     stream.submit(ctx.t, start)

@@ -19,18 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from npusim.hw.fabric import levels_of
-from npusim.hw.host import server_latency_ns
+from npusim.hw.copy_path import Memory, hold_ns
+from npusim.hw.fabric import level_between, levels_of
 from npusim.hw.rdma import wire_bytes
 from npusim.kernels.hixl.transfer import HOST_STREAMS, KERNEL_DESCS, HixlTiling
-
-
-def _level(cfg: Any, a: int, b: int) -> Any:
-    """The innermost fabric level joining dies a and b."""
-    for lv in levels_of(cfg.fabric, max(a, b) + 1):
-        if a // lv.dies == b // lv.dies:
-            return lv
-    raise ValueError(f"dies {a} and {b} share no level")
 
 
 def _device_rates(cfg: Any, lv: Any) -> list[tuple[float, str]]:
@@ -45,29 +37,23 @@ def _device_rates(cfg: Any, lv: Any) -> list[tuple[float, str]]:
 
 
 def legs(t: HixlTiling) -> tuple[float, list[tuple[float, str]]]:
-    """(ns an SQE holds the engine, [(GB/s, what)] of every rate on its path) of pair 0."""
+    """(ns an SQE holds the engine, [(GB/s, what)] of every rate on its path) of pair 0:
+    the holds are npusim.hw.copy_path's, the rates those of the resources it crosses."""
     cfg = t.hw
     local, target = t.local_of(0), t.target_of(0)
-    host = cfg.host
-    cross = local // host.dies != target // host.dies if host else False
     rates: list[tuple[float, str]] = [(cfg.sdma.bandwidth_gbps, "the SDMA engine")]
     hold = 0.0
-    sides = ((t.local_host, False), (t.remote_host, True))
     reading = {False: t.op == "put", True: t.op == "get"}  # which side the engine reads
-    for is_host, remote in sides:
-        source = reading[remote]
+    for is_host, remote in ((t.local_host, False), (t.remote_host, True)):
+        mem = Memory(target if remote else local, is_host)
+        hold += hold_ns(cfg, local, mem, reading[remote])
         if is_host:
-            flight = host.latency_ns + ((server_latency_ns(cfg) or 0.0) if remote and cross
-                                        else 0.0)
-            hold += 2 * flight
+            host = cfg.host
             rates += [(host.npu_link_gbps, "the die's host port"), (host.dram_gbps, "DRAM")]
-            rates.append((host.read_gbps, "the socket's read port") if source
+            rates.append((host.read_gbps, "the socket's read port") if reading[remote]
                          else (host.write_gbps, "the socket's write port"))
         elif remote:
-            lv = _level(cfg, local, target)
-            if source:
-                hold += cfg.sdma.read_ns + 2 * lv.latency_ns
-            rates += _device_rates(cfg, lv)
+            rates += _device_rates(cfg, level_between(cfg.fabric, local, target))
     return hold, rates
 
 

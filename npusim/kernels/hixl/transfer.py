@@ -43,7 +43,7 @@ from typing import Any
 
 from npusim.hw import rdma as nic
 from npusim.hw import sdma as engine
-from npusim.hw.copy_path import Memory, engine_copy
+from npusim.hw.copy_path import Memory, counted, engine_copy
 from npusim.runtime import hostmem
 from npusim.runtime.acl_stream import Stream, memcpy_async
 
@@ -165,9 +165,8 @@ def _sqe(ctx: Any, src: Any, dst: Any, a: Memory, b: Memory, piece: tuple[int, i
     """One SQE the AICPU wrote, at the engine from `at` (the kernel's tail write)."""
     so, do, n = piece
     via = engine_copy(ctx.machine, ctx.rank_id, a, b, n)
-    crosses = not (a.host or b.host) and a.rank != b.rank
     return engine.sqe(ctx.machine, ctx.rank_id, src, so, dst, do, n, at, name, 0,
-                      core=ctx.core_id, via=via, count=crosses)
+                      core=ctx.core_id, via=via, count=counted(a, b))
 
 
 def _wqe(ctx: Any, src: Any, dst: Any, a: Memory, b: Memory, piece: tuple[int, int, int],
