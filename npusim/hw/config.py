@@ -217,6 +217,11 @@ class AICPUConfig:
 
     cores: int = field(metadata={"unit": "cores", "min": 1, "max": 64})
     task_dispatch_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    # a completed task: reading its core's completion, then releasing each successor
+    completion_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    resolve_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e7})
+    # one stitched device task's end (every core and AICPU done) to the next one's start
+    submit_ns: float = field(metadata={"unit": "ns", "min": 0.0, "max": 1e8})
     poll_ns: float = field(metadata={"unit": "ns", "min": 1.0, "max": 1e7})
     # an AICPU kernel that writes SQEs into an RTSQ (HIXL's descriptor expansion): its
     # fixed cost on its stream, and the cost of building and copying in one SQE
