@@ -9,9 +9,13 @@
   seed's Cast tile) and Cast them to fp32 into GM; the AIC runs the Matmul
   expertScales [1, K] x rows [K, H] in N tiles of nTileShape columns (GM -> L1 -> L0A /
   L0B, the cube, FixPipe fp32 to GM); AIV0 Casts the sum to bf16 and Assembles it into
-  the output. The hand-overs between them are completions the AICPU sees before it
-  dispatches the next task: npusim times them as CrossCoreSetFlag / WaitFlag (mode 2)
-  followed by the dispatch.
+  the output. The hand-overs between them are task dependencies the scheduling AICPU
+  resolves (the completion, the successor's release, its dispatch): no flags between
+  the cores.
+
+Root functions (scheduler.py): one per send row (M, the rows this rank received), then one
+per token. No receive task waits for a send task of its own rank: its predecessor is the
+WaitUntil on the token's signal, which the other ranks' sends raise.
 
 The cube takes the fp32 Matmul at the fp16 MAC rate per byte of K (K0 = 8 fp32 elements a
 fractal): the preset has no fp32 cube rate; this is npusim's assumption.
@@ -30,11 +34,10 @@ from npusim.runtime.cube import fractals
 I32, F32 = np.int32, np.float32
 PHASES = ("send", "receive")
 FRACTAL_MACS = 16 * 16 * 8  # one fp32 fractal: 16 x 16 x K0 (32 B of fp32)
-ROWS_READY, SUM_READY = 0, 1  # flag ids
 
 
 def combine_program(t: PyptoTiling):
-    sched = Scheduler()
+    sched = Scheduler(t.stitch, 3 * t.blocks)  # every core of the MIX launch
 
     def program(ctx: KernelContext) -> Wait:
         yield from combine(ctx, t, sched)
@@ -51,17 +54,18 @@ def halves(K: int, sub: int) -> range:
 def combine(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
     s = t.shape
     aic = ctx.core.kind.name == "aic"
+    M = int(ctx.tensor("recv_counts").read(4 * (t.E - 1), 4).view(I32)[0])  # the host's
     with ctx.phase("send"):
         if not aic:
-            yield from send(ctx, t, sched)
-        yield from ctx.sync_all(all_kinds=True)
+            yield from send(ctx, t, sched, M)
     with ctx.phase("receive"):
         bufs = CubeBufs(ctx, t) if aic else None
         for token in range(ctx.block_idx, s.BS, t.blocks):
             if aic:
-                yield from matmul(ctx, t, sched, token, bufs)
+                yield from matmul(ctx, t, sched, M + token, token, bufs)
             else:
-                yield from gather_cast(ctx, t, sched, token)
+                yield from gather_cast(ctx, t, sched, M + token, token)
+    yield from sched.close(ctx, M + s.BS)
 
 
 class CubeBufs:
@@ -76,14 +80,13 @@ class CubeBufs:
         self.c0 = ctx.alloc("sum_l0c", 4 * 16 * nt, buffer="l0c")
 
 
-def send(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
+def send(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, M: int) -> Wait:
     s, win = t.shape, t.window
-    M = int(ctx.tensor("recv_counts").read(4 * (t.E - 1), 4).view(I32)[0])  # the host's
     row_buf = ctx.alloc("expandXTile", s.token_bytes)
     sig = ctx.alloc("signal", BLOCK)
     assist = ctx.tensor("assist_info_for_combine")
     for row in range(ctx.kind_index, M, t.aiv_num):
-        sched.dispatch(ctx)
+        yield from sched.start(ctx, row)
         rank, token, k = (int(ctx.gm_read_scalar(assist, 4 * (INFO * row + f), I32))
                           for f in range(INFO))
         ctx.scalar(3)  # topK * tokenId + kOffset, the views
@@ -97,14 +100,18 @@ def send(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
         ctx.shmem.put_ub(rank, win.combine_sig(token), sig, 4, name="ShmemSignal add")
         ctx.set_atomic_none()
         yield from ctx.drain()
+        sched.finish(ctx, ("send", row))
 
 
-def gather_cast(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, token: int) -> Wait:
+def gather_cast(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, root: int, token: int
+                ) -> Wait:
     """AIV side of one token: WaitUntil, ShmemGet + Cast of its half of the rows to the
-    fp32 workspace, then (AIV0) the bf16 Cast of the sum and Assemble."""
+    fp32 workspace (a task, released by the WaitUntil), then on AIV0 the bf16 Cast of the
+    sum and Assemble (a task, released by the Matmul)."""
     s, win, H = t.shape, t.window, t.shape.H
     rows = halves(s.K, ctx.sub_block_idx)
     n = len(rows)
+    yield from sched.start(ctx, root, dispatch=False)
     ctx.ub.reset()  # a new task: its own UB tiles
     raw = ctx.alloc("shmemGetOut", max(n * s.token_bytes, BLOCK))
     f32 = ctx.alloc("shmemGetOutFp32", max(4 * n * H, BLOCK))
@@ -122,13 +129,12 @@ def gather_cast(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, token: int
         ctx.vector("Cast fp32", n * H, F32, reads=(raw,), writes=(f32,), fn=cast)
         yield from ctx.pipe_barrier("vector")
         ctx.copy_out(work, 4 * H * (s.K * token + rows[0]), f32, 4 * n * H)
-    ctx.cross_core_set_flag(2, ROWS_READY, "mte3")
-    yield from ctx.cross_core_wait_flag(SUM_READY)
+    yield from ctx.drain()
+    sched.finish(ctx, ("gather", token, ctx.sub_block_idx), [("matmul", token)])
     if ctx.sub_block_idx:
         return
-    yield from ctx.drain()
+    yield from sched.start(ctx, root, ("cast", token), [("matmul", token)])
     ctx.ub.reset()  # the next task's tiles
-    sched.dispatch(ctx)
     acc = ctx.alloc("matmulOutFp32", 4 * H)
     out = ctx.alloc("matmulOutFp16", s.token_bytes)
     load = ctx.copy_in(acc, ctx.tensor("sum_fp32"), 4 * H * token, 4 * H)
@@ -142,15 +148,17 @@ def gather_cast(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, token: int
     ctx.copy_out(ctx.tensor("out"), token * s.token_bytes, out, s.token_bytes,
                  name="Assemble")
     yield from ctx.drain()
+    sched.finish(ctx, ("cast", token))
 
 
-def matmul(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, token: int, b: CubeBufs
-           ) -> Wait:
-    """Matrix::Matmul(DT_FP32, expertScales[token] [1, K], rows [K, H]) in N tiles."""
+def matmul(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, root: int, token: int,
+           b: CubeBufs) -> Wait:
+    """Matrix::Matmul(DT_FP32, expertScales[token] [1, K], rows [K, H]) in N tiles: a
+    task released by both AIVs' gathers."""
     H, K = t.shape.H, t.shape.K
     nt = t.n_tile
-    yield from ctx.cross_core_wait_flag(ROWS_READY)
-    sched.dispatch(ctx)
+    key = ("matmul", token)
+    yield from sched.start(ctx, root, key, [("gather", token, 0), ("gather", token, 1)])
     aic = ctx.cfg.aic
     a1, b1, a0, b0, c0 = b.a1, b.b1, b.a0, b.b0, b.c0
     load = ctx.copy_in(a1, ctx.tensor("expert_scales"), 4 * K * token, 4 * K)
@@ -176,4 +184,5 @@ def matmul(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, token: int, b: 
         yield from ctx.pipe_barrier("cube")
         ctx.fixpipe(ctx.tensor("sum_fp32"), c0, 1, n, "float32", dst_offset=4 * (H * token + n0))
         yield from ctx.pipe_barrier("fixpipe")
-    ctx.cross_core_set_flag(2, SUM_READY, "fixpipe")
+    yield from ctx.drain()
+    sched.finish(ctx, key, [("cast", token)])

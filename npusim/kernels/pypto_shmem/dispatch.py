@@ -19,6 +19,8 @@ int32 tile, ShmemGet GM -> UB -> GM (TGET), CumSum one vector instruction.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from npusim.kernels.pypto_shmem.scheduler import Scheduler, Wait
@@ -30,8 +32,25 @@ I32 = np.int32
 PHASES = ("prepare", "send_token", "send_signal", "receive_token")
 
 
+PREPARE, COUNTS = ("prepare",), ("counts",)
+
+
+class Roots:
+    """The dispatch's root functions in program order (one per LOOP iteration; the
+    Prepare and the CumSum are one each): where each loop's first one falls."""
+
+    def __init__(self, t: PyptoTiling) -> None:
+        pairs = t.shape.BS * t.shape.K
+        self.prepare = 0
+        self.send_token = 1
+        self.send_signal = self.send_token + pairs
+        self.counts = self.send_signal + t.E
+        self.receive = self.counts + 1
+        self.total = self.receive + t.E
+
+
 def dispatch_program(t: PyptoTiling):
-    sched = Scheduler()
+    sched = Scheduler(t.stitch, t.aiv_num)  # the AICs run no dispatch task
 
     def program(ctx: KernelContext) -> Wait:
         if ctx.core.kind.name == "aic":
@@ -46,25 +65,39 @@ def mine(ctx: KernelContext, t: PyptoTiling, n: int) -> range:
     return range(ctx.kind_index, n, t.aiv_num)
 
 
+def senders(t: PyptoTiling, ids: np.ndarray) -> list[list[tuple[Any, ...]]]:
+    """Per expert, the send_token tasks whose puts its signal announces (their ShmemPuts
+    are the signal's `pred`, as in the public test's shmem_signal)."""
+    out: list[list[tuple[Any, ...]]] = [[] for _ in range(t.E)]
+    for i, e in enumerate(ids):
+        out[int(e)].append(("send_token", i))
+    return out
+
+
 def dispatch(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
     s, win, me = t.shape, t.window, ctx.rank_id
     BS, K, L, W = s.BS, s.K, s.L, s.W
+    r = Roots(t)
     row_buf = ctx.alloc("tile", s.token_bytes)
     msg = ctx.alloc("moeSendMsg", BLOCK)
     cnt = ctx.alloc("count", BLOCK)
     sig = ctx.alloc("signal", BLOCK)
     offset_table, total_offset = ctx.tensor("offset_table"), ctx.tensor("total_offset")
+    ids = ctx.tensor("expert_ids").read(0, 4 * BS * K).view(I32)  # the AICPU's stitch
+    announced = senders(t, ids)
     with ctx.phase("prepare"):
         if ctx.kind_index == 0:
-            sched.dispatch(ctx)
+            yield from sched.start(ctx, r.prepare, PREPARE)
             yield from prepare(ctx, t)
-        yield from ctx.sync_all()
+            sched.finish(ctx, PREPARE, [("send_token", i) for i in range(BS * K)]
+                         + [("send_signal", e) for e in range(t.E)])
     with ctx.phase("send_token"):
-        ids = ctx.tensor("expert_ids")
+        expert_ids = ctx.tensor("expert_ids")
         for i in mine(ctx, t, BS * K):
-            sched.dispatch(ctx)
+            key = ("send_token", i)
+            yield from sched.start(ctx, r.send_token + i, key, (PREPARE,))
             row, col = divmod(i, K)
-            expert = int(ctx.gm_read_scalar(ids, 4 * i, I32))
+            expert = int(ctx.gm_read_scalar(expert_ids, 4 * i, I32))
             offset = int(ctx.gm_read_scalar(offset_table, 4 * i, I32))
             ctx.scalar(4)  # remoteExpertOffset, remoteRankId, the views
             rank, le = divmod(expert, L)
@@ -76,10 +109,11 @@ def dispatch(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
             ctx.shmem.put_ub(rank, win.info_at(le * W + me, offset), msg, 4 * INFO,
                              name="ShmemPut info")
             yield from ctx.drain()  # the task completes with its puts
-        yield from ctx.sync_all()
+            sched.finish(ctx, key, [("send_signal", expert)])
     with ctx.phase("send_signal"):
         for e in mine(ctx, t, t.E):
-            sched.dispatch(ctx)
+            key = ("send_signal", e)
+            yield from sched.start(ctx, r.send_signal + e, key, (PREPARE, *announced[e]))
             rank, le = divmod(e, L)
             load = ctx.copy_in(cnt, total_offset, 4 * e, 4)
             yield from ctx.wait(load)
@@ -91,13 +125,13 @@ def dispatch(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
             ctx.shmem.put_ub(rank, win.signal, sig, 4, name="ShmemSignal add")
             ctx.set_atomic_none()
             yield from ctx.drain()
-        yield from ctx.sync_all()
+            sched.finish(ctx, key)
     with ctx.phase("receive_token"):
         recv = ctx.tensor("ep_recv_counts")
         if ctx.kind_index == 0:
-            yield from receive_counts(ctx, t, sched)
-        yield from ctx.sync_all()
-        yield from receive_rows(ctx, t, sched, recv)
+            yield from receive_counts(ctx, t, sched, r)
+        yield from receive_rows(ctx, t, sched, recv, r)
+    yield from sched.close(ctx, r.total)
 
 
 def prepare(ctx: KernelContext, t: PyptoTiling) -> Wait:
@@ -117,10 +151,12 @@ def prepare(ctx: KernelContext, t: PyptoTiling) -> Wait:
     yield from ctx.shmem.quiet()  # the stores reach GM before the successors read them
 
 
-def receive_counts(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
+def receive_counts(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, r: Roots) -> Wait:
     """WaitUntil (the AICPU), ShmemGet of the E + 1 count entries, CumSum: the inclusive
-    running counts of the slots go to ep_recv_counts."""
+    running counts of the slots go to ep_recv_counts. No task of this rank precedes it:
+    the WaitUntil's `pred` is an input."""
     win, E = t.window, t.E
+    yield from sched.start(ctx, r.counts, COUNTS, dispatch=False)
     yield from sched.wait_until(ctx, ctx.window(), win.signal, AllEqual(I32, E))
     ctx.store_remote(ctx.rank_id, win.signal, np.zeros(1, I32), name="WaitUntil reset")
     counts = ctx.alloc("shmemGetOut", (E + 1) * 4)
@@ -136,14 +172,14 @@ def receive_counts(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait
     yield from ctx.pipe_barrier("vector")
     ctx.copy_out(ctx.tensor("ep_recv_counts"), 0, cum, 4 * E)
     yield from ctx.drain()
+    rows = row_tasks(t, cum.view(I32, E))
+    sched.finish(ctx, COUNTS, [("row", i) for i in range(len(rows))])
 
 
-def receive_rows(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, recv) -> Wait:
-    """Per (slot, row) a ShmemGet of the row + Assemble into expandX, per slot one of its
-    info rows into assistInfoForCombine; the tasks round robin over the AIVs."""
-    s, win = t.shape, t.window
-    ends = recv.read(0, 4 * t.E).view(I32)  # GetTensorData of the counts, below
-    tasks: list[tuple[int, int, int, int]] = []  # (slot, first row, rows, is_info)
+def row_tasks(t: PyptoTiling, ends: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """The receive's leaf tasks from the running counts: per (slot, row) one, per slot
+    with rows one for its info rows: (slot, first row, row or rows, is_info)."""
+    tasks: list[tuple[int, int, int, int]] = []
     begin = 0
     for slot in range(t.E):
         n = int(ends[slot]) - begin
@@ -151,12 +187,24 @@ def receive_rows(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, recv) -> 
         if n:
             tasks.append((slot, begin, n, 1))
         begin = int(ends[slot])
+    return tasks
+
+
+def receive_rows(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, recv, r: Roots
+                 ) -> Wait:
+    """Per (slot, row) a ShmemGet of the row + Assemble into expandX, per slot one of its
+    info rows into assistInfoForCombine; the tasks round robin over the AIVs, each
+    released by the CumSum's completion."""
+    s, win = t.shape, t.window
+    yield from sched.enter(ctx, sched.device_task(r.counts))
+    yield from ctx.wait(sched.completion(ctx, COUNTS))  # the AICPU knows the tasks now
+    tasks = row_tasks(t, recv.read(0, 4 * t.E).view(I32))
     row_buf = ctx.alloc("row", s.token_bytes)
     info_buf = ctx.alloc("info", s.BS * 4 * INFO)
     expand_x, assist = ctx.tensor("expand_x"), ctx.tensor("assist_info_for_combine")
     for i in mine(ctx, t, len(tasks)):
-        sched.dispatch(ctx)
         slot, first, j, is_info = tasks[i]
+        yield from sched.start(ctx, r.receive + slot, ("row", i), (COUNTS,))
         ctx.gm_read_scalar(recv, 4 * slot, I32)  # GetTensorData: curCount and offset
         ctx.scalar(1)
         if is_info:
@@ -172,3 +220,4 @@ def receive_rows(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, recv) -> 
             ctx.copy_out(expand_x, (first + j) * s.token_bytes, row_buf, s.token_bytes,
                          name="Assemble")
         yield from ctx.drain()
+        sched.finish(ctx, ("row", i))

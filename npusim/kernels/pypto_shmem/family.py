@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, const
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
-from npusim.kernels.pypto_shmem.tiling import BF16, PyptoTiling
+from npusim.kernels.pypto_shmem.scheduler import stitch_fields
+from npusim.kernels.pypto_shmem.tiling import BF16, STITCH_DEFAULT, STITCH_MAX, PyptoTiling
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.tilelang_shmem import FAMILY as TILELANG
 from npusim.kernels.tilelang_shmem.reference import reference_dispatch
@@ -57,6 +58,10 @@ class Dispatch(Kernel):
     def program(self, tiling: PyptoTiling) -> Any:
         return dispatch_program(tiling)
 
+    def timing_fields(self, tiling: PyptoTiling, run: Any,
+                      cores: Any) -> dict[str, Any]:
+        return stitch_fields(tiling, cores)
+
 
 class Combine(Kernel):
     name = "combine"
@@ -83,6 +88,10 @@ class Combine(Kernel):
 
     def program(self, tiling: PyptoTiling) -> Any:
         return combine_program(tiling)
+
+    def timing_fields(self, tiling: PyptoTiling, run: Any,
+                      cores: Any) -> dict[str, Any]:
+        return stitch_fields(tiling, cores)
 
 
 DISPATCH, COMBINE = Dispatch(), Combine()
@@ -112,12 +121,19 @@ class PyptoShmem(Family):
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
     shape_limits = PYPTO_LIMITS
+    options = (
+        Option("stitch_function_max_num", "int", STITCH_DEFAULT,
+               "runtime_options.stitch_function_max_num: the root functions (loop "
+               "iterations) the control-flow AICPU stitches into one device task; the "
+               "scheduling AICPUs synchronise between device tasks", lo=1, hi=STITCH_MAX),
+    )
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> PyptoTiling:
         aic = getattr(hardware, "aic", None)
         blocks = min(int(aic.cores), int(hardware.chip.aiv_cores) // 2) if aic else 1
-        return PyptoTiling(shape, blocks, timing_only)
+        return PyptoTiling(shape, blocks, timing_only,
+                           int(options.get("stitch_function_max_num", STITCH_DEFAULT)))
 
     def window(self, tiling: PyptoTiling) -> Any:
         return tiling.window

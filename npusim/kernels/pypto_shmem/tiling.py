@@ -25,6 +25,9 @@ from npusim.kernels.shape import MoeShape, OnShape
 BF16 = token_dtype("bfloat16")
 BLOCK = 32  # one 32 B block: an info row, a count entry, a signal
 INFO = 3
+# runtime_options.stitch_function_max_num: default and range (hicann/pypto@883e7dfb0
+# framework/src/interface/configs/tile_fwk_config.json, tile_fwk_config_schema.json)
+STITCH_DEFAULT, STITCH_MAX = 128, 1024
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class PyptoTiling(OnShape):
     shape: MoeShape
     blocks: int  # MIX blocks (1 AIC + 2 AIV)
     timing_only: bool = False
+    stitch: int = STITCH_DEFAULT  # stitch_function_max_num: root functions per device task
 
     @property
     def cores(self) -> int:
