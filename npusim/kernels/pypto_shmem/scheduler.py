@@ -107,11 +107,18 @@ class Scheduler:
         its dispatch."""
         yield from self.enter(ctx, self.device_task(root))
         for p in preds:
-            op = self.completion(ctx, p)
-            yield from ctx.wait(op)
-            ctx.t = max(ctx.t, self.released.get((ctx.rank_id, p, key), op.done_at))
+            yield from self.known(ctx, p)
+            ctx.t = max(ctx.t, self.released.get((ctx.rank_id, p, key),
+                                                  self.completion(ctx, p).done_at))
         if dispatch:
             self.dispatch(ctx)
+
+    def known(self, ctx: KernelContext, key: Key) -> Wait:
+        """Wait until task `key` has run (its successors, and when each is released, are
+        known then), without taking its end as this core's clock."""
+        op = self.completion(ctx, key)
+        if op.done_at is None:
+            yield from ctx.wait(op)
 
     def finish(self, ctx: KernelContext, key: Key, successors: Sequence[Key] = ()) -> None:
         """The core is done with task `key` (its pipes drained): its AICPU reads the

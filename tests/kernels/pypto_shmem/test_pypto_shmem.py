@@ -83,3 +83,62 @@ def test_a_preset_without_aicpus_is_refused_in_one_line(tmp_path, capsys):
     assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "aicpu" in err, err
+
+
+SHIPPED = Path(__file__).resolve().parents[3] / "scenarios" / "pypto_shmem"
+
+
+def _with_payload(path: Path) -> bool:
+    return not yaml.safe_load(path.read_text())["workload"].get("timing_only", False)
+
+
+@pytest.mark.parametrize("path", sorted(p for p in SHIPPED.glob("*.yaml") if _with_payload(p)),
+                         ids=lambda p: p.stem)
+def test_the_public_tests_shapes_match_the_numpy_reference(path):
+    """hicann/pypto's test_moe_distributed_dispatch_combine.py shapes as shipped: H 5120,
+    160 experts, K 8, bf16, on the chip npusim runs the family on."""
+    sc = load_scenario(path)
+    w = sc.workload
+    assert (w.h, w.k, w.ep_world_size * w.experts_per_rank, w.dtype) == (5120, 8, 160,
+                                                                         "bfloat16")
+    ops = simulate(sc, workers=1, keep_inputs=True).ops
+    W, L = w.ep_world_size, w.experts_per_rank
+    disp = ops[0] if ops[0].op == "dispatch" else None
+    x = np.stack([ops[0].inputs[r]["x"] for r in range(W)])
+    ids = np.stack([ops[0].inputs[r]["expert_ids"] for r in range(W)])
+    want = reference_dispatch(x, ids, L)
+    if disp is not None:
+        for r in range(W):
+            for got, ref in (("expand_x", "expand_x_out"), ("assist_info_for_combine",
+                                                            "expand_ids"),
+                             ("ep_recv_counts", "ep_receive_count")):
+                assert np.array_equal(disp.outputs[r][got].view(np.uint8),
+                                      want[r][ref].view(np.uint8)), (r, got)
+    comb = [o for o in ops if o.op == "combine"]
+    if comb:
+        scales = np.stack([comb[0].inputs[r]["expert_scales"] for r in range(W)])
+        out = reference_combine([d["expand_x_out"] for d in want],
+                                [d["expand_ids"] for d in want],
+                                [d["ep_receive_count"] for d in want], scales)
+        for r in range(W):
+            assert _within_one_bf16_rounding(comb[0].outputs[r]["out"], out[r]), r
+
+
+def test_stitching_sets_the_submissions_and_each_one_costs_its_sync(tmp_path):
+    """W 2, BS 2, K 2, 2 experts a rank (E 4): the dispatch's root functions are the
+    Prepare, 4 send_token iterations, 4 send_signal, the CumSum and 4 receive slots, 14;
+    a combine's are its rank's received rows M and the 2 tokens. Device tasks: ceil(roots /
+    stitch). Stitched one by one, the dispatch passes 13 syncs of at least submit_ns each."""
+    submit = load_hardware("atlas_a3").aicpu.submit_ns
+    runs = {}
+    for stitch in (1, 4, 128):
+        sc = load_scenario(_scenario(tmp_path, bs=2, k=2, ep_world_size=2, experts_per_rank=2,
+                                     stitch_function_max_num=stitch))
+        runs[stitch] = simulate(sc, workers=1, keep_inputs=True).ops
+    ids = np.stack([runs[1][0].inputs[r]["expert_ids"] for r in range(2)])
+    rows = np.bincount(ids.reshape(-1) // 2, minlength=2)  # rows each rank receives
+    for stitch, (disp, comb) in runs.items():
+        assert disp.family_fields["submissions"] == -(-14 // stitch), stitch
+        assert comb.family_fields["submissions"] == max(-(-(m + 2) // stitch) for m in rows)
+    one = runs[1][0]
+    assert one.end_ns - one.start_ns >= 13 * submit
