@@ -100,7 +100,7 @@ def send(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, M: int) -> Wait:
         ctx.shmem.put_ub(rank, win.combine_sig(token), sig, 4, name="ShmemSignal add")
         ctx.set_atomic_none()
         yield from ctx.drain()
-        sched.finish(ctx, ("send", row))
+        sched.finish(ctx, ("send", row), row)
 
 
 def gather_cast(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, root: int, token: int
@@ -130,7 +130,7 @@ def gather_cast(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, root: int,
         yield from ctx.pipe_barrier("vector")
         ctx.copy_out(work, 4 * H * (s.K * token + rows[0]), f32, 4 * n * H)
     yield from ctx.drain()
-    sched.finish(ctx, ("gather", token, ctx.sub_block_idx), [("matmul", token)])
+    sched.finish(ctx, ("gather", token, ctx.sub_block_idx), root, [(("matmul", token), root)])
     if ctx.sub_block_idx:
         return
     yield from sched.start(ctx, root, ("cast", token), [("matmul", token)])
@@ -148,7 +148,7 @@ def gather_cast(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, root: int,
     ctx.copy_out(ctx.tensor("out"), token * s.token_bytes, out, s.token_bytes,
                  name="Assemble")
     yield from ctx.drain()
-    sched.finish(ctx, ("cast", token))
+    sched.finish(ctx, ("cast", token), root)
 
 
 def matmul(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, root: int, token: int,
@@ -185,4 +185,4 @@ def matmul(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, root: int, toke
         ctx.fixpipe(ctx.tensor("sum_fp32"), c0, 1, n, "float32", dst_offset=4 * (H * token + n0))
         yield from ctx.pipe_barrier("fixpipe")
     yield from ctx.drain()
-    sched.finish(ctx, key, [("cast", token)])
+    sched.finish(ctx, key, root, [(("cast", token), root)])

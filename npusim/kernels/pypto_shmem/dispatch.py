@@ -89,8 +89,9 @@ def dispatch(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
         if ctx.kind_index == 0:
             yield from sched.start(ctx, r.prepare, PREPARE)
             yield from prepare(ctx, t)
-            sched.finish(ctx, PREPARE, [("send_token", i) for i in range(BS * K)]
-                         + [("send_signal", e) for e in range(t.E)])
+            sched.finish(ctx, PREPARE, r.prepare,
+                         [(("send_token", i), r.send_token + i) for i in range(BS * K)]
+                         + [(("send_signal", e), r.send_signal + e) for e in range(t.E)])
     with ctx.phase("send_token"):
         expert_ids = ctx.tensor("expert_ids")
         for i in mine(ctx, t, BS * K):
@@ -109,7 +110,8 @@ def dispatch(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
             ctx.shmem.put_ub(rank, win.info_at(le * W + me, offset), msg, 4 * INFO,
                              name="ShmemPut info")
             yield from ctx.drain()  # the task completes with its puts
-            sched.finish(ctx, key, [("send_signal", expert)])
+            sched.finish(ctx, key, r.send_token + i,
+                         [(("send_signal", expert), r.send_signal + expert)])
     with ctx.phase("send_signal"):
         for e in mine(ctx, t, t.E):
             key = ("send_signal", e)
@@ -125,7 +127,7 @@ def dispatch(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
             ctx.shmem.put_ub(rank, win.signal, sig, 4, name="ShmemSignal add")
             ctx.set_atomic_none()
             yield from ctx.drain()
-            sched.finish(ctx, key)
+            sched.finish(ctx, key, r.send_signal + e)
     with ctx.phase("receive_token"):
         recv = ctx.tensor("ep_recv_counts")
         if ctx.kind_index == 0:
@@ -173,7 +175,8 @@ def receive_counts(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, r: Root
     ctx.copy_out(ctx.tensor("ep_recv_counts"), 0, cum, 4 * E)
     yield from ctx.drain()
     rows = row_tasks(t, cum.view(I32, E))
-    sched.finish(ctx, COUNTS, [("row", i) for i in range(len(rows))])
+    sched.finish(ctx, COUNTS, r.counts,
+                 [(("row", i), r.receive + slot) for i, (slot, *_) in enumerate(rows)])
 
 
 def row_tasks(t: PyptoTiling, ends: np.ndarray) -> list[tuple[int, int, int, int]]:
@@ -220,4 +223,4 @@ def receive_rows(ctx: KernelContext, t: PyptoTiling, sched: Scheduler, recv, r: 
             ctx.copy_out(expand_x, (first + j) * s.token_bytes, row_buf, s.token_bytes,
                          name="Assemble")
         yield from ctx.drain()
-        sched.finish(ctx, ("row", i))
+        sched.finish(ctx, ("row", i), r.receive + slot)

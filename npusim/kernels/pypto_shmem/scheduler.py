@@ -120,14 +120,19 @@ class Scheduler:
         if op.done_at is None:
             yield from ctx.wait(op)
 
-    def finish(self, ctx: KernelContext, key: Key, successors: Sequence[Key] = ()) -> None:
-        """The core is done with task `key` (its pipes drained): its AICPU reads the
-        completion, then releases the successors in order."""
+    def finish(self, ctx: KernelContext, key: Key, root: int,
+               successors: Sequence[tuple[Key, int]] = ()) -> None:
+        """The core is done with task `key` of root function `root` (its pipes drained):
+        its AICPU reads the completion, then releases, in order, the successors (key,
+        root) stitched into the same device task; a later device task's tasks need no
+        release (the sync between device tasks orders them)."""
         a = ctx.cfg.aicpu
-        at = self._aicpu(ctx).reserve(ctx.t, a.completion_ns + len(successors) * a.resolve_ns)
-        for i, s in enumerate(successors):
-            self.released[(ctx.rank_id, key, s)] = at + a.completion_ns + (i + 1) * a.resolve_ns
-        self.completion(ctx, key).complete(at + a.completion_ns + len(successors) * a.resolve_ns)
+        here = self.device_task(root)
+        linked = [k for k, r in successors if self.device_task(r) == here]
+        at = self._aicpu(ctx).reserve(ctx.t, a.completion_ns + len(linked) * a.resolve_ns)
+        for i, k in enumerate(linked):
+            self.released[(ctx.rank_id, key, k)] = at + a.completion_ns + (i + 1) * a.resolve_ns
+        self.completion(ctx, key).complete(at + a.completion_ns + len(linked) * a.resolve_ns)
 
     def dispatch(self, ctx: KernelContext) -> None:
         """The core's AICPU hands it its next task: it starts once dispatched."""

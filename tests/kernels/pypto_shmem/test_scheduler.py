@@ -44,11 +44,12 @@ def _task(sched: Scheduler, core: Core, root: int, key, preds, work: float, succ
     yield from sched.start(core, root, key, preds)
     starts[key] = core.t
     core.t += work
-    sched.finish(core, key, succ)
+    sched.finish(core, key, root, succ)
 
 
 def _run(sched: Scheduler, plan: dict[int, list[tuple]], roots: int) -> dict:
-    """plan: core row -> its tasks in order (root, key, preds, work, successors)."""
+    """plan: core row -> its tasks in order (root, key, preds, work, successors as
+    (key, root))."""
     env, starts = simpy.Environment(), {}
     cores = {row: Core(env, row) for row in plan}
 
@@ -68,7 +69,7 @@ def test_successors_start_when_their_producer_releases_them_one_after_the_other(
     # completion 600..610 and releases A at 1610 and B at 2610. A on row 1 (AICPU 1) is
     # dispatched 1610..1710; B on row 2 (AICPU 0, busy until 2610) 2610..2710. X on row 3
     # (AICPU 1), the next loop but reading only inputs, starts at 100: no SyncAll.
-    plan = {0: [(0, "P", (), 500.0, ["A", "B"])],
+    plan = {0: [(0, "P", (), 500.0, [("A", 1), ("B", 2)])],
             1: [(1, "A", ("P",), 50.0, [])],
             2: [(2, "B", ("P",), 50.0, [])],
             3: [(3, "X", (), 50.0, [])]}
@@ -85,6 +86,18 @@ def test_a_device_task_starts_submit_ns_after_the_last_core_is_done_with_the_one
             1: [(1, "b", (), 800.0, [])]}
     starts = _run(Scheduler(stitch=2, parties=2), plan, roots=3)
     assert starts == {"a": 100.0, "b": 100.0, "c": 6000.0}
+
+
+def test_a_successor_in_a_later_device_task_costs_no_release():
+    # stitch 2: P (root 0) feeds A (root 1, its device task) and B (root 2, the next). P
+    # runs 100..600; AICPU 0 reads it 600..610 and releases A only, at 1610: A (row 1,
+    # AICPU 1) starts 1710, ends 1760. Device task 1 opens at the last arrival, row 1's at
+    # 1760, + 5000 = 6760; B on row 2 (AICPU 0, free since 1610) starts 6860.
+    plan = {0: [(0, "P", (), 500.0, [("A", 1), ("B", 2)])],
+            1: [(1, "A", ("P",), 50.0, [])],
+            2: [(2, "B", ("P",), 50.0, [])]}
+    starts = _run(Scheduler(stitch=2, parties=3), plan, roots=3)
+    assert starts == {"P": 100.0, "A": 1710.0, "B": 6860.0}
 
 
 def test_an_aicpu_serves_requests_in_the_first_gap_that_fits_whatever_their_order():
