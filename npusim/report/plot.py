@@ -203,7 +203,8 @@ def plot_advice(doc: dict[str, Any], out: Path) -> Path:
         ax.plot([p[0] for p in pts], [p[1] for p in pts], ".-", label=name)
     ax.set_xlabel(doc["axis"])
     ax.set_ylabel("latency (us), all ops")
-    ax.set_title(f"{doc['preset']} ({doc['calibration']['status']})", fontsize=9)
+    ax.set_title(f"{doc['preset']} (uncalibrated band ±{doc['uncalibrated_band']:.0%})",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(plt, fig, out)

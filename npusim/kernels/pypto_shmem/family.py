@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, const
+from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, Variant, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
 from npusim.kernels.pypto_shmem.tiling import BF16, PyptoTiling
@@ -112,6 +112,9 @@ class PyptoShmem(Family):
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
     shape_limits = PYPTO_LIMITS
+    variants = (Variant(""),)
+    dispatch_quants = {"none": {}}  # the subgraphs move bf16 rows, both ways
+    combine_quants = {"none": {}}
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> PyptoTiling:
