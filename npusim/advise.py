@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,8 @@ class Candidate:
 
     @property
     def quant(self) -> str:
-        return f"{self.dispatch_quant}/{self.combine_quant}"
+        """'int8/none'; '' for a variant refused whatever its quantisation."""
+        return f"{self.dispatch_quant}/{self.combine_quant}" if self.dispatch_quant else ""
 
     @property
     def key(self) -> str:
@@ -250,8 +251,8 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
     points, refused, cand_of, preset = [], [], {}, ""
     settings: dict[str, tuple[str, str]] = {}
     for value in values:
-        refused += [(None, m.family, value, _missing_reason(m, shape, src, base, axis, value))
-                    for m in missing]
+        now = [(None, m.family, value, _missing_reason(m, shape, src, base, axis, value))
+               for m in missing]
         mine: list[tuple[Candidate | None, str, Any, str]] = []
         for c in cands:
             doc = _point_doc(shape, c, axis, value)
@@ -268,7 +269,8 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                 vals[axis] = value
             points.append(Point(doc["name"], vals, doc, digest))
             cand_of[doc["name"]] = c
-        refused += _by_family(mine, cands)
+        now += _by_family(mine, cands)
+        refused += sorted(now, key=lambda r: r[1])  # by family, as the registry lists them
     return Plan(points, refused, cand_of, axis, list(values), preset, settings)
 
 
@@ -310,16 +312,29 @@ def _missing_reason(m: Missing, shape: Mapping[str, Any], src: str, base: Path,
 
 def _by_family(refused: list[tuple[Candidate | None, str, Any, str]],
                cands: Sequence[Candidate]) -> list[tuple[Candidate | None, str, Any, str]]:
-    """One refusal for a family all of whose candidates give the same reason."""
-    out = []
+    """One refusal for a family, or for a variant, all of whose candidates give the same
+    reason (the quantisation is then not what refuses it)."""
+    out: list[tuple[Candidate | None, str, Any, str]] = []
     for fam in dict.fromkeys(f for _, f, _, _ in refused):
         mine = [r for r in refused if r[1] == fam]
-        whys = {r[3] for r in mine}
-        if len(whys) == 1 and len(mine) == sum(1 for c in cands if c.family == fam):
+        if _all_alike(mine, [c for c in cands if c.family == fam]):
             out.append((None, fam, mine[0][2], mine[0][3]))
-        else:
-            out += mine
+            continue
+        for variant in dict.fromkeys(r[0].variant for r in mine if r[0] is not None):
+            theirs = [r for r in mine if r[0] is not None and r[0].variant == variant]
+            if _all_alike(theirs, [c for c in cands if c.family == fam
+                                   and c.variant == variant]):
+                c = theirs[0][0]
+                out.append((replace(c, dispatch_quant="", combine_quant=""), fam,
+                            theirs[0][2], theirs[0][3]))
+            else:
+                out += theirs
     return out
+
+
+def _all_alike(refused: list[tuple[Candidate | None, str, Any, str]],
+               cands: Sequence[Candidate]) -> bool:
+    return len(refused) == len(cands) and len({r[3] for r in refused}) == 1
 
 
 def point_name(key: str, axis: str | None, value: Any) -> str:
@@ -468,7 +483,7 @@ def document(shape: Mapping[str, Any], p: Plan, ranked: Sequence[tuple[Any, Rank
                        "ranking": [_row(e, pl, preset)
                                    for e, pl in zip(r.entries, r.places(), strict=True)]})
     refused = [{"family": fam, "variant": c.variant if c else None,
-                "quant": c.quant if c else None, "value": value, "reason": why}
+                "quant": (c.quant or None) if c else None, "value": value, "reason": why}
                for c, fam, value, why in p.refused]
     return {"schema": SCHEMA, "preset": p.preset, "uncalibrated_band": uncalibrated,
             "shape": dict(shape.get("workload", {})), "axis": p.axis, "points": points,

@@ -79,13 +79,12 @@ class Entry:
     def name(self) -> str:
         return f"{self.candidate.label} ({self.candidate.quant})"
 
-    def measurement(self) -> str:
-        """What to measure so that its band is a table's: its unvouched ops at the shape."""
-        c = self.candidate
-        quant = "" if c.quant == "none/none" else f" ({c.quant})"
-        ops = (self.workload_op if set(self.band.unvouched) >= set(self.ops) or not
-               self.band.unvouched else " and ".join(self.band.unvouched))
-        return f"{c.label}{quant} {ops}"
+    def unmeasured(self) -> str:
+        """What to measure so that its band is a table's: its unvouched ops, or the shape's
+        op when that is all of them."""
+        if set(self.band.unvouched) >= set(self.ops):
+            return self.workload_op
+        return " and ".join(self.band.unvouched)
 
 
 def ties(a: Entry, b: Entry) -> bool:
@@ -149,8 +148,18 @@ def _tie_words(group: Sequence[Entry]) -> str:
     if not open_:
         return (f"{text}; every one is calibrated here: only measurements closer than "
                 f"±{pct(owner.band.value)} would break it")
-    what = " and ".join(dict.fromkeys(e.measurement() for e in open_))
-    return f"{text}; a measured {what} on {first.where} would break it"
+    return f"{text}; a measured {_measurements(open_)} on {first.where} would break it"
+
+
+def _measurements(entries: Sequence[Entry]) -> str:
+    """'tilelang_shmem dispatch_combine', 'a, b dispatch_combine and c combine': the
+    candidates by what each lacks, with their quantisation where any is quantised."""
+    plain = all(e.candidate.quant == "none/none" for e in entries)
+    by_op: dict[str, list[str]] = {}
+    for e in entries:
+        by_op.setdefault(e.unmeasured(), []).append(e.candidate.label if plain else e.name)
+    return " and ".join(f"{', '.join(dict.fromkeys(names))} {op}"
+                        for op, names in by_op.items())
 
 
 def _lead_words(first: Entry, second: Entry) -> str:

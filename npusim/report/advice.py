@@ -24,31 +24,23 @@ def _shape_line(doc: Mapping[str, Any]) -> str:
             + f"; uncalibrated band ±{pct(doc['uncalibrated_band'])}")
 
 
-def _ops(ranking: list[Mapping[str, Any]]) -> list[str]:
-    ops: list[str] = []
-    for r in ranking:
-        ops += [op for op in r["ops_us"] if op not in ops]
-    return ops
-
-
 def format_ranking(ranking: list[Mapping[str, Any]]) -> list[str]:
     """The table of one point, fastest first; 'N=' marks the candidates that tie with the
-    group's first (place N), and each row says its band and where the band comes from."""
-    ops = _ops(ranking)
-    width = {op: max(13, len(op) + 5) for op in ops}
-    head = (f"  {'#':>3}  {'family/variant':<26} {'quant':<11}"
-            + "".join(f"{op + ' us':>{width[op]}}" for op in ops)
-            + f"{'total us':>11} {'band':>6}  {'critical':<24} {'wire MB':>8}  band from")
-    lines = [head]
+    group's first (place N). Each row's band carries a letter; the letters' sources (a
+    table and its worst row, or why uncalibrated) follow the table."""
+    sources = list(dict.fromkeys(r["band_source"] for r in ranking))
+    letter = {src: chr(ord("a") + i) if i < 26 else f"#{i}" for i, src in enumerate(sources)}
+    lines = [f"  {'#':>3}  {'family/variant':<26} {'quant':<10} {'total us':>9} "
+             f"{'band':>7}  {'critical':<32} {'wire MB':>7}  ops us"]
     for r in ranking:
         tag = f"{r['place']}{'=' if r['tie'] else ''}"
         name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
         quant = f"{r['dispatch_quant']}/{r['combine_quant']}"
-        cells = "".join(f"{r['ops_us'][op]:>{width[op]}.2f}" if op in r["ops_us"]
-                        else f"{'-':>{width[op]}}" for op in ops)
-        lines.append(f"  {tag:>3}  {name:<26} {quant:<11}{cells}{r['total_us']:>11.2f} "
-                     f"{'±' + pct(r['band']):>6}  {r['critical']:<24} "
-                     f"{r['wire_bytes'] / 1e6:>8.2f}  {r['band_source']}")
+        band = f"±{pct(r['band'])} {letter[r['band_source']]}"
+        ops = ", ".join(f"{op} {us:.2f}" for op, us in r["ops_us"].items())
+        lines.append(f"  {tag:>3}  {name:<26} {quant:<10} {r['total_us']:>9.2f} {band:>7}  "
+                     f"{r['critical']:<32} {r['wire_bytes'] / 1e6:>7.2f}  {ops}")
+    lines += [f"  band {letter[src]}: {src}" for src in sources]
     rests = dict.fromkeys(k for r in ranking for k in r.get("rests_on", ()))
     if rests:
         lines.append("  the variants differ by preset values; the answer rests on:")

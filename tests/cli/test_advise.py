@@ -97,8 +97,8 @@ def test_a_candidates_band_is_its_worst_op_and_names_its_source():
     assert mixed.source == "uncalibrated (bs 8 is below 128), assumed ±10%"
     # a calibrated op whose worst row is beyond the assumed band keeps its own
     assert advise_rank.band_of([dispatch, combine], 0.05).value == 0.07
-    e = _entry("fam", 50, 50, band=mixed)
-    assert e.measurement() == "fam combine"
+    assert _entry("fam", 50, 50, band=mixed).unmeasured() == "combine"
+    assert _entry("fam", 50, 50).unmeasured() == "dispatch_combine"  # all of its ops
 
 
 @pytest.mark.parametrize("text, want", [("25%", 0.25), ("0.25", 0.25), (" 5% ", 0.05),
@@ -264,8 +264,8 @@ def test_the_advice_names_the_tie_and_the_measurement_that_would_break_it(tmp_pa
     (why,) = [line for line in text.splitlines() if line.startswith("why: ")]
     assert why.startswith("why: tie: quick (none/none), steady (none/none) are 0.1 us (2.2%) "
                           "apart, within ±25% (each one's band: uncalibrated")
-    assert why.endswith("; a measured quick dispatch_combine and steady dispatch_combine on "
-                        "ascend950 at BS 128, H 7168, K 8, EP 2 would break it")
+    assert why.endswith("; a measured quick, steady dispatch_combine on ascend950 at BS 128, "
+                        "H 7168, K 8, EP 2 would break it")
     for word in ("wins", "beats", "fastest"):
         assert word not in text
     doc = _advise_two(capsys, "--set", "workload.bs=128", "--band", "1%")
@@ -464,9 +464,9 @@ def test_a_family_whose_options_are_its_shape_compares_its_variants(tmp_path, ca
     assert pt["ranking"][0]["total_us"] == pt["ranking"][1]["total_us"]
     assert pt["why"].startswith("tie: kv_offload/shmem_host (none/none), kv_offload/swapped "
                                 "(none/none) are 0.0 us (0%) apart")
-    assert pt["why"].endswith("; a measured kv_offload/shmem_host gather and kv_offload/swapped "
-                              "gather on atlas_a3 at batch 1, seq_len 300, topk 64, block 16, "
-                              "c8 True would break it")
+    assert pt["why"].endswith("; a measured kv_offload/shmem_host, kv_offload/swapped gather "
+                              "on atlas_a3 at batch 1, seq_len 300, topk 64, block 16, c8 True "
+                              "would break it")
     rests = pt["ranking"][0]["rests_on"]
     assert "host.page_walk_ns 1000 ns (assumed, plausible 200-5000)" in rests
     assert any(r.startswith("host.latency_ns ") and "calibrated" in r for r in rests)
