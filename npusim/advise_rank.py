@@ -148,6 +148,9 @@ def _tie_words(group: Sequence[Entry]) -> str:
     if not open_:
         return (f"{text}; every one is calibrated here: only measurements closer than "
                 f"±{pct(owner.band.value)} would break it")
+    ops = {e.unmeasured() for e in open_}
+    if len(open_) == len(group) > 2 and len(ops) == 1:  # no need to name them all again
+        return f"{text}; a measured {ops.pop()} of each on {first.where} would break it"
     return f"{text}; a measured {_measurements(open_)} on {first.where} would break it"
 
 

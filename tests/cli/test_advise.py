@@ -80,6 +80,11 @@ def test_groups_after_the_first_are_read_from_their_head():
                           (("a", 100), ("b", 120), ("c", 130), ("d", 160))])
     assert [[e.candidate.family for e in g] for g in r.groups] == [["a", "b"], ["c", "d"]]
     assert r.places() == [(1, True), (1, True), (3, True), (3, True)]
+    # three that all tie and all lack the same measurement are not named twice
+    three = advise_rank.rank([_entry(n, t / 2, t / 2) for n, t in
+                              (("a", 100), ("b", 110), ("c", 120))])
+    assert three.why().endswith(f"; a measured dispatch_combine of each on {WHERE} would "
+                                "break it")
 
 
 def test_a_candidates_band_is_its_worst_op_and_names_its_source():
@@ -99,6 +104,19 @@ def test_a_candidates_band_is_its_worst_op_and_names_its_source():
     assert advise_rank.band_of([dispatch, combine], 0.05).value == 0.07
     assert _entry("fam", 50, 50, band=mixed).unmeasured() == "combine"
     assert _entry("fam", 50, 50).unmeasured() == "dispatch_combine"  # all of its ops
+
+
+def test_a_tie_names_each_uncalibrated_candidate_by_what_it_lacks():
+    """Quantised candidates by their quantisation too; one with a vouched op by the rest."""
+    fit = TableFit("t", 1, 1, 0.01, 0.02, "r", True)
+    half = advise_rank.band_of([Ledger("b", "p", "dispatch", (fit,)),
+                                Ledger("b", "p", "combine")], 0.25)
+    a = Entry(Candidate("a", "v", "int8", "none"), {"dispatch": 50.0, "combine": 50.0}, 100.0,
+              "combine.sum", {}, 0, UNCAL, "dispatch_combine", WHERE)
+    b = _entry("b", 52, 52, band=half)
+    why = advise_rank.rank([a, b]).why()
+    assert why.endswith(f"; a measured a/v (int8/none) dispatch_combine and b (none/none) "
+                        f"combine on {WHERE} would break it")
 
 
 @pytest.mark.parametrize("text, want", [("25%", 0.25), ("0.25", 0.25), (" 5% ", 0.05),
@@ -140,6 +158,29 @@ def test_every_moe_family_is_a_candidate_with_its_declared_quantisations():
     assert "tilelang_shmem" in {m.family for m in missing}  # the example moves bf16 rows
     cands, _ = advise.candidates(("none",), ("int8",))
     assert "deepep" not in {c.family for c in cands}  # its combine is BF16 (comm_quant 0)
+
+
+def test_mega_moe_runs_only_a_shape_of_its_op_and_each_other_family_is_refused_once():
+    """op mega_moe with MXFP8 dispatch: MegaMoE's two modes plan; every other MoE family
+    is refused once with the loader's line on the op (DeepEP's four variants included)."""
+    shape = advise.shape_doc({**advise.DEFAULT_SHAPE, "workload": {
+        **advise.DEFAULT_SHAPE["workload"], "op": "mega_moe", "dtype": "bfloat16"}})
+    cands, missing = advise.candidates(("mxfp8",), ("none",))
+    p = advise.plan(shape, "advise", ROOT, cands, missing)
+    assert sorted(p.candidate_of[pt.name].variant for pt in p.points
+                  if p.candidate_of[pt.name].family == "mega_moe") == ["e4m3", "e5m2"]
+    assert {p.candidate_of[pt.name].family for pt in p.points} == {"mega_moe"}
+    fams = [fam for _, fam, _, _ in p.refused]
+    assert len(fams) == len(set(fams))  # once each
+    assert {"deepep", "mc2", "cann_sample", "tilelang_shmem", "pypto_shmem",
+            "mega_moe_unfused"} <= set(fams)
+    assert all("workload.op: unknown value 'mega_moe'" in why for *_, why in p.refused)
+    # unquantised, MegaMoE has no candidate, and at a dispatch_combine shape it says so by
+    # the shape's op first
+    _, missing = advise.candidates(("none",), ("none",))
+    p = advise.plan(advise.shape_doc(advise.DEFAULT_SHAPE), "advise", ROOT, [], missing)
+    why = {fam: w for _, fam, _, w in p.refused}
+    assert why["mega_moe"] == "workload.op: unknown value 'dispatch_combine'; allowed: mega_moe"
 
 
 FAMILY = '''
