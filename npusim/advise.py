@@ -396,10 +396,20 @@ def entry_of(c: Candidate, report: Mapping[str, Any], preset: str, off: str,
               for o in report["ops"]}
     wire = sum(int(o.get("bytes_sent_total", 0)) for o in report["ops"])
     workload = report["scenario"]["workload"]
-    ledgers = [ledger_of(c.family, preset, workload, op, off) for op in ops]
+    ledgers = [ledger_of(c.family, preset, _run_keys(workload, o), o["op"], off)
+               for o in report["ops"]]
     return Entry(c, ops, round(sum(ops.values()), 4), f"{longest['op']}.{crit}", phases, wire,
                  band_of(ledgers, uncalibrated), str(workload.get("op", "")),
                  f"{preset} at {shape_words(_shape_of(asked, c))}")
+
+
+def _run_keys(workload: Mapping[str, Any], op: Mapping[str, Any]) -> dict[str, Any]:
+    """What the op ran with: the scenario's keys, then the plain figures it reports it ran
+    with (its family_fields: a path an `auto` chose, a block size), as a run's ledger reads
+    them."""
+    fields = op.get("family_fields") or {}
+    return {**workload, **{k: v for k, v in fields.items()
+                           if isinstance(v, (str, int, float))}}
 
 
 def _shape_of(workload: Mapping[str, Any], c: Candidate) -> dict[str, Any]:
