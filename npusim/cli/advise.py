@@ -19,7 +19,7 @@ def add_parser(sub: Any) -> None:
     adv = sub.add_parser(
         "advise",
         help="rank every kernel family, variant and quantisation "
-        "that runs a shape (fastest first), each with its error band; a difference "
+        "that runs a shape, by time, each with its error band; a difference "
         "inside the bands is a tie",
     )
     _add_choice_options(adv)

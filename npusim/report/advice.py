@@ -25,7 +25,7 @@ def _shape_line(doc: Mapping[str, Any]) -> str:
 
 
 def format_ranking(ranking: list[Mapping[str, Any]]) -> list[str]:
-    """The table of one point, fastest first; 'N=' marks the candidates that tie with the
+    """The table of one point, by time; 'N=' marks the candidates that tie with the
     group's first (place N). Each row's band carries a letter; the letters' sources (a
     table and its worst row, or why uncalibrated) follow the table."""
     sources = list(dict.fromkeys(r["band_source"] for r in ranking))
