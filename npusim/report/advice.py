@@ -62,14 +62,23 @@ def format_advice(doc: Mapping[str, Any]) -> str:
     elif axis and len(doc["points"]) > 1:
         lines += ["", f"the first place (or tie) is the same at every {axis} value"]
     if doc["refused"]:
-        lines += ["", "cannot run this shape:"]
-        seen = set()
-        for r in doc["refused"]:
-            name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
-            quant = f" ({r['quant']})" if r["quant"] else ""
-            at = f" at {axis} = {r['value']}" if axis else ""
-            line = f"  {name}{quant}{at}: {r['reason']}"
-            if line not in seen:
-                seen.add(line)
-                lines.append(line)
+        lines += ["", "cannot run this shape:"] + _refusals(doc)
     return "\n".join(lines) + "\n"
+
+
+def _refusals(doc: Mapping[str, Any]) -> list[str]:
+    """One line per refusal, with the axis values it holds at (none when it holds at
+    every value)."""
+    axis, every = doc["axis"], len(doc["points"])
+    at: dict[tuple[str, str], list[str]] = {}
+    for r in doc["refused"]:
+        name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
+        quant = f" ({r['quant']})" if r["quant"] else ""
+        values = at.setdefault((f"{name}{quant}", r["reason"]), [])
+        if str(r["value"]) not in values:
+            values.append(str(r["value"]))
+    lines = []
+    for (name, why), values in at.items():
+        where = f" at {axis} = {', '.join(values)}" if axis and len(values) < every else ""
+        lines.append(f"  {name}{where}: {why}")
+    return lines

@@ -183,6 +183,19 @@ def test_mega_moe_runs_only_a_shape_of_its_op_and_each_other_family_is_refused_o
     assert why["mega_moe"] == "workload.op: unknown value 'dispatch_combine'; allowed: mega_moe"
 
 
+def test_a_refusal_is_printed_once_with_the_values_it_holds_at():
+    from npusim.report.advice import format_advice
+
+    refused = [{"family": f, "variant": None, "quant": None, "value": v, "reason": why}
+               for f, v, why in (("a", 8, "no"), ("a", 64, "no"), ("b", 8, "too big"))]
+    doc = {"preset": "p", "uncalibrated_band": 0.25, "shape": {"bs": 8}, "axis": "workload.bs",
+           "points": [{"value": 8, "why": "-", "ranking": []},
+                      {"value": 64, "why": "-", "ranking": []}],
+           "crossovers": [], "refused": refused}
+    text = format_advice(doc)
+    assert text.endswith("cannot run this shape:\n  a: no\n  b at workload.bs = 8: too big\n")
+
+
 FAMILY = '''
 """A family whose kernels spend BASE + PER_TOKEN * BS scalar cycles on one core."""
 from dataclasses import dataclass
