@@ -95,8 +95,9 @@ def ties(a: Entry, b: Entry) -> bool:
 
 @dataclass
 class Ranking:
-    """Candidates by time, shortest first, in groups: each group is a head and the candidates after
-    it that tie with it (the tie is not transitive, so a group is read from its head)."""
+    """Candidates by time, shortest first, in groups: each group is a head and the
+    candidates after it that tie with it (a tie is not transitive, so a group is read from
+    its head)."""
 
     entries: list[Entry]
 
