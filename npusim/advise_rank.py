@@ -39,7 +39,7 @@ def band_of(ledgers: Sequence[Ledger], uncalibrated: float) -> Band:
     """The largest band of a run's ops, with the source of that band."""
     if not ledgers:
         return Band(uncalibrated, f"no op, assumed ±{pct(uncalibrated)}")
-    worst = max(ledgers, key=lambda led: led.band(uncalibrated))
+    worst = max(ledgers, key=lambda led: (led.band(uncalibrated), not led.calibrated))
     unvouched = tuple(led.op for led in ledgers if not led.calibrated)
     return Band(worst.band(uncalibrated), _source(worst, uncalibrated), unvouched)
 
