@@ -19,7 +19,8 @@ def add_parser(sub: Any) -> None:
     adv = sub.add_parser(
         "advise",
         help="rank every kernel family, variant and quantisation "
-        "that runs a shape (fastest first), and say why the winner wins",
+        "that runs a shape, by time, each with its error band; a difference "
+        "inside the bands is a tie",
     )
     _add_choice_options(adv)
     adv.add_argument(
@@ -33,7 +34,7 @@ def add_parser(sub: Any) -> None:
     adv.add_argument(
         "--json",
         action="store_true",
-        help="print the advice as JSON (npusim.advice/1) instead of the table",
+        help="print the advice as JSON (npusim.advice/2) instead of the table",
     )
     adv.add_argument(
         "--plot",
@@ -78,14 +79,20 @@ def _add_choice_options(adv: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="rank only this family's variants: a built-in name, a .py file or "
-        "module:attr (repeatable; default: every built-in family that declares "
-        "variants)",
+        "module:attr (repeatable; default: every built-in family that reads the MoE "
+        "shape)",
+    )
+    adv.add_argument(
+        "--band",
+        metavar="ERR",
+        help="the error assumed of a candidate no measured table vouches for at the "
+        "shape, as 25%% or 0.25 (default 25%%)",
     )
     adv.add_argument(
         "--over",
         metavar="AXIS=V1,V2,...",
         help="rank at each value of one "
-        "axis (bs=8,32,128 or any dotted key) and say where the winner changes",
+        "axis (bs=8,32,128 or any dotted key) and say where the first place changes",
     )
 
 
@@ -135,12 +142,14 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from npusim import advise
     from npusim.cli.common import EXIT_OK
     from npusim.cli.common import workers as _workers
+    from npusim.fidelity import DEFAULT_BAND
     from npusim.report.advice import format_advice
 
     shape, src, base = _shape(args.scenario, args.set)
     dq = advise.quant_list(args.dispatch_quant, "--dispatch-quant")
     cq = advise.quant_list(args.combine_quant, "--combine-quant")
     axis, values = advise.axis_of(args.over) if args.over else (None, [None])
+    uncalibrated = advise.band(args.band) if args.band is not None else DEFAULT_BAND
     backend = "ray" if args.ray else args.backend
     workers = _workers(args.workers)
     from npusim.outputs import output_file, output_folder
@@ -159,10 +168,9 @@ def cmd_advise(args: argparse.Namespace) -> int:
             raise InputError(src, None, reasons[0])
         fams = "; ".join(dict.fromkeys(f"{fam}: {why}" for _, fam, _, why in p.refused))
         raise InputError(src, None, f"no kernel family runs this shape ({fams})")
-    found = advise.validations(p)  # the tables whose MAPE this advice computes
-    reports = advise.run_plan(p, out, src, base, workers, backend, args.quiet, found)
-    cals = advise.calibrations(p, found, reports)
-    doc = advise.document(shape, p, advise.rankings(p, reports, cals))
+    reports = advise.run_plan(p, out, src, base, workers, backend, args.quiet)
+    ranked = advise.rankings(p, reports, uncalibrated)
+    doc = advise.document(shape, p, ranked, uncalibrated)
     if args.json:
         print(json.dumps(doc, indent=1))
     else:

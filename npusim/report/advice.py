@@ -1,11 +1,14 @@
-"""`npusim advise` as text: the ranking table, the winner's reason, where the winner
-changes along an axis, and what could not run. Reads the advice document (plain data,
-`npusim.advice/1`); knows nothing of the simulator."""
+"""`npusim advise` as text: the ranking table with each candidate's band and its source,
+the tie or the verdict, where the first place changes along an axis, and what could not
+run. Reads the advice document (plain data, `npusim.advice/2`); knows nothing of the
+simulator."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from npusim.advise_rank import pct
 
 SHAPE_WORDS = (("ep_world_size", "W"), ("bs", "BS"), ("h", "H"), ("k", "K"),
                ("experts_per_rank", "L"), ("dtype", ""), ("op", "op"))
@@ -17,39 +20,27 @@ def _shape_line(doc: Mapping[str, Any]) -> str:
         parts = [f"{k} {v}" for k, v in w.items()]
     else:
         parts = [f"{label} {w[k]}".strip() for k, label in SHAPE_WORDS if k in w]
-    cal = doc["calibration"]
-    return f"advise: {doc['preset']}, {cal['status']}; " + ", ".join(parts)
-
-
-def _ops(ranking: list[Mapping[str, Any]]) -> list[str]:
-    ops: list[str] = []
-    for r in ranking:
-        ops += [op for op in r["ops_us"] if op not in ops]
-    return ops
+    return (f"advise: {doc['preset']}; " + ", ".join(parts)
+            + f"; uncalibrated band ±{pct(doc['uncalibrated_band'])}")
 
 
 def format_ranking(ranking: list[Mapping[str, Any]]) -> list[str]:
-    """The table of one point, fastest first; '=' marks a tie with the winner and '*'
-    a run outside the preset's calibrated shapes."""
-    ops = _ops(ranking)
-    head = (f"  {'#':>3}  {'family/variant':<24} {'quant':<12}"
-            + "".join(f"{op + ' us':>13}" for op in ops)
-            + f"{'total us':>11}  {'critical':<24} {'wire MB':>9}  calibration")
-    lines = [head]
-    place = 0
-    for i, r in enumerate(ranking):
-        place = place if r["tie"] and i else i + 1
-        tag = f"{place}{'=' if r['tie'] else ''}"
+    """The table of one point, by time; 'N=' marks the candidates that tie with the
+    group's first (place N). Each row's band carries a letter; the letters' sources (a
+    table and its worst row, or why uncalibrated) follow the table."""
+    sources = list(dict.fromkeys(r["band_source"] for r in ranking))
+    letter = {src: chr(ord("a") + i) if i < 26 else f"#{i}" for i, src in enumerate(sources)}
+    lines = [f"  {'#':>3}  {'family/variant':<26} {'quant':<10} {'total us':>9} "
+             f"{'band':>7}  {'critical':<32} {'wire MB':>7}  ops us"]
+    for r in ranking:
+        tag = f"{r['place']}{'=' if r['tie'] else ''}"
         name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
         quant = f"{r['dispatch_quant']}/{r['combine_quant']}"
-        cells = "".join(f"{r['ops_us'][op]:>13.2f}" if op in r["ops_us"] else f"{'-':>13}"
-                        for op in ops)
-        mark = " *" if r["outside_calibration"] else ""
-        lines.append(f"  {tag:>3}  {name:<24} {quant:<12}{cells}{r['total_us']:>11.2f}  "
-                     f"{r['critical']:<24} {r['wire_bytes'] / 1e6:>9.2f}  "
-                     f"{r['calibration']}{mark}")
-    notes = {r["outside_calibration"] for r in ranking if r["outside_calibration"]}
-    lines += [f"  * outside the calibrated shapes: {n}" for n in sorted(notes)]
+        band = f"±{pct(r['band'])} {letter[r['band_source']]}"
+        ops = ", ".join(f"{op} {us:.2f}" for op, us in r["ops_us"].items())
+        lines.append(f"  {tag:>3}  {name:<26} {quant:<10} {r['total_us']:>9.2f} {band:>7}  "
+                     f"{r['critical']:<32} {r['wire_bytes'] / 1e6:>7.2f}  {ops}")
+    lines += [f"  band {letter[src]}: {src}" for src in sources]
     rests = dict.fromkeys(k for r in ranking for k in r.get("rests_on", ()))
     if rests:
         lines.append("  the variants differ by preset values; the answer rests on:")
@@ -57,37 +48,37 @@ def format_ranking(ranking: list[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _bases(doc: Mapping[str, Any]) -> list[str]:
-    """Where each MAPE shown comes from, once each."""
-    cals = [doc["calibration"], *(pt.get("calibration", {}) for pt in doc["points"])]
-    return [f"  {b}" for b in dict.fromkeys(c.get("basis") for c in cals) if b]
-
-
 def format_advice(doc: Mapping[str, Any]) -> str:
-    lines = [_shape_line(doc), *_bases(doc)]
+    lines = [_shape_line(doc)]
     axis = doc["axis"]
-    varies = doc["calibration"]["mape"] is None and len(
-        {pt["calibration"]["status"] for pt in doc["points"] if "calibration" in pt}) > 1
     for pt in doc["points"]:
         if axis:
-            own = f"  ({pt['calibration']['status']})" if varies else ""
-            lines += ["", f"{axis} = {pt['value']}{own}"]
+            lines += ["", f"{axis} = {pt['value']}"]
         if pt["ranking"]:
             lines += format_ranking(pt["ranking"])
         lines.append(f"why: {pt['why']}")
     if doc["crossovers"]:
-        lines += ["", "where the winner changes:"] + [f"  {c}" for c in doc["crossovers"]]
+        lines += ["", "where the first place changes:"] + [f"  {c}" for c in doc["crossovers"]]
     elif axis and len(doc["points"]) > 1:
-        lines += ["", f"the winner is the same at every {axis} value"]
+        lines += ["", f"the first place (or tie) is the same at every {axis} value"]
     if doc["refused"]:
-        lines += ["", "cannot run this shape:"]
-        seen = set()
-        for r in doc["refused"]:
-            name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
-            quant = f" ({r['quant']})" if r["quant"] else ""
-            at = f" at {axis} = {r['value']}" if axis else ""
-            line = f"  {name}{quant}{at}: {r['reason']}"
-            if line not in seen:
-                seen.add(line)
-                lines.append(line)
+        lines += ["", "cannot run this shape:"] + _refusals(doc)
     return "\n".join(lines) + "\n"
+
+
+def _refusals(doc: Mapping[str, Any]) -> list[str]:
+    """One line per refusal, with the axis values it holds at (none when it holds at
+    every value)."""
+    axis, every = doc["axis"], len(doc["points"])
+    at: dict[tuple[str, str], list[str]] = {}
+    for r in doc["refused"]:
+        name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
+        quant = f" ({r['quant']})" if r["quant"] else ""
+        values = at.setdefault((f"{name}{quant}", r["reason"]), [])
+        if str(r["value"]) not in values:
+            values.append(str(r["value"]))
+    lines = []
+    for (name, why), values in at.items():
+        where = f" at {axis} = {', '.join(values)}" if axis and len(values) < every else ""
+        lines.append(f"  {name}{where}: {why}")
+    return lines

@@ -183,6 +183,9 @@ def plot_advice(doc: dict[str, Any], out: Path) -> Path:
                             label=key if new else None)
                     left += width
                 start += latency
+        ax.errorbar([r["total_us"] for r in ranking], range(len(ranking)),
+                    xerr=[r["band"] * r["total_us"] for r in ranking], fmt="none",
+                    ecolor="black", elinewidth=0.8, capsize=3)  # each candidate's band
         totals = [r["total_us"] for r in ranking if r["total_us"] > 0]
         if totals and max(totals) > 20 * min(totals):  # one slow outlier hides the rest
             ax.set_xscale("log")
@@ -193,17 +196,20 @@ def plot_advice(doc: dict[str, Any], out: Path) -> Path:
                      fontsize=8, wrap=True)
         ax.legend(fontsize=6, loc="lower right")
         return _save(plt, fig, out)
-    lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    lines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for pt in doc["points"]:
         for r in pt["ranking"]:
-            lines[_label(r)].append((float(pt["value"]), r["total_us"]))
+            lines[_label(r)].append((float(pt["value"]), r["total_us"], r["band"]))
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name in sorted(lines):
         pts = sorted(lines[name])
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], ".-", label=name)
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], ".-", label=name)
+        ax.fill_between([p[0] for p in pts], [p[1] * (1 - p[2]) for p in pts],
+                        [p[1] * (1 + p[2]) for p in pts], color=line.get_color(), alpha=0.08)
     ax.set_xlabel(doc["axis"])
     ax.set_ylabel("latency (us), all ops")
-    ax.set_title(f"{doc['preset']} ({doc['calibration']['status']})", fontsize=9)
+    ax.set_title(f"{doc['preset']}: each line with its band (uncalibrated "
+                 f"±{doc['uncalibrated_band']:.0%})", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(plt, fig, out)

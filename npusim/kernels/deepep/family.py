@@ -48,7 +48,17 @@ from npusim.kernels.deepep.window import (
     check_buffsize,
     needed_buffsize,
 )
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import uniform_tokens
@@ -267,6 +277,14 @@ class DeepEP(Family):
             "combine": ("combine",)}
     shape_limits = replace(DEFAULT_LIMITS, bs=(1, MAX_TOTAL_TOKENS), why="kernel limit",
                            source="deep_ep.cpp: MAX_TOTAL_TOKENS; the rest npusim's default")
+    # advise: each mode in each context (the context moves addresses only); dispatch's
+    # quant_mode 0 / 2 and A5's MXFP8 (refused here as DeepEP refuses it off the A5); the
+    # combine is BF16 whatever the dispatch (comm_quant_mode 0)
+    variants = tuple(Variant(f"{m}_{c}", {"mode": m, "context": c})
+                     for m in ("normal", "low_latency") for c in ("hccl", "shmem"))
+    dispatch_quants = {"none": {"quant": "bf16"}, "int8": {"quant": "int8"},
+                       "mxfp8": {"quant": "mx_fp8_e4m3"}}
+    combine_quants = {"none": {}}
     options = (
         Option("mode", "choice", "normal", "DeepEP's mode: normal (prefill: the four kernels) "
                "or low_latency (decode: low_latency_dispatch, low_latency_combine)",

@@ -23,6 +23,7 @@ from npusim.kernels.family import (
     Option,
     Phase,
     TensorSpec,
+    Variant,
     const,
 )
 from npusim.kernels.mega_moe import reference as ref
@@ -136,6 +137,11 @@ class MegaMoe(Family):
     references = True  # reference_outputs
     runs = {"mega_moe": ("mega_moe",)}
     shape_limits = MEGA_LIMITS
+    # advise: its op is mega_moe (the layer fused), so only a shape of that op; the tokens
+    # always travel MXFP8 (E4M3 or E5M2 elements, the two modes), the combine in bf16
+    variants = tuple(Variant(m, {"mode": m}) for m in ("e4m3", "e5m2"))
+    dispatch_quants = {"mxfp8": {}}
+    combine_quants = {"none": {}}
     options = (
         Option("ffn_dim", "int", 1024, "FFN_DIM: GEMM1's output width (gate + up), even; "
                "F/2 a multiple of 32 (the E8M0 blocks of the activations)", lo=64, hi=16384),

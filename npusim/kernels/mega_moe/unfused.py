@@ -158,6 +158,9 @@ class MegaMoeUnfused(Family):
     runs = {"unfused": ("dispatch", "expert_gemms", "combine")}
     shape_limits = DISPATCH_V3_LIMITS  # its dispatch and combine are cann_sample's
     options = MEGA.options
+    variants = MEGA.variants  # advise: op unfused only; the sample's MXFP8 dispatch
+    dispatch_quants = MEGA.dispatch_quants
+    combine_quants = MEGA.combine_quants
 
     def _cann_shape(self, shape: MoeShape) -> MoeShape:
         return replace(shape, dtype="bfloat16")

@@ -12,7 +12,17 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
 from npusim.kernels.pypto_shmem.scheduler import stitch_fields
@@ -127,6 +137,9 @@ class PyptoShmem(Family):
                "iterations) the control-flow AICPU stitches into one device task; the "
                "scheduling AICPUs synchronise between device tasks", lo=1, hi=STITCH_MAX),
     )
+    variants = (Variant(""),)
+    dispatch_quants = {"none": {}}  # the subgraphs move bf16 rows, both ways
+    combine_quants = {"none": {}}
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> PyptoTiling:

@@ -13,7 +13,17 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.shape import MoeShape
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
@@ -134,6 +144,9 @@ class TileLangShmem(Family):
     runs = {"dispatch": ("dispatch",), "combine": ("combine",),
             "dispatch_combine": ("dispatch", "combine")}
     shape_limits = TILELANG_LIMITS
+    variants = (Variant(""),)
+    dispatch_quants = {"none": {}}  # the example moves bf16 rows, both ways
+    combine_quants = {"none": {}}
     options = (
         Option("ai_core_num", "int", 0, "ai_core_num: blocks of T.Kernel (1 AIC + 2 AIV "
                "each), aiv_num = 2 x ai_core_num; 0: the preset's aic.cores", lo=0, hi=128),
