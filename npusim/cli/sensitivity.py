@@ -52,8 +52,8 @@ def cmd_records(args: argparse.Namespace) -> int:
     n = workers(args.workers)
     out = Path(args.out) if args.out is not None else Path("out") / "sensitivity" / preset
     for family in [args.family] if args.family else list(fams):
-        path = write_record(family, preset, n, out / family, quiet=False)
-        print(f"{family}: {path} (reference {fams[family]})")
+        path = write_record(family, preset, n, out, quiet=False)
+        print(f"{family}: {path} (references {', '.join(sorted(set(fams[family].values())))})")
     return EXIT_OK
 
 

@@ -2,11 +2,13 @@
 
 One record per (family, shipped preset) with a shipped scenario (scenarios/**, not
 sweeps) that runs the family on the preset as the preset is (no hardware_overrides).
-Its reference scenario is the smallest of them by ep_world_size x bs x h (a key the
-family has not counts 1), the first by name among equals: the record stands for the
-family on the preset at the cost of its cheapest shipped run. The record holds, per op
-of that run, the TOP ranked assumed values (npusim.fidelity.sensitivity) and the
-reference's name; its bytes depend on nothing but the model (sorted keys, no dates).
+An op's reference scenario is the smallest of them that runs the op, by ep_world_size x
+bs x h (a key the family has not counts 1), the first by name among equals: the record
+stands for the family's op on the preset at the cost of its cheapest shipped run (a
+family's modes and directions run different ops, so a record may have several
+references). The record holds, per op, the TOP ranked assumed values
+(npusim.fidelity.sensitivity) and its reference's name; its bytes depend on nothing but
+the model (sorted keys, no dates).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError
-from npusim.fidelity.sensitivity import record_path, sensitivity
+from npusim.fidelity.sensitivity import STEP, record_path, sensitivity
 
 TOP = 8  # ranked keys kept per op
 _SIZE_KEYS = ("ep_world_size", "bs", "h")
@@ -34,43 +36,58 @@ def _size(workload: dict[str, Any]) -> int:
     return size
 
 
-def references(preset: str) -> dict[str, str]:
-    """family -> its reference scenario's shipped name, for every family with a shipped
-    scenario on `preset` as the preset is."""
+def _candidates(preset: str) -> list[tuple[int, str, str, tuple[str, ...]]]:
+    """(size, shipped name, family, ops) of every shipped scenario on `preset` as the
+    preset is, smallest first."""
     from npusim import shipped
-    from npusim.scenario import read_scenario_file
+    from npusim.scenario import read_scenario_file, scenario_from_doc
     from npusim.scenario.load import DEFAULT_HARDWARE
 
-    best: dict[str, tuple[int, str]] = {}
+    found = []
     for name, path in shipped.scenarios().items():
-        doc, _, _ = read_scenario_file(path)
+        doc, src, base = read_scenario_file(path)
         w = doc.get("workload") or {}
         family = w.get("kernel", "cann_sample")
         if (doc.get("hardware", DEFAULT_HARDWARE) != preset or doc.get("hardware_overrides")
                 or not _named_family(family)):
             continue
-        here = (_size(w), name)
-        if family not in best or here < best[family]:
-            best[family] = here
-    return {f: best[f][1] for f in sorted(best)}
+        ops = scenario_from_doc(doc, src, base).workload.ops
+        found.append((_size(w), name, family, tuple(ops)))
+    return sorted(found)
+
+
+def references(preset: str) -> dict[str, dict[str, str]]:
+    """family -> op -> its reference scenario's shipped name: the smallest scenario that
+    runs the op, for every family with a shipped scenario on `preset` as it is."""
+    refs: dict[str, dict[str, str]] = {}
+    for _, name, family, ops in _candidates(preset):
+        for op in ops:
+            refs.setdefault(family, {}).setdefault(op, name)
+    return {f: dict(sorted(refs[f].items())) for f in sorted(refs)}
 
 
 def record_doc(family: str, preset: str, workers: int | None, out: Path,
                quiet: bool = True) -> dict[str, Any]:
-    """The record of `family` on `preset`, computed now (resumable under `out`)."""
+    """The record of `family` on `preset`, computed now (each reference's runs resumable
+    under out/<its name>)."""
     from npusim import shipped
     from npusim.scenario import read_scenario_file
 
-    at = references(preset).get(family)
-    if at is None:
+    refs = references(preset)
+    if family not in refs:
         raise InputError("command line", "--family", f"{family!r} has no shipped scenario on "
-                         f"{preset} as the preset is; allowed: "
-                         f"{', '.join(references(preset)) or 'none'}")
-    doc, src, base = read_scenario_file(shipped.scenarios()[at])
-    sens = sensitivity(doc, src, base, out, workers, quiet, title="presets --sensitivity")
-    rec = sens.as_doc(top=TOP)
-    rec.update(at=at, family=family, preset=preset)
-    return rec
+                         f"{preset} as the preset is; allowed: {', '.join(refs) or 'none'}")
+    ops: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    for at in sorted(set(refs[family].values())):
+        doc, src, base = read_scenario_file(shipped.scenarios()[at])
+        sens = sensitivity(doc, src, base, out / at, workers, quiet,
+                           title="presets --sensitivity").as_doc(top=TOP)
+        runs[at] = {k: sens[k] for k in ("base_us", "probed", "skipped")}
+        ops.update({op: {"at": at, "assumed": sens["ops"][op]}
+                    for op, ref in refs[family].items() if ref == at})
+    return {"family": family, "preset": preset, "step": STEP, "top": TOP, "ops": ops,
+            "references": runs}
 
 
 def write_record(family: str, preset: str, workers: int | None, out: Path,

@@ -133,8 +133,8 @@ def _unprobed(key: str, value: Any, lo: float, hi: float, overridden: Sequence[s
 
 def _point(doc: Mapping[str, Any], name: str, key: str, value: Any, src: str, base: Path
            ) -> Any:
-    """A sweep point: the scenario, timing-only, with one hardware key set; None when the
-    preset's bounds refuse the value."""
+    """A sweep point: the scenario with one hardware key set; the loader's message (a
+    str) when the preset's bounds refuse the value."""
     from npusim.scenario import scenario_from_doc
     from npusim.sweep import Point
 
@@ -212,7 +212,10 @@ def sensitivity(doc: Mapping[str, Any], src: str, base: Path, out: Path,
     pts, refused = [], []
     for p in found:
         pt = _point(tdoc, f"up-{p.key}", p.key, p.cast(stepped(p.value)), src, base)
-        (refused.append((p.key, pt)) if isinstance(pt, str) else pts.append(pt))
+        if isinstance(pt, str):
+            refused.append((p.key, pt))
+        else:
+            pts.append(pt)
     reports = run_points(pts, out, src, str(base), workers, quiet=quiet,
                          title=title) if pts else {}
     by_key = {p.key: p for p in found}
@@ -293,6 +296,7 @@ def assumed_of(family: str, preset: str, op: str) -> tuple[Assumed, ...]:
     """The assumed values `op` of `family` on the shipped `preset` moves with most, largest
     effect first, from the shipped sensitivity record (() when there is none)."""
     rec = _record(family, preset)
-    if rec is None:
+    entry = rec["ops"].get(op) if rec is not None else None
+    if entry is None:
         return ()
-    return tuple(assumed_from_doc(d, rec["at"]) for d in rec["ops"].get(op, ()))
+    return tuple(assumed_from_doc(d, entry["at"]) for d in entry["assumed"])
