@@ -202,7 +202,6 @@ def sensitivity(doc: Mapping[str, Any], src: str, base: Path, out: Path,
     names the command in progress lines (its first word: the command that resumes)."""
     from npusim.scenario import scenario_from_doc
     from npusim.scenario.load import _resolve_hardware_ref
-    from npusim.sweep import run_points
 
     tdoc = timing_doc(doc)
     name, t0, read = _base(tdoc, src, base, out)
@@ -216,11 +215,14 @@ def sensitivity(doc: Mapping[str, Any], src: str, base: Path, out: Path,
             refused.append((p.key, pt))
         else:
             pts.append(pt)
-    reports = run_points(pts, out, src, str(base), workers, quiet=quiet,
-                         title=title) if pts else {}
+    reports, failed = _run(pts, out, src, base, (workers, quiet, title))
+    refused += [(pt.values["key"], f"the run fails at {pt.values['value']}: {why}")
+                for pt, why in failed]
     by_key = {p.key: p for p in found}
     effects: dict[str, dict[str, float]] = {op: {} for op in t0}
     for pt in pts:
+        if pt.name not in reports:
+            continue
         times = _times(reports[pt.name])
         for op, base_t in t0.items():
             e = _effect(times.get(op), base_t)
@@ -231,7 +233,47 @@ def sensitivity(doc: Mapping[str, Any], src: str, base: Path, out: Path,
     result = {op: tuple(_assumed(by_key[k], effects[op][k], spans.get((k, op)), name)
                         for k in keys) for op, keys in ranked.items()}
     return Sensitivity(name, dict(t0), result, tuple(skipped + refused),
-                       tuple(pt.values["key"] for pt in pts))
+                       tuple(pt.values["key"] for pt in pts if pt.name in reports))
+
+
+def _failure(exc: BaseException) -> str | None:
+    """Why a perturbed run failed in the model (a kernel's buffer overflows at the new
+    value, the run deadlocks), in one line; None for any other exception."""
+    from npusim.errors import BlockedError, KernelError
+
+    if isinstance(exc, BlockedError):
+        return " ".join(exc.summary.split())
+    if isinstance(exc, KernelError):
+        return " ".join(str(exc).split())
+    return None
+
+
+def _run(pts: list[Any], out: Path, src: str, base: Path, how: tuple[int | None, bool, str]
+         ) -> tuple[dict[str, Any], list[tuple[Any, str]]]:
+    """The points' reports by name, and the points whose run failed with why: all in
+    parallel, and after a failure the rest one at a time (a sweep stops at its first
+    failed point; its finished ones stay done)."""
+    from npusim.sweep import run_points
+
+    workers, quiet, title = how
+    if not pts:
+        return {}, []
+    try:
+        return run_points(pts, out, src, str(base), workers, quiet=quiet, title=title), []
+    except Exception as exc:
+        if _failure(exc) is None:
+            raise
+    reports: dict[str, Any] = {}
+    failed: list[tuple[Any, str]] = []
+    for pt in pts:
+        try:
+            reports.update(run_points([pt], out, src, str(base), 1, quiet=quiet, title=title))
+        except Exception as exc:
+            why = _failure(exc)
+            if why is None:
+                raise
+            failed.append((pt, why))
+    return reports, failed
 
 
 def _assumed(p: Probe, effect: float, span: tuple[float, float] | None, at: str) -> Assumed:
@@ -244,7 +286,6 @@ def _spans(tdoc: dict[str, Any], src: str, base: Path, out: Path,
            ) -> dict[tuple[str, str], tuple[float, float]]:
     """(key, op) -> (effect at the range's low end, at its high end), for each op's
     TOP_SPAN keys; an end the preset's bounds refuse leaves the key without a span."""
-    from npusim.sweep import run_points
 
     keys = sorted({k for ks in ranked.values() for k in ks[:TOP_SPAN]})
     ends: dict[tuple[str, str], Any] = {}
@@ -255,9 +296,7 @@ def _spans(tdoc: dict[str, Any], src: str, base: Path, out: Path,
             ends[(k, end)] = None if v == p.value else _point(tdoc, f"{end}-{k}", k, v, src,
                                                                 base)
     pts = [pt for pt in ends.values() if pt is not None and not isinstance(pt, str)]
-    workers, quiet, title = how
-    reports = run_points(pts, out, src, str(base), workers, quiet=quiet,
-                         title=title) if pts else {}
+    reports, _ = _run(pts, out, src, base, how)
     spans: dict[tuple[str, str], tuple[float, float]] = {}
     for op, ks in ranked.items():
         for k in ks[:TOP_SPAN]:
@@ -269,10 +308,10 @@ def _spans(tdoc: dict[str, Any], src: str, base: Path, out: Path,
 
 def _end_effect(pt: Any, reports: Mapping[str, Any], op: str, t0: float) -> float | None:
     """The effect at one end of a range: 0 where the end is the value itself, None where
-    the bounds refused it."""
+    the bounds refused it or its run failed."""
     if pt is None:
         return 0.0
-    if isinstance(pt, str):
+    if isinstance(pt, str) or pt.name not in reports:
         return None
     return _effect(_times(reports[pt.name]).get(op), t0)
 
