@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from npusim.cli import main
+from npusim.errors import DeadlockError, KernelError
 from npusim.fidelity.records import record_doc, references
 from npusim.fidelity.sensitivity import (
     STEP,
+    _failure,
     _unprobed,
     assumed_of,
     record_path,
@@ -87,6 +89,13 @@ def test_step_rules() -> None:
     assert _unprobed("a.b", 5.0, 1.0, 9.0, ("a.b",)) == "the scenario overrides it"
     assert _unprobed("a.b", 5.0, 1.0, 9.0, ()) == ""
     assert rounded(1 / 3) == 0.333333
+
+
+def test_a_run_failing_in_the_model_is_a_reason_anything_else_is_raised() -> None:
+    assert _failure(KernelError("L0A overflow", rank=1, core=6)) == "rank 1, core 6: L0A overflow"
+    assert _failure(DeadlockError("2 cores wait\n  for a flag", ["r0 c0"])) == (
+        "2 cores wait for a flag")
+    assert _failure(ValueError("a bug")) is None
 
 
 def _records() -> list[Path]:
