@@ -13,6 +13,7 @@ the model (sorted keys, no dates).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,10 @@ def _size(workload: dict[str, Any]) -> int:
     return size
 
 
-def _candidates(preset: str) -> list[tuple[int, str, str, tuple[str, ...]]]:
+@lru_cache(maxsize=8)
+def _candidates(preset: str) -> tuple[tuple[int, str, str, tuple[str, ...]], ...]:
     """(size, shipped name, family, ops) of every shipped scenario on `preset` as the
-    preset is, smallest first."""
+    preset is, smallest first (validating them all takes seconds: kept per process)."""
     from npusim import shipped
     from npusim.scenario import read_scenario_file, scenario_from_doc
     from npusim.scenario.load import DEFAULT_HARDWARE
@@ -53,7 +55,7 @@ def _candidates(preset: str) -> list[tuple[int, str, str, tuple[str, ...]]]:
             continue
         ops = scenario_from_doc(doc, src, base).workload.ops
         found.append((_size(w), name, family, tuple(ops)))
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def references(preset: str) -> dict[str, dict[str, str]]:
