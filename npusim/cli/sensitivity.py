@@ -21,15 +21,17 @@ def add_preset_options(pre: argparse.ArgumentParser) -> None:
                      "(docs/sensitivity.md)")
     pre.add_argument("--family", metavar="F", help="with --sensitivity: only this family's "
                      "record")
-    pre.add_argument("--workers", default=None, help="with --sensitivity: processes for "
-                     "the perturbed runs (default: one per CPU)")
+    pre.add_argument("--workers", metavar="N", default=None, help="with --sensitivity: "
+                     "processes for the perturbed runs (default: one per CPU)")
     pre.add_argument("--out", metavar="DIR", default=None, help="with --sensitivity: the "
                      "perturbed runs' folders, which a rerun resumes from (default: "
                      "out/sensitivity/PRESET)")
 
 
 def preset_options_misused(args: argparse.Namespace) -> None:
-    """--family, --workers and --out belong to --sensitivity."""
+    """--family, --workers and --out belong to --sensitivity, which --explain is not."""
+    if args.sensitivity is not None and args.explain is not None:
+        raise InputError("command line", "--explain", "not with --sensitivity; one at a time")
     if args.sensitivity is None:
         for opt in ("family", "workers", "out"):
             if getattr(args, opt) is not None:

@@ -148,6 +148,7 @@ def test_assumed_of_reads_the_record() -> None:
     (["presets", "--sensitivity", "atlas_a3", "--family", "nothing"], "--family"),
     (["presets", "--sensitivity", "atlas_a2", "--family", "mega_moe"], "--family"),
     (["presets", "--family", "mc2"], "--family"),
+    (["presets", "--sensitivity", "atlas_a3", "--explain", "atlas_a3"], "--explain"),
     (["presets", "--sensitivity", "atlas_a3", "--workers", "0"], "--workers"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], where: str,
