@@ -72,7 +72,7 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from npusim import api
-    from npusim.cli.sensitivity import run_sensitivity, scenario_and_doc
+    from npusim.cli.sensitivity import run_sensitivity, scenario_and_doc, stale_sensitivity
     from npusim.progress import RunProgress, watching
     from npusim.report.io import blocked_list_in
     from npusim.report.summary import format_summary
@@ -100,6 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     written = done.write(
         out_dir, trace=bool(args.trace), tensors=tensors, harness_csv=harness_csv
     )  # every output at once, or none
+    stale_sensitivity(out_dir)
     lines = [f"{what}: {path}" + (f" {note}" if note else "") for what, path, note in written]
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)

@@ -76,6 +76,12 @@ def scenario_and_doc(path: str, sets: list[str], case_dir: str | None
     return scenario, (doc, src, base)
 
 
+def stale_sensitivity(out_dir: Path) -> None:
+    """A new report makes an earlier run's DIR/sensitivity.json stale: it goes (a
+    --sensitivity run writes its own once the perturbed runs are done)."""
+    (Path(out_dir) / SENSITIVITY_FILE).unlink(missing_ok=True)
+
+
 def run_sensitivity(source: tuple[dict[str, Any], str, Path], out_dir: Path,
                     n_workers: int | None, quiet: bool) -> list[str]:
     """Perturb a run at its own shape: write OUT/sensitivity.json (whole or not at all)

@@ -179,7 +179,7 @@ def _base(doc: dict[str, Any], src: str, base: Path, out: Path
         return kept["name"], kept["base_us"], frozenset(kept["read"])
     sc = scenario_from_doc(copy.deepcopy(doc), src, base)
     report, read = run_reading(sc)
-    times = {o["op"]: o["latency_us"] for o in report["ops"]}
+    times = _times(report)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"digest": digest, "name": sc.name, "base_us": times,
                              "read": sorted(read)}, sort_keys=True)

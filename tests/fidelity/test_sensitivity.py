@@ -172,3 +172,6 @@ def test_run_sensitivity_prints_and_writes_its_file(
     assert set(written["ops"]) == {"dispatch", "combine"}
     assert written["probed"] == [LAUNCH]
     assert sum(LAUNCH in line for line in printed.splitlines()) == 2
+    assert main(["run", str(tmp_path / "tiny.yaml"), "--workers", "1", "--quiet", "--out",
+                 str(out)]) == 0
+    assert not (out / "sensitivity.json").exists()  # stale beside the new report
