@@ -175,3 +175,17 @@ def test_run_sensitivity_prints_and_writes_its_file(
     assert main(["run", str(tmp_path / "tiny.yaml"), "--workers", "1", "--quiet", "--out",
                  str(out)]) == 0
     assert not (out / "sensitivity.json").exists()  # stale beside the new report
+
+
+def test_a_value_the_scenario_sets_is_its_own_not_perturbed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _tiny_doc(tmp_path)
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "tiny.yaml"), "--sensitivity", "--workers", "1",
+                 "--quiet", "--out", str(out), "--set",
+                 f"hardware_overrides.{LAUNCH}=5000"]) == 0
+    written = json.loads((out / "sensitivity.json").read_text(encoding="utf-8"))
+    assert written["probed"] == []
+    assert written["skipped"] == [{"key": LAUNCH, "why": "the scenario overrides it"}]
+    assert "no assumed value moves its time" in capsys.readouterr().out
