@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 
 from npusim.cli.common import EXIT_FAIL, EXIT_OK, err, one_line
+from npusim.cli.sensitivity import add_preset_options, cmd_records, preset_options_misused
 from npusim.errors import InputError
 
 
@@ -22,6 +23,7 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
         help="a preset name or YAML path: print "
         "every value with its unit and provenance (docs/presets.md)",
     )
+    add_preset_options(pre)
     pre.set_defaults(func=cmd_presets)
 
     scn = add(
@@ -35,6 +37,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
     from npusim.hw.fabric import topology_text
 
+    preset_options_misused(args)
+    if args.sensitivity is not None:
+        return cmd_records(args)
     if args.explain:
         return _explain_preset(args.explain)
     names = preset_names()

@@ -60,19 +60,26 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
         "fabric.egress_gbps=50); VALUE is YAML; repeatable",
     )
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="then rerun timing-only with each assumed preset value the run reads raised "
+        "by 10%%: print each op's most sensitive ones, write DIR/sensitivity.json "
+        "(docs/sensitivity.md)",
+    )
     run.set_defaults(func=cmd_run)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from npusim import api
-    from npusim.dotted import load_scenario_set
+    from npusim.cli.sensitivity import run_sensitivity, scenario_and_doc, stale_sensitivity
     from npusim.progress import RunProgress, watching
     from npusim.report.io import blocked_list_in
     from npusim.report.summary import format_summary
     from npusim.runfiles import check_run_writable, run_files
     from npusim.shipped import resolve
 
-    scenario = load_scenario_set(resolve(args.scenario), args.set, case_dir_override=args.case_dir)
+    scenario, source = scenario_and_doc(resolve(args.scenario), args.set, args.case_dir)
     files = run_files(scenario, Path("out") / scenario.name if args.out is None else args.out,
                       args.tensors, args.harness_csv)
     out_dir, tensors, harness_csv = files.out, files.tensors, files.harness_csv
@@ -93,11 +100,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     written = done.write(
         out_dir, trace=bool(args.trace), tensors=tensors, harness_csv=harness_csv
     )  # every output at once, or none
+    stale_sensitivity(out_dir)
     lines = [f"{what}: {path}" + (f" {note}" if note else "") for what, path, note in written]
     if result.combine_ahead.startswith("redone"):
         print(f"npusim: note: combine was {result.combine_ahead}", file=sys.stderr)
     print(format_summary(report), end="")
     print("\n".join(lines))
+    if args.sensitivity:
+        print("\n".join(run_sensitivity(source, out_dir, n_workers, args.quiet)))
     return EXIT_OK
 
 
