@@ -143,9 +143,9 @@ class Run:
     def report(self) -> dict[str, Any]:
         """The report document (`npusim.report/1`), exactly what `npusim run` writes."""
         if self._report is None:
-            from npusim.report.build import build_report
+            from npusim.fidelity.run import report_with_fidelity
 
-            self._report = build_report(self.result)
+            self._report = report_with_fidelity(self.result)
         return self._report
 
     @property
