@@ -19,8 +19,11 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     pre.add_argument(
         "--explain",
         metavar="NAME",
-        help="a preset name or YAML path: print "
-        "every value with its unit and provenance (docs/presets.md)",
+        nargs="?",
+        const="",
+        help="a preset name or YAML path: print every value with its unit and provenance "
+        "(docs/presets.md); without NAME, which shipped tables vouch for each family on "
+        "each preset (the matrix of docs/fidelity.md)",
     )
     pre.set_defaults(func=cmd_presets)
 
@@ -35,6 +38,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
     from npusim.hw.config import CONFIG_DIR, load_hardware, preset_names
     from npusim.hw.fabric import topology_text
 
+    if args.explain == "":
+        from npusim.fidelity.matrix import matrix_lines
+
+        print("\n".join(matrix_lines()))
+        return EXIT_OK
     if args.explain:
         return _explain_preset(args.explain)
     names = preset_names()
