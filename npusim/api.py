@@ -30,6 +30,7 @@ from typing import Any
 
 from npusim import values
 from npusim.errors import BlockedError, InputError, KernelError, NpusimError, excerpt
+from npusim.fidelity.ledger import Ledger
 from npusim.kernels.family import (
     Arrays,
     Family,
@@ -147,6 +148,14 @@ class Run:
 
             self._report = report_with_fidelity(self.result)
         return self._report
+
+    @property
+    def ledgers(self) -> dict[str, Ledger]:
+        """Each op's fidelity ledger by op name (docs/fidelity.md): the tables that vouch
+        for it, whether its shape is inside their rows, the assumed values it rests on."""
+        from npusim.fidelity.run import run_ledgers
+
+        return run_ledgers(self.result.scenario, [op.op for op in self.result.ops])
 
     @property
     def ops(self) -> list[str]:

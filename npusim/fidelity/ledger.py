@@ -108,7 +108,7 @@ def vouching(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def calibrated_text(table: str, rows: int, mape: float, worst: float, worst_row: str) -> str:
-    return (f"calibrated by {table} ({rows} rows, MAPE {100 * mape:.1f}%, worst "
+    return (f"calibrated by {table} ({rows} row{'s' * (rows != 1)}, MAPE {100 * mape:.1f}%, worst "
             f"{100 * worst:.1f}% {worst_row})")
 
 
