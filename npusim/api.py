@@ -153,9 +153,9 @@ class Run:
     def ledgers(self) -> dict[str, Ledger]:
         """Each op's fidelity ledger by op name (docs/fidelity.md): the tables that vouch
         for it, whether its shape is inside their rows, the assumed values it rests on."""
-        from npusim.fidelity.run import run_ledgers
+        from npusim.fidelity.run import op_fields, run_ledgers
 
-        return run_ledgers(self.result.scenario, [op.op for op in self.result.ops])
+        return run_ledgers(self.result.scenario, op_fields(self.result))
 
     @property
     def ops(self) -> list[str]:

@@ -12,7 +12,7 @@ from npusim.calibrate import Measurement, read_table
 from npusim.fidelity import ledger_of
 from npusim.fidelity import tables as tables_mod
 from npusim.fidelity.record import record_doc, record_path, row_digest
-from npusim.fidelity.run import off_preset
+from npusim.fidelity.run import off_preset, run_ledgers
 
 HEAD = "op,bs,h,k,ep_world_size,experts_per_rank,dtype,kernel,mode,quant,label,measured_us"
 # label -> (the row's cells, its measured us, the simulated us the record will hold)
@@ -129,3 +129,10 @@ def test_the_doc_round_trips_and_its_lines_name_the_table(shipped: Path) -> None
     doc = json.loads(json.dumps(led.as_doc()))
     assert doc["calibrated"] and doc["band"] == pytest.approx(0.10)
     assert led.lines()[0] == "calibrated by atlas_a3_mine (3 rows, MAPE 6.0%, worst 10.0% d_ep8)"
+
+
+def test_what_the_op_reports_it_ran_with_comes_before_the_scenario(shipped: Path) -> None:
+    scenario = {"hardware": "atlas_a3", "hardware_name": "atlas_a3", "hardware_overrides": {},
+                "workload": {**LL, "quant": "bf16"}}
+    led = run_ledgers(scenario, {"low_latency_dispatch": {"quant": "int8", "rows": [1, 2]}})
+    assert led["low_latency_dispatch"].tables[0].worst_row == "d_ep8"  # the int8 rows
