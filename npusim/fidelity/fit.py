@@ -84,17 +84,24 @@ def table_fit(table: str, preset: str, rows: Sequence[Row], family: str,
     matched = [r for r, _ in same if r.simulated is not None]
     mape, worst, worst_row = errors_of(matched)
     done = sum(r.simulated is not None for r in rows)
+    record = (f"{done} of {len(rows)} rows simulated: record them with "
+              f"`{record_command(table, preset)}`")
+    # inside the table's rows but not the simulated ones': no error measured out there
+    unsimulated = "" if outside or not matched else _outside(
+        [(r, ks) for r, ks in same if r.simulated is not None], family, workload)
     if outside:
         context = " ".join([family, *(_show(mine[k]) for k in text
                                       if k not in ("dtype", "routing"))])
         why = f"{outside} ({context})"
+    elif unsimulated:
+        why = unsimulated.replace("the table's", "the simulated rows'") + f"; {record}"
     elif worst is None:
-        why = (f"{done} of {len(rows)} rows simulated: record them with "
-               f"`{record_command(table, preset)}`")
+        why = record
     else:
         why = ""
-    return TableFit(table, len(rows), done, mape, worst, worst_row, inside=not outside,
-                    outside_why=why, matched=len(matched))
+    return TableFit(table, len(rows), done, mape, worst, worst_row,
+                    inside=not outside and not unsimulated, outside_why=why,
+                    matched=len(matched))
 
 
 def _not_among(keyed: list[tuple[Row, dict[str, Any]]], text: list[str],

@@ -9,15 +9,31 @@ from typing import Any
 from npusim.fidelity.ledger import Ledger, ledger_of
 
 
-def off_preset(scenario: Mapping[str, Any]) -> str:
-    """Why the run's hardware is not a shipped preset as shipped ('' when it is)."""
+def off_preset(scenario: Mapping[str, Any], rows_set: Mapping[str, Any] | None = None) -> str:
+    """Why the run's hardware is not a shipped preset as shipped ('' when it is). An
+    override every row of the op's tables sets too, to the same value (`rows_set`: the
+    window DeepEP's normal rows need), leaves the run on the preset those rows ran on."""
     ref, name = str(scenario.get("hardware", "")), str(scenario.get("hardware_name", ""))
     if ref != name:
         return f"a preset file ({ref}), not the shipped preset {name}"
-    overrides = scenario.get("hardware_overrides") or {}
+    shared = rows_set or {}
+    overrides = [k for k, v in (scenario.get("hardware_overrides") or {}).items()
+                 if k not in shared or shared[k] != v]
     if overrides:
         return f"hardware_overrides ({', '.join(overrides)}): not the shipped preset"
     return ""
+
+
+def rows_hardware(preset: str, family: str, op: str) -> dict[str, Any]:
+    """The preset keys every row of the family and op in the preset's tables sets to one
+    value (their `hw.` columns); {} when there are no rows."""
+    from npusim.fidelity.tables import table_rows, tables_of
+
+    rows = [r.m.hardware for t in tables_of(preset) for r in table_rows(t)
+            if r.family == family and r.op == op]
+    if not rows:
+        return {}
+    return {k: v for k, v in rows[0].items() if all(h.get(k) == v for h in rows[1:])}
 
 
 def run_ledgers(scenario: Mapping[str, Any], ops: Mapping[str, Mapping[str, Any]]
@@ -28,8 +44,8 @@ def run_ledgers(scenario: Mapping[str, Any], ops: Mapping[str, Mapping[str, Any]
     w = scenario.get("workload", {})
     family = str(w.get("kernel", ""))
     preset = str(scenario.get("hardware_name", ""))
-    why = off_preset(scenario)
-    return {op: ledger_of(family, preset, {**w, **_scalars(fields)}, op, why)
+    return {op: ledger_of(family, preset, {**w, **_scalars(fields)}, op,
+                          off_preset(scenario, rows_hardware(preset, family, op)))
             for op, fields in ops.items()}
 
 

@@ -136,3 +136,21 @@ def test_what_the_op_reports_it_ran_with_comes_before_the_scenario(shipped: Path
                 "workload": {**LL, "quant": "bf16"}}
     led = run_ledgers(scenario, {"low_latency_dispatch": {"quant": "int8", "rows": [1, 2]}})
     assert led["low_latency_dispatch"].tables[0].worst_row == "d_ep8"  # the int8 rows
+
+
+def test_inside_the_rows_but_not_the_simulated_ones_vouches_for_nothing(shipped: Path) -> None:
+    doc = json.loads(record_path(shipped).read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["row"] != "d_ep32"]
+    record_path(shipped).write_text(json.dumps(doc))
+    led = ledger_of("deepep", "atlas_a3", {**LL, "ep_world_size": 32, "experts_per_rank": 8},
+                    "low_latency_dispatch")
+    assert not led.calibrated
+    assert led.why.startswith("ep_world_size 32 is outside the simulated rows' 8..16; 3 of 4 "
+                              "rows simulated")
+
+
+def test_an_override_every_row_sets_alike_keeps_the_run_on_the_preset() -> None:
+    shipped = {"hardware": "atlas_a3", "hardware_name": "atlas_a3",
+               "hardware_overrides": {"window.bytes": 2048}}
+    assert off_preset(shipped, {"window.bytes": 2048}) == ""
+    assert off_preset(shipped, {"window.bytes": 4096}).startswith("hardware_overrides")
