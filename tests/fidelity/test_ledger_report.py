@@ -94,3 +94,15 @@ def test_record_writes_the_rows_and_merges_a_subset(tmp_path: Path, monkeypatch)
     once = record_path(table).read_bytes()
     main(argv)
     assert record_path(table).read_bytes() == once  # the same rows, the same bytes
+
+
+def test_a_run_carries_its_ledger_in_the_report_and_the_api() -> None:
+    from npusim import api
+
+    run = api.run("examples/gelu_vf", timing_only=True)
+    (op,) = run.report["ops"]
+    # the scenario runs the VF GeLU: the table's one vf row vouches for it
+    assert op["fidelity"]["tables"][0]["matched"] == 1
+    assert op["fidelity"]["tables"][0]["worst_row"] == "gelu_vf"
+    assert run.ledgers["gelu"].as_doc() == op["fidelity"]
+    assert "fidelity: calibrated by ascend950 (1 row," in format_summary(run.report)
