@@ -33,16 +33,19 @@ def row_keys(r: Row) -> dict[str, Any]:
 
 
 def run_value(workload: Mapping[str, Any], family: str, key: str) -> Any:
-    """The run's value of a key: the workload's, else the family option's default."""
+    """The run's value of a key: the workload's, else its default (the family option's,
+    or the scenario's for a generic key such as the routing)."""
+    from npusim.kernels import registry
+    from npusim.scenario.workload import WORKLOAD_DEFAULTS
+
     if key in workload:
         return _plain(workload[key])
-    from npusim.kernels import registry
-
     try:
         options = registry.get(family).options
     except registry.FamilyError:
-        return None
-    return next((_plain(o.default) for o in options if o.name == key), None)
+        options = ()
+    default = next((o.default for o in options if o.name == key), WORKLOAD_DEFAULTS.get(key))
+    return _plain(default)
 
 
 def _plain(v: Any) -> Any:

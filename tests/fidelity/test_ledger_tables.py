@@ -33,12 +33,17 @@ def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     table = tmp_path / "atlas_a3_mine.csv"
     table.write_text("\n".join([HEAD, *(f"{c},{lab},{m}" for lab, (c, m, _) in ROWS.items())])
                      + "\n")
+    _record(table)
+    monkeypatch.setattr(tables_mod, "targets_dir", lambda: tmp_path)
+    return table
+
+
+def _record(table: Path) -> None:
+    """The table's record with the simulated values ROWS gives."""
     rows = read_table(table)
     sim = [ROWS[m.name][2] for m in rows]
     doc = record_doc(table.stem, "atlas_a3", {m.name for m in rows}, rows, sim, {})
     record_path(table).write_text(json.dumps(doc))
-    monkeypatch.setattr(tables_mod, "targets_dir", lambda: tmp_path)
-    return table
 
 
 def test_inside_the_range_the_rows_of_the_run_quant_give_mape_and_worst(shipped: Path) -> None:
@@ -154,3 +159,14 @@ def test_an_override_every_row_sets_alike_keeps_the_run_on_the_preset() -> None:
                "hardware_overrides": {"window.bytes": 2048}}
     assert off_preset(shipped, {"window.bytes": 2048}) == ""
     assert off_preset(shipped, {"window.bytes": 4096}).startswith("hardware_overrides")
+
+
+def test_a_generic_key_left_out_takes_the_scenario_default(shipped: Path) -> None:
+    text = shipped.read_text().splitlines()
+    shipped.write_text("\n".join([text[0] + ",routing", *(x + ",uniform" for x in text[1:])]))
+    _record(shipped)  # the rows' routing is part of what they simulate
+    led = ledger_of("deepep", "atlas_a3", LL, "low_latency_dispatch")  # no routing: balanced
+    assert led.why.startswith("routing balanced is not among the table's uniform")
+    led = ledger_of("deepep", "atlas_a3", {**LL, "routing": {"kind": "uniform", "seed": 3}},
+                    "low_latency_dispatch")
+    assert led.calibrated
