@@ -170,3 +170,15 @@ def test_a_generic_key_left_out_takes_the_scenario_default(shipped: Path) -> Non
     led = ledger_of("deepep", "atlas_a3", {**LL, "routing": {"kind": "uniform", "seed": 3}},
                     "low_latency_dispatch")
     assert led.calibrated
+
+
+def test_the_matrix_cell_is_over_all_the_family_rows(shipped: Path) -> None:
+    from npusim.fidelity.matrix import cell
+
+    # |+10%|, |-5%|, |+3%|, |-20%| over the four rows: MAPE 9.5%, worst 20% at d_bf16
+    assert cell("deepep", "atlas_a3") == ("calibrated: atlas_a3_mine 4 rows, MAPE 9.5%, worst "
+                                          "20.0% (d_bf16)")
+    assert cell("hixl", "atlas_a3") == "uncalibrated: atlas_a3's tables have no hixl row"
+    assert cell("deepep", "atlas_a2") == "uncalibrated: no shipped table of atlas_a2"
+    record_path(shipped).unlink()
+    assert cell("deepep", "atlas_a3") == "uncalibrated: atlas_a3_mine: 0 of 4 rows simulated"
