@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,8 +120,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if record is not None:
         rows = _chosen_rows(rows, args.rows, table)
     sim = simulate_table(rows, hardware, {}, str(table), n_workers)
-    if record is not None:
-        _write_record(record, hardware, rows, sim)
+    written = _write_record(record, hardware, rows, sim) if record is not None else ""
     cmp = compare(rows, sim)
     errs = cmp.errors()
     tols = [tol if m.tolerance is None else m.tolerance for m in rows]
@@ -128,6 +128,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     bad_sp = [sp for sp in cmp.speedups if abs(sp["simulated"] - sp["measured"]) > sp_tol]
     show = _print_json if args.json else _print_text
     show(hardware, table, tol, sp_tol, cmp, tols, not bad_rows and not bad_sp)
+    if written:  # with --json, stdout holds the JSON alone
+        print(written, file=sys.stderr if args.json else sys.stdout)
     return EXIT_FAIL if bad_rows or bad_sp else EXIT_OK
 
 
@@ -251,8 +253,9 @@ def _chosen_rows(rows: list, labels: str | None, table: str) -> list:
     return [m for m in rows if m.name in wanted]
 
 
-def _write_record(table: Path, preset: str, rows: list, sim: list[float]) -> None:
-    """The record of the rows just simulated, merged into the table's earlier record."""
+def _write_record(table: Path, preset: str, rows: list, sim: list[float]) -> str:
+    """The record of the rows just simulated, merged into the table's earlier record;
+    returns the line that says so."""
     from npusim.calibrate import read_table
     from npusim.fidelity.record import read_record, record_doc, record_path
     from npusim.report.io import write_json_atomic
@@ -261,5 +264,5 @@ def _write_record(table: Path, preset: str, rows: list, sim: list[float]) -> Non
     names = {m.name for m in read_table(table)}
     doc = record_doc(table.stem, preset, names, rows, sim, read_record(path))
     write_json_atomic(path, doc, inline_leaves=True)
-    print(f"record: {path} ({len(rows)} row(s) simulated, {len(doc['rows'])} of "
-          f"{len(names)} recorded)")
+    return (f"record: {path} ({len(rows)} row(s) simulated, {len(doc['rows'])} of "
+            f"{len(names)} recorded)")

@@ -106,3 +106,14 @@ def test_a_run_carries_its_ledger_in_the_report_and_the_api() -> None:
     assert op["fidelity"]["tables"][0]["worst_row"] == "gelu_vf"
     assert run.ledgers["gelu"].as_doc() == op["fidelity"]
     assert "fidelity: calibrated by ascend950 (1 row," in format_summary(run.report)
+
+
+def test_record_with_json_keeps_stdout_json(tmp_path: Path, monkeypatch, capsys) -> None:
+    lines = (targets_dir() / "ascend950.csv").read_text().splitlines()
+    table = tmp_path / "ascend950_gelu.csv"
+    table.write_text("\n".join([lines[0], *(x for x in lines if ",gelu_vf," in x)]) + "\n")
+    monkeypatch.setattr(calibrate, "TARGETS_DIR", tmp_path)
+    main(["validate", "--table", "ascend950_gelu", "--record", "--json", "--workers", "1"])
+    out, err = capsys.readouterr()
+    assert json.loads(out)["rows"][0]["row"] == "gelu_vf"
+    assert err.startswith("record: ")
