@@ -175,9 +175,11 @@ def fidelity_lines(ops: list[Mapping[str, Any]]) -> list[str]:
         return []
     head = _pooled([d for _, d in docs])
     if head is None:
-        status = [status_line(d) for _, d in docs]
-        head = status[0] if len(set(status)) == 1 else "; ".join(
-            f"{name} {s}" for (name, _), s in zip(docs, status, strict=True))
+        by_status: dict[str, list[str]] = {}
+        for name, d in docs:
+            by_status.setdefault(status_line(d), []).append(name)
+        head = next(iter(by_status)) if len(by_status) == 1 else "; ".join(
+            f"{', '.join(names)} {s}" for s, names in by_status.items())
     lines = [f"fidelity: {head}"]
     ranked: dict[str, Mapping[str, Any]] = {}
     for _, d in docs:

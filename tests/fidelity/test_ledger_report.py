@@ -117,3 +117,13 @@ def test_record_with_json_keeps_stdout_json(tmp_path: Path, monkeypatch, capsys)
     out, err = capsys.readouterr()
     assert json.loads(out)["rows"][0]["row"] == "gelu_vf"
     assert err.startswith("record: ")
+
+
+def test_ops_with_the_same_status_share_it() -> None:
+    why = "hardware_overrides (window.bytes): not the shipped preset"
+    ops = [_op(n, Ledger("deepep", "atlas_a3", n, why=why)) for n in ("layout", "notify")]
+    ops.append(_op("dispatch", Ledger("deepep", "atlas_a3", "dispatch",
+                                      (_fit("t", 1, 0.01, 0.01, "d8"),))))
+    (line,) = fidelity_lines(ops)
+    assert line == (f"fidelity: layout, notify uncalibrated ({why}); dispatch calibrated by t "
+                    "(1 row, MAPE 1.0%, worst 1.0% d8)")
