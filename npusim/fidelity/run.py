@@ -24,15 +24,15 @@ def off_preset(scenario: Mapping[str, Any], rows_set: Mapping[str, Any] | None =
     return ""
 
 
-def rows_hardware(preset: str, family: str, op: str) -> dict[str, Any]:
+def rows_hardware(preset: str, family: str, op: str) -> dict[str, Any] | None:
     """The preset keys every row of the family and op in the preset's tables sets to one
-    value (their `hw.` columns); {} when there are no rows."""
+    value (their `hw.` columns); None when there are no rows."""
     from npusim.fidelity.tables import table_rows, tables_of
 
     rows = [r.m.hardware for t in tables_of(preset) for r in table_rows(t)
             if r.family == family and r.op == op]
     if not rows:
-        return {}
+        return None
     return {k: v for k, v in rows[0].items() if all(h.get(k) == v for h in rows[1:])}
 
 
@@ -44,9 +44,13 @@ def run_ledgers(scenario: Mapping[str, Any], ops: Mapping[str, Mapping[str, Any]
     w = scenario.get("workload", {})
     family = str(w.get("kernel", ""))
     preset = str(scenario.get("hardware_name", ""))
-    return {op: ledger_of(family, preset, {**w, **_scalars(fields)}, op,
-                          off_preset(scenario, rows_hardware(preset, family, op)))
-            for op, fields in ops.items()}
+    out = {}
+    for op, fields in ops.items():
+        shared = rows_hardware(preset, family, op)
+        # an op no row measures is uncalibrated for that first, whatever its hardware
+        why = "" if shared is None else off_preset(scenario, shared)
+        out[op] = ledger_of(family, preset, {**w, **_scalars(fields)}, op, why)
+    return out
 
 
 def _scalars(fields: Mapping[str, Any]) -> dict[str, Any]:
