@@ -30,6 +30,7 @@ from typing import Any
 
 from npusim import values
 from npusim.errors import BlockedError, InputError, KernelError, NpusimError, excerpt
+from npusim.fidelity.ledger import Ledger
 from npusim.kernels.family import (
     Arrays,
     Family,
@@ -143,10 +144,18 @@ class Run:
     def report(self) -> dict[str, Any]:
         """The report document (`npusim.report/1`), exactly what `npusim run` writes."""
         if self._report is None:
-            from npusim.report.build import build_report
+            from npusim.fidelity.run import report_with_fidelity
 
-            self._report = build_report(self.result)
+            self._report = report_with_fidelity(self.result)
         return self._report
+
+    @property
+    def ledgers(self) -> dict[str, Ledger]:
+        """Each op's fidelity ledger by op name (docs/fidelity.md): the tables that vouch
+        for it, whether its shape is inside their rows, the assumed values it rests on."""
+        from npusim.fidelity.run import op_fields, run_ledgers
+
+        return run_ledgers(self.result.scenario, op_fields(self.result))
 
     @property
     def ops(self) -> list[str]:

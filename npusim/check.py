@@ -57,7 +57,8 @@ def expand(patterns: Sequence[str]) -> list[str]:
 
 def simulate_report(path: str) -> tuple[dict[str, Any], float]:
     """Run one scenario (timing-only unless it reads a case directory) -> its report."""
-    from npusim.report.build import build_report, jsonable
+    from npusim.fidelity.run import report_with_fidelity
+    from npusim.report.build import jsonable
     from npusim.scenario import load_scenario
     from npusim.sim import simulate
 
@@ -67,7 +68,7 @@ def simulate_report(path: str) -> tuple[dict[str, Any], float]:
     if scenario.data.case_dir is None and not scenario.workload.timing_only:
         scenario = dataclasses.replace(
             scenario, workload=dataclasses.replace(scenario.workload, timing_only=True))
-    report = build_report(simulate(scenario))
+    report = report_with_fidelity(simulate(scenario))
     report["scenario"] = jsonable(original)
     return report, time.perf_counter() - t0
 

@@ -216,13 +216,13 @@ def _expand(
 def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
     """Worker (a local process or a Ray task): simulate one point, return its report.
     The driver writes the files, so workers need no shared file system."""
-    from npusim.report.build import build_report
+    from npusim.fidelity.run import report_with_fidelity
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 
     doc, src, base_dir = args
     sc = scenario_from_doc(doc, src, Path(base_dir))
-    return build_report(simulate(sc))
+    return report_with_fidelity(simulate(sc))
 
 
 def _point_profile(report_path: Path) -> Profile:

@@ -20,8 +20,11 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     pre.add_argument(
         "--explain",
         metavar="NAME",
-        help="a preset name or YAML path: print "
-        "every value with its unit and provenance (docs/presets.md)",
+        nargs="?",
+        const="",
+        help="a preset name or YAML path: print every value with its unit and provenance "
+        "(docs/presets.md); without NAME, which shipped tables vouch for each family on "
+        "each preset (the matrix of docs/fidelity.md)",
     )
     add_preset_options(pre)
     pre.set_defaults(func=cmd_presets)
@@ -40,6 +43,11 @@ def cmd_presets(args: argparse.Namespace) -> int:
     preset_options_misused(args)
     if args.sensitivity is not None:
         return cmd_records(args)
+    if args.explain == "":
+        from npusim.fidelity.matrix import matrix_lines
+
+        print("\n".join(matrix_lines()))
+        return EXIT_OK
     if args.explain:
         return _explain_preset(args.explain)
     names = preset_names()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +51,18 @@ def add_parsers(add: Callable[..., argparse.ArgumentParser]) -> None:
     )
     val.add_argument("--json", action="store_true", help="machine-readable output")
     val.add_argument("--workers", default=None, help="parallel processes")
+    val.add_argument(
+        "--record",
+        action="store_true",
+        help="also write the shipped table's validation record (configs/targets/"
+        "<table>.record.json, read by the fidelity ledger); only a shipped table at its "
+        "own preset",
+    )
+    val.add_argument(
+        "--rows",
+        metavar="LABEL[,LABEL]",
+        help="with --record: simulate only these rows and merge them into the record",
+    )
     val.set_defaults(func=cmd_validate)
 
 
@@ -102,8 +115,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     tol = tolerance(args.tolerance, "--tolerance")
     sp_tol = tolerance(args.speedup_tolerance, "--speedup-tolerance")
     n_workers = workers(args.workers)
+    record = _record_target(args)
     hardware, table, rows = table_args(args)
+    if record is not None:
+        rows = _chosen_rows(rows, args.rows, table)
     sim = simulate_table(rows, hardware, {}, str(table), n_workers)
+    written = _write_record(record, hardware, rows, sim) if record is not None else ""
     cmp = compare(rows, sim)
     errs = cmp.errors()
     tols = [tol if m.tolerance is None else m.tolerance for m in rows]
@@ -111,6 +128,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     bad_sp = [sp for sp in cmp.speedups if abs(sp["simulated"] - sp["measured"]) > sp_tol]
     show = _print_json if args.json else _print_text
     show(hardware, table, tol, sp_tol, cmp, tols, not bad_rows and not bad_sp)
+    if written:  # with --json, stdout holds the JSON alone
+        print(written, file=sys.stderr if args.json else sys.stdout)
     return EXIT_FAIL if bad_rows or bad_sp else EXIT_OK
 
 
@@ -192,3 +211,58 @@ def _print_text(
             f"  speed-up {sp['label']}: measured "
             f"{sp['measured']:.2f}, simulated {sp['simulated']:.2f} ({d:+.2f}){flag}"
         )
+
+
+def _record_target(args: argparse.Namespace) -> Path | None:
+    """The shipped table --record writes the record of (None without --record); one line
+    and exit 2 for anything but one shipped table at its own, unchanged preset."""
+    from npusim.calibrate import TARGETS_DIR, default_table
+    from npusim.fidelity.tables import preset_of_table
+
+    if not args.record:
+        if args.rows:
+            raise InputError("command line", "--rows", "needs --record (it picks the rows "
+                             "recorded)")
+        return None
+    if args.map:
+        raise InputError("command line", "--record", "records shipped tables only, not an "
+                         "op_summary through --map")
+    if args.table and len(args.table) > 1:
+        raise InputError("command line", "--record", "one --table at a time")
+    table = _table_path(args.table[0]) if args.table else default_table(args.hardware)
+    if table.resolve().parent != TARGETS_DIR.resolve() or not table.is_file():
+        raise InputError("command line", "--record", f"{table} is not a shipped table; "
+                         f"allowed: {', '.join(p.stem for p in sorted(TARGETS_DIR.glob('*.csv')))}")
+    preset = preset_of_table(table.stem)
+    if args.hardware != preset:
+        raise InputError("command line", "--hardware", f"{args.hardware!r}: a record is made "
+                         f"at the table's shipped preset; allowed: --hardware {preset}")
+    return table
+
+
+def _chosen_rows(rows: list, labels: str | None, table: str) -> list:
+    """--rows: the named rows, in table order (all rows without it)."""
+    if not labels:
+        return rows
+    wanted = [x.strip() for x in labels.split(",") if x.strip()]
+    names = {m.name for m in rows}
+    missing = [x for x in wanted if x not in names]
+    if missing or not wanted:
+        raise InputError("command line", "--rows", f"{missing[0] if missing else labels!r}: no "
+                         f"such row in {table} (`npusim validate --table {table}` lists them)")
+    return [m for m in rows if m.name in wanted]
+
+
+def _write_record(table: Path, preset: str, rows: list, sim: list[float]) -> str:
+    """The record of the rows just simulated, merged into the table's earlier record;
+    returns the line that says so."""
+    from npusim.calibrate import read_table
+    from npusim.fidelity.record import read_record, record_doc, record_path
+    from npusim.report.io import write_json_atomic
+
+    path = record_path(table)
+    names = {m.name for m in read_table(table)}
+    doc = record_doc(table.stem, preset, names, rows, sim, read_record(path))
+    write_json_atomic(path, doc, inline_leaves=True)
+    return (f"record: {path} ({len(rows)} row(s) simulated, {len(doc['rows'])} of "
+            f"{len(names)} recorded)")

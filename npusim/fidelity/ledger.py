@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 DEFAULT_BAND = 0.25  # the error assumed of a time no table vouches for (advise --band)
@@ -21,6 +21,7 @@ class TableFit:
     worst_row: str  # its label
     inside: bool  # the shape lies within those rows' range, key by key
     outside_why: str = ""  # one line when not inside (or when the record is not current)
+    matched: int = 0  # the simulated rows mape and worst are over
 
     @property
     def vouches(self) -> bool:
@@ -63,10 +64,66 @@ class Ledger:
         return max(worst) if worst else uncalibrated
 
     def as_doc(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """Plain data for a report (docs/report.md, `fidelity`)."""
+        return {
+            "family": self.family,
+            "preset": self.preset,
+            "calibrated": self.calibrated,
+            "band": self.band(),
+            "why": self.why,
+            "tables": [asdict(t) for t in self.tables],
+            "assumed": [{**asdict(a), "span": list(a.span) if a.span else None}
+                        for a in self.assumed],
+        }
 
     def lines(self) -> list[str]:
-        raise NotImplementedError
+        """The ledger as text, a line per table and one for the assumed values."""
+        return doc_lines(self.as_doc())
+
+
+def doc_lines(doc: Mapping[str, Any]) -> list[str]:
+    """A ledger's lines from its document (a saved report's `fidelity`)."""
+    out = [status_line(doc)]
+    out += [f"{t['table']}: {table_text(t)}" for t in doc.get("tables", [])]
+    rests = assumed_text(doc.get("assumed", []))
+    if rests:
+        out.append(f"rests most on {rests}")
+    return out
+
+
+def status_line(doc: Mapping[str, Any]) -> str:
+    """'calibrated by T (n rows, MAPE, worst row)' or 'uncalibrated (why)'."""
+    fit = vouching(doc)
+    if fit is None:
+        return f"uncalibrated ({doc.get('why') or 'no table vouches'})"
+    return calibrated_text(fit["table"], fit.get("matched") or fit["simulated"], fit["mape"],
+                           fit["worst"], fit["worst_row"])
+
+
+def vouching(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The table that vouches for a ledger's op (the first, if several), None if none."""
+    if not doc.get("calibrated"):
+        return None
+    return next(t for t in doc.get("tables", []) if t.get("inside") and t.get("worst") is not None)
+
+
+def calibrated_text(table: str, rows: int, mape: float, worst: float, worst_row: str) -> str:
+    return (f"calibrated by {table} ({rows} row{'s' * (rows != 1)}, MAPE {100 * mape:.1f}%, worst "
+            f"{100 * worst:.1f}% {worst_row})")
+
+
+def table_text(t: Mapping[str, Any]) -> str:
+    """One table's figures: rows, simulated, MAPE and worst, inside or why not."""
+    text = f"{t['rows']} rows, {t['simulated']} simulated"
+    if t.get("worst") is not None:
+        text += (f", MAPE {100 * t['mape']:.1f}%, worst {100 * t['worst']:.1f}% "
+                 f"({t['worst_row']})")
+    return text + ("; shape inside" if not t.get("outside_why") else f"; {t['outside_why']}")
+
+
+def assumed_text(assumed: list[Mapping[str, Any]], most: int = 3) -> str:
+    """The first assumed values and their effect: 'key (+4.2% per +10%), ...'."""
+    return ", ".join(f"{a['key']} ({100 * a['effect']:+.1f}% per +10%)" for a in assumed[:most])
 
 
 def ledger_of(family: str, preset: str, workload: Mapping[str, Any], op: str,
@@ -74,6 +131,26 @@ def ledger_of(family: str, preset: str, workload: Mapping[str, Any], op: str,
     """The ledger of one op of a run of `family` on the shipped preset `preset` at the
     scenario's `workload` (its validated keys); `off_preset` says why the hardware is
     not the shipped preset (hardware_overrides, a preset file): then nothing vouches."""
+    from npusim.fidelity.fit import table_fit
+    from npusim.fidelity.sensitivity import assumed_of
+    from npusim.fidelity.tables import table_rows, tables_of
+
+    assumed = assumed_of(family, preset, op)
     if off_preset:
-        return Ledger(family, preset, op, why=off_preset)
-    return Ledger(family, preset, op, why="not yet computed")
+        return Ledger(family, preset, op, assumed=assumed, why=off_preset)
+    tables = tables_of(preset)
+    if not tables:
+        return Ledger(family, preset, op, assumed=assumed, why=f"no shipped table of {preset}")
+    fits, of_family = [], False
+    for path in tables:
+        rows = [r for r in table_rows(path) if r.family == family]
+        of_family = of_family or bool(rows)
+        rows = [r for r in rows if r.op == op]
+        if rows:
+            fits.append(table_fit(path.stem, preset, rows, family, workload))
+    ledger = Ledger(family, preset, op, tuple(fits), assumed)
+    if ledger.calibrated:
+        return ledger
+    why = (next(t.outside_why for t in fits) if fits
+           else f"{preset}'s tables have no {family} row" + (f" of op {op}" if of_family else ""))
+    return replace(ledger, why=why)

@@ -347,16 +347,22 @@ def jsonable(obj: Any) -> Any:
     return str(obj)  # Path and anything else: its text
 
 
-def build_report(result: RunResult) -> dict[str, Any]:
-    """The report document for one run (see docs for every field)."""
+def build_report(result: RunResult,
+                 fidelity: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The report document for one run (see docs for every field); `fidelity` is each
+    op's ledger as plain data (npusim.fidelity.run.fidelity_docs), by op name."""
     hardware = jsonable(result.hardware)
     if "name" not in hardware:
         hardware = {"name": result.scenario.get("hardware_name", "unknown"), **hardware}
+    ops = [build_op(op, hardware) for op in result.ops]
+    for entry in ops:
+        if fidelity is not None and entry["op"] in fidelity:
+            entry["fidelity"] = jsonable(fidelity[entry["op"]])
     return {
         "schema": SCHEMA,
         "scenario": jsonable(result.scenario),
         "hardware": hardware,
-        "ops": [build_op(op, hardware) for op in result.ops],
+        "ops": ops,
         "sim": {"wall_s": _r(result.wall_s, 3), "events": int(result.events)},
     }
 

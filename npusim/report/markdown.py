@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from npusim.fidelity.ledger import doc_lines
 from npusim.report.summary import family_options, fmt_bytes, phase_spread, vector_lines
 
 
@@ -38,6 +39,7 @@ def _op_section(op: Mapping[str, Any], shared_ranks: int = 0) -> list[str]:
         out.append(f"- GM writes held by the L2 (no HBM traffic during the op): "
                    f"{fmt_bytes(op['l2_held_bytes_total'])} in total")
     out += [f"- {line.strip()}" for line in vector_lines(op)]
+    out += _fidelity(op.get("fidelity"))
     names = list(op.get("phase_order") or op.get("phases", {}))
     if names:
         out += ["", "### Phases (us from the op's start; min / max over ranks)", ""]
@@ -74,6 +76,14 @@ def _op_section(op: Mapping[str, Any], shared_ranks: int = 0) -> list[str]:
         out += _table(["pipe", "core", "bytes", "stream us", "share of latency"], rows)
     out += _family_fields(op.get("family_fields") or {}, len(op.get("ranks", [])))
     return out
+
+
+def _fidelity(doc: Mapping[str, Any] | None) -> list[str]:
+    """The op's ledger (docs/fidelity.md): its status, each table, the assumed values."""
+    if not doc:
+        return []
+    first, *rest = doc_lines(doc)
+    return ["", "### Fidelity", "", f"- {first}", *(f"- {line}" for line in rest)]
 
 
 def _family_fields(fields: Mapping[str, Any], ranks: int) -> list[str]:

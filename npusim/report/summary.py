@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from npusim.fidelity.ledger import assumed_text, calibrated_text, status_line, vouching
+
 _COLS = ("start min", "start max", "end min", "end max", "busy max")
 
 
@@ -148,6 +150,9 @@ def format_summary(report: Mapping[str, Any]) -> str:
     for op in report.get("ops", []):
         lines.append("")
         lines.extend(_op_lines(op))
+    fidelity = fidelity_lines(report.get("ops", []))
+    if fidelity:
+        lines += ["", *fidelity]
     sim = report.get("sim", {})
     if sim:
         lines.append("")
@@ -159,3 +164,42 @@ def _figure(v: str | int | float) -> str:
     """A family figure for the one-line summary: floats to 6 significant digits (the
     report's JSON keeps them whole)."""
     return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def fidelity_lines(ops: list[Mapping[str, Any]]) -> list[str]:
+    """At most two lines for the whole run: how far the ops' times are vouched for (one
+    status when all ops share it, else per op), then the assumed values they rest on
+    most. None for a report without ledgers (a report.json saved before them)."""
+    docs = [(op.get("op", "?"), op["fidelity"]) for op in ops if op.get("fidelity")]
+    if not docs:
+        return []
+    head = _pooled([d for _, d in docs])
+    if head is None:
+        by_status: dict[str, list[str]] = {}
+        for name, d in docs:
+            by_status.setdefault(status_line(d), []).append(name)
+        head = next(iter(by_status)) if len(by_status) == 1 else "; ".join(
+            f"{', '.join(names)} {s}" for s, names in by_status.items())
+    lines = [f"fidelity: {head}"]
+    ranked: dict[str, Mapping[str, Any]] = {}
+    for _, d in docs:
+        for a in d.get("assumed", []):
+            if abs(a["effect"]) > abs(ranked.get(a["key"], {"effect": 0.0})["effect"]):
+                ranked[a["key"]] = a
+    rests = assumed_text(sorted(ranked.values(), key=lambda a: -abs(a["effect"])))
+    if rests:
+        lines.append(f"  rests most on {rests}")
+    return lines
+
+
+def _pooled(docs: list[Mapping[str, Any]]) -> str | None:
+    """Every op vouched for by one table: its rows over the ops pooled (MAPE weighted by
+    rows, the worst of all); None otherwise."""
+    fits = [vouching(d) for d in docs]
+    if any(f is None for f in fits) or len({f["table"] for f in fits}) != 1:
+        return None
+    rows = [f.get("matched") or f["simulated"] for f in fits]
+    mape = sum(f["mape"] * n for f, n in zip(fits, rows, strict=True)) / sum(rows)
+    worst = max(fits, key=lambda f: f["worst"])
+    return (calibrated_text(worst["table"], sum(rows), mape, worst["worst"], worst["worst_row"])
+            + "; shape inside")
