@@ -41,7 +41,7 @@ from npusim.advise_rank import (
 )
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
-from npusim.fidelity import ledger_of
+from npusim.fidelity.run import run_ledgers
 from npusim.kernels import registry
 from npusim.kernels.family import QUANTS, Family
 from npusim.paths import resolved
@@ -233,8 +233,8 @@ class Plan:
     axis: str | None
     values: list[Any]
     preset: str = ""  # the hardware preset's name, from the first runnable point
-    # per axis value (repr): its points' preset, and why it is not the validated one ("")
-    settings: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # per axis value (repr): its points' preset
+    settings: dict[str, str] = field(default_factory=dict)
 
 
 def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate],
@@ -249,7 +249,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                          f"values is over {MAX_CANDIDATES} runs; narrow the quantisations "
                          "or the axis")
     points, refused, cand_of, preset = [], [], {}, ""
-    settings: dict[str, tuple[str, str]] = {}
+    settings: dict[str, str] = {}
     for value in values:
         now = [(None, m.family, value, _missing_reason(m, shape, src, base, axis, value))
                for m in missing]
@@ -261,7 +261,7 @@ def plan(shape: dict[str, Any], src: str, base: Path, cands: Sequence[Candidate]
                 mine.append((c, c.family, value, sc))
                 continue
             preset = preset or sc.hardware.name
-            settings.setdefault(repr(value), (sc.hardware.name, _off_preset(sc, doc)))
+            settings.setdefault(repr(value), sc.hardware.name)
             digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()
                                     ).hexdigest()[:16]
             vals = {"family": c.family, "variant": c.variant, "quant": c.quant}
@@ -350,15 +350,6 @@ def point_name(key: str, axis: str | None, value: Any) -> str:
     return f"{key[:100]}-{digest}" if folder_name_ok(key[:100]) else f"point-{digest}"
 
 
-def _off_preset(sc: Any, doc: Mapping[str, Any]) -> str:
-    """Why a point's hardware is not the shipped preset its table validates ("": it is)."""
-    from npusim.hw.config import preset_names
-
-    if doc.get("hardware_overrides"):
-        return OVERRIDDEN
-    return "" if sc.hardware_ref in preset_names() else OWN_FILE
-
-
 def _reason(exc: InputError) -> str:
     """The loader's one line without the candidate's own scenario name in front."""
     key = f"{exc.key}: " if exc.key else ""
@@ -367,9 +358,6 @@ def _reason(exc: InputError) -> str:
 
 # ---------------------------------------------------------------- bands and ranking
 
-OVERRIDDEN = "hardware_overrides: not the shipped preset a table validates"
-OWN_FILE = "a preset file: not the shipped preset a table validates"
-NOTHING_RAN = "no candidate runs at this value"  # its hardware is unknown: no table vouches
 
 
 def band(text: str) -> float:
@@ -385,7 +373,7 @@ def band(text: str) -> float:
     return value
 
 
-def entry_of(c: Candidate, report: Mapping[str, Any], preset: str, off: str,
+def entry_of(c: Candidate, report: Mapping[str, Any], preset: str,
              uncalibrated: float, asked: Mapping[str, Any]) -> Entry:
     """A run's entry: its ops' latencies and phases, and its band from its ops' ledgers
     (`asked`: the point's workload as advise wrote it, which a measurement names)."""
@@ -396,20 +384,11 @@ def entry_of(c: Candidate, report: Mapping[str, Any], preset: str, off: str,
               for o in report["ops"]}
     wire = sum(int(o.get("bytes_sent_total", 0)) for o in report["ops"])
     workload = report["scenario"]["workload"]
-    ledgers = [ledger_of(c.family, preset, _run_keys(workload, o), o["op"], off)
-               for o in report["ops"]]
+    fields = {o["op"]: o.get("family_fields") or {} for o in report["ops"]}
+    ledgers = list(run_ledgers(report["scenario"], fields, c.family).values())
     return Entry(c, ops, round(sum(ops.values()), 4), f"{longest['op']}.{crit}", phases, wire,
                  band_of(ledgers, uncalibrated), str(workload.get("op", "")),
                  f"{preset} at {shape_words(_shape_of(asked, c))}")
-
-
-def _run_keys(workload: Mapping[str, Any], op: Mapping[str, Any]) -> dict[str, Any]:
-    """What the op ran with: the scenario's keys, then the plain figures it reports it ran
-    with (its family_fields: a path an `auto` chose, a block size), as a run's ledger reads
-    them."""
-    fields = op.get("family_fields") or {}
-    return {**workload, **{k: v for k, v in fields.items()
-                           if isinstance(v, (str, int, float))}}
 
 
 def _shape_of(workload: Mapping[str, Any], c: Candidate) -> dict[str, Any]:
@@ -432,9 +411,9 @@ def rankings(p: Plan, reports: Mapping[str, Mapping[str, Any]],
     by_value: dict[str, list[Entry]] = {repr(v): [] for v in p.values}
     for pt in p.points:
         v = pt.values.get(p.axis) if p.axis else None
-        preset, off = p.settings.get(repr(v), (p.preset, NOTHING_RAN))
+        preset = p.settings.get(repr(v), p.preset)
         by_value[repr(v)].append(entry_of(p.candidate_of[pt.name], reports[pt.name], preset,
-                                          off, uncalibrated, pt.doc["workload"]))
+                                          uncalibrated, pt.doc["workload"]))
     return [(v, rank(by_value[repr(v)])) for v in p.values]
 
 
@@ -488,7 +467,7 @@ def document(shape: Mapping[str, Any], p: Plan, ranked: Sequence[tuple[Any, Rank
     """The advice as plain data (`--json`, and what the text and figures are drawn from)."""
     points = []
     for value, r in ranked:
-        preset = p.settings.get(repr(value), (p.preset, ""))[0]
+        preset = p.settings.get(repr(value), p.preset)
         points.append({"value": value, "preset": preset, "why": r.why(),
                        "ranking": [_row(e, pl, preset)
                                    for e, pl in zip(r.entries, r.places(), strict=True)]})

@@ -36,13 +36,14 @@ def rows_hardware(preset: str, family: str, op: str) -> dict[str, Any] | None:
     return {k: v for k, v in rows[0].items() if all(h.get(k) == v for h in rows[1:])}
 
 
-def run_ledgers(scenario: Mapping[str, Any], ops: Mapping[str, Mapping[str, Any]]
-                ) -> dict[str, Ledger]:
+def run_ledgers(scenario: Mapping[str, Any], ops: Mapping[str, Mapping[str, Any]],
+                family: str | None = None) -> dict[str, Ledger]:
     """Each op's ledger, for a scenario as Scenario.to_dict() gives it and each op's
     family_fields: a figure the op reports it ran with (hixl's path when the scenario says
-    auto, its block size) is the run's value of that key, before the scenario's."""
+    auto, its block size) is the run's value of that key, before the scenario's. `family`:
+    the family's name when the scenario names it by a file or module."""
     w = scenario.get("workload", {})
-    family = str(w.get("kernel", ""))
+    family = family or str(w.get("kernel", ""))
     preset = str(scenario.get("hardware_name", ""))
     out = {}
     for op, fields in ops.items():

@@ -15,6 +15,7 @@ from npusim.advise import Candidate
 from npusim.advise_rank import Band, Entry
 from npusim.cli import main
 from npusim.fidelity import DEFAULT_BAND, Ledger, TableFit
+from npusim.fidelity import run as fidelity_run
 
 ROOT = Path(__file__).resolve().parents[2]
 UNCAL = Band(0.25, "uncalibrated, assumed ±25%", ("dispatch", "combine"))
@@ -282,8 +283,8 @@ def _advise_two(capsys, *extra: str) -> dict:
 def test_two_families_of_known_latency_rank_tie_and_cross(tmp_path, capsys, monkeypatch):
     """quick: 500 + 10 BS ns per op, steady: 1500 + 2.5 BS (1 cycle per scalar op at 1 GHz,
     no launch cost). They cross at BS 133; at BS 128 they are 3.56 vs 3.64 us, 2% apart,
-    a tie within the assumed 25% of a preset whose values are overridden (no table vouches
-    for it); at BS 8, 64 and 256 they are 162%, 46% and 43% apart: no tie."""
+    a tie within the assumed 25% (no table of the preset has a row of either family); at
+    BS 8, 64 and 256 they are 162%, 46% and 43% apart: no tie."""
     _two_families(tmp_path, monkeypatch)
     doc = _advise_two(capsys, "--over", "bs=8,64,128,256")
     assert doc["schema"] == "npusim.advice/2" and doc["uncalibrated_band"] == 0.25
@@ -295,7 +296,8 @@ def test_two_families_of_known_latency_rank_tie_and_cross(tmp_path, capsys, monk
         for r in ranking:
             assert r["total_us"] == pytest.approx(expect[r["family"]](pt["value"]), abs=1e-4)
             assert r["band"] == 0.25
-            assert r["band_source"] == f"uncalibrated ({advise.OVERRIDDEN}), assumed ±25%"
+            assert r["band_source"] == (f"uncalibrated (ascend950's tables have no "
+                                        f"{r['family']} row), assumed ±25%")
         order.append([(r["family"], r["tie"]) for r in ranking])
     assert order == [[("quick", False), ("steady", False)], [("quick", False), ("steady", False)],
                      [("quick", True), ("steady", True)], [("steady", False), ("quick", False)]]
@@ -317,7 +319,8 @@ def test_the_advice_names_the_tie_and_the_measurement_that_would_break_it(tmp_pa
     assert text.splitlines()[0].endswith("; uncalibrated band ±25%")
     (why,) = [line for line in text.splitlines() if line.startswith("why: ")]
     assert why.startswith("why: tie: quick (none/none), steady (none/none) are 0.1 us (2.2%) "
-                          "apart, within ±25% (each one's band: uncalibrated")
+                          "apart, within ±25% (")
+    assert "uncalibrated (ascend950's tables have no quick row)" in why
     assert why.endswith("; a measured quick, steady dispatch_combine on ascend950 at BS 128, "
                         "H 7168, K 8, EP 2 would break it")
     for word in ("wins", "beats", "fastest"):
@@ -340,10 +343,10 @@ def test_each_candidate_carries_its_own_ledgers_band(tmp_path, capsys, monkeypat
         fit = TableFit("quick_table", 3, 3, 0.02, 0.03, "q_bs128", True)
         return Ledger(family, preset, op, (fit,))
 
-    monkeypatch.setattr(advise, "ledger_of", ledger_of)
+    monkeypatch.setattr(fidelity_run, "ledger_of", ledger_of)
     _two_families(tmp_path, monkeypatch)
     doc = _advise_two(capsys, "--set", "workload.bs=128")
-    assert sorted(asked) == sorted((f, "ascend950", op, advise.OVERRIDDEN)
+    assert sorted(asked) == sorted((f, "ascend950", op, "")
                                    for f in ("quick", "steady") for op in ("dispatch",
                                                                             "combine"))
     rows = {r["family"]: r for r in doc["points"][0]["ranking"]}
@@ -449,32 +452,34 @@ def _bands(doc: dict, value=None) -> set[str]:
 
 def test_a_point_along_hardware_overrides_is_not_vouched_for(tmp_path, capsys, monkeypatch):
     """--over hardware_overrides.KEY changes the preset at every point: none of them is
-    the shipped preset a table measured, so the ledger is asked with that reason."""
-    (tmp_path / "quick.py").write_text(FAMILY.format(name="quick", base=500, per_token=10))
+    the shipped preset the 950's table measured, so cann_sample, which that table vouches
+    for at the shipped preset, is uncalibrated at both, and the ledger says why."""
     monkeypatch.chdir(tmp_path)
-    assert main(["advise", "--family", "quick.py", "--over",
+    assert main(["advise", "--family", "cann_sample", "--over",
                  "hardware_overrides.chip.clock_ghz=1.0,2.0", "--out", "runs", "--json",
                  "--quiet", "--workers", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert _bands(doc) == {f"uncalibrated ({advise.OVERRIDDEN}), assumed ±25%"}
+    assert _bands(doc) == {"uncalibrated (hardware_overrides (chip.clock_ghz): not the "
+                           "shipped preset), assumed ±25%"}
 
 
 @pytest.mark.parametrize("value", ["mine.yaml", "sub dir/mine.yaml"])
 def test_a_preset_file_along_over_hardware_is_not_the_shipped_preset(value, tmp_path, capsys,
                                                                      monkeypatch):
     """--over hardware=PRESET,FILE: a point's name comes from the axis value, and a path is no
-    plain file name; the file's point still runs, and its ledger is asked as a file's."""
-    (tmp_path / "quick.py").write_text(FAMILY.format(name="quick", base=500, per_token=10))
+    plain file name; the file's point still runs, uncalibrated as a file's, while the
+    shipped preset's point is held against the 950's table."""
     (tmp_path / value).parent.mkdir(exist_ok=True)
     (tmp_path / value).write_text((ROOT / "configs/ascend950.yaml").read_text())
     monkeypatch.chdir(tmp_path)
-    assert main(["advise", "--family", "quick.py", "--over", f"hardware=ascend950,{value}",
+    assert main(["advise", "--family", "cann_sample", "--over", f"hardware=ascend950,{value}",
                  "--out", "runs", "--json", "--quiet", "--workers", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [r["family"] for p in doc["points"] if p["value"] == value
-            for r in p["ranking"]] == ["quick"]
-    assert _bands(doc, value) == {f"uncalibrated ({advise.OWN_FILE}), assumed ±25%"}
-    assert advise.OWN_FILE not in str(_bands(doc, "ascend950"))
+            for r in p["ranking"]] == ["cann_sample"]
+    (file_band,) = _bands(doc, value)
+    assert file_band.startswith("uncalibrated (a preset file (") and "ascend950" in file_band
+    assert not any(b.startswith("uncalibrated") for b in _bands(doc, "ascend950"))
     names = [p.name for p in (tmp_path / "runs" / "points").iterdir()]
     assert len(names) == 2 and all("/" not in n and " " not in n for n in names)
 
