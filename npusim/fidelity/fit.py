@@ -2,10 +2,12 @@
 
 The keys are those the family's rows give: a numeric key (bs, ep_world_size,
 block_bytes) spans lo..hi over the rows; a text key (mode, quant, path, transport,
-dtype, the routing's kind) is the set of its values. The errors are those of the
-simulated rows sharing the run's text values, so a RoCE run is held against the RoCE
-rows. Another kernel's variant (a combine row's dispatch quantisation) is no key of a
-row, as the speed-up pairing of npusim.calibrate.comparison ignores it too.
+dtype, the routing's kind) is the set of its values, and so is a number that names a
+configuration (an option declared `exact`: hixl's servers, rms_norm_quant's step). The
+errors are those of the simulated rows sharing the run's text values, so a RoCE run is
+held against the RoCE rows. Another kernel's variant (a combine row's dispatch
+quantisation) is no key of a row, as the speed-up pairing of npusim.calibrate.comparison
+ignores it too.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ def run_value(workload: Mapping[str, Any], family: str, key: str) -> Any:
     return _plain(default)
 
 
+def exact_keys(family: str) -> set[str]:
+    """The family's options that name a configuration (Option.exact): matched like words."""
+    from npusim.kernels import registry
+
+    try:
+        return {o.name for o in registry.get(family).options if o.exact}
+    except registry.FamilyError:
+        return set()
+
+
 def _plain(v: Any) -> Any:
     return v.get("kind") if isinstance(v, Mapping) else v
 
@@ -80,10 +92,11 @@ def table_fit(table: str, preset: str, rows: Sequence[Row], family: str,
               workload: Mapping[str, Any]) -> TableFit:
     """A table's rows of one family and op against the run's workload."""
     keyed = [(r, row_keys(r)) for r in rows]
-    text = sorted({k for _, ks in keyed for k, v in ks.items() if not numeric(v)})
+    exact = exact_keys(family)
+    text = sorted({k for _, ks in keyed for k, v in ks.items() if not numeric(v) or k in exact})
     mine = {k: run_value(workload, family, k) for k in text}
     same = [(r, ks) for r, ks in keyed if all(str(ks[k]) == str(mine[k]) for k in text if k in ks)]
-    outside = _not_among(keyed, text, mine) or _outside(same, family, workload)
+    outside = _not_among(keyed, text, mine) or _outside(same, family, workload, text)
     matched = [r for r, _ in same if r.simulated is not None]
     mape, worst, worst_row = errors_of(matched)
     done = sum(r.simulated is not None for r in rows)
@@ -91,7 +104,7 @@ def table_fit(table: str, preset: str, rows: Sequence[Row], family: str,
               f"`{record_command(table, preset)}`")
     # inside the table's rows but not the simulated ones': no error measured out there
     unsimulated = "" if outside or not matched else _outside(
-        [(r, ks) for r, ks in same if r.simulated is not None], family, workload)
+        [(r, ks) for r, ks in same if r.simulated is not None], family, workload, text)
     if outside:
         context = " ".join([family, *(_show(mine[k]) for k in text
                                       if k not in ("dtype", "routing"))])
@@ -118,9 +131,10 @@ def _not_among(keyed: list[tuple[Row, dict[str, Any]]], text: list[str],
 
 
 def _outside(same: list[tuple[Row, dict[str, Any]]], family: str,
-             workload: Mapping[str, Any]) -> str:
-    """The first numeric key whose run value lies outside the rows' lo..hi ('' if none)."""
-    keys = sorted({k for _, ks in same for k, v in ks.items() if numeric(v)})
+             workload: Mapping[str, Any], matched: Sequence[str]) -> str:
+    """The first numeric key (not one `matched` exactly) whose run value lies outside the
+    rows' lo..hi ('' if none)."""
+    keys = sorted({k for _, ks in same for k, v in ks.items() if numeric(v) and k not in matched})
     for k in keys:
         values = [ks[k] for _, ks in same if k in ks]
         v = run_value(workload, family, k)

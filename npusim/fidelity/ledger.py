@@ -85,9 +85,12 @@ def doc_lines(doc: Mapping[str, Any]) -> list[str]:
     """A ledger's lines from its document (a saved report's `fidelity`)."""
     out = [status_line(doc)]
     out += [f"{t['table']}: {table_text(t)}" for t in doc.get("tables", [])]
-    rests = assumed_text(doc.get("assumed", []))
+    assumed = doc.get("assumed", [])
+    rests = assumed_text(assumed)
     if rests:
-        out.append(f"rests most on {rests}")
+        out.append(f"rests most on {rests}{measured_at(assumed[:3])}")
+    elif assumed:
+        out.append(f"no assumed value moves it by 0.1% per +10%{measured_at(assumed)}")
     return out
 
 
@@ -121,9 +124,23 @@ def table_text(t: Mapping[str, Any]) -> str:
     return text + ("; shape inside" if not t.get("outside_why") else f"; {t['outside_why']}")
 
 
+SIGNIFICANT = 0.0005  # an effect that shows as 0.1% or more
+
+
 def assumed_text(assumed: list[Mapping[str, Any]], most: int = 3) -> str:
-    """The first assumed values and their effect: 'key (+4.2% per +10%), ...'."""
-    return ", ".join(f"{a['key']} ({100 * a['effect']:+.1f}% per +10%)" for a in assumed[:most])
+    """The first assumed values that move the time by 0.1% or more per +10%, and their
+    effect: 'key (+4.2% per +10%), ...' ('' when none does)."""
+    shown = [a for a in assumed if abs(a["effect"]) >= SIGNIFICANT][:most]
+    return ", ".join(f"{a['key']} ({100 * a['effect']:+.1f}% per +10%)" for a in shown)
+
+
+def measured_at(assumed: list[Mapping[str, Any]]) -> str:
+    """Where the effects were measured, in words: ' (at SCENARIO)' for one reference
+    scenario, ' (at the reference scenarios)' for several, '' for this run's own."""
+    where = sorted({str(a.get("at", "")) for a in assumed} - {"", "this run"})
+    if not where:
+        return ""
+    return f" (at {where[0]})" if len(where) == 1 else " (at the reference scenarios)"
 
 
 def ledger_of(family: str, preset: str, workload: Mapping[str, Any], op: str,

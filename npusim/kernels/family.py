@@ -55,7 +55,8 @@ class Option:
     validated) or "str" (a non-empty string). The scenario's generic workload keys are
     declared the same way (npusim.scenario.workload.GENERIC): `required` ones have no
     default, and `allowed` words what docs/scenario.md lists when the bounds are not
-    fixed (the family's shape limits)."""
+    fixed (the family's shape limits). `exact` marks a number that names a configuration
+    (npusim/fidelity/fit.py matches it like a word)."""
 
     name: str
     kind: str
@@ -67,6 +68,10 @@ class Option:
     lo_open: bool = False
     required: bool = False
     allowed: str = ""
+    # a number that names a configuration, not a size (hixl's servers, a sample's step):
+    # a measured row at one value vouches for no other, so a fidelity ledger matches it
+    # exactly instead of taking the rows' range
+    exact: bool = False
 
 
 @dataclass(frozen=True)

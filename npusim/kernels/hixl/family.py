@@ -156,7 +156,7 @@ class Hixl(Family):
                "streams; fabric_mem only)", choices=("aicpu", "host")),
         Option("servers", "int", 2, "1: initiator and target on one server (the odd and "
                "even die of a package, as the benchmark's devices 1 and 0); 2: die i of "
-               "server 0 and die i of server 1", lo=1, hi=2),
+               "server 0 and die i of server 1", lo=1, hi=2, exact=True),
         Option("block_bytes", "int", 0, "bytes per descriptor of the benchmark's form "
                "(total_bytes in blocks of this size); 0: the KV-block form (layers, k_bytes, "
                "v_bytes)", lo=0, hi=1 << 40),

@@ -67,7 +67,7 @@ class RmsNormQuant(Family):
     runs = {"rms_norm_quant": ("rms_norm_quant",)}
     options = (
         Option("step", "int", 5, "the sample's step: 0 naive, 1 gamma once, 2 multi-core, "
-               "3 VF, 4 double buffer, 5 UB rows, 6 binary sum", lo=0, hi=6),
+               "3 VF, 4 double buffer, 5 UB rows, 6 binary sum", lo=0, hi=6, exact=True),
         Option("rows", "int", 4096, "a, rows of x (the sample: 4096)", lo=1, hi=100_000),
         Option("cols", "int", 8192, "r, the normalised length (the sample: 8192); at most "
                "what the step's UB buffers hold (on the 950: 15,392 for steps 0-2, 29,120 "
