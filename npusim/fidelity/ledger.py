@@ -85,13 +85,8 @@ def doc_lines(doc: Mapping[str, Any]) -> list[str]:
     """A ledger's lines from its document (a saved report's `fidelity`)."""
     out = [status_line(doc)]
     out += [f"{t['table']}: {table_text(t)}" for t in doc.get("tables", [])]
-    assumed = doc.get("assumed", [])
-    rests = assumed_text(assumed)
-    if rests:
-        out.append(f"rests most on {rests}{measured_at(assumed[:3])}")
-    elif assumed:
-        out.append(f"no assumed value moves it by 0.1% per +10%{measured_at(assumed)}")
-    return out
+    line = assumed_line(doc.get("assumed", []))
+    return [*out, line] if line else out
 
 
 def status_line(doc: Mapping[str, Any]) -> str:
@@ -132,6 +127,15 @@ def assumed_text(assumed: list[Mapping[str, Any]], most: int = 3) -> str:
     effect: 'key (+4.2% per +10%), ...' ('' when none does)."""
     shown = [a for a in assumed if abs(a["effect"]) >= SIGNIFICANT][:most]
     return ", ".join(f"{a['key']} ({100 * a['effect']:+.1f}% per +10%)" for a in shown)
+
+
+def assumed_line(assumed: list[Mapping[str, Any]]) -> str:
+    """'rests most on KEY (+x% per +10%), ... (at SCENARIO)' for the values, largest effect
+    first, that move the time by 0.1% or more; that none does, if none; '' without any."""
+    rests = assumed_text(assumed)
+    if rests:
+        return f"rests most on {rests}{measured_at(assumed[:3])}"
+    return f"no assumed value moves it by 0.1% per +10%{measured_at(assumed)}" if assumed else ""
 
 
 def measured_at(assumed: list[Mapping[str, Any]]) -> str:

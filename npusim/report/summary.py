@@ -9,13 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from npusim.fidelity.ledger import (
-    assumed_text,
-    calibrated_text,
-    measured_at,
-    status_line,
-    vouching,
-)
+from npusim.fidelity.ledger import assumed_line, calibrated_text, status_line, vouching
 
 _COLS = ("start min", "start max", "end min", "end max", "busy max")
 
@@ -192,12 +186,9 @@ def fidelity_lines(ops: list[Mapping[str, Any]]) -> list[str]:
         for a in d.get("assumed", []):
             if abs(a["effect"]) > abs(ranked.get(a["key"], {"effect": 0.0})["effect"]):
                 ranked[a["key"]] = a
-    ordered = sorted(ranked.values(), key=lambda a: -abs(a["effect"]))
-    rests = assumed_text(ordered)
+    rests = assumed_line(sorted(ranked.values(), key=lambda a: -abs(a["effect"])))
     if rests:
-        lines.append(f"  rests most on {rests}{measured_at(ordered[:3])}")
-    elif ordered:
-        lines.append(f"  no assumed value moves it by 0.1% per +10%{measured_at(ordered)}")
+        lines.append(f"  {rests}")
     return lines
 
 

@@ -11,7 +11,7 @@ import pytest
 import npusim.calibrate as calibrate
 from npusim.calibrate import read_table
 from npusim.cli import main
-from npusim.fidelity.ledger import Ledger, TableFit
+from npusim.fidelity.ledger import Assumed, Ledger, TableFit
 from npusim.fidelity.record import record_path, row_digest
 from npusim.report.markdown import format_markdown
 from npusim.report.summary import fidelity_lines, format_summary
@@ -127,3 +127,19 @@ def test_ops_with_the_same_status_share_it() -> None:
     (line,) = fidelity_lines(ops)
     assert line == (f"fidelity: layout, notify uncalibrated ({why}); dispatch calibrated by t "
                     "(1 row, MAPE 1.0%, worst 1.0% d8)")
+
+
+def test_the_assumed_line_names_what_moves_the_time_and_where_it_was_measured() -> None:
+    """Effects of 0.05% and more show (as 0.1%); smaller ones do not, and when none shows
+    the line says so; the reference scenario is named, this run's own is not."""
+    def led(*effects: tuple[str, float, str]) -> Ledger:
+        return Ledger("mc2", "atlas_a3", "d", why="no row",
+                      assumed=tuple(Assumed(k, 1.0, "ns", 0.5, 2.0, e, at=at)
+                                    for k, e, at in effects))
+    big = led(("a.x", 0.02, "ref_a"), ("b.y", -0.0005, "ref_a"), ("c.z", 0.0004, "ref_a"))
+    assert fidelity_lines([_op("d", big)])[1] == (
+        "  rests most on a.x (+2.0% per +10%), b.y (-0.1% per +10%) (at ref_a)")
+    small = led(("c.z", 0.0004, "this run"))
+    assert fidelity_lines([_op("d", small)])[1] == "  no assumed value moves it by 0.1% per +10%"
+    two = led(("a.x", 0.02, "ref_a"), ("b.y", 0.01, "ref_b"))
+    assert fidelity_lines([_op("d", two)])[1].endswith("(at the reference scenarios)")

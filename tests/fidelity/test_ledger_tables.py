@@ -182,3 +182,30 @@ def test_the_matrix_cell_is_over_all_the_family_rows(shipped: Path) -> None:
     assert cell("deepep", "atlas_a2") == "uncalibrated: no shipped table of atlas_a2"
     record_path(shipped).unlink()
     assert cell("deepep", "atlas_a3") == "uncalibrated: atlas_a3_mine: 0 of 4 rows simulated"
+
+
+def test_a_number_that_names_a_configuration_is_matched_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hixl's `servers` (Option.exact): a one-server run is held against the one-server
+    rows only (+5% and -10%: MAPE 7.5%, worst 10%), not against the two-server row's +200%,
+    and a servers value no row has is outside, as a word would be."""
+    head = ("op,bs,h,k,ep_world_size,experts_per_rank,dtype,kernel,path,transport,expansion,"
+            "servers,block_bytes,measured_gbps,label")
+    rows = {"s1_a": ("put,,,,,,,hixl,D2rD,fabric_mem,aicpu,1,16384", 10.0, 10.5),
+            "s1_b": ("put,,,,,,,hixl,D2rD,fabric_mem,aicpu,1,32768", 20.0, 18.0),
+            "s2_a": ("put,,,,,,,hixl,D2rD,fabric_mem,aicpu,2,16384", 10.0, 30.0)}
+    table = tmp_path / "atlas_a3_mine.csv"
+    table.write_text("\n".join([head, *(f"{c},{m},{lab}" for lab, (c, m, _) in rows.items())])
+                     + "\n")
+    read = read_table(table)
+    doc = record_doc(table.stem, "atlas_a3", {m.name for m in read}, read,
+                     [rows[m.name][2] for m in read], {})
+    record_path(table).write_text(json.dumps(doc))
+    monkeypatch.setattr(tables_mod, "targets_dir", lambda: tmp_path)
+    run = {"kernel": "hixl", "op": "put", "path": "D2rD", "transport": "fabric_mem",
+           "expansion": "aicpu", "block_bytes": 16384}
+    (fit,) = ledger_of("hixl", "atlas_a3", {**run, "servers": 1}, "put").tables
+    assert fit.matched == 2 and fit.vouches
+    assert fit.mape == pytest.approx((0.05 + 0.10) / 2) and fit.worst == pytest.approx(0.10)
+    (two,) = ledger_of("hixl", "atlas_a3", {**run, "servers": 2}, "put").tables
+    assert two.worst == pytest.approx(2.0) and two.worst_row == "s2_a"
