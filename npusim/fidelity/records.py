@@ -25,8 +25,10 @@ _SIZE_KEYS = ("ep_world_size", "bs", "h")
 
 
 def _named_family(kernel: Any) -> bool:
-    """A shipped family's name (not a user kernel's file or module path)."""
-    return isinstance(kernel, str) and kernel.isidentifier()
+    """A registered family's name (not a user kernel's file or module path)."""
+    from npusim.kernels import registry
+
+    return isinstance(kernel, str) and kernel in registry.names()
 
 
 def _size(workload: dict[str, Any]) -> int:
@@ -42,6 +44,7 @@ def _candidates(preset: str) -> tuple[tuple[int, str, str, tuple[str, ...]], ...
     """(size, shipped name, family, ops) of every shipped scenario on `preset` as the
     preset is, smallest first (validating them all takes seconds: kept per process)."""
     from npusim import shipped
+    from npusim.kernels import registry
     from npusim.scenario import read_scenario_file, scenario_from_doc
     from npusim.scenario.load import DEFAULT_HARDWARE
 
@@ -49,7 +52,7 @@ def _candidates(preset: str) -> tuple[tuple[int, str, str, tuple[str, ...]], ...
     for name, path in shipped.scenarios().items():
         doc, src, base = read_scenario_file(path)
         w = doc.get("workload") or {}
-        family = w.get("kernel", "cann_sample")
+        family = w.get("kernel", registry.DEFAULT)
         if (doc.get("hardware", DEFAULT_HARDWARE) != preset or doc.get("hardware_overrides")
                 or not _named_family(family)):
             continue
