@@ -115,7 +115,7 @@ def main() -> int:
                                       "any part differs)")
     args = ap.parse_args()
     from npusim.engine.compiled import describe
-    from npusim.kernels.quant.formats import tables
+    from npusim.formats import tables
     from npusim.sim import simulate
 
     tables()  # ml_dtypes, built on first use: imported before the timing

@@ -76,7 +76,7 @@ def main() -> int:
                     choices=("dispatch", "combine", "dispatch_combine"))
     args = ap.parse_args()
     from npusim.errors import InputError
-    from npusim.kernels.quant.formats import tables
+    from npusim.formats import tables
     from npusim.sim import simulate
 
     if args.bs < 1 or args.ep < 2:

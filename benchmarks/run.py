@@ -89,7 +89,7 @@ DEFAULT = [n for n in CASES if n not in SCALE]
 def run_one(name: str, simulate_it: bool = True, workers: int = 1) -> dict:
     """Child process: simulate one case and report its figures (without simulate_it, only
     the imports and the scenario: the part an instruction count subtracts)."""
-    from npusim.kernels.quant.formats import tables
+    from npusim.formats import tables
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 

@@ -73,7 +73,7 @@ def ep_point(w: int, bs: int) -> dict:
     """Child process: one A3 large-EP run (benchmarks/run.py's case), its figures."""
     import resource
 
-    from npusim.kernels.quant.formats import tables
+    from npusim.formats import tables
     from npusim.sim import simulate
 
     sc = ep_scenario(w, bs)
@@ -174,7 +174,7 @@ def main() -> int:
             print("benchmarks/scaling.py: error: --plot needs matplotlib; allowed: "
                   "pip install 'npusim[plot]', or run without --plot", file=sys.stderr)
             return 2
-    from npusim.kernels.quant.formats import tables
+    from npusim.formats import tables
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 

@@ -43,7 +43,8 @@ from npusim.dotted import set_dotted
 from npusim.errors import InputError
 from npusim.fidelity.run import run_ledgers
 from npusim.kernels import registry
-from npusim.kernels.family import QUANTS, Family
+from npusim.kernels.exchange import QUANTS
+from npusim.kernels.family import Family
 from npusim.paths import resolved
 
 # the shape keys an advice reads of a scenario's workload; the family and its options
@@ -156,8 +157,9 @@ def candidates(dispatch_quants: Sequence[str], combine_quants: Sequence[str],
     out: list[Candidate] = []
     missing: list[Missing] = []
     for kernel, fam in _families(families):
-        mine = [(dq, cq) for dq in dispatch_quants if dq in fam.dispatch_quants
-                for cq in combine_quants if cq in fam.combine_quants]
+        dqs, cqs = _quants(fam)
+        mine = [(dq, cq) for dq in dispatch_quants if dq in dqs
+                for cq in combine_quants if cq in cqs]
         if not fam.variants or not mine:
             missing.append(_missing(kernel, fam, dispatch_quants, combine_quants))
         for v in fam.variants:
@@ -165,8 +167,15 @@ def candidates(dispatch_quants: Sequence[str], combine_quants: Sequence[str],
     return out, missing
 
 
+def _quants(fam: Family) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The quantisations a family offers on the dispatch and the combine side (an
+    ExchangeFamily's declarations; none for any other family)."""
+    return getattr(fam, "dispatch_quants", {}), getattr(fam, "combine_quants", {})
+
+
 def _candidate(kernel: str, fam: Family, v: Any, dq: str, cq: str) -> Candidate:
-    opts = {**v.options, **fam.dispatch_quants[dq], **fam.combine_quants[cq]}
+    dqs, cqs = _quants(fam)
+    opts = {**v.options, **dqs[dq], **cqs[cq]}
     return Candidate(fam.name, v.name, dq, cq, opts, "" if kernel == fam.name else kernel)
 
 
@@ -174,12 +183,12 @@ def _missing(kernel: str, fam: Family, dispatch_quants: Sequence[str],
              combine_quants: Sequence[str]) -> Missing:
     if not fam.variants:
         return Missing(fam.name, "declares no variants (Family.variants) to rank")
+    dqs, cqs = _quants(fam)
     why = (f"no variant with dispatch quantisation {'/'.join(dispatch_quants)} and combine "
            f"quantisation {'/'.join(combine_quants)} (it offers dispatch "
-           f"{'/'.join(fam.dispatch_quants)}, combine {'/'.join(fam.combine_quants)})")
-    probe = (_candidate(kernel, fam, fam.variants[0], next(iter(fam.dispatch_quants)),
-                        next(iter(fam.combine_quants)))
-             if fam.dispatch_quants and fam.combine_quants else None)
+           f"{'/'.join(dqs)}, combine {'/'.join(cqs)})")
+    probe = (_candidate(kernel, fam, fam.variants[0], next(iter(dqs)), next(iter(cqs)))
+             if dqs and cqs else None)
     return Missing(fam.name, why, probe)
 
 

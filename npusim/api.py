@@ -15,9 +15,7 @@ top of it exactly as `--set` does, with the same validation. Bad input raises
 `InputError` (its one-line text is what the command prints); a kernel's failure raises
 `KernelError`. Nothing here prints or writes a file unless asked (`Run.write`).
 
-Kernel authors import from here too: the family contract (`Family`, `Kernel`, `Option`,
-`Phase`, `TensorSpec`, ...), `MoeShape`, the kernel context and its wait conditions
-(docs/authoring.md).
+Kernel authors import from `npusim.author` instead (docs/authoring.md).
 """
 
 from __future__ import annotations
@@ -31,32 +29,13 @@ from typing import Any
 from npusim import values
 from npusim.errors import BlockedError, InputError, KernelError, NpusimError, excerpt
 from npusim.fidelity.ledger import Ledger
-from npusim.kernels.family import (
-    Arrays,
-    Family,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
-from npusim.kernels.shape import MoeShape
 from npusim.result import RunResult
-from npusim.runtime.conditions import AllEqual, AtLeast, SumEquals
-from npusim.runtime.context import KernelContext, Strided
 from npusim.scenario import Scenario
-from npusim.workload.inputs import generate_inputs
 
 __all__ = [
     # running scenarios
     "load", "run", "Run", "compare", "sweep", "presets", "scenarios", "Scenario",
     "InputError", "KernelError", "BlockedError", "NpusimError",
-    # writing kernel families
-    "Family", "Kernel", "Option", "Phase", "TensorSpec", "Misfit", "Arrays", "const", "Variant",
-    "MoeShape", "KernelContext", "Strided", "AllEqual", "AtLeast", "SumEquals",
-    "generate_inputs",
 ]
 
 ScenarioLike = Scenario | str | Path | Mapping[str, Any]

@@ -42,7 +42,7 @@ class OpRun:
     core_busy_ns: list[list[dict[str, float]]] = field(default_factory=list)
     # [rank][core] counter -> executed instructions (RVECEX, RVECLD, RVECST, SCALAR)
     core_counters: list[list[dict[str, float]]] = field(default_factory=list)
-    # what the kernel's family reports of this call (Kernel.report_fields), JSON-able
+    # what the kernel's family reports of this call (Kernel.fields), JSON-able
     family_fields: dict[str, Any] = field(default_factory=dict)
     # per rank, the host pages its die's SMMU had to walk (npusim.hw.host)
     translation_misses: list[int] = field(default_factory=list)

@@ -22,12 +22,12 @@ import numpy as np
 from npusim.engine.trace import Sample, Trace
 from npusim.errors import KernelError, excerpt
 from npusim.fork import Forked
+from npusim.formats import may_need_tables, tables
 from npusim.hw.cores import CoreKind, config_value
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
-from npusim.kernels.family import Arrays, CoreTiming, Family, Kernel, TensorSpec
-from npusim.kernels.quant.formats import may_need_tables, tables
+from npusim.kernels.family import Arrays, Call, CoreTiming, Family, Kernel, TensorSpec
 from npusim.result import OpRun, RunResult
 from npusim.runtime import userguard
 from npusim.runtime.launch import LaunchResult, launch
@@ -288,18 +288,12 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     outputs = [{spec.name: rank.tensors[spec.gm_name].as_array(*_layout(kernel, spec, t, r))
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)
-    fields = userguard.field_dict
-    run.family_fields = dict(userguard.call(kernel, "report_fields", t, outputs, check=fields))
     timing = [[CoreTiming(ctx.core.kind.name, ctx.sub_block_idx, ctx.notes) for ctx in row]
               for row in res.contexts]
-    run.family_fields.update(userguard.call(kernel, "timing_fields", t, run, timing,
-                                            check=fields))
-    run.family_fields.update(userguard.call(kernel, "transfer_fields", t,
-                                            run.core_transfers, check=fields))
     frames = [[ctx.frames_from(res.start_ns) for ctx in row] for row in res.contexts]
-    if any(f for row in frames for f in row):
-        run.family_fields.update(userguard.call(kernel, "profile_fields", t, frames,
-                                                check=fields))
+    call = Call(t, outputs, run, timing, run.core_transfers,
+                frames if any(f for row in frames for f in row) else None)
+    run.family_fields = dict(userguard.call(kernel, "fields", call, check=userguard.field_dict))
     if keep_inputs:  # shared rows made dense: the tensor as the kernel read it
         run.inputs = [{spec.name: _dense(arrays[spec.name], *_layout(kernel, spec, t, r))
                        for spec in kernel.inputs} for r, arrays in enumerate(op_inputs)]

@@ -23,7 +23,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from npusim.api import (
+from npusim.author import (
     Arrays,
     Family,
     Kernel,

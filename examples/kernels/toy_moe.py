@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from npusim.api import (
+from npusim.author import (
     AllEqual,
-    Family,
+    ExchangeFamily,
     Kernel,
     KernelContext,
     Misfit,
@@ -358,7 +358,7 @@ def reference_combine(t: ToyTiling, dispatched: list[dict[str, np.ndarray]],
 
 
 # --------------------------------------------------------------------------- the family
-class ToyMoe(Family):
+class ToyMoe(ExchangeFamily):
     name = "toy_moe"
     help = "the tutorial's dispatch/combine (docs/authoring.md)"
     ops = (ToyDispatch(), ToyCombine())

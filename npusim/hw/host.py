@@ -52,6 +52,7 @@ from npusim.engine.flow import Resource
 from npusim.hw.config import HardwareConfig, HostConfig
 from npusim.hw.machine import Rank
 from npusim.hw.memory import Region
+from npusim.units import ceil_div
 
 
 class HostRegion(Region):
@@ -68,7 +69,7 @@ class HostRegion(Region):
 
     @property
     def pages(self) -> int:
-        return -(-self.nbytes // self.page_bytes)
+        return ceil_div(self.nbytes, self.page_bytes)
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         return self.inner.read(offset, nbytes)
@@ -168,7 +169,7 @@ def path_problem(cfg: HardwareConfig, world: int) -> str | None:
         return (f"host.dies {host.dies} is not a multiple of host.sockets {host.sockets}: "
                 "a server's dies are split evenly over its sockets")
     if world > host.dies and server_latency_ns(cfg) is None:
-        return (f"{world} PEs span {-(-world // host.dies)} servers of {host.dies} dies, but "
+        return (f"{world} PEs span {ceil_div(world, host.dies)} servers of {host.dies} dies, but "
                 f"{cfg.name} has no path to another server's host (D2rH / rH2D need a fabric "
                 f"level joining servers); allowed: at most {host.dies} PEs")
     return None

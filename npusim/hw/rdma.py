@@ -38,6 +38,7 @@ from npusim.hw.machine import Machine
 from npusim.hw.memory import Region
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.sdma import Path, queue_pipe, queued_copy
+from npusim.units import ceil_div
 
 KIND = "rdma"  # the core kind's and the pipe's name
 
@@ -49,7 +50,7 @@ def send_queue(machine: Machine, rank: int, queue: int) -> TransferPipe:
 
 def wire_bytes(nbytes: int, mtu: int, header: int) -> int:
     """What `nbytes` of payload put on the wire: ceil(n / mtu) packets of `header` each."""
-    return nbytes + -(-nbytes // mtu) * header
+    return nbytes + ceil_div(nbytes, mtu) * header
 
 
 def _framed(machine: Machine) -> Callable[[int], int]:

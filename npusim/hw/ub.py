@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from npusim.errors import KernelError
+from npusim.units import align_up, ceil_div
 
 INF = math.inf
 
@@ -115,11 +116,11 @@ class UnifiedBuffer:
 
     @staticmethod
     def marks_bytes(capacity: int) -> int:
-        return -(-capacity // 8)
+        return ceil_div(capacity, 8)
 
     def alloc(self, name: str, nbytes: int) -> UBBuffer:
         a = self.alignment
-        size = -(-nbytes // a) * a
+        size = align_up(nbytes, a)
         if self.top + size > self.capacity:
             raise KernelError(
                 f"{self.label} overflow: buffer {name!r} of {size} B at {self.label} offset "
@@ -146,7 +147,7 @@ class UnifiedBuffer:
         self.top = 0
         self.buffers.clear()
         if new_call:  # only the part ever allocated (the rest keeps untouched, unpaged memory)
-            self.written[:-(-self.high // 8)] = 0
+            self.written[:ceil_div(self.high, 8)] = 0
             self.high = 0
 
     def close(self) -> None:

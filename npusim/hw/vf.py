@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from npusim.units import ceil_div
+
 # kind -> (unit, pairs): unit "ex" (compute), "ld" or "st"; pairs: two of this kind
 # complete in one cycle. Sources: the RegBase guide names Add as pairing and ReduceSum as
 # not pairing. Assumed (and checked against the GeLU and RmsNormQuant figures, see
@@ -211,7 +213,7 @@ class Call:
         return reg_bytes // widest
 
     def iterations(self, reg_bytes: int) -> int:
-        return -(-self.count // self.lanes(reg_bytes))
+        return ceil_div(self.count, self.lanes(reg_bytes))
 
 
 def fuse(calls: Sequence[Call | str], reg_bytes: int) -> list[list[Call]]:

@@ -36,10 +36,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.shape import MoeShape, ShapeLimits
 from npusim.runtime import userguard
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 ROW_INDEX_BYTES = 8  # a RowTable's row number (int64)
 Arrays = dict[str, np.ndarray]
@@ -137,14 +136,9 @@ class Variant:
     rests_on: tuple[str, ...] = ()  # dotted preset keys, e.g. "host.page_walk_ns"
 
 
-QUANTS = ("none", "int8", "mxfp8")
-"""The quantisation names `npusim advise` asks families for: none, INT8 (dispatch: per
-token; combine: the family's INT8 communication quantisation), MXFP8 (dispatch)."""
-
-
 @dataclass(frozen=True)
 class CoreTiming:
-    """What `Kernel.timing_fields` reads of one launched core once the launch is over:
+    """What `Kernel.fields` reads of one launched core once the launch is over:
     its kind, its place in a MIX block and what its program noted (the contexts
     themselves stay with the driver)."""
 
@@ -153,7 +147,20 @@ class CoreTiming:
     notes: Any = None  # what the kernel's program left in KernelContext.notes
 
 
-PAIR_OF_RANKS_BYTES = 512  # a route and a flow group per pair of ranks (cached paths)
+@dataclass(frozen=True)
+class Call:
+    """One finished call of a kernel, as `Kernel.fields` reads it: the tiling, every rank's
+    outputs, the OpRun (phase spans, busy times, transfers), every launched core's
+    CoreTiming ([rank][core]), what each core moved (transfers[rank][core]: its
+    TransferStat rows) and the profiling frames the cores recorded (frames[rank][core] =
+    {frame: (start_ns, end_ns)} from the op's start; None when no core recorded one)."""
+
+    tiling: Any
+    outputs: Sequence[Arrays]
+    run: Any
+    cores: Sequence[Sequence[CoreTiming]]
+    transfers: Sequence[Sequence[Sequence[Any]]]
+    frames: Sequence[Sequence[Mapping[str, Any]]] | None
 
 
 @dataclass(frozen=True)
@@ -198,8 +205,8 @@ class Kernel:
     # the family_fields key of the bandwidth (GB/s) the kernel's published tables quote,
     # which a calibration row's measured_gbps is held to; None: they quote latencies
     bandwidth: ClassVar[str | None] = None
-    # True: the kernel turns its cores' profiling frames into figures (profile_fields);
-    # `npusim run --harness-csv` writes the frames of such kernels only
+    # True: the kernel turns its cores' profiling frames into figures (Call.frames in
+    # `fields`); `npusim run --harness-csv` writes the frames of such kernels only
     profiles: ClassVar[bool] = False
 
     def program(self, tiling: Any) -> Callable[..., Any]:
@@ -218,31 +225,11 @@ class Kernel:
     def phase_order(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.phases)
 
-    def report_fields(self, tiling: Any, outputs: Sequence[Arrays]) -> dict[str, Any]:
-        """Family-specific figures of one call for the report (`ops[].family_fields`):
-        {name: JSON-able value} from the tiling and every rank's outputs; {} by default.
-        The report renders them without knowing the family."""
-        return {}
-
-    def timing_fields(self, tiling: Any, run: Any, cores: Sequence[Sequence[CoreTiming]]
-                      ) -> dict[str, Any]:
-        """Family figures that need the call's timing (merged into family_fields): from
-        the OpRun (phase spans, busy times, transfers) and every core's CoreTiming
-        ([rank][core]) after the launch; {} by default."""
-        return {}
-
-    def transfer_fields(self, tiling: Any, transfers: Sequence[Sequence[Sequence[Any]]]
-                        ) -> dict[str, Any]:
-        """More family_fields from what the cores moved: transfers[rank][core] lists the
-        core's TransferStat (phase, pipe, name, remote, count, bytes); {} by default."""
-        return {}
-
-    def profile_fields(self, tiling: Any, frames: Sequence[Sequence[Mapping[str, Any]]]
-                       ) -> dict[str, Any]:
-        """More family_fields from the profiling frames the cores recorded
-        (ctx.prof_start / prof_end, SHMEMI_PROF_START / END): frames[rank][core] is
-        {frame: (start_ns, end_ns)} from the op's start. Called only when some core
-        recorded a frame; {} by default."""
+    def fields(self, call: Call) -> dict[str, Any]:
+        """The kernel's own figures of one finished call for the report
+        (`ops[].family_fields`): {name: JSON-able value} from whatever of `call` they need
+        (the outputs, the timing, the cores' notes, transfers or profiling frames); {} by
+        default. The report renders them without knowing the family."""
         return {}
 
 
@@ -255,20 +242,13 @@ class Family:
     runs: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     options: ClassVar[tuple[Option, ...]] = ()
     case_format: ClassVar[str] = ""  # a case-directory format it reads ("" if none)
-    # False: the family's kernels do not read the MoE shape (bs, h, k, ep_world_size,
-    # experts_per_rank); its scenarios may leave those keys out (scenario.NEUTRAL_SHAPE)
-    uses_moe_shape: ClassVar[bool] = True
-    # What `npusim advise` may run: the variants the family offers as a MoE layer's
-    # dispatch / combine (none: it is not one of the alternatives; a family that does not
-    # use the MoE shape offers its variants for its own scenarios' shapes), and per name in
-    # QUANTS the options that select that quantisation on the dispatch and on the
-    # combine side (a name it lacks: it cannot run that quantisation)
+    # True: the family's kernels read the MoE shape (bs, h, k, ep_world_size,
+    # experts_per_rank): an ExchangeFamily (npusim/kernels/exchange.py). False: its
+    # scenarios leave those keys out and its own options are its shape
+    uses_moe_shape: ClassVar[bool] = False
+    # What `npusim advise` may run: the variants the family offers (a MoE exchange family:
+    # as a MoE layer's dispatch / combine; any other: for its own scenarios' shapes)
     variants: ClassVar[tuple[Variant, ...]] = ()
-    dispatch_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
-    combine_quants: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
-    # The MoE shapes its kernels take (workload.bs, h, k, ep_world_size, the experts): the
-    # scenario loader, `npusim lint` and docs/scenario.md read this one declaration
-    shape_limits: ClassVar[ShapeLimits] = DEFAULT_LIMITS
     # What the family gives beyond the required hooks, declared so the driver reads data
     # (the registry refuses a declaration the class does not implement, and the reverse):
     # references: reference_outputs, a numpy reference of a kernel's outputs;
@@ -361,21 +341,13 @@ class Family:
         """A digest of everything the kernel after `kernel` reads of its outputs."""
         raise NotImplementedError
 
-    def pair_bytes(self, tiling: Any, op: str, timing_only: bool, workers: int) -> int:
-        """Host memory per token-expert pair the run touches (window slots, output rows),
-        for the memory estimate of a family that reads the MoE shape; 0: not estimated."""
-        return 0
-
     def touched(self, tiling: Any, shape: MoeShape, options: Mapping[str, Any], op: str,
                 timing_only: bool, workers: int) -> Touched:
         """What the run's data touches in host memory, estimated before anything is
-        allocated (npusim/footprint.py checks it against --memory). A family whose kernels
-        read the MoE shape: per token-expert pair (`pair_bytes`) and per rank, sized by W
-        and BS; any other: its kernels' declared GM tensors on every rank, sized by its
-        own options. Override where the declarations overstate what is written (rows
-        shared between ranks, a cache of which a step touches a part)."""
-        if self.uses_moe_shape:
-            return moe_touched(self, tiling, shape, op, timing_only, workers)
+        allocated (npusim/footprint.py checks it against --memory): its kernels' declared
+        GM tensors on every rank, sized by its own options. Override where the declarations
+        overstate what is written (rows shared between ranks, a cache of which a step
+        touches a part); an ExchangeFamily counts per token-expert pair instead."""
         return declared_touched(self, tiling, options, op, timing_only)
 
     # ---- case directories (families with a case_format)
@@ -389,19 +361,6 @@ class Family:
 
     def write_case(self, case_dir: Path, kernel: str, outputs: Sequence[Arrays]) -> None:
         raise NotImplementedError
-
-
-def moe_touched(fam: Family, tiling: Any, shape: MoeShape, op: str, timing_only: bool,
-                workers: int) -> Touched:
-    """The MoE terms: every token-expert pair put by all ranks (W BS (K + S)) at the
-    family's pair_bytes, a route per rank pair, and per rank x in, combine's x out and the
-    reference (functional runs); a timing-only run is not held to it."""
-    world = shape.W
-    sends = world * shape.BS * (shape.K + shape.S)
-    per_rank = 0 if timing_only else 3 * shape.BS * shape.token_bytes
-    return Touched(pairs=sends * fam.pair_bytes(tiling, op, timing_only, workers)
-                   + world * world * PAIR_OF_RANKS_BYTES, ranks=world * per_rank,
-                   sized_by="W or BS", binding=not timing_only)
 
 
 def declared_touched(fam: Family, tiling: Any, options: Mapping[str, Any], op: str,

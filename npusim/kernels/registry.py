@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError, NpusimError, excerpt
+from npusim.kernels.exchange import Chain, ExchangeFamily
 from npusim.kernels.family import Family, Kernel, Option, Phase, TensorSpec, Variant
-from npusim.kernels.shape import ShapeLimits
 from npusim.paths import resolved, user_path
 from npusim.runtime import userguard
 from npusim.runtime.fault import exc_text
 from npusim.suggest import did_you_mean
+from npusim.workload.shape import ShapeLimits
 
 BUILTIN: dict[str, str] = {"cann_sample": "npusim.kernels.cann_sample",
                            "mc2": "npusim.kernels.mc2",
@@ -172,7 +173,6 @@ OPTION_KINDS = ("choice", "bool", "int", "float", "ints")
 # A declared capability and the methods it promises (Family / Kernel class attributes)
 FAMILY_DECLARES = (("references", ("reference_outputs",)), ("chains", ("next_reads",)),
                    ("case_format", ("case_misfit", "read_case", "write_case")))
-KERNEL_DECLARES = (("profiles", ("profile_fields",)),)
 
 
 def _undeclared(obj: Any, base: type, declares: tuple[tuple[str, tuple[str, ...]], ...]
@@ -190,6 +190,22 @@ def _undeclared(obj: Any, base: type, declares: tuple[tuple[str, tuple[str, ...]
         elif own:
             return f"implements {', '.join(own)} but does not declare {attr}"
     return None
+
+
+def _exchange_undeclared(fam: ExchangeFamily) -> str | None:
+    """`_undeclared` for an ExchangeFamily, whose template already implements the chain:
+    references promise the family's reference_dispatch (or its own reference_outputs),
+    chains a declared `chain` (or its own next_reads)."""
+    def own(method: str) -> bool:
+        return getattr(type(fam), method) is not getattr(ExchangeFamily, method)
+
+    if fam.references and not (own("reference_dispatch") or own("reference_outputs")):
+        return "declares references = True but implements no reference_dispatch"
+    if not fam.references and own("reference_dispatch"):
+        return "implements reference_dispatch but does not declare references"
+    if fam.chains and fam.chain is None and not own("next_reads"):
+        return "declares chains = True but declares no chain"
+    return _undeclared(fam, Family, FAMILY_DECLARES[2:])
 
 
 def _checked(obj: Any, ref: str, path: Path | None = None) -> Family:
@@ -241,11 +257,15 @@ FAMILY_TYPES = (
     ("case_format", _is(str), "a string"),
     ("uses_moe_shape", _is(bool), "True or False"),
     ("variants", _seq_of(Variant), "a tuple of Variant objects"),
-    ("dispatch_quants", _str_map_of(_is(Mapping)), "a dict {quantisation: {option: value}}"),
-    ("combine_quants", _str_map_of(_is(Mapping)), "a dict {quantisation: {option: value}}"),
     ("references", _is(bool), "True or False"),
     ("chains", _is(bool), "True or False"),
-    ("shape_limits", _is(ShapeLimits), "a npusim.kernels.shape.ShapeLimits"),
+)
+# what an ExchangeFamily declares beyond them (npusim/kernels/exchange.py)
+EXCHANGE_TYPES = (
+    ("dispatch_quants", _str_map_of(_is(Mapping)), "a dict {quantisation: {option: value}}"),
+    ("combine_quants", _str_map_of(_is(Mapping)), "a dict {quantisation: {option: value}}"),
+    ("shape_limits", _is(ShapeLimits), "a npusim.workload.shape.ShapeLimits"),
+    ("chain", _is(Chain, type(None)), "a npusim.kernels.exchange.Chain"),
 )
 KERNEL_TYPES = (
     ("name", lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
@@ -267,16 +287,23 @@ def _declared(fam: Family, ref: str) -> Family:
     missing += [h for h in _HOOKS if getattr(type(fam), h) is getattr(Family, h)]
     if missing:
         raise FamilyError(f"{ref}: incomplete kernel family: no {', '.join(missing)}")
-    wrong = _typed(fam, FAMILY_TYPES)
+    wrong = _typed(fam, FAMILY_TYPES) or (_typed(fam, EXCHANGE_TYPES)
+                                          if isinstance(fam, ExchangeFamily) else None)
     if wrong:
         raise FamilyError(f"{ref}: kernel family declaration {wrong[0]} = "
                           f"{excerpt(wrong[1])}; allowed: {wrong[2]}")
+    if fam.uses_moe_shape != isinstance(fam, ExchangeFamily):
+        raise FamilyError(f"{ref}: kernel family declaration uses_moe_shape = "
+                          f"{fam.uses_moe_shape}; allowed: {not fam.uses_moe_shape} (a family "
+                          "reads the MoE shape when it is a npusim.kernels.exchange."
+                          "ExchangeFamily)")
     for k in fam.ops:
         wrong = _typed(k, KERNEL_TYPES)
         if wrong:
             raise FamilyError(f"{ref}: kernel {type(k).__name__} declaration {wrong[0]} = "
                               f"{excerpt(wrong[1])}; allowed: {wrong[2]}")
-    wrong = _undeclared(fam, Family, FAMILY_DECLARES)
+    wrong = (_exchange_undeclared(fam) if isinstance(fam, ExchangeFamily)
+             else _undeclared(fam, Family, FAMILY_DECLARES))
     if wrong:
         raise FamilyError(f"{ref}: kernel family {fam.name!r} {wrong}")
     for o in fam.options:
@@ -291,9 +318,9 @@ def _declared(fam: Family, ref: str) -> Family:
             raise FamilyError(f"{ref}: ops must be Kernel objects with a name, got {k!r}")
         if type(k).program is Kernel.program:
             raise FamilyError(f"{ref}: kernel {k.name!r} has no program")
-        wrong = _undeclared(k, Kernel, KERNEL_DECLARES)
-        if wrong:
-            raise FamilyError(f"{ref}: kernel {k.name!r} of family {fam.name!r} {wrong}")
+        if k.profiles and type(k).fields is Kernel.fields:  # frames it would not read
+            raise FamilyError(f"{ref}: kernel {k.name!r} of family {fam.name!r} declares "
+                              "profiles = True but implements no fields")
     known = {k.name for k in fam.ops}
     for op, kernels in fam.runs.items():
         bad = [n for n in kernels if n not in known]

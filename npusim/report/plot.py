@@ -16,6 +16,7 @@ from typing import Any
 
 from npusim.errors import InputError
 from npusim.report.io import write_bytes_atomic
+from npusim.units import ceil_div
 
 
 def _pyplot() -> Any:
@@ -95,7 +96,7 @@ def plot_sweep(csv_path: Path, axis: str | None, out: Path, group: str | None = 
     marks = published or {}
     keys = list(panels)
     ncols = min(len(keys), MAX_COLUMNS)
-    nrows = -(-len(keys) // ncols)
+    nrows = ceil_div(len(keys), ncols)
     fig, axs = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows), squeeze=False)
     for ax in axs.flat[len(keys):]:
         ax.set_visible(False)

@@ -6,7 +6,13 @@ condition is an object with a description, not a bare lambda.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import numpy as np
+
+Wait = Generator[Any, Any, Any]
+"""What a kernel program and every helper that may block yields from: simpy events."""
 
 
 class Condition:

@@ -17,7 +17,7 @@ and barriers, which keeps event counts proportional to the data moved.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer
 from npusim.hw.vf import COUNTERS as VF_COUNTERS
 from npusim.hw.vf import VF, VFTiming, membase_vfs
-from npusim.runtime.conditions import AtLeast
+from npusim.runtime.conditions import AtLeast, Wait
 from npusim.runtime.crosscore import CrossCoreOps
 from npusim.runtime.cube import CubeOps
 from npusim.runtime.dcache import DataCache
@@ -41,13 +41,13 @@ from npusim.runtime.membase import Api
 from npusim.runtime.poll import Poll, PollLoop
 from npusim.runtime.sanitiser import Sanitiser
 from npusim.runtime.transfer import Route, Strided, TransferPath
+from npusim.units import ceil_div
 
 if TYPE_CHECKING:
     from npusim.runtime.shmem import Shmem
 
 __all__ = ["COUNTERS", "KernelContext", "Poll", "Route", "Strided"]
 
-Wait = Generator[Any, Any, None]
 COUNTERS = (*VF_COUNTERS, "SCALAR")
 
 _ITEMSIZE: dict[Any, int] = {}
@@ -100,7 +100,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         self.kind_index = core_index  # among the launched cores of its kind (AIV: 2 b + s)
         self.block_num = 0
         # what the kernel's program notes on this core for its figures after the launch
-        # (a family's own object; Kernel.timing_fields reads it as CoreTiming.notes)
+        # (a family's own object; Kernel.fields reads it as CoreTiming.notes)
         self.notes: Any = None
         self.block: list[KernelContext] = []
         self.flags: Any = None  # the rank's cross-core flag board (npusim.runtime.crosscore)
@@ -228,7 +228,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
             self._vector_args(name, elements, passes, repeats, extra_cycles)
         if repeats is None:
             nbytes = elements * _itemsize(dtype)
-            repeats = -(-nbytes // vcfg.bytes_per_cycle)
+            repeats = ceil_div(nbytes, vcfg.bytes_per_cycle)
         dur = (vcfg.issue_cycles + (repeats * passes + extra_cycles) * vcfg.cycles_per_repeat
                ) * self.cycle_ns
         return self.fixed("vector", name, dur, reads, writes, fn, issue_slots)
@@ -313,7 +313,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         cycles = 0.0
         for a in apis:
             widest = max([a.dst_dtype.itemsize, *(s.dtype.itemsize for s in a.srcs)])
-            repeats = -(-(a.count * widest) // vcfg.bytes_per_cycle)
+            repeats = ceil_div(a.count * widest, vcfg.bytes_per_cycle)
             cycles += vcfg.issue_cycles + repeats * vcfg.cycles_per_repeat
         return self.fixed("vector", name, cycles * self.cycle_ns, reads.values(), writes.values(),
                           lambda: [a.apply() for a in apis], max(len(apis), 1))
@@ -375,7 +375,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
             if elements.__class__ is not int or elements < 0:
                 self._whole(elements, f"ctx.vector_seq({name!r})", "elements")
             n += 1
-            cycles += -(-(elements * _itemsize(dtype)) // bpc)
+            cycles += ceil_div(elements * _itemsize(dtype), bpc)
         # n issue costs in all: one in vector(), n - 1 as extra repeat-free cycles
         extra = cycles + (n - 1) * vcfg.issue_cycles / vcfg.cycles_per_repeat
         return self.vector(name, reads=reads, writes=writes, fn=fn, repeats=0,
@@ -453,7 +453,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
 
     def prof_end(self, frame: str) -> None:
         """Close a profiling frame (SHMEMI_PROF_END); the report reads the frames through
-        Kernel.profile_fields."""
+        Kernel.fields (Call.frames)."""
         if frame not in self.frames:
             raise self.error(f"profiling frame {frame!r} ended but never started")
         self.frames[frame][1] = self.t

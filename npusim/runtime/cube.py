@@ -21,6 +21,7 @@ import numpy as np
 from npusim.hw.memory import Region
 from npusim.hw.pipe import Op
 from npusim.hw.ub import INF, UBBuffer
+from npusim.units import align_up, ceil_div
 
 FRACTAL = 16  # rows of M and columns of N per fractal (cube_m_size, cube_n_size)
 K_BYTES = 32  # bytes of K per fractal: 16 fp16, 32 int8/fp8 elements
@@ -43,15 +44,15 @@ def np_dtype(name: str) -> np.dtype:
 def fractals(m: int, n: int, k: int, itemsize: int) -> int:
     """Fractal operations of an m x n x k mmad: ceil(m/16) ceil(n/16) ceil(k / k0)."""
     k0 = K_BYTES // itemsize
-    return -(-m // FRACTAL) * -(-n // FRACTAL) * -(-k // k0)
+    return ceil_div(m, FRACTAL) * ceil_div(n, FRACTAL) * ceil_div(k, k0)
 
 
 def padded_bytes(rows: int, cols: int, itemsize: int, k_cols: bool) -> int:
     """Bytes an operand occupies in L0: rows to 16, K (the columns of A, rows of B) to
     32 B; `k_cols` says the columns are K."""
     k0 = K_BYTES // itemsize
-    r = -(-rows // FRACTAL) * FRACTAL
-    c = -(-cols // k0) * k0 if k_cols else -(-cols // FRACTAL) * FRACTAL
+    r = align_up(rows, FRACTAL)
+    c = align_up(cols, k0 if k_cols else FRACTAL)
     return r * c * itemsize
 
 
@@ -134,7 +135,7 @@ class CubeOps:
         scales = [s for s in (a_scale, b_scale) if s is not None]
         if len(scales) == 1:
             raise self.error(f"{name}: an MX mmad needs both a_scale and b_scale")
-        kb = -(-k // MX_BLOCK)
+        kb = ceil_div(k, MX_BLOCK)
         if scales:
             self._check_ub(a_scale, 0, m * kb, name)
             self._check_ub(b_scale, 0, kb * n, name)

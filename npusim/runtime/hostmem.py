@@ -21,7 +21,7 @@ Nothing here knows of a family.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,12 +33,12 @@ from npusim.hw.host import HostRegion, Path, host_of, walk_of
 from npusim.hw.memory import Region
 from npusim.hw.pipe import Op
 from npusim.hw.ub import INF, UBBuffer
+from npusim.runtime.conditions import Wait
 from npusim.runtime.sdma import BLOCK_BYTES, Sdma
 
 if TYPE_CHECKING:
     from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 
 
 def host_tensor(ctx: KernelContext, name: str, pe: int | None = None,

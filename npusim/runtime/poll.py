@@ -20,10 +20,8 @@ import numpy as np
 from npusim.hw.memory import Region, Watcher
 from npusim.hw.pipe import Op
 from npusim.hw.ub import UBBuffer
-from npusim.runtime.conditions import Condition
+from npusim.runtime.conditions import Condition, Wait
 from npusim.runtime.transfer import Strided
-
-Wait = Generator[Any, Any, None]
 
 
 @dataclass

@@ -29,8 +29,7 @@ bytes writes a flag after them with another post, as the layered kernels do.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,11 +37,11 @@ from npusim.hw import rdma as nic
 from npusim.hw.memory import DenseRegion, Region
 from npusim.hw.pipe import Op
 from npusim.hw.ub import UBBuffer
+from npusim.runtime.conditions import Wait
 
 if TYPE_CHECKING:
     from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 
 LINE = 64  # the workspace's unit; sizeof(hns_roce_rc_sq_wqe)
 WQE_LINES = 2  # the WQE (64 B) and its SGE (16 B)

@@ -24,20 +24,19 @@ dispatch or combine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from npusim.hw import sdma as engine
 from npusim.hw.memory import DenseRegion, Region
 from npusim.hw.ub import UBBuffer
-from npusim.runtime.conditions import Condition
+from npusim.runtime.conditions import Condition, Wait
 
 if TYPE_CHECKING:
     from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 
 BLOCK_BYTES = 1 << 20  # sdma_config_t.block_bytes: one SQE per 1 MiB of a put
 QUEUE_NUM = 1  # queues (SQs) per core

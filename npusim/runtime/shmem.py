@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,12 +28,11 @@ import numpy as np
 from npusim.hw.memory import DenseRegion, Region
 from npusim.hw.pipe import Op
 from npusim.hw.ub import UBBuffer
-from npusim.runtime.conditions import Condition
+from npusim.runtime.conditions import Condition, Wait
 
 if TYPE_CHECKING:
     from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 
 # ACLSHMEM_CMP_EQ .. LE: signal_wait_until waits while the comparison is false
 CMP: dict[str, Callable[[Any, Any], Any]] = {

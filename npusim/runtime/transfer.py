@@ -19,6 +19,7 @@ from npusim.hw.memory import Region, SparseRegion
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer, strided_blocks
 from npusim.runtime.fault import past_time_limit
+from npusim.units import align_up
 
 
 class Route(NamedTuple):
@@ -134,7 +135,7 @@ class Strided:
 
     def charged(self, granule: int) -> int:
         """Bytes the MTE moves: each block is rounded up to the burst granule."""
-        return self.count * (-(-self.length // granule) * granule)
+        return self.count * align_up(self.length, granule)
 
     def gather(self, src: np.ndarray) -> np.ndarray:
         """The moved bytes, contiguous, from a source span (src_gap = -length repeats one

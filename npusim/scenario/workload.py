@@ -14,7 +14,6 @@ from typing import Any
 from npusim.errors import InputError
 from npusim.kernels import registry
 from npusim.kernels.family import Family, Option
-from npusim.kernels.shape import MoeShape, ShapeLimits
 from npusim.paths import user_path
 from npusim.scenario.schema import (
     choice,
@@ -27,6 +26,7 @@ from npusim.scenario.schema import (
 from npusim.workload.routing import LOGNORMAL_SIGMA, ZIPF_DEFAULT_S, Routing
 from npusim.workload.routing import ROUTING_KINDS as DRAWN_KINDS
 from npusim.workload.routing_file import read_routing_file
+from npusim.workload.shape import MoeShape, ShapeLimits
 
 DTYPES = ("float16", "bfloat16")
 ROUTING_KINDS = DRAWN_KINDS + ("file",)
@@ -301,7 +301,8 @@ def workload_of(src: str, raw: Any, base: Path, import_kernels: bool = True) -> 
 
     op = choice(src, f"{key}.op", doc["op"], tuple(fam.runs) if fam is not None
                 else (doc["op"],) if isinstance(doc["op"], str) else ())
-    lim: ShapeLimits = fam.shape_limits if fam is not None else UNIMPORTED_LIMITS
+    lim: ShapeLimits = fam.shape_limits if neutral is False and fam is not None \
+        else UNIMPORTED_LIMITS
     bs, h, k, w, l_, shared, shared_ranks = _moe_shape(src, doc, lim)
     return Workload(
         op=op,

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npusim.kernels.shape import MoeShape
 from npusim.workload.routing import LOGNORMAL_SIGMA, ZIPF_DEFAULT_S, make_routing
+from npusim.workload.shape import MoeShape
 
 BOUND = 10.0
 

@@ -14,7 +14,7 @@ import yaml
 
 from npusim.cli import main
 from npusim.kernels.cann_sample.casedir import generate_case
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = {"op": "dispatch", "bs": 4, "h": 1024, "k": 2, "ep_world_size": 2,

@@ -201,7 +201,7 @@ FAMILY = '''
 """A family whose kernels spend BASE + PER_TOKEN * BS scalar cycles on one core."""
 from dataclasses import dataclass
 
-from npusim.api import Family, Kernel, MoeShape, Phase, Variant
+from npusim.author import ExchangeFamily, Kernel, MoeShape, Phase, Variant
 
 BASE, PER_TOKEN = {base}, {per_token}
 
@@ -240,7 +240,7 @@ class Combine(Spend):
     name = "combine"
 
 
-class Fixed(Family):
+class Fixed(ExchangeFamily):
     name = "{name}"
     ops = (Dispatch(), Combine())
     runs = {{"dispatch_combine": ("dispatch", "combine")}}

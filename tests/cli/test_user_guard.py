@@ -131,8 +131,7 @@ HOOKS = [
     ("window", "self, t", "family", "F"),
     ("op_inputs", "self, kernel, t, inputs, previous", "family", "F"),
     ("runs_of", "self, options=None", "family", "F"),
-    ("report_fields", "self, t, outputs", "kernel", "D"),
-    ("timing_fields", "self, t, run, cores", "kernel", "D"),
+    ("fields", "self, call", "kernel", "D"),
 ]
 
 
@@ -165,8 +164,7 @@ WRONG = {"tiling": ("None", "the call's tiling, an object whose `world` is its r
                                    "expert_ids"),
          "runs_of": ("{'dispatch': ('nope',)}",
                      "a dict whose 'dispatch' names kernels of combine, dispatch"),
-         "report_fields": ("['a']", "a dict of {name: JSON-able value}"),
-         "timing_fields": ("None", "a dict of {name: JSON-able value}")}
+         "fields": ("['a']", "a dict of {name: JSON-able value}")}
 
 
 @pytest.mark.parametrize("hook, args, where, owner", HOOKS)
@@ -192,11 +190,11 @@ RAISES = [
 
 @pytest.mark.parametrize("value", ["{'a': object()}", "{'a': 10 ** 5000}", "{1: 2}",
                                    "{'a': loop}", "{'a': {'b': np.zeros(2, object)}}"])
-def test_report_fields_the_report_cannot_write_are_exit_3(tmp_path, capsys, value):
+def test_fields_the_report_cannot_write_are_exit_3(tmp_path, capsys, value):
     code, err, f = _run(tmp_path, capsys, top="loop = []\nloop.append(loop)", kernel=(
-        f"    def report_fields(self, t, outputs):\n        return {value}"))
+        f"    def fields(self, call):\n        return {value}"))
     assert code == 3
-    assert err == (f"npusim: kernel error: {f}: D.report_fields returned a dict; allowed: a "
+    assert err == (f"npusim: kernel error: {f}: D.fields returned a dict; allowed: a "
                    "dict of {name: JSON-able value}\n")
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.common.align import align32, align256, align512, align_up, ceil_div
 from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.common.status import StatusLayout
+from npusim.units import align32, align256, align512, align_up, ceil_div
 from npusim.workload.routing import Routing, make_routing
 
 KiB = 1024

@@ -82,7 +82,7 @@ def test_e8m0_bytes_and_values():
 
 
 def test_which_runs_build_the_table_before_a_fork():
-    from npusim.kernels.quant.formats import may_need_tables
+    from npusim.formats import may_need_tables
 
     none = {"dispatch_quant": "none", "combine_quant": "none", "mxfp8_saturate": False}
     assert not may_need_tables("float16", none)

@@ -166,10 +166,7 @@ FAMILY = Own()
     ("def read_case(self, *a): return []", "pass",
      "kernel family 'own' implements read_case but does not declare case_format"),
     ("pass", "profiles = True",
-     "kernel 'gelu' of family 'own' declares profiles = True but implements no "
-     "profile_fields"),
-    ("pass", "def profile_fields(self, tiling, frames): return {}",
-     "kernel 'gelu' of family 'own' implements profile_fields but does not declare profiles"),
+     "kernel 'gelu' of family 'own' declares profiles = True but implements no fields"),
 ])
 def test_a_declaration_the_class_does_not_keep_is_refused(tmp_path, family, kernel, says):
     path = tmp_path / "own.py"
@@ -183,7 +180,7 @@ def test_a_kept_declaration_is_accepted_and_read_by_the_driver(tmp_path):
     path = tmp_path / "own.py"
     path.write_text(DECLARED.format(
         family="references = True\n    def reference_outputs(self, *a): return None",
-        kernel="profiles = True\n    def profile_fields(self, tiling, frames): return {}"))
+        kernel="profiles = True\n    def fields(self, call): return {}"))
     fam = registry.from_file(path)
     assert (fam.references, fam.chains, fam.ops[0].profiles) == (True, False, True)
 
@@ -251,5 +248,5 @@ def test_shape_limits_must_be_declared_as_shape_limits(tmp_path):
     (tmp_path / "own.py").write_text(OWN_LIMITS.replace(
         'replace(DEFAULT_LIMITS, bs=(1, 2048), source="its own", why="own limit")', "(1, 2048)"))
     with pytest.raises(registry.FamilyError, match=r"declaration shape_limits = \[1, 2048\]; "
-                       "allowed: a npusim.kernels.shape.ShapeLimits"):
+                       "allowed: a npusim.workload.shape.ShapeLimits"):
         registry.from_file(tmp_path / "own.py")

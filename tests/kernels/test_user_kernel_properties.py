@@ -69,8 +69,7 @@ FAMILY_HOOKS = {"tiling": "shape, options, hw, timing_only=False",
                 "window": "t",
                 "pair_bytes": "t, op, timing_only, workers",
                 "runs_of": "options=None"}
-KERNEL_HOOKS = {"report_fields": "t, outputs", "timing_fields": "t, run, cores",
-                "transfer_fields": "t, transfers", "cores": "t", "launch_ns": "hw"}
+KERNEL_HOOKS = {"fields": "call", "cores": "t", "launch_ns": "hw"}
 RAISES = ("ValueError('v')", "KeyboardInterrupt", "GeneratorExit", "SystemExit(3)",
           "Odd('o')", "Mute()", "RecursionError", "MemoryError", "StopIteration")
 # Python literals of every shape a wrong value takes, among them near misses (a list of one

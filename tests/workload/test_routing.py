@@ -6,9 +6,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import generate_inputs, max_recv_rows, recv_counts
 from npusim.workload.routing import balanced_routing, make_routing
+from npusim.workload.shape import MoeShape
 
 
 def test_balanced_matches_hand_list():

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 
 from npusim.cli import main
 from npusim.errors import InputError
-from npusim.kernels.shape import MoeShape
 from npusim.report.build import build_report
 from npusim.scenario import load_scenario
 from npusim.sim import load_inputs, simulate
 from npusim.workload.inputs import generate_inputs, recv_counts
 from npusim.workload.routing import lognormal_routing, make_routing, weighted_distinct
+from npusim.workload.shape import MoeShape
 from tests.kernels.cann_sample.samplehelp import scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import numpy as np
 
 from npusim.kernels.cann_gelu.program import GeluTiling, gelu_program
 from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
-from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)

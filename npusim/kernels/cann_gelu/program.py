@@ -12,9 +12,9 @@ import numpy as np
 
 from npusim.hw.ub import UBBuffer
 from npusim.hw.vf import VF, VLoop, vi
-from npusim.kernels.common.align import ceil_div
 from npusim.runtime import membase as mb
 from npusim.runtime.context import KernelContext
+from npusim.units import ceil_div
 
 NEG_SQRT_EIGHT_OVER_PI = np.float32(-1.595769121 * 0.044715)
 TANH_APPROX_FACTOR = np.float32(1 / 0.044715)

@@ -22,10 +22,10 @@ import numpy as np
 
 from npusim.errors import InputError
 from npusim.kernels.cann_sample.reference import reference_combine, reference_dispatch
-from npusim.kernels.shape import MoeShape
 from npusim.outputs import refuse_special
 from npusim.workload.inputs import generate_inputs
 from npusim.workload.routing_file import repeated_id
+from npusim.workload.shape import MoeShape
 
 INPUT_DIR, GOLDEN_DIR, OUTPUT_DIR = "input", "golden", "output"
 OPS = ("dispatch", "combine", "dispatch_combine")

@@ -20,19 +20,16 @@ state: slots from offset 0, flags at 1022 MiB + 64 KiB.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from npusim.kernels import quant as q
 from npusim.kernels.cann_sample.tiling import MoeTiling
-from npusim.kernels.common.align import align32, align256, ceil_div
 from npusim.kernels.common.split import split_to_core
-from npusim.runtime.conditions import SumEquals
+from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
-
-Wait = Generator[Any, Any, Any]
+from npusim.units import align32, align256, ceil_div
 
 
 def combine_program(tiling: MoeTiling):

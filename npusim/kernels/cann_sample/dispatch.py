@@ -19,9 +19,6 @@ workspace [cores, W*L] int32 (per-core copies of the prefix table).
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
 from npusim.kernels import quant as q
@@ -31,14 +28,12 @@ from npusim.kernels.cann_sample.layout import (
     UB_USABLE_FOR_LOCAL_COPY,
 )
 from npusim.kernels.cann_sample.tiling import MoeTiling
-from npusim.kernels.common.align import align32, align256, align_up, ceil_div
 from npusim.kernels.common.cumsum import clear_cum_sum_column
 from npusim.kernels.common.drain import drain_round_robin, valid_expert_info
 from npusim.kernels.common.split import split_to_core
-from npusim.runtime.conditions import SumEquals
+from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided
-
-Wait = Generator[Any, Any, Any]
+from npusim.units import align32, align256, align_up, ceil_div
 
 KiB = 1024
 UB_BUDGET_NON_QUANT = 190 * KiB  # MAX_UB_SIZE of the non-quantised local copy

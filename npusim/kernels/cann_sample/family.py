@@ -19,9 +19,9 @@ from npusim.kernels.cann_sample.dispatch import dispatch_program
 from npusim.kernels.cann_sample.layout import WindowLayout
 from npusim.kernels.cann_sample.tiling import MoeTiling
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
+from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
-    Family,
     Kernel,
     Misfit,
     Option,
@@ -31,9 +31,9 @@ from npusim.kernels.family import (
     const,
 )
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import generate_inputs
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 
 def _token(t: MoeTiling) -> np.dtype:
@@ -121,7 +121,7 @@ DISPATCH, COMBINE = Dispatch(), Combine()
 DISPATCH_OUTPUTS = tuple(s.name for s in DISPATCH.outputs)
 
 
-class CannSample(Family):
+class CannSample(ExchangeFamily):
     name = "cann_sample"
     help = ("the CANN sample moe_dispatch_and_combine_story (MXFP8/INT8 dispatch, INT8 "
             "combine), with ops-transformer V2's shared experts")

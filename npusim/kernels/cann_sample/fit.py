@@ -15,7 +15,7 @@ from typing import Any
 
 from npusim.kernels.cann_sample import layout
 from npusim.kernels.family import Misfit
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 
 MIB = layout.MiB
 # State 1 starts at 512 MiB and must end before the status region.

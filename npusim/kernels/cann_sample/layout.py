@@ -13,12 +13,6 @@ from functools import cached_property
 
 import numpy as np
 
-from npusim.kernels.common.align import (
-    align32,
-    align256,
-    align512,
-    ceil_div,
-)
 from npusim.kernels.common.status import (
     CUMSUM_MAX_CORE_NUM,
     SPLIT_BLOCK_DATA_SIZE,
@@ -26,7 +20,13 @@ from npusim.kernels.common.status import (
     StatusLayout,
 )
 from npusim.kernels.quant import MXFP8_BLOCK, int8_block_scale_count, mxfp8_scale_count
-from npusim.kernels.shape import MoeShape
+from npusim.units import (
+    align32,
+    align256,
+    align512,
+    ceil_div,
+)
+from npusim.workload.shape import MoeShape
 
 KiB = 1024
 MiB = 1024 * KiB

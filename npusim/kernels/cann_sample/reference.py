@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.quant import (
     int8_block_round_trip,
     int8_token_dequantize,
@@ -34,7 +33,8 @@ from npusim.kernels.quant import (
     mxfp8_scale_count,
     token_dtype,
 )
-from npusim.kernels.shape import MoeShape
+from npusim.units import ceil_div
+from npusim.workload.shape import MoeShape
 
 DISPATCH_QUANTS = ("none", "int8", "mxfp8")
 COMBINE_QUANTS = ("none", "int8")

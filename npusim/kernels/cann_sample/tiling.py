@@ -16,7 +16,8 @@ from npusim.kernels.cann_sample.layout import (
     dispatch_record_layout,
     shared_send_core_count,
 )
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)

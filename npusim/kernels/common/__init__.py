@@ -1,6 +1,5 @@
 """What kernel families share, named as the upstream sources name it.
 
-- :mod:`.align`: Ceil / Align (ceil_div, align_up, align32, align256, align512);
 - :mod:`.split`: SplitToCore, a range of items over the cores;
 - :mod:`.status`: the MC2 status MiB (STATE_OFFSET, WIN_STATE_OFFSET, FLAG_FIELD_OFFSET,
   CUMSUM_CAL_OFFSET, ...) as one object both window layouts ask;
@@ -9,6 +8,9 @@
 - :mod:`.limits`: the DispatchV3 / CombineV3 shape limits (DISPATCH_V3_LIMITS).
 
 The typed routing draw a family's make_inputs receives is :class:`npusim.workload.routing.Routing`.
+
+Ceil / Align and byte units are :mod:`npusim.units`, the number formats
+:mod:`npusim.formats`, the MoE shape :mod:`npusim.workload.shape`.
 
 Nothing here names a family or an op; families import from here, never from each other.
 """

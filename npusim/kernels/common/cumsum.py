@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.common.status import StatusLayout
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import ceil_div
 
 
 def clear_cum_sum_column(

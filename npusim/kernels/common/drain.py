@@ -9,17 +9,15 @@ is copied out, and once an index is drained its flags are cleared for the next c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.common.status import SPLIT_BLOCK_DATA_SIZE, SPLIT_BLOCK_SIZE
-from npusim.runtime.conditions import AllEqual
+from npusim.runtime.conditions import AllEqual, Wait
 from npusim.runtime.context import KernelContext, Poll, Strided
-
-Wait = Generator[Any, Any, Any]
+from npusim.units import ceil_div
 
 
 def valid_expert_info(cum: np.ndarray, i0: int, i1: int) -> list[list[int]]:

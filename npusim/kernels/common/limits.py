@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from npusim.kernels.shape import DEFAULT_WHY, ShapeLimits
+from npusim.workload.shape import DEFAULT_WHY, ShapeLimits
 
 DISPATCH_V3_LIMITS = ShapeLimits(bs=(1, 512), h=(1024, 8192), h_multiple=32, k=(1, 16),
                                  ep_world_size=(2, 768), experts=1024, shared_experts=(0, 4),

@@ -17,7 +17,7 @@ magic_. selfSendCnt = ep_recv_count[E - 1] (the handle's send_head: rows this ra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +26,9 @@ import numpy as np
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import align
-from npusim.runtime.conditions import SumEquals
+from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32, F32 = np.int32, np.float32
 
 

@@ -28,7 +28,6 @@ Per round (Process):
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +38,9 @@ from npusim.kernels.deepep.combine import RecvBuffers, init_magic, receive_token
 from npusim.kernels.deepep.dispatch import round_status
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import align
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32, F32 = np.int32, np.float32
 BATCH_SRC_INFO_CNT = 128  # srcInfo triples per DataCopyPad
 TOKEN_SRC_INFO_LEN = 3  # (rank, token, k)

@@ -21,7 +21,7 @@ window is half dataState, after the combine area. Per round (Process 764-786):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,10 +30,9 @@ from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import STATE_OFFSET, align
-from npusim.runtime.conditions import SumEquals
+from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32, F32 = np.int32, np.float32
 ONE_ENTRY = np.array([1.0] + [0.0] * 7, F32)  # Duplicate(0x3F800000) on the first lane
 NO_TRIPLE = np.zeros(3, I32)

@@ -12,17 +12,14 @@ reads its row back and numbers its (token, k) pairs per expert: send_token_idx_s
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import align
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32, I64 = np.int32, np.int64
 
 

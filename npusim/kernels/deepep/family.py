@@ -48,9 +48,10 @@ from npusim.kernels.deepep.window import (
     check_buffsize,
     needed_buffsize,
 )
+from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
-    Family,
+    Call,
     Kernel,
     Misfit,
     Option,
@@ -60,9 +61,9 @@ from npusim.kernels.family import (
     const,
 )
 from npusim.kernels.mc2.tiling import Mc2Tiling
-from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import uniform_tokens
 from npusim.workload.routing import make_routing
+from npusim.workload.shape import MoeShape
 
 I32, I64, F32 = np.int32, np.int64, np.float32
 MAX_TOTAL_TOKENS = 131072  # deep_ep.cpp
@@ -212,8 +213,9 @@ class CamMoeDispatchNormal(Kernel):
     def program(self, tiling: DeepepTiling) -> Any:
         return dispatch_program(tiling)
 
-    def timing_fields(self, tiling: DeepepTiling, run: Any, cores: Any) -> dict[str, Any]:
-        return _bandwidth(tiling, run, "recv_x", ll.token_bytes(tiling.H, tiling.quant))
+    def fields(self, call: Call) -> dict[str, Any]:
+        t = call.tiling
+        return _bandwidth(t, call.run, "recv_x", ll.token_bytes(t.H, t.quant))
 
 
 class CamMoeCombineNormal(Kernel):
@@ -237,8 +239,8 @@ class CamMoeCombineNormal(Kernel):
             return combine_rounds_program(tiling)
         return combine_program(tiling)
 
-    def timing_fields(self, tiling: DeepepTiling, run: Any, cores: Any) -> dict[str, Any]:
-        return _bandwidth(tiling, run, "load_row", 2 * tiling.H)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return _bandwidth(call.tiling, call.run, "load_row", 2 * call.tiling.H)
 
 
 LAYOUT, NOTIFY, DISPATCH, COMBINE = (DispatchLayout(), NotifyDispatch(), CamMoeDispatchNormal(),
@@ -260,7 +262,7 @@ def buffsize_mb(shape: MoeShape, options: Mapping[str, Any], platform: str = "a3
     return max(DEFAULT_HCCL_BUFFSIZE_MB, need // MiB + 1)
 
 
-class DeepEP(Family):
+class DeepEP(ExchangeFamily):
     name = "deepep"
     help = ("DeepEP-Ascend (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 server): "
             "normal mode (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "

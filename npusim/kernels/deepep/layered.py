@@ -37,7 +37,6 @@ the window layout in layered_layout, the tiling in layered_tiling.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -58,10 +57,10 @@ from npusim.kernels.deepep.layered_reduce_info import (
 )
 from npusim.kernels.deepep.layered_send import init, reorder_tokens, send_data_to_server
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
-from npusim.kernels.family import Arrays, Kernel, Phase, TensorSpec, const
+from npusim.kernels.family import Arrays, Call, Kernel, Phase, TensorSpec, const
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32, I64, F32 = np.int32, np.int64, np.float32
 
 
@@ -158,10 +157,10 @@ class LayeredDispatch(Kernel):
     def program(self, tiling: LayeredTiling) -> Any:
         return layered_program(tiling)
 
-    def timing_fields(self, tiling: LayeredTiling, run: Any, cores: Any) -> dict[str, Any]:
-        return ll.bandwidth_fields([tiling.shape.BS * tiling.shape.K] * tiling.W,
-                                   ll.token_bytes(tiling.shape.H, tiling.quant),
-                                   run.end_ns - run.start_ns)
+    def fields(self, call: Call) -> dict[str, Any]:
+        t, run = call.tiling, call.run
+        return ll.bandwidth_fields([t.shape.BS * t.shape.K] * t.W,
+                                   ll.token_bytes(t.shape.H, t.quant), run.end_ns - run.start_ns)
 
 
 DISPATCH = LayeredDispatch()

@@ -3,7 +3,6 @@ arrive, for CreateInnerReduceInfo and Win2Ipc."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -15,11 +14,10 @@ from npusim.kernels.deepep.layered_layout import (
     SHOULD_SEND_FLAG_VALUE,
 )
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
-from npusim.runtime.conditions import AllEqual
+from npusim.runtime.conditions import AllEqual, Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.poll import Poll
 
-Wait = Generator[Any, Any, Any]
 U64 = np.uint64
 
 

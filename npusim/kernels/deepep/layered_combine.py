@@ -28,12 +28,10 @@ npusim's simplifications (docs/kernels/deepep.md): windowsOut is a GM tensor of 
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align_up
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep.layered_layout import (
@@ -46,13 +44,13 @@ from npusim.kernels.deepep.layered_layout import (
 )
 from npusim.kernels.deepep.layered_send import buffer_chosen
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
-from npusim.kernels.family import Kernel, Phase, TensorSpec, const
-from npusim.runtime.conditions import AtLeast, Condition
+from npusim.kernels.family import Call, Kernel, Phase, TensorSpec, const
+from npusim.runtime.conditions import AtLeast, Condition, Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.poll import Poll
 from npusim.runtime.rdma import AivRdma
+from npusim.units import align_up
 
-Wait = Generator[Any, Any, Any]
 I16, I32, U32, U64, F32 = np.int16, np.int32, np.uint32, np.uint64, np.float32
 KiB = 1024
 
@@ -442,9 +440,9 @@ class LayeredCombine(Kernel):
     def program(self, tiling: LayeredTiling) -> Any:
         return combine_program(tiling)
 
-    def timing_fields(self, tiling: LayeredTiling, run: Any, cores: Any) -> dict[str, Any]:
-        s = tiling.shape
-        return ll.bandwidth_fields([s.BS * s.K] * tiling.W, ll.token_bytes(s.H, "bf16"),
+    def fields(self, call: Call) -> dict[str, Any]:
+        s, run = call.tiling.shape, call.run
+        return ll.bandwidth_fields([s.BS * s.K] * call.tiling.W, ll.token_bytes(s.H, "bf16"),
                                    run.end_ns - run.start_ns)
 
 

@@ -3,12 +3,10 @@ their experts' ranks over HCCS), SetIpcFlag / WaitIpcFlag, Ipc2Out and CleanUp."
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align_up
 from npusim.kernels.deepep.layered_arrivals import Arrivals
 from npusim.kernels.deepep.layered_layout import (
     EXP_TOKEN_COUNT_FLAG_CNT,
@@ -22,11 +20,11 @@ from npusim.kernels.deepep.layered_layout import (
     UB_32B_ALIGN,
 )
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
-from npusim.runtime.conditions import AtLeast
+from npusim.runtime.conditions import AtLeast, Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.transfer import Strided
+from npusim.units import align_up
 
-Wait = Generator[Any, Any, Any]
 I32, I64, U32, U64 = np.int32, np.int64, np.uint32, np.uint64
 
 

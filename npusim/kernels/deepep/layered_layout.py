@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.kernels.common.align import align_up
-from npusim.kernels.shape import MoeShape
+from npusim.units import align_up
+from npusim.workload.shape import MoeShape
 
 MiB = 1 << 20
 

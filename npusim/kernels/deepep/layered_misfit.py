@@ -18,7 +18,7 @@ from npusim.kernels.deepep.layered_layout import (
 )
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
 from npusim.kernels.family import Misfit
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str

@@ -3,21 +3,18 @@ reduce info the dispatch writes after the E counts of ep_recv_count."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
-from npusim.kernels.common.align import align_up
 from npusim.kernels.deepep.layered_arrivals import Arrivals
 from npusim.kernels.deepep.layered_layout import (
     MAX_BS_NUM,
     SERVER_RANK_SIZE,
 )
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align_up
 
-Wait = Generator[Any, Any, Any]
 I16, I32 = np.int16, np.int32
 
 

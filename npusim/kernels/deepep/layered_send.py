@@ -3,12 +3,10 @@ and SendDataToServer, the RDMA WRITEs to the same-plane rank of another server."
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align_up
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep.layered_layout import (
     END_OF_WRITE_FLAG_VALUE,
@@ -19,11 +17,12 @@ from npusim.kernels.deepep.layered_layout import (
     UB_32B_ALIGN,
 )
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.rdma import AivRdma
 from npusim.runtime.transfer import Strided
+from npusim.units import align_up
 
-Wait = Generator[Any, Any, Any]
 I32, U32, U64, F32 = np.int32, np.uint32, np.uint64, np.float32
 
 

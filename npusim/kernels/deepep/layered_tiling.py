@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align_up
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep.layered_layout import (
     SERVER_RANK_SIZE,
@@ -22,7 +21,9 @@ from npusim.kernels.deepep.layered_layout import (
     win_size_min,
 )
 from npusim.kernels.mc2.tiling import Mc2Tiling
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.units import align_up
+from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)

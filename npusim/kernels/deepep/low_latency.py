@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Misfit, Phase, TensorSpec
+from npusim.kernels.family import Arrays, Call, Misfit, Phase, TensorSpec
 from npusim.kernels.mc2 import family as mc2
 from npusim.kernels.mc2.family import FAMILY as MC2
 from npusim.kernels.mc2.family import Combine, Dispatch
 from npusim.kernels.mc2.tiling import Mc2Tiling
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 
 BS_UPPER_BOUND = 512  # moe_distribute_dispatch_v2_tiling.cpp (DeepEP's fork), x.size(0)
 SRC_TILING = "moe_distribute_dispatch_v2_tiling.cpp"
@@ -157,8 +157,9 @@ class LowLatencyDispatch(Dispatch):
     def program(self, tiling: Mc2Tiling) -> Any:
         return super().program(replace(tiling, expert_scales=False))
 
-    def timing_fields(self, tiling: Mc2Tiling, run: Any, cores: Any) -> dict[str, Any]:
-        return bandwidth_fields(_selections(tiling), token_bytes(tiling.H, _quant(tiling)),
+    def fields(self, call: Call) -> dict[str, Any]:
+        t, run = call.tiling, call.run
+        return bandwidth_fields(_selections(t), token_bytes(t.H, _quant(t)),
                                 run.end_ns - run.start_ns)
 
 
@@ -172,9 +173,9 @@ class LowLatencyCombine(Combine):
     outputs = _c_out
     scratch = (*Combine.scratch, *_c_absent, *_c_hidden)
 
-    def timing_fields(self, tiling: Mc2Tiling, run: Any, cores: Any) -> dict[str, Any]:
-        return bandwidth_fields(_selections(tiling), token_bytes(tiling.H, "bf16"),
-                                run.end_ns - run.start_ns)
+    def fields(self, call: Call) -> dict[str, Any]:
+        t, run = call.tiling, call.run
+        return bandwidth_fields(_selections(t), token_bytes(t.H, "bf16"), run.end_ns - run.start_ns)
 
 
 DISPATCH, COMBINE = LowLatencyDispatch(), LowLatencyCombine()

@@ -18,17 +18,15 @@ per-core program: the count exchange between notify's own-window writes and peer
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import KiB, align
-from npusim.runtime.conditions import Condition
+from npusim.runtime.conditions import Condition, Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32, U64 = np.int32, np.uint64
 PING_PONG = 95 * KiB  # UB_SINGLE_PING_PONG_ADD_SIZE_MAX
 FLAG_STRIDE = 32  # FLAG_UNIT_INT_NUM u64

@@ -18,7 +18,8 @@ from npusim.kernels.deepep.window import (
     dispatch_record_bytes,
     dispatch_slot_bytes,
 )
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)

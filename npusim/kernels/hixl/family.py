@@ -17,11 +17,21 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.host import capacity_problem, path_problem, socket_of
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import (
+    Arrays,
+    Call,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    const,
+)
 from npusim.kernels.hixl.bound import bound_fields
 from npusim.kernels.hixl.transfer import PATHS, HixlTiling, resolve, transfer_program
-from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow
+from npusim.workload.shape import MoeShape
 
 # what each transport carries (hicann/hixl benchmarks/performance.md, A3: 不支持 elsewhere)
 TRANSPORTS: dict[str, tuple[str, ...]] = {
@@ -101,7 +111,7 @@ def _sockets(t: HixlTiling) -> dict[str, Any]:
 class _Transfer(Kernel):
     engines = ("sdma", "rdma")  # the SDMA engine, or over RoCE the NIC (if the preset has it)
     core_kind = "aicpu"
-    profiles = True  # profile_fields: the transfer frames
+    profiles = True  # fields reads Call.frames: the transfer frames
     bandwidth = "gbps_per_pair"
 
     def cores(self, tiling: HixlTiling) -> int:
@@ -110,9 +120,8 @@ class _Transfer(Kernel):
     def program(self, tiling: HixlTiling) -> Any:
         return transfer_program(tiling.of(self.name), self.name)
 
-    def profile_fields(self, tiling: HixlTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
-                       ) -> dict[str, Any]:
-        return transfer_fields(tiling.of(self.name), frames)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return transfer_fields(call.tiling.of(self.name), call.frames) if call.frames else {}
 
 
 class Put(_Transfer):

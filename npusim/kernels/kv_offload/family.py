@@ -15,7 +15,7 @@ host memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy as np
 from npusim.hw.host import capacity_problem
 from npusim.kernels.family import (
     Arrays,
-    CoreTiming,
+    Call,
     Family,
     Misfit,
     Option,
@@ -37,8 +37,8 @@ from npusim.kernels.kv_offload.offload import offload_program
 from npusim.kernels.kv_offload.program import gather_program
 from npusim.kernels.kv_offload.reference import gather, plan
 from npusim.kernels.kv_offload.tiling import KvTiling
-from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow, TaskKernel
+from npusim.workload.shape import MoeShape
 
 U8, I32 = const(np.uint8), const(np.int32)
 # DeepSeek-V3.2-Exp's published TPOT without offload on 64 Atlas A3 chips, W8A8C8, MTP3
@@ -146,9 +146,8 @@ class Gather(TaskKernel):
     def program(self, tiling: KvTiling) -> Any:
         return gather_program(tiling)
 
-    def timing_fields(self, tiling: KvTiling, run: Any,
-                      cores: Sequence[Sequence[CoreTiming]]) -> dict[str, Any]:
-        t = tiling
+    def fields(self, call: Call) -> dict[str, Any]:
+        t, run = call.tiling, call.run
         rows, nbytes = _moved(run, "CopyFromFullKv")
         rows //= 2 if t.rope_bytes else 1
         valid = t.rows * t.topk
@@ -182,9 +181,8 @@ class Offload(TaskKernel):
     def cores(self, tiling: KvTiling) -> int:
         return 1
 
-    def timing_fields(self, tiling: KvTiling, run: Any,
-                      cores: Sequence[Sequence[CoreTiming]]) -> dict[str, Any]:
-        t = tiling
+    def fields(self, call: Call) -> dict[str, Any]:
+        t, run = call.tiling, call.run
         _, nbytes = _moved(run, "copy_ D2H")
         span = run.end_ns - run.start_ns - t.launch_ns
         return {"memory": t.memory, "host_page_bytes": t.page_bytes, "bytes_offloaded": nbytes,

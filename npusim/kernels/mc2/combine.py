@@ -13,15 +13,12 @@ expert_ids, [expert_scales], [shared_expert_x], [ori_x, const_*] in; x out.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 from npusim.kernels.mc2.combine_receive import receive
 from npusim.kernels.mc2.combine_send import send
 from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 PHASES = ("send", "receive")
 
 

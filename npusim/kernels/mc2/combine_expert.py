@@ -3,21 +3,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align32, ceil_div
 from npusim.kernels.common.status import SPLIT_BLOCK_DATA_SIZE
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.combine_send import int8_send_bytes
 from npusim.kernels.mc2.reference import const_expert_row
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.quant import int8_block_dequantize, token_dtype
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import align32, ceil_div
 
-Wait = Generator[Any, Any, Any]
 F32 = np.float32
 
 

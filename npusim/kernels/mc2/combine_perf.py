@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
-from npusim.kernels.common.align import align32
 from npusim.kernels.common.status import WIN_ADDR_ALIGN
 from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Poll, Strided
+from npusim.units import align32
 
-Wait = Generator[Any, Any, Any]
 F32 = np.float32
 
 

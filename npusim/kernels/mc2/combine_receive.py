@@ -4,12 +4,8 @@ sums a token once complete (docs/kernels/mc2.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
-from npusim.kernels.common.align import align32, ceil_div
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.common.status import SPLIT_BLOCK_DATA_SIZE, WIN_ADDR_ALIGN
 from npusim.kernels.mc2.combine_expert import process_expert
@@ -17,10 +13,10 @@ from npusim.kernels.mc2.combine_perf import PerfInfo
 from npusim.kernels.mc2.combine_send import int8_send_bytes
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.quant import token_dtype
-from npusim.runtime.conditions import AllEqual, Condition, SumEquals
+from npusim.runtime.conditions import AllEqual, Condition, SumEquals, Wait
 from npusim.runtime.context import KernelContext, Poll, Strided
+from npusim.units import align32, ceil_div
 
-Wait = Generator[Any, Any, Any]
 F32 = np.float32
 
 

@@ -7,21 +7,20 @@ permuted order, packed 480 B data + 32 B of 1.0 per 512 B block (the data is the
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align32, ceil_div
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.common.status import SPLIT_BLOCK_DATA_SIZE, WIN_ADDR_ALIGN
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.mc2.window import a5_int8_combine_bytes
 from npusim.kernels.quant import int8_block_quantize, int8_block_scale_count, token_dtype
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align32, ceil_div
 
-Wait = Generator[Any, Any, Any]
 F32 = np.float32
 
 

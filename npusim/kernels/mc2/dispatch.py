@@ -13,9 +13,6 @@ assist_info_for_combine, expert_token_nums, ep_recv_count, [expand_scales] out; 
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
 from npusim.kernels.mc2.dispatch_local_copy import (
@@ -26,9 +23,9 @@ from npusim.kernels.mc2.dispatch_local_copy import (
 from npusim.kernels.mc2.dispatch_send import all_to_all_dispatch
 from npusim.kernels.mc2.dispatch_status import set_status, wait_dispatch
 from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 PHASES = ("send", "set_status", "wait_dispatch", "local_copy", "token_nums")
 
 

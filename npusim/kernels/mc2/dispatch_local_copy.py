@@ -3,17 +3,16 @@ and its expert_token_nums (UpdateTokenNumsOut of DeepEP's fork, SetExpertTokenNu
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align32
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import align32
 
-Wait = Generator[Any, Any, Any]
 F32, I32 = np.float32, np.int32
 
 

@@ -5,20 +5,19 @@ its shared experts'. CalTokenSendExpertCnt's five instructions run over every ea
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align32
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.quant import int8_token_quantize, token_dtype
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import align32
 
-Wait = Generator[Any, Any, Any]
 F32, I32 = np.float32, np.int32
 
 

@@ -3,19 +3,15 @@ WaitDispatch (poll, clear, A3's SyncCntOnCore, SyncAll)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
-from npusim.kernels.common.align import align32, ceil_div
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2.dispatch_send import _cal_token_send_expert_cnt
 from npusim.kernels.mc2.tiling import Mc2Tiling
-from npusim.runtime.conditions import SumEquals
+from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import align32, ceil_div
 
-Wait = Generator[Any, Any, Any]
 F32, I32 = np.float32, np.int32
 ONE = np.float32(1.0)
 

@@ -16,9 +16,10 @@ import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS as _V3
+from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
-    Family,
+    Call,
     Kernel,
     Misfit,
     Option,
@@ -37,9 +38,9 @@ from npusim.kernels.mc2.options import Mc2Options
 from npusim.kernels.mc2.tiling import ARCH_OF_CHIP, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import uniform_tokens
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 
 def _tok(t: Mc2Tiling) -> np.dtype:
@@ -167,8 +168,8 @@ class Dispatch(Kernel):
             return full_mesh_dispatch_program(tiling)
         return dispatch_program(tiling)
 
-    def report_fields(self, tiling: Mc2Tiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
-        return _performance_fields(tiling, outputs)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return _performance_fields(call.tiling, call.outputs)
 
 
 class Combine(Kernel):
@@ -197,8 +198,8 @@ class Combine(Kernel):
     def program(self, tiling: Mc2Tiling) -> Any:
         return combine_program(tiling)
 
-    def report_fields(self, tiling: Mc2Tiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
-        return _performance_fields(tiling, outputs)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return _performance_fields(call.tiling, call.outputs)
 
 
 DISPATCH, COMBINE = Dispatch(), Combine()
@@ -252,7 +253,7 @@ def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
     return None
 
 
-class Mc2(Family):
+class Mc2(ExchangeFamily):
     name = "mc2"
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")

@@ -23,9 +23,6 @@ The steps: full_mesh_send, full_mesh_count, full_mesh_local_copy.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
 from npusim.kernels.mc2 import tiling as tl
@@ -34,9 +31,8 @@ from npusim.kernels.mc2.full_mesh_count import cal_cum_sum
 from npusim.kernels.mc2.full_mesh_local_copy import local_window_copy
 from npusim.kernels.mc2.full_mesh_send import all_to_all_dispatch
 from npusim.kernels.mc2.tiling import Mc2Tiling
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
-
-Wait = Generator[Any, Any, Any]
 
 
 def full_mesh_dispatch_program(t: Mc2Tiling):

@@ -4,12 +4,8 @@ copying cores through the workspace and a soft flag)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
-from npusim.kernels.common.align import align32, align_up, ceil_div
 from npusim.kernels.common.cumsum import clear_cum_sum_column
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import tiling as tl
@@ -19,10 +15,10 @@ from npusim.kernels.mc2.dispatch_status import wait_dispatch_clear_status
 from npusim.kernels.mc2.full_mesh_send import exp_ids_copy_and_mask_cal
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.mc2.window import STATE_OFFSET
-from npusim.runtime.conditions import SumEquals
+from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import align32, align_up, ceil_div
 
-Wait = Generator[Any, Any, Any]
 F32, I32 = np.float32, np.int32
 ONE = np.float32(1.0)
 

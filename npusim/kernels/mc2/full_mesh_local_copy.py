@@ -3,12 +3,8 @@ indices' rows, as their block flags arrive, into the outputs."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 import numpy as np
 
-from npusim.kernels.common.align import align32
 from npusim.kernels.common.drain import drain_round_robin, valid_expert_info
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import tiling as tl
@@ -16,10 +12,10 @@ from npusim.kernels.mc2.full_mesh_count import run_pos_record
 from npusim.kernels.mc2.full_mesh_send import packed_offset
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.mc2.window import SPLIT_BLOCK_DATA_SIZE, SPLIT_BLOCK_SIZE
-from npusim.runtime.conditions import SumEquals
+from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import align32
 
-Wait = Generator[Any, Any, Any]
 F32, I32 = np.float32, np.int32
 FLAG_DATA = SPLIT_BLOCK_DATA_SIZE  # a block's flag follows its 480 B of data
 

@@ -5,12 +5,10 @@ flag of 1.0."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align32, align_up, ceil_div
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import tiling as tl
 from npusim.kernels.mc2.dispatch_send import (
@@ -21,9 +19,10 @@ from npusim.kernels.mc2.dispatch_send import (
 )
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.mc2.window import SPLIT_BLOCK_DATA_SIZE, SPLIT_BLOCK_SIZE
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align32, align_up, ceil_div
 
-Wait = Generator[Any, Any, Any]
 F32, I32 = np.float32, np.int32
 ONE = np.float32(1.0)
 

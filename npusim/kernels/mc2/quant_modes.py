@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.vf import VF, VLoop, vi
-from npusim.kernels.common.align import align_up, ceil_div
 from npusim.kernels.quant import (
     MXFP8_BLOCK,
     PERGROUP_BLOCK,
@@ -37,6 +36,7 @@ from npusim.kernels.quant import (
     pergroup_quantize,
     pergroup_scale_count,
 )
+from npusim.units import align_up, ceil_div
 
 FP8_MODES = ("pergroup", "mxfp8", "mxfp8_clip")
 """The modes this module models (arch35 only)."""

@@ -51,16 +51,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
+from npusim.formats import tables
 from npusim.kernels.quant import (
     fp8_format,
     int8_block_round_trip,
     int8_token_quantize,
     token_dtype,
 )
-from npusim.kernels.quant.formats import tables
 from npusim.kernels.quant.golden import mx_combine_row, mx_row, pergroup_row
-from npusim.kernels.shape import MoeShape
+from npusim.units import ceil_div
+from npusim.workload.shape import MoeShape
 
 DISPATCH_QUANTS = ("none", "static_int8", "int8", "pergroup", "mxfp8", "mxfp8_clip")
 FP8_QUANTS = ("pergroup", "mxfp8", "mxfp8_clip")

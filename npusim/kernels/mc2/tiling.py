@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.kernels.common.align import align32, align_up, ceil_div
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2.quant_modes import fp8_mode, input_bytes
 from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.units import align32, align_up, ceil_div
+from npusim.workload.shape import MoeShape
 
 # the operators' kernel code path of a chip (the preset's chip.arch, a CANN SoC name)
 ARCH_OF_CHIP = {"ascend910_93": "arch22", "ascend950": "arch35"}

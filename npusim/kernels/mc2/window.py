@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from npusim.kernels.common.align import align32, align512, align_up, ceil_div
 from npusim.kernels.common.status import (
     CUMSUM_MAX_CORE_NUM,
     SPLIT_BLOCK_DATA_SIZE,
@@ -35,6 +34,7 @@ from npusim.kernels.common.status import (
     StatusLayout,
 )
 from npusim.kernels.mc2.quant_modes import COMBINE_MX, combine_mx_bytes, fp8_mode, record_layout
+from npusim.units import align32, align512, align_up, ceil_div
 
 KiB = 1024
 MiB = 1024 * KiB

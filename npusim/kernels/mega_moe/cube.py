@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.mega_moe import mx
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.tiling import (
@@ -33,6 +32,7 @@ from npusim.kernels.mega_moe.tiling import (
 )
 from npusim.kernels.quant import fp8_format, mx_quantize_bf16
 from npusim.runtime.context import KernelContext, Strided
+from npusim.units import ceil_div
 
 Gen = Generator[Any, Any, None]
 CHUNKS = TILE_K // L0_K

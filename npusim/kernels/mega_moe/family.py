@@ -6,18 +6,17 @@ block). Tensor names are the README's data table (snake case).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import align_up, ceil_div
 from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
-    CoreTiming,
-    Family,
+    Call,
     Kernel,
     Misfit,
     Option,
@@ -31,8 +30,9 @@ from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields
 from npusim.kernels.mega_moe.tiling import RING_BYTES, MegaTiling, auto_capacity
 from npusim.kernels.quant import BF16
-from npusim.kernels.shape import MoeShape
+from npusim.units import align_up, ceil_div
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 U8 = const(np.uint8)
 I32 = const(np.int32)
@@ -101,13 +101,10 @@ class MegaMoeKernel(Kernel):
         from npusim.kernels.mega_moe.program import mega_moe_program
         return mega_moe_program(tiling)
 
-    def report_fields(self, tiling: MegaTiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
+    def fields(self, call: Call) -> dict[str, Any]:
         return {"expert_token_counts": [[int(v) for v in o["expert_token_counts"]]
-                                        for o in outputs]}
-
-    def timing_fields(self, tiling: MegaTiling, run: Any,
-                      cores: Sequence[Sequence[CoreTiming]]) -> dict[str, Any]:
-        return timing_fields(tiling, run, cores)
+                                        for o in call.outputs],
+                **timing_fields(call.tiling, call.run, call.cores)}
 
 
 MEGA_MOE = MegaMoeKernel()
@@ -129,7 +126,7 @@ MEGA_LIMITS = replace(DEFAULT_LIMITS, h=(DEFAULT_LIMITS.h[0], MAX_H), shared_exp
                       "the rest npusim's default")
 
 
-class MegaMoe(Family):
+class MegaMoe(ExchangeFamily):
     name = "mega_moe"
     help = ("CANN SHMEM MegaMoE (examples/shmem_mega_moe): dispatch, GEMM1, SwiGLU, GEMM2 "
             "and combine fused in one MIX kernel (1 AIC : 2 AIV), Ascend 950 only")

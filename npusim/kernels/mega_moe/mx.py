@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.quant.formats import BF16
+from npusim.formats import BF16
 from npusim.kernels.quant.recipes import mx_values
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.mega_moe import mx
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.cube import (
@@ -41,6 +40,7 @@ from npusim.kernels.mega_moe.tiling import (
 )
 from npusim.kernels.quant import mx_quantize_bf16
 from npusim.runtime.context import KernelContext
+from npusim.units import ceil_div
 
 Gen = Generator[Any, Any, None]
 

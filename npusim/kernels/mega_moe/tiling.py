@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.kernels.common.align import align_up, ceil_div
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.units import align_up, ceil_div
+from npusim.workload.shape import MoeShape
 
 KiB = 1024
 CONTROL_BYTES = 60 * KiB

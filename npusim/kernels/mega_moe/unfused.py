@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.cann_sample import family as cann
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Phase, TensorSpec, const
+from npusim.kernels.exchange import ExchangeFamily
+from npusim.kernels.family import Arrays, Kernel, Misfit, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.cube import (
     first_projection_aic,
@@ -37,9 +37,10 @@ from npusim.kernels.mega_moe.inputs import harness_weights
 from npusim.kernels.mega_moe.program import ExpertState
 from npusim.kernels.mega_moe.tiling import WAVE, MegaTiling
 from npusim.kernels.quant import BF16
-from npusim.kernels.shape import MoeShape
 from npusim.runtime.context import KernelContext
+from npusim.units import ceil_div
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 CANN_OPTIONS = {"dispatch_quant": "mxfp8", "combine_quant": "none", "mxfp8_saturate": True,
                 "combine_recip": True, "expert_token_nums_type": "count"}
@@ -150,7 +151,7 @@ def expert_gemms_program(t: MegaTiling) -> Any:
 DISPATCH, GEMMS, COMBINE = CannKernel(cann.DISPATCH), ExpertGemms(), CannKernel(cann.COMBINE)
 
 
-class MegaMoeUnfused(Family):
+class MegaMoeUnfused(ExchangeFamily):
     name = "mega_moe_unfused"
     help = ("mega_moe's layer unfused, for comparison: cann_sample dispatch, the expert "
             "GEMMs as cube work, cann_sample combine (timing; y is not the layer's)")

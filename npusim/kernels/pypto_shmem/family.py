@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
-    Family,
+    Call,
     Kernel,
     Misfit,
     Option,
@@ -27,9 +28,9 @@ from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
 from npusim.kernels.pypto_shmem.scheduler import stitch_fields
 from npusim.kernels.pypto_shmem.tiling import BF16, STITCH_DEFAULT, STITCH_MAX, PyptoTiling
-from npusim.kernels.shape import MoeShape
 from npusim.kernels.tilelang_shmem import FAMILY as TILELANG
 from npusim.kernels.tilelang_shmem.reference import reference_dispatch
+from npusim.workload.shape import MoeShape
 
 BF = const(BF16)
 I32 = const(np.int32)
@@ -68,9 +69,8 @@ class Dispatch(Kernel):
     def program(self, tiling: PyptoTiling) -> Any:
         return dispatch_program(tiling)
 
-    def timing_fields(self, tiling: PyptoTiling, run: Any,
-                      cores: Any) -> dict[str, Any]:
-        return stitch_fields(tiling, cores)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return stitch_fields(call.tiling, call.cores)
 
 
 class Combine(Kernel):
@@ -99,9 +99,8 @@ class Combine(Kernel):
     def program(self, tiling: PyptoTiling) -> Any:
         return combine_program(tiling)
 
-    def timing_fields(self, tiling: PyptoTiling, run: Any,
-                      cores: Any) -> dict[str, Any]:
-        return stitch_fields(tiling, cores)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return stitch_fields(call.tiling, call.cores)
 
 
 DISPATCH, COMBINE = Dispatch(), Combine()
@@ -120,7 +119,7 @@ PYPTO_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit"
                        "default")
 
 
-class PyptoShmem(Family):
+class PyptoShmem(ExchangeFamily):
     name = "pypto_shmem"
     help = ("pyPTO SHMEM dispatch / combine (cann-recipes-infer's SHMEM article): LOOP "
             "subgraphs as tile tasks that scheduling AICPUs place on AIV/AIC cores; "

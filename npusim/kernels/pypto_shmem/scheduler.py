@@ -29,15 +29,14 @@ order (device_sched_mode 0: one FIFO ready queue); core row c is served by AICPU
 from __future__ import annotations
 
 import bisect
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from npusim.hw.pipe import Op
 from npusim.kernels.family import CoreTiming
-from npusim.runtime.conditions import Condition
+from npusim.runtime.conditions import Condition, Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 Key = tuple[Any, ...]  # a leaf task: (loop, index, ...)
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.workload.shape import MoeShape
 
 BF16 = token_dtype("bfloat16")
 BLOCK = 32  # one 32 B block: an info row, a count entry, a signal

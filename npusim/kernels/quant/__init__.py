@@ -13,8 +13,8 @@ recipes share only the format table. The names below are the package's API.
 
 from typing import Any
 
-from npusim.kernels.quant import formats
-from npusim.kernels.quant.formats import (
+from npusim import formats
+from npusim.formats import (
     E8M0_NAN,
     E8M0_PAD,
     MXFP8_BLOCK,

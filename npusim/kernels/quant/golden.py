@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.common.align import ceil_div
-from npusim.kernels.quant.formats import FP8_NAN_BYTE, MXFP8_BLOCK, fp8_format, tables
+from npusim.formats import FP8_NAN_BYTE, MXFP8_BLOCK, fp8_format, tables
+from npusim.units import ceil_div
 
 
 def fp8_max(mode: str) -> float:

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.common.align import align_up, ceil_div
-from npusim.kernels.quant.formats import (
+from npusim.formats import (
     E8M0_NAN,
     E8M0_PAD,
     FP8_NAN_BYTE,
@@ -34,6 +33,7 @@ from npusim.kernels.quant.formats import (
     tables,
     token_dtype,
 )
+from npusim.units import align_up, ceil_div
 
 INT8_BLOCK = 8
 """fp32 elements per combine INT8 block: one 32-byte UB block (BlockReduceMax granule)."""

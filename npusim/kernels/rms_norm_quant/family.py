@@ -12,9 +12,9 @@ import numpy as np
 from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
-from npusim.kernels.shape import MoeShape
 from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ import numpy as np
 
 from npusim.hw.ub import UBBuffer
 from npusim.hw.vf import VF, VLoop, vi
-from npusim.kernels.common.align import ceil_div
 from npusim.kernels.rms_norm_quant.tiling import VL_B32, RnqTiling
 from npusim.runtime import membase as mb
 from npusim.runtime.context import KernelContext, Strided
 from npusim.runtime.membase import convert
+from npusim.units import ceil_div
 
 F16, F32, I8 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.int8)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.kernels.common.align import ceil_div
+from npusim.units import ceil_div
 
 BLOCK_BYTES = 32
 VL_B32 = 64  # 256 B register / sizeof(float)

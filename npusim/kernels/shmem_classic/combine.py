@@ -13,7 +13,6 @@ x_out = T(acc)), clear the status; barrier_core_soft; end of full_op.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -24,9 +23,9 @@ from npusim.kernels.shmem_classic.layout import (
     UB_TMP_OFFSET,
     ClassicTiling,
 )
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32, F32 = np.int32, np.float32
 STATUS_READY = 1  # COMBINE_STATUS_READY
 PHASES = ("send", "reduce")

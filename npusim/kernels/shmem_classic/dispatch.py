@@ -19,7 +19,7 @@ iteration `scalar.loop_cycles`), GM loads and stores through the data cache
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,9 @@ from npusim.kernels.shmem_classic.layout import (
     UB_TMP_OFFSET,
     ClassicTiling,
 )
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 I32 = np.int32
 READY_VALUE = 1  # DISPATCH_READY_VALUE
 COUNT_READY = 1  # DISPATCH_COUNT_READY

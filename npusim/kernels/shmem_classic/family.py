@@ -15,9 +15,10 @@ import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
-    Family,
+    Call,
     Kernel,
     Misfit,
     Option,
@@ -26,7 +27,6 @@ from npusim.kernels.family import (
     Variant,
     const,
 )
-from npusim.kernels.shape import MoeShape
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
 from npusim.kernels.shmem_classic.data_gen import example_inputs
@@ -41,6 +41,7 @@ from npusim.kernels.shmem_classic.layout import (
 )
 from npusim.runtime.shmem import MAX_AIV_PER_NPU
 from npusim.workload.routing import Routing
+from npusim.workload.shape import MoeShape
 
 COMBINE_DTYPES = ("int32_t", "float16_t")  # COMBINE_FUNC_DEF; run.sh refuses bfloat16_t
 
@@ -64,7 +65,7 @@ RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.shape.
 
 class DispatchClassic(Kernel):
     name = "dispatch"
-    profiles = True  # profile_fields: the harness frames
+    profiles = True  # fields reads Call.frames: the harness frames
     phases = (
         Phase("send", "every core c (dst_rank c): five scans of expert_ids, a row "
               "mte_put_nbi + quiet per routed (token, k), assist signal_ops, ready and count "
@@ -82,14 +83,13 @@ class DispatchClassic(Kernel):
     def program(self, tiling: ClassicTiling) -> Any:
         return dispatch_program(tiling)
 
-    def profile_fields(self, tiling: ClassicTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
-                       ) -> dict[str, Any]:
-        return _perf(tiling, frames)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return _perf(call.tiling, call.frames) if call.frames else {}
 
 
 class CombineClassic(Kernel):
     name = "combine"
-    profiles = True  # profile_fields: the harness frames
+    profiles = True  # fields reads Call.frames: the harness frames
     phases = (
         Phase("send", "every core c (src_rank c): per row of segments (le, c) a row "
               "mte_put_nbi + quiet and a 32 B status put + quiet (frame comm_only)"),
@@ -103,9 +103,8 @@ class CombineClassic(Kernel):
     def program(self, tiling: ClassicTiling) -> Any:
         return combine_program(tiling)
 
-    def profile_fields(self, tiling: ClassicTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
-                       ) -> dict[str, Any]:
-        return _perf(tiling, frames)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return _perf(call.tiling, call.frames) if call.frames else {}
 
 
 def _perf(t: ClassicTiling, frames: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
@@ -138,7 +137,7 @@ def dtype_name(shape: MoeShape, options: Mapping[str, Any]) -> str:
     return WORKLOAD_DTYPE[shape.dtype] if name == "auto" else name
 
 
-class ShmemClassic(Family):
+class ShmemClassic(ExchangeFamily):
     name = "shmem_classic"
     help = ("hicann/shmem's dispatch_classic / combine_classic examples: one core per peer, "
             "a put and a quiet per token, scalar element-by-element compaction and reduction")

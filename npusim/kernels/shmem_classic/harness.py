@@ -9,7 +9,7 @@ max over PEs. DataSize = BS * K * H * elem per PE, GlobalDataSize = DataSize * W
 bandwidth = bytes / time with GB = 2^30.
 
 These functions are shared by the SHMEM example families (classic and doubleplane): a
-family's Kernel.profile_fields returns perf_fields(...).
+family's Kernel.fields returns perf_fields(...).
 """
 
 from __future__ import annotations

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.kernels.common.align import align_up
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.units import align_up
+from npusim.workload.shape import MoeShape
 
 ALIGN = 32  # DISPATCH_ALIGN_BYTES / COMBINE_ALIGN_BYTES
 SLOT_INT32 = ALIGN // 4  # DISPATCH_SLOT_INT32: one 32 B signal slot

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from npusim.kernels.family import Misfit, Phase
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.family import Call, Misfit, Phase
 from npusim.kernels.shmem_classic.combine import combine_classic
 from npusim.kernels.shmem_classic.dispatch import dispatch_classic
 from npusim.kernels.shmem_classic.family import CombineClassic, DispatchClassic, ShmemClassic
 from npusim.kernels.shmem_classic.layout import ClassicTiling
 from npusim.kernels.shmem_doubleplane.planes import SDMA_UB_OFFSET, combine_send, dispatch_send
 from npusim.runtime.sdma import LINE
+from npusim.workload.shape import MoeShape
 
 PAYLOAD = {"mte": ("mte3", "mte_put_nbi"), "sdma": ("sdma", "sdma_put_nbi")}
 
@@ -59,9 +59,8 @@ class _Planes:
             yield from run(ctx, tiling, send=send)
         return program
 
-    def transfer_fields(self, tiling: ClassicTiling,
-                        transfers: Sequence[Sequence[Sequence[Any]]]) -> dict[str, Any]:
-        return plane_fields(transfers)
+    def fields(self, call: Call) -> dict[str, Any]:
+        return plane_fields(call.transfers)
 
 
 class DispatchDoubleplane(_Planes, DispatchClassic):

@@ -17,7 +17,6 @@ status puts of the SDMA rows and a quiet. All control goes on MTE.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -26,10 +25,10 @@ from npusim.kernels.shmem_classic import combine as classic_combine
 from npusim.kernels.shmem_classic import dispatch as classic_dispatch
 from npusim.kernels.shmem_classic.layout import UB_TMP_OFFSET, ClassicTiling
 from npusim.kernels.shmem_doubleplane.rule import SDMA_ISSUE_LIMIT, threshold_den, use_sdma
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.sdma import LINE, Sdma
 
-Wait = Generator[Any, Any, Any]
 SDMA_UB_OFFSET = 191 * 1024  # sdma_tmp = (__ubuf__ T *)(191 KiB), SDMA_UB_SIZE 64 B
 RULE_OPS = 6  # DispatchUseSdma / CombineUseSdma: the compares, the product, the flag
 

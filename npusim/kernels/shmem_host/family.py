@@ -15,8 +15,17 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.host import capacity_problem, lone_path, path_problem
-from npusim.kernels.family import Arrays, Family, Kernel, Misfit, Option, Phase, TensorSpec, const
-from npusim.kernels.shape import MoeShape
+from npusim.kernels.family import (
+    Arrays,
+    Call,
+    Family,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    const,
+)
 from npusim.kernels.shmem_host.programs import (
     AIVS_PER_BLOCK,
     SDMA_UB_OFFSET,
@@ -27,6 +36,7 @@ from npusim.kernels.shmem_host.programs import (
     rma_program,
 )
 from npusim.kernels.vector_sample import NoWindow
+from npusim.workload.shape import MoeShape
 
 DATA_TYPES = {"int": "int32", "uint8": "uint8", "int64": "int64", "fp32": "float32"}
 VALUE_OFFSET = 10  # every PE writes pe + 10
@@ -94,7 +104,7 @@ def _check(arrays: Sequence[Arrays], t: HostTiling, name: str) -> dict[str, Any]
 
 class _Sdma(Kernel):
     engines = ("sdma",)
-    profiles = True  # profile_fields: the transfer frames
+    profiles = True  # fields reads Call.frames: the transfer frames
 
     def cores(self, tiling: HostTiling) -> int:
         return tiling.cores
@@ -112,12 +122,9 @@ class Put(_Sdma):
     def program(self, tiling: HostTiling) -> Any:
         return put_program(tiling)
 
-    def report_fields(self, tiling: HostTiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
-        return _check(outputs, tiling, "host_dst")
-
-    def profile_fields(self, tiling: HostTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
-                       ) -> dict[str, Any]:
-        return _paths(tiling, frames, True, ("D2H", "D2rH"))
+    def fields(self, call: Call) -> dict[str, Any]:
+        paths = _paths(call.tiling, call.frames, True, ("D2H", "D2rH")) if call.frames else {}
+        return {**_check(call.outputs, call.tiling, "host_dst"), **paths}
 
 
 class Get(_Sdma):
@@ -133,17 +140,14 @@ class Get(_Sdma):
     def program(self, tiling: HostTiling) -> Any:
         return get_program(tiling)
 
-    def report_fields(self, tiling: HostTiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
-        return _check(outputs, tiling, "device_dst")
-
-    def profile_fields(self, tiling: HostTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
-                       ) -> dict[str, Any]:
-        return _paths(tiling, frames, False, ("H2D", "rH2D"))
+    def fields(self, call: Call) -> dict[str, Any]:
+        paths = _paths(call.tiling, call.frames, False, ("H2D", "rH2D")) if call.frames else {}
+        return {**_check(call.outputs, call.tiling, "device_dst"), **paths}
 
 
 class Rma(Kernel):
     name = "rma"
-    profiles = True  # profile_fields: the transfer frames
+    profiles = True  # fields reads Call.frames: the transfer frames
     phases = (Phase("rma", "AIV 0: 10 x (aclshmem_int32_p to the next PE's HOST_SIDE input, "
                     "aclshmem_quiet, aclshmem_int32_g of it, aclshmem_quiet) (frame "
                     "transfer)"),)
@@ -160,23 +164,23 @@ class Rma(Kernel):
     def program(self, tiling: HostTiling) -> Any:
         return rma_program(tiling)
 
-    def report_fields(self, tiling: HostTiling, outputs: Sequence[Arrays]) -> dict[str, Any]:
-        bad = []
-        for r, outs in enumerate(outputs):
+    def fields(self, call: Call) -> dict[str, Any]:
+        tiling, bad = call.tiling, []
+        for r, outs in enumerate(call.outputs):
             me = tiling.pe_of(r)
             if me is None:
                 continue
             if int(outs["output"][0]) != (me + 1) % tiling.pes or int(outs["input"][0]) != me:
                 bad.append(f"PE {me}")
-        return {"validated": not bad, "failed_pes": bad}
-
-    def profile_fields(self, tiling: HostTiling, frames: Sequence[Sequence[Mapping[str, Any]]]
-                       ) -> dict[str, Any]:
+        checked = {"validated": not bad, "failed_pes": bad}
+        if not call.frames:
+            return checked
+        frames = call.frames
         loops = frames[0][0].get("transfer") if frames and frames[0] else None
         per = (loops[1] - loops[0]) / 10 if loops else 0.0
         kind = "D2H" if tiling.pes == 1 else "D2rH"
         latency, _ = lone_path(tiling.hw, 0, tiling.rank_of(1 % tiling.pes), True)
-        return {"round_trip_us": per / 1000.0, "path": kind,
+        return {**checked, "round_trip_us": per / 1000.0, "path": kind,
                 "lone_latency_us": latency / 1000.0}
 
 

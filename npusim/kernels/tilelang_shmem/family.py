@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
-    Family,
     Kernel,
     Misfit,
     Option,
@@ -24,12 +24,12 @@ from npusim.kernels.family import (
     Variant,
     const,
 )
-from npusim.kernels.shape import MoeShape
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
 from npusim.kernels.tilelang_shmem.dispatch import dispatch_program
 from npusim.kernels.tilelang_shmem.tiling import BF16, TileLangTiling, default_ub_size
 from npusim.workload.routing import make_routing
+from npusim.workload.shape import MoeShape
 
 BF = const(BF16)
 I32 = const(np.int32)
@@ -133,7 +133,7 @@ TILELANG_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel lim
                           "experts; the rest npusim's default")
 
 
-class TileLangShmem(Family):
+class TileLangShmem(ExchangeFamily):
     name = "tilelang_shmem"
     help = ("TileLang-Ascend SHMEM dispatch / combine (cann-recipes-infer's SHMEM "
             "article; tilelang-ascend examples/dispatch_combine): every AIV sends its share "

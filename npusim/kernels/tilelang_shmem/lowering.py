@@ -11,14 +11,14 @@ vector instruction each. Nothing here adds a cost of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
-Wait = Generator[Any, Any, Any]
 PIPE_OF = {"mte2": "mte2", "mte3": "mte3", "v": "vector"}
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import MoeShape, OnShape
+from npusim.kernels.shape import OnShape
+from npusim.workload.shape import MoeShape
 
 BF16 = token_dtype("bfloat16")
 FLOAT_ALIGN = 8  # ub_float_int32_align / float_align_ub: eight 4 B words per status entry

@@ -20,7 +20,7 @@ from npusim.kernels.cann_sample.reference import (
     reference_combine,
     reference_dispatch,
 )
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 
 W, BS, H, K, L = 2, 4, 64, 2, 2
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from npusim.kernels.cann_sample.casedir import chip_file, compare_with_golden, generate_case
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 
 ROOT = Path(__file__).resolve().parents[3]
 NPUSIM = Path(sys.executable).with_name("npusim")  # the console script of this environment

@@ -16,7 +16,7 @@ from npusim.kernels.cann_sample.layout import (
     pack_record_to_slot,
     unpack_slot,
 )
-from npusim.kernels.common.align import align32, align256, align512, align_up
+from npusim.units import align32, align256, align512, align_up
 
 
 def test_align_helpers():

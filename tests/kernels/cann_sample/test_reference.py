@@ -13,8 +13,8 @@ from npusim.kernels.cann_sample.reference import (
     reference_dispatch,
 )
 from npusim.kernels.quant import int8_block_round_trip, int8_token_quantize, mxfp8_quantize
-from npusim.kernels.shape import MoeShape
 from npusim.workload.inputs import generate_inputs
+from npusim.workload.shape import MoeShape
 
 
 def _tiny():

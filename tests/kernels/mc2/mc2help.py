@@ -17,9 +17,9 @@ from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.family import COMBINE, DISPATCH, FAMILY
 from npusim.kernels.mc2.reference import DispatchInputs, DispatchOutputs
 from npusim.kernels.mc2.tiling import Mc2Tiling
-from npusim.kernels.shape import MoeShape
 from npusim.result import OpRun
 from npusim.sim import run_op
+from npusim.workload.shape import MoeShape
 
 
 def make_tiling(shape: MoeShape, cfg: HardwareConfig, dispatch_quant: str = "none",

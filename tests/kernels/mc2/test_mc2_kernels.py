@@ -11,7 +11,7 @@ import pytest
 
 from npusim.hw.config import load_hardware
 from npusim.kernels.mc2 import reference as ref
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 from tests.kernels.mc2.mc2help import machine_for, make_tiling, run_combine, run_dispatch
 
 BF16 = ml_dtypes.bfloat16

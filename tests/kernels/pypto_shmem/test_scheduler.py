@@ -14,7 +14,7 @@ import simpy
 from npusim.kernels.pypto_shmem.dispatch import Roots
 from npusim.kernels.pypto_shmem.scheduler import Scheduler, Timeline
 from npusim.kernels.pypto_shmem.tiling import PyptoTiling
-from npusim.kernels.shape import MoeShape
+from npusim.workload.shape import MoeShape
 
 # round numbers, each far from the others, so a wrong term shows
 DISPATCH, COMPLETION, RESOLVE, SUBMIT = 100.0, 10.0, 1000.0, 5000.0

@@ -93,8 +93,8 @@ def test_the_framework_sweep_validates_every_point():
 
 
 def test_the_core_split_and_windows_follow_the_seeds_shapes():
-    from npusim.kernels.shape import MoeShape
     from npusim.kernels.tilelang_shmem.tiling import TileLangTiling, split
+    from npusim.workload.shape import MoeShape
 
     # send_token_num = 10 // 4 = 2, remainder 2: vids 0 and 1 take one more
     assert [split(10, 4, v) for v in range(4)] == [(0, 3), (3, 3), (6, 2), (8, 2)]
