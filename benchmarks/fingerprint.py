@@ -2,7 +2,8 @@
 
 For each scenario it hashes, at full precision (floats as float.hex), every op's start and
 end, every core's end, every span (phase spans; with --detailed also pipe spans and link
-samples), the bytes per link, rank and core transfer kind, and every output tensor's bytes.
+samples), the bytes per link, rank and core transfer kind, every output tensor's bytes
+and the report `npusim run` writes (wall-clock aside).
 Run it before and after a change and compare:
 
     python benchmarks/fingerprint.py --save /tmp/before.json
@@ -74,9 +75,13 @@ def _h(x: float | None) -> str:
 
 
 def parts(result: Any) -> dict[str, str]:
-    """SHA-256 digests of each part of a run's result."""
+    """SHA-256 digests of each part of a run's result, the report document among them
+    (every field but the wall-clock one)."""
+    from npusim.report.build import build_report
+
     digests: dict[str, hashlib._Hash] = {k: hashlib.sha256() for k in (
-        "latency", "spans", "core_end", "bytes", "transfers", "outputs", "samples")}
+        "latency", "spans", "core_end", "bytes", "transfers", "outputs", "samples",
+        "report")}
 
     def put(part: str, *items: Any) -> None:
         digests[part].update(repr(items).encode())
@@ -102,6 +107,9 @@ def parts(result: Any) -> dict[str, str]:
                 digests["outputs"].update(a.tobytes())
     for s in sorted(result.samples, key=lambda s: (s.resource, s.t_ns, s.gbps)):
         put("samples", s.resource, _h(s.t_ns), _h(s.gbps))
+    report = build_report(result)
+    del report["sim"]["wall_s"]  # the one wall-clock field
+    digests["report"].update(json.dumps(report, sort_keys=True).encode())
     return {k: d.hexdigest()[:16] for k, d in digests.items()}
 
 
