@@ -16,7 +16,7 @@ The 950 only: FixPipe into UB and cross-core mode 4 are not paths of the A2/A3 p
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +34,9 @@ from npusim.author import (
     Phase,
     Strided,
     TensorSpec,
+    Wait,
 )
 
-Wait = Generator[Any, Any, Any]
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TILE = 64  # rows and columns of y per tile
 HALF = TILE // 2  # rows per AIV

@@ -1,7 +1,11 @@
-"""toy_moe: a small MoE dispatch/combine family written on npusim's runtime API.
+"""toy_moe: a small MoE dispatch/combine family written on npusim's exchange template.
 
 This is the family docs/authoring.md builds step by step; a scenario runs it with
 `workload.kernel: ../../examples/kernels/toy_moe.py` (scenarios/examples/user_kernel.yaml).
+The template (`ExchangeFamily`) gives the runs, the inputs drawn from the scenario's
+routing and the chain from dispatch's outputs to combine's inputs; the family gives a
+tiling, a window, the two programs, its misfits and one reference, `reference_dispatch`,
+built on the receive order every dispatch shares (`received`).
 
 Dispatch: every (token, k) pair of rank r is one record (the token's row, then a 32-byte
 tail with (r, token, k) and an fp32 1.0 "arrived" flag) put into the window of the rank
@@ -16,12 +20,13 @@ Combine: every received row goes back (as the same kind of record) to slot (toke
 its source rank; each core then waits for the K flags of its tokens and sums the K rows
 times their routing weights in fp32 (or unweighted), cast to the token dtype: x.
 
-Everything here is the family's own; it imports only npusim's public kernel API.
+Everything here is the family's own; it imports only npusim.author, the kernel author's
+module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +34,8 @@ import numpy as np
 
 from npusim.author import (
     AllEqual,
+    Arrays,
+    Chain,
     ExchangeFamily,
     Kernel,
     KernelContext,
@@ -39,18 +46,17 @@ from npusim.author import (
     Strided,
     SumEquals,
     TensorSpec,
+    Wait,
+    align32,
+    align_up,
+    ceil_div,
     const,
-    generate_inputs,
+    received,
 )
 
-Wait = Generator[Any, Any, Any]
 TAIL = 32  # bytes after a record's row: int32 (src, token, k), fp32 flag at +12
 FLAG_AT = 12
 ONE_BITS = np.float32(1.0).view(np.int32)  # the flag's bits in an int32 store
-
-
-def align(x: int, a: int) -> int:
-    return -(-x // a) * a
 
 
 # --------------------------------------------------------------------------- tiling, layout
@@ -72,7 +78,7 @@ class ToyTiling:
 
     @property
     def slot_bytes(self) -> int:
-        return align(self.row_bytes, 32) + TAIL
+        return align32(self.row_bytes) + TAIL
 
     @property
     def max_rows(self) -> int:
@@ -94,14 +100,14 @@ class ToyWindow:
 
     @property
     def combine_base(self) -> int:
-        return align(self.dispatch_slot(self.t.shape.W, 0), 4096)
+        return align_up(self.dispatch_slot(self.t.shape.W, 0), 4096)
 
     def combine_slot(self, token: int, k: int) -> int:
         return self.combine_base + (token * self.t.shape.K + k) * self.t.slot_bytes
 
     @property
     def counts_base(self) -> int:
-        return align(self.combine_slot(self.t.shape.BS, 0), 4096)
+        return align_up(self.combine_slot(self.t.shape.BS, 0), 4096)
 
     def count_entry(self, src: int) -> int:
         return self.counts_base + 32 * src
@@ -115,7 +121,7 @@ class ToyWindow:
 def check_cost(ctx: KernelContext, n: int) -> float:
     """A poll's check: one vector compare over n flags and a scalar test (ns)."""
     v = ctx.cfg.vector
-    return (v.issue_cycles + max(1, -(-n // 8)) * v.cycles_per_repeat) * ctx.cycle_ns \
+    return (v.issue_cycles + max(1, ceil_div(n, 8)) * v.cycles_per_repeat) * ctx.cycle_ns \
         + 2 * ctx.issue_ns
 
 
@@ -124,7 +130,7 @@ def send_record(ctx: KernelContext, t: ToyTiling, buf, row_src, row: int, tail: 
                 dst: int, offset: int, load) -> Wait:
     """Load a row into `buf`, write the tail, put the record to `dst` at `offset`."""
     yield from load(ctx, buf, row_src, row * t.row_bytes, t.row_bytes)
-    ctx.ub_write(buf, align(t.row_bytes, 32), tail, ops=4)  # (src, token, k), flag
+    ctx.ub_write(buf, align32(t.row_bytes), tail, ops=4)  # (src, token, k), flag
     return ctx.put(dst, offset, buf, t.slot_bytes, name="put_record")
 
 
@@ -139,7 +145,7 @@ def tail_of(src: int, token: int, k: int) -> np.ndarray:
 
 def wait_flags(ctx: KernelContext, t: ToyTiling, into, offset: int, n: int, name: str) -> Wait:
     """Poll the tails of n consecutive records from `offset` until every flag is 1.0."""
-    yield from ctx.wait_until(ctx.window(), offset + align(t.row_bytes, 32), 0,
+    yield from ctx.wait_until(ctx.window(), offset + align32(t.row_bytes), 0,
                               AllEqual(np.float32, 1.0, stride=TAIL, offset=FLAG_AT), into,
                               strided=Strided(n, TAIL, src_gap=t.slot_bytes - TAIL),
                               name=name, check_ns=check_cost(ctx, n))
@@ -170,7 +176,7 @@ class ToyDispatch(Kernel):
 
         def program(ctx: KernelContext) -> Wait:
             me, c, cores = ctx.rank_id, ctx.core_id, ctx.num_cores
-            ids_buf = ctx.alloc("ids", align(4 * s.BS * s.K, 32))
+            ids_buf = ctx.alloc("ids", align32(4 * s.BS * s.K))
             yield from ctx.wait(ctx.copy_in(ids_buf, ctx.tensor("expert_ids"), 0,
                                             4 * s.BS * s.K, name="load_ids"))
             dst = ctx.ub_read(ids_buf, np.int32, s.BS * s.K, ops=s.BS * s.K) // s.L
@@ -219,7 +225,7 @@ def receive(ctx: KernelContext, t: ToyTiling, lay: ToyWindow) -> Wait:
     prefix = np.cumsum(counts)
     ctx.scalar(2 * s.W)
     if ctx.core_id == 0:
-        out = ctx.alloc("recv_count", align(4 * s.W, 32))
+        out = ctx.alloc("recv_count", align32(4 * s.W))
         ctx.ub_write(out, 0, prefix.astype(np.int32), ops=s.W)
         ctx.copy_out(ctx.tensor("ep_recv_count"), 0, out, 4 * s.W, name="write_recv_count")
     tails = ctx.alloc("tails", TAIL * s.BS * s.K)
@@ -241,7 +247,7 @@ def receive(ctx: KernelContext, t: ToyTiling, lay: ToyWindow) -> Wait:
             ctx.copy_out(ctx.tensor("expand_x"), row * t.row_bytes, rows, 0,
                          strided=Strided(m, t.row_bytes, src_gap=gap), name="write_rows")
             ctx.copy_out(ctx.tensor("assist_info_for_combine"), row * 12, rows, 0,
-                         src_offset=align(t.row_bytes, 32),
+                         src_offset=align32(t.row_bytes),
                          strided=Strided(m, 12, src_gap=t.slot_bytes - 12), name="write_assist")
 
 
@@ -265,7 +271,7 @@ class ToyCombine(Kernel):
             r0, r1 = n * c // cores, n * (c + 1) // cores
             with ctx.phase("send_back"):
                 if r1 > r0:
-                    info_buf = ctx.alloc("assist", align(12 * (r1 - r0), 32))
+                    info_buf = ctx.alloc("assist", align32(12 * (r1 - r0)))
                     yield from ctx.wait(ctx.copy_in(info_buf, ctx.tensor(
                         "assist_info_for_combine"), 12 * r0, 12 * (r1 - r0), name="load_assist"))
                     info = ctx.ub_read(info_buf, np.int32, 3 * (r1 - r0), ops=0).reshape(-1, 3)
@@ -290,8 +296,8 @@ def reduce_tokens(ctx: KernelContext, t: ToyTiling, lay: ToyWindow, dt: np.dtype
     s = t.shape
     tails = ctx.alloc("tails", TAIL * s.K)
     rows = ctx.alloc("rows", s.K * t.slot_bytes)
-    weights = ctx.alloc("weights", align(4 * s.K, 32))
-    out = ctx.alloc("out", align(t.row_bytes, 32))
+    weights = ctx.alloc("weights", align32(4 * s.K))
+    out = ctx.alloc("out", align32(t.row_bytes))
     f32 = np.float32
     for token in range(ctx.core_id, s.BS, ctx.num_cores):
         yield from wait_flags(ctx, t, tails, lay.combine_slot(token, 0), s.K, "wait_rows")
@@ -318,28 +324,10 @@ def reduce_tokens(ctx: KernelContext, t: ToyTiling, lay: ToyWindow, dt: np.dtype
 
 
 # --------------------------------------------------------------------------- numpy reference
-def reference_dispatch(t: ToyTiling, inputs: list[dict[str, np.ndarray]]
-                       ) -> list[dict[str, np.ndarray]]:
-    """Rows grouped by source rank, each source's rows in (token, k) order."""
-    s = t.shape
-    outs = []
-    for d in range(s.W):
-        rows = np.zeros((t.max_rows, s.H), s.np_dtype)
-        assist = np.zeros((t.max_rows, 3), np.int32)
-        counts, n = [], 0
-        for src, inp in enumerate(inputs):
-            for token, k in zip(*np.nonzero(inp["expert_ids"] // s.L == d), strict=True):
-                rows[n], assist[n] = inp["x"][token], (src, token, k)
-                n += 1
-            counts.append(n)
-        outs.append({"expand_x": rows, "assist_info_for_combine": assist,
-                     "ep_recv_count": np.array(counts, np.int32)})
-    return outs
-
-
-def reference_combine(t: ToyTiling, dispatched: list[dict[str, np.ndarray]],
-                      scales: list[np.ndarray]) -> list[np.ndarray]:
-    """Identity experts: each token's K rows back, summed in fp32 in k order."""
+def reference_combine(t: ToyTiling, dispatched: list[Arrays], scales: list[np.ndarray]
+                      ) -> list[np.ndarray]:
+    """What combine writes after identity experts: each token's K rows back, summed in
+    fp32 in k order (the tests' check of x; the run itself needs only the dispatch's)."""
     s, f32 = t.shape, np.float32
     back = np.zeros((s.W, s.BS, s.K, s.H), s.np_dtype)
     for d in dispatched:
@@ -362,10 +350,12 @@ class ToyMoe(ExchangeFamily):
     name = "toy_moe"
     help = "the tutorial's dispatch/combine (docs/authoring.md)"
     ops = (ToyDispatch(), ToyCombine())
-    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
-            "dispatch_combine": ("dispatch", "combine")}
     options = (Option("scale_by_weight", "bool", True,
                       "combine multiplies each row by its routing weight (false: plain sum)"),)
+    # combine reads dispatch's three outputs under the same names, up to ep_recv_count[-1]
+    chain = Chain(links={out.name: out.name for out in ToyDispatch.outputs},
+                  counts="ep_recv_count")
+    references = chains = True
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> ToyTiling:
@@ -379,7 +369,7 @@ class ToyMoe(ExchangeFamily):
         t = self.tiling(shape, options, hardware)
         if t.shape.S:
             return Misfit("workload.shared_experts", "toy_moe has no shared experts; allowed: 0")
-        need = t.shape.K * t.slot_bytes + TAIL * t.shape.K + 2 * align(t.row_bytes, 32) + 64
+        need = t.shape.K * t.slot_bytes + TAIL * t.shape.K + 2 * align32(t.row_bytes) + 64
         if need > hardware.ub.bytes:
             return Misfit("workload.k", f"combine keeps K records of {t.slot_bytes} B in UB: "
                           f"{need} B > {hardware.ub.bytes} B; allowed: a smaller k or h")
@@ -389,17 +379,22 @@ class ToyMoe(ExchangeFamily):
                           f"{hardware.window.bytes} B window; allowed: a smaller bs")
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[dict[str, np.ndarray]]:
-        return generate_inputs(shape, **routing, with_combine=False,
-                               payload=payload).per_rank()
-
-    def op_inputs(self, kernel: str, tiling: ToyTiling, inputs, previous):
-        if kernel == "dispatch":
-            return inputs
-        dispatched = previous if previous is not None else reference_dispatch(tiling, inputs)
-        return [{**d, "expert_scales": inp["expert_scales"]}  # identity experts
-                for d, inp in zip(dispatched, inputs, strict=True)]
+    def reference_dispatch(self, t: ToyTiling, inputs: list[Arrays]) -> list[Arrays]:
+        """What every rank's dispatch writes: the rows `received` delivers, regrouped by
+        source rank and each source's rows in (token, k) order (the toy packs per source,
+        not per expert), their (source, token, k), and the inclusive prefix sums of the
+        rows per source."""
+        s = t.shape
+        outs = []
+        for got in received([inp["expert_ids"] for inp in inputs], s.L):
+            order = np.lexsort((got.k, got.token, got.src))
+            rows = np.zeros((t.max_rows, s.H), s.np_dtype)
+            assist = np.zeros((t.max_rows, 3), np.int32)
+            rows[:got.n] = got.rows([inp["x"] for inp in inputs])[order]
+            assist[:got.n] = got.triples()[order]
+            outs.append({"expand_x": rows, "assist_info_for_combine": assist,
+                         "ep_recv_count": np.cumsum(got.counts.sum(axis=0)).astype(np.int32)})
+        return outs
 
 
 FAMILY = ToyMoe()

@@ -43,7 +43,7 @@ def test_outputs_match_the_familys_own_reference(tmp_path, scale):
     toy = _toy_module()
     result = simulate(sc)
     t, inputs = sc.tiling, load_inputs(sc)
-    want = toy.reference_dispatch(t, inputs)
+    want = toy.FAMILY.reference_dispatch(t, inputs)
     dispatch, combine = result.ops
     for r in range(t.world):
         for name, arr in want[r].items():
