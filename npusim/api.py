@@ -123,7 +123,7 @@ class Run:
     def report(self) -> dict[str, Any]:
         """The report document (`npusim.report/1`), exactly what `npusim run` writes."""
         if self._report is None:
-            from npusim.fidelity.run import report_with_fidelity
+            from npusim.run_report import report_with_fidelity
 
             self._report = report_with_fidelity(self.result)
         return self._report

@@ -57,8 +57,8 @@ def expand(patterns: Sequence[str]) -> list[str]:
 
 def simulate_report(path: str) -> tuple[dict[str, Any], float]:
     """Run one scenario (timing-only unless it reads a case directory) -> its report."""
-    from npusim.fidelity.run import report_with_fidelity
     from npusim.report.build import jsonable
+    from npusim.run_report import report_with_fidelity
     from npusim.scenario import load_scenario
     from npusim.sim import simulate
 

@@ -216,7 +216,7 @@ def _expand(
 def _run_point(args: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
     """Worker (a local process or a Ray task): simulate one point, return its report.
     The driver writes the files, so workers need no shared file system."""
-    from npusim.fidelity.run import report_with_fidelity
+    from npusim.run_report import report_with_fidelity
     from npusim.scenario import scenario_from_doc
     from npusim.sim import simulate
 

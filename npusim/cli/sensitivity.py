@@ -40,8 +40,8 @@ def preset_options_misused(args: argparse.Namespace) -> None:
 
 def cmd_records(args: argparse.Namespace) -> int:
     """Write the records of one shipped preset (or of one family on it)."""
-    from npusim.fidelity.records import references, write_record
     from npusim.hw.config import preset_names
+    from npusim.sensitivity.records import references, write_record
 
     preset = args.sensitivity
     if preset not in preset_names():
@@ -87,8 +87,8 @@ def run_sensitivity(source: tuple[dict[str, Any], str, Path], out_dir: Path,
     """Perturb a run at its own shape: write OUT/sensitivity.json (whole or not at all)
     and return the summary's lines. The perturbed runs' folders go under
     OUT/sensitivity/, which a rerun resumes from."""
-    from npusim.fidelity.sensitivity import sensitivity
     from npusim.report.io import write_json_atomic
+    from npusim.sensitivity.perturb import sensitivity
 
     doc, src, base = source
     sens = sensitivity(doc, src, base, out_dir / "sensitivity", n_workers, quiet,
@@ -108,7 +108,7 @@ def run_sensitivity(source: tuple[dict[str, Any], str, Path], out_dir: Path,
 
 def assumed_line(a: Assumed) -> str:
     """key = value unit [lo, hi]: the effect of its step, and at the range's ends."""
-    from npusim.fidelity.sensitivity import stepped
+    from npusim.fidelity.assumed import stepped
 
     up = stepped(a.value)
     step = "+10%" if not isinstance(a.value, int) else f"{up:g} ({up / a.value - 1:+.0%})"

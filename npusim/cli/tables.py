@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from npusim.cli.common import EXIT_FAIL, EXIT_OK, tolerance, workers
 from npusim.errors import InputError
@@ -127,25 +127,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
     bad_rows = [m.name for m, e, t in zip(rows, errs, tols, strict=True) if not abs(e) <= t]
     bad_sp = [sp for sp in cmp.speedups if abs(sp["simulated"] - sp["measured"]) > sp_tol]
     show = _print_json if args.json else _print_text
-    show(hardware, table, tol, sp_tol, cmp, tols, not bad_rows and not bad_sp)
+    show(Validation(hardware, table, tol, sp_tol, cmp, tols, not bad_rows and not bad_sp))
     if written:  # with --json, stdout holds the JSON alone
         print(written, file=sys.stderr if args.json else sys.stdout)
     return EXIT_FAIL if bad_rows or bad_sp else EXIT_OK
 
 
-def _print_json(
-    hardware: str,
-    table: str,
-    tol: float,
-    sp_tol: float,
-    cmp: Comparison,
-    tols: list[float],
-    ok: bool,
-) -> None:
+class Validation(NamedTuple):
+    """What `npusim validate` found, for either way of printing it."""
+
+    hardware: str
+    table: str
+    tol: float  # per row, unless the row has its own (tols)
+    sp_tol: float  # per quantisation speed-up
+    cmp: Comparison
+    tols: list[float]
+    ok: bool
+
+
+def _print_json(v: Validation) -> None:
     import json
 
     from npusim.calibrate.comparison import row_entry
 
+    hardware, table, tol, _, cmp, tols, ok = v
     rows, sim, errs = cmp.rows, cmp.simulated, cmp.errors()
     print(
         json.dumps(
@@ -179,17 +184,10 @@ def _print_json(
     )
 
 
-def _print_text(
-    hardware: str,
-    table: str,
-    tol: float,
-    sp_tol: float,
-    cmp: Comparison,
-    tols: list[float],
-    ok: bool,
-) -> None:
+def _print_text(v: Validation) -> None:
     from npusim.calibrate.comparison import unit_label
 
+    hardware, table, tol, sp_tol, cmp, tols, _ = v
     rows, sim, errs = cmp.rows, cmp.simulated, cmp.errors()
     print(f"{hardware} against {table}")
     print(f"  {'row':<24}{'measured':>12}{'simulated':>12} {'unit':<5}{'error':>8}")

@@ -12,7 +12,6 @@ from npusim.fidelity.ledger import (
     Assumed,
     Ledger,
     TableFit,
-    ledger_of,
 )
 
-__all__ = ["DEFAULT_BAND", "Assumed", "Ledger", "TableFit", "ledger_of"]
+__all__ = ["DEFAULT_BAND", "Assumed", "Ledger", "TableFit"]

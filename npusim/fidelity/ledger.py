@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 DEFAULT_BAND = 0.25  # the error assumed of a time no table vouches for (advise --band)
@@ -145,33 +145,3 @@ def measured_at(assumed: list[Mapping[str, Any]]) -> str:
     if not where:
         return ""
     return f" (at {where[0]})" if len(where) == 1 else " (at the reference scenarios)"
-
-
-def ledger_of(family: str, preset: str, workload: Mapping[str, Any], op: str,
-              off_preset: str = "") -> Ledger:
-    """The ledger of one op of a run of `family` on the shipped preset `preset` at the
-    scenario's `workload` (its validated keys); `off_preset` says why the hardware is
-    not the shipped preset (hardware_overrides, a preset file): then nothing vouches."""
-    from npusim.fidelity.fit import table_fit
-    from npusim.fidelity.sensitivity import assumed_of
-    from npusim.fidelity.tables import table_rows, tables_of
-
-    assumed = assumed_of(family, preset, op)
-    if off_preset:
-        return Ledger(family, preset, op, assumed=assumed, why=off_preset)
-    tables = tables_of(preset)
-    if not tables:
-        return Ledger(family, preset, op, assumed=assumed, why=f"no shipped table of {preset}")
-    fits, of_family = [], False
-    for path in tables:
-        rows = [r for r in table_rows(path) if r.family == family]
-        of_family = of_family or bool(rows)
-        rows = [r for r in rows if r.op == op]
-        if rows:
-            fits.append(table_fit(path.stem, preset, rows, family, workload))
-    ledger = Ledger(family, preset, op, tuple(fits), assumed)
-    if ledger.calibrated:
-        return ledger
-    why = (next(t.outside_why for t in fits) if fits
-           else f"{preset}'s tables have no {family} row" + (f" of op {op}" if of_family else ""))
-    return replace(ledger, why=why)

@@ -1,12 +1,42 @@
-"""A run's ledgers, from its resolved scenario (plain data: the report layer passes it in
-and never imports the simulator)."""
+"""A run's ledgers, from its resolved scenario (plain data: the report layer is handed
+them, npusim.run_report, and never imports the simulator)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from npusim.fidelity.ledger import Ledger, ledger_of
+from npusim.fidelity.assumed import assumed_of
+from npusim.fidelity.fit import table_fit
+from npusim.fidelity.ledger import Ledger
+from npusim.fidelity.tables import table_rows, tables_of
+
+
+def ledger_of(family: str, preset: str, workload: Mapping[str, Any], op: str,
+              off_preset: str = "") -> Ledger:
+    """The ledger of one op of a run of `family` on the shipped preset `preset` at the
+    scenario's `workload` (its validated keys); `off_preset` says why the hardware is
+    not the shipped preset (hardware_overrides, a preset file): then nothing vouches."""
+    assumed = assumed_of(family, preset, op)
+    if off_preset:
+        return Ledger(family, preset, op, assumed=assumed, why=off_preset)
+    tables = tables_of(preset)
+    if not tables:
+        return Ledger(family, preset, op, assumed=assumed, why=f"no shipped table of {preset}")
+    fits, of_family = [], False
+    for path in tables:
+        rows = [r for r in table_rows(path) if r.family == family]
+        of_family = of_family or bool(rows)
+        rows = [r for r in rows if r.op == op]
+        if rows:
+            fits.append(table_fit(path.stem, preset, rows, family, workload))
+    ledger = Ledger(family, preset, op, tuple(fits), assumed)
+    if ledger.calibrated:
+        return ledger
+    why = (next(t.outside_why for t in fits) if fits
+           else f"{preset}'s tables have no {family} row" + (f" of op {op}" if of_family else ""))
+    return replace(ledger, why=why)
 
 
 def off_preset(scenario: Mapping[str, Any], rows_set: Mapping[str, Any] | None = None) -> str:
@@ -27,8 +57,6 @@ def off_preset(scenario: Mapping[str, Any], rows_set: Mapping[str, Any] | None =
 def rows_hardware(preset: str, family: str, op: str) -> dict[str, Any] | None:
     """The preset keys every row of the family and op in the preset's tables sets to one
     value (their `hw.` columns); None when there are no rows."""
-    from npusim.fidelity.tables import table_rows, tables_of
-
     rows = [r.m.hardware for t in tables_of(preset) for r in table_rows(t)
             if r.family == family and r.op == op]
     if not rows:
@@ -67,10 +95,3 @@ def fidelity_docs(scenario: Mapping[str, Any], ops: Mapping[str, Mapping[str, An
 def op_fields(result: Any) -> dict[str, dict[str, Any]]:
     """A RunResult's ops by name, each with its family_fields."""
     return {op.op: op.family_fields for op in result.ops}
-
-
-def report_with_fidelity(result: Any) -> dict[str, Any]:
-    """A run's report (npusim.report.build) with each op's ledger in it."""
-    from npusim.report.build import build_report
-
-    return build_report(result, fidelity_docs(result.scenario, op_fields(result)))

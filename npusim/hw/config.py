@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError, excerpt
-from npusim.hw.provenance import Provenance, is_entry, split_entry
+from npusim.hw.provenance import (
+    Provenance,
+    assumed_problem,
+    calibrated_problem,
+    is_entry,
+    sourced_problem,
+    split_entry,
+)
 from npusim.paths import LOOP, is_loop
 from npusim.shipped import configs_dir
 from npusim.suggest import did_you_mean
@@ -604,3 +611,34 @@ def load_provenance(name_or_path: str) -> dict[str, tuple[Any, str, Provenance |
     prov: dict[str, tuple[Any, str, Provenance | None]] = {}
     _build(HardwareConfig, read_yaml_mapping(path), str(path), "", prov)
     return prov
+
+
+def preset_problems(name_or_path: str, root: Path) -> list[str]:
+    """Every value of a preset whose provenance is missing or does not hold ('key: why').
+    `root` is the folder fit report paths are relative to (the repository)."""
+    entries = load_provenance(name_or_path)
+    copies: dict[str, dict[str, tuple[Any, str, Provenance | None]]] = {}
+    out = []
+    for key, (value, unit, prov) in entries.items():
+        if prov is None:
+            out.append(f"{key}: no provenance")
+            continue
+        if prov.kind == "sourced":
+            why = sourced_problem(value if isinstance(value, str) else float(value), unit, prov)
+        elif prov.kind == "calibrated":
+            why = calibrated_problem(key, float(value), prov, root)
+        else:
+            same = None
+            if "same_as" in prov.fields:
+                other = prov.fields["same_as"]
+                try:
+                    if other not in copies:
+                        copies[other] = load_provenance(other)
+                    same = float(copies[other][key][0])
+                except InputError as exc:
+                    out.append(f"{key}: same_as {other}: {exc}")
+                    continue
+            why = assumed_problem(float(value), prov, same)
+        if why:
+            out.append(f"{key}: {why}")
+    return out

@@ -152,6 +152,12 @@ class Rank:
         self.tensors[name] = region
         return region
 
+    def workspace(self, name: str, nbytes: int) -> Region:
+        """A GM area of the runtime's own on this rank (SHMEM's core sync pool, the SDMA and
+        RDMA workspaces): made, zeroed, at the first core's first use, then shared."""
+        region = self.tensors.get(name)
+        return self.tensor(name, nbytes) if region is None else region
+
     def region(self, name: str) -> Region:
         return self.window if name == "window" else self.tensors[name]
 

@@ -16,10 +16,10 @@ entry ``{value: V, <kind>: {...}}`` whose kind is one of
 A name (chip.arch) is an entry too, always sourced: its figure starts with the name as
 the source writes it.
 
-Loading checks the shape (one-line errors naming file and key); `problems` checks the
-content: a sourced value must be what its figure gives after the unit conversion (a
+Loading checks the shape (one-line errors naming file and key); the `*_problem` checks
+the content: a sourced value must be what its figure gives after the unit conversion (a
 name: what the figure names), a calibrated one must be in its fit report, an assumed
-one inside its range.
+one inside its range (npusim.hw.config.preset_problems runs them over a whole preset).
 """
 
 from __future__ import annotations
@@ -255,36 +255,3 @@ def number(v: float | str) -> str:
 
 
 _g = number
-
-
-def preset_problems(name_or_path: str, root: Path) -> list[str]:
-    """Every value of a preset whose provenance is missing or does not hold ('key: why').
-    `root` is the folder fit report paths are relative to (the repository)."""
-    from npusim.hw.config import load_provenance  # config imports this module
-
-    entries = load_provenance(name_or_path)
-    copies: dict[str, dict[str, tuple[Any, str, Provenance | None]]] = {}
-    out = []
-    for key, (value, unit, prov) in entries.items():
-        if prov is None:
-            out.append(f"{key}: no provenance")
-            continue
-        if prov.kind == "sourced":
-            why = sourced_problem(value if isinstance(value, str) else float(value), unit, prov)
-        elif prov.kind == "calibrated":
-            why = calibrated_problem(key, float(value), prov, root)
-        else:
-            same = None
-            if "same_as" in prov.fields:
-                other = prov.fields["same_as"]
-                try:
-                    if other not in copies:
-                        copies[other] = load_provenance(other)
-                    same = float(copies[other][key][0])
-                except InputError as exc:
-                    out.append(f"{key}: same_as {other}: {exc}")
-                    continue
-            why = assumed_problem(float(value), prov, same)
-        if why:
-            out.append(f"{key}: {why}")
-    return out

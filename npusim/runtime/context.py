@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -40,11 +40,9 @@ from npusim.runtime.fault import past_time_limit
 from npusim.runtime.membase import Api
 from npusim.runtime.poll import Poll, PollLoop
 from npusim.runtime.sanitiser import Sanitiser
+from npusim.runtime.shmem import Shmem
 from npusim.runtime.transfer import Route, Strided, TransferPath
 from npusim.units import ceil_div
-
-if TYPE_CHECKING:
-    from npusim.runtime.shmem import Shmem
 
 __all__ = ["COUNTERS", "KernelContext", "Poll", "Route", "Strided"]
 
@@ -462,7 +460,6 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     def shmem(self) -> Shmem:
         """The SHMEM device API of this core (npusim.runtime.shmem)."""
         if self._shmem is None:
-            from npusim.runtime.shmem import Shmem
             self._shmem = Shmem(self)
         return self._shmem
 

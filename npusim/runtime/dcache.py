@@ -24,21 +24,20 @@ kernels modelled read each line once between cleans).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from npusim.hw.memory import Region, SparseRegion
 from npusim.hw.pipe import Op
 
-if TYPE_CHECKING:
-    from npusim.runtime.context import KernelContext
-
 
 class DataCache:
     """One core's data cache (ctx.dcache)."""
 
-    def __init__(self, ctx: KernelContext) -> None:
+    def __init__(self, ctx: Any) -> None:
+        # the KernelContext that owns this cache (npusim.runtime.context builds it, so this
+        # module knows it only by what it calls: clock, checks, trace, routes)
         self.ctx = ctx
         cfg = ctx.cfg.dcache
         self.cfg = cfg

@@ -15,17 +15,26 @@ import sys
 import sysconfig
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from npusim.errors import KernelError, NpusimError
-
-if TYPE_CHECKING:
-    from npusim.runtime.context import KernelContext
 
 _PKG = Path(__file__).resolve().parents[1]  # npusim/
 _KERNELS = _PKG / "kernels"
 _LIBS = tuple(str(Path(p).resolve()) for p in {
     sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+class Located(Protocol):
+    """What a fault names of the core it happened on: a KernelContext, which calls these
+    helpers from its charges (so they sit below it and know it by this much alone)."""
+
+    rank_id: int
+    core_label: int | str
+    t: float
+
+    def error(self, message: str, address: int | None = None, size: int | None = None
+              ) -> KernelError: ...
 
 
 def _own(filename: str) -> bool:
@@ -70,7 +79,7 @@ def exc_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def raised(ctx: KernelContext, exc: BaseException) -> KernelError:
+def raised(ctx: Located, exc: BaseException) -> KernelError:
     """The error for an exception raised inside ctx's program."""
     return ctx.error(f"the kernel program raised {exc_text(exc)}{where_in(raised_at(exc))}"
                      f"{ending(exc)}")
@@ -81,7 +90,7 @@ def ending(exc: BaseException) -> str:
     return "; a kernel cannot end the simulator" if isinstance(exc, SystemExit) else ""
 
 
-def bad_yield(ctx: KernelContext, gen: Any, value: str) -> KernelError:
+def bad_yield(ctx: Located, gen: Any, value: str) -> KernelError:
     """The error for a program that yielded something that is not a simpy event."""
     where = where_in(_suspended_at(gen))
     return ctx.error(f"the kernel program yielded {value}, not an event (yield from "
@@ -98,7 +107,7 @@ class PastTimeLimit(NpusimError):
         self.where = where
 
 
-def past_time_limit(ctx: KernelContext) -> PastTimeLimit:
+def past_time_limit(ctx: Located) -> PastTimeLimit:
     return PastTimeLimit(f"rank {ctx.rank_id} core {ctx.core_label} ran its own clock to "
                          f"{ctx.t / 1000:.3f} us without yielding", calling_line())
 

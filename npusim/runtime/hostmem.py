@@ -263,36 +263,33 @@ class HostSdma(Sdma):
                        pieces: list[tuple[int, int, int]], name: str = "sdma_put") -> Wait:
         """One SQE per piece (src offset, dst offset, bytes) from this die's GM `src` into
         PE `pe`'s HOST_SIDE `dst`, behind one doorbell (a batch of descriptors)."""
-        ctx = self.ctx
-        host = _host(ctx, dst, name)
-        if host.rank != pe:
-            raise ctx.error(f"{name}: {host.name!r} is PE {host.rank}'s, not PE {pe}'s")
-        if src.rank != ctx.rank_id or isinstance(src, HostRegion):
-            raise ctx.error(f"{name}: the source must be this die's GM")
-        for so, do, n in pieces:
-            ctx._check_gm(src, so, n, name)
-            ctx._check_gm(host, do, n, name)
-        kind = write_path(ctx, host).kind
-        yield from self._post(src, host, pieces, Memory(ctx.rank_id), Memory(pe, True), kind,
-                              f"{name} {kind}")
+        yield from self._batch_host(pe, dst, src, pieces, name, put=True)
 
     def get_batch_host(self, pe: int, dst: Region, src: Region,
                        pieces: list[tuple[int, int, int]], name: str = "sdma_get") -> Wait:
         """One SQE per piece (src offset, dst offset, bytes) from PE `pe`'s HOST_SIDE `src`
         into this die's GM `dst`, behind one doorbell; the copies cross the host read path
         and land in this die's L2 or HBM."""
+        yield from self._batch_host(pe, src, dst, pieces, name, put=False)
+
+    def _batch_host(self, pe: int, host_side: Region, gm: Region,
+                    pieces: list[tuple[int, int, int]], name: str, put: bool) -> Wait:
+        """A batch between this die's GM `gm` and PE `pe`'s HOST_SIDE `host_side`: into the
+        host (`put`, the host write path) or out of it (the host read path)."""
         ctx = self.ctx
-        host = _host(ctx, src, name)
+        host = _host(ctx, host_side, name)
         if host.rank != pe:
             raise ctx.error(f"{name}: {host.name!r} is PE {host.rank}'s, not PE {pe}'s")
-        if dst.rank != ctx.rank_id or isinstance(dst, HostRegion):
-            raise ctx.error(f"{name}: the destination must be this die's GM")
+        if gm.rank != ctx.rank_id or isinstance(gm, HostRegion):
+            end = "source" if put else "destination"
+            raise ctx.error(f"{name}: the {end} must be this die's GM")
+        die, far = Memory(ctx.rank_id), Memory(pe, True)
+        src, dst, a, b = (gm, host, die, far) if put else (host, gm, far, die)
         for so, do, n in pieces:
-            ctx._check_gm(host, so, n, name)
+            ctx._check_gm(src, so, n, name)
             ctx._check_gm(dst, do, n, name)
-        kind = read_path(ctx, host).kind
-        yield from self._post(host, dst, pieces, Memory(pe, True), Memory(ctx.rank_id), kind,
-                              f"{name} {kind}")
+        kind = (write_path if put else read_path)(ctx, host).kind
+        yield from self._post(src, dst, pieces, a, b, kind, f"{name} {kind}")
 
     def _post(self, src: Region, dst: Region, pieces: list[tuple[int, int, int]],
               a: Memory, b: Memory, kind: str, name: str) -> Wait:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from npusim.hw import rdma as nic
-from npusim.hw.memory import DenseRegion, Region
+from npusim.hw.memory import Region
 from npusim.hw.pipe import Op
 from npusim.hw.ub import UBBuffer
 from npusim.runtime.conditions import Wait
@@ -73,11 +73,7 @@ class AivRdma:
         self.ctx = ctx
         self.buf = buf
         self.world = len(ctx.machine.ranks)
-        ws = ctx.rank.tensors.get(WORKSPACE)
-        if ws is None:
-            ws = ctx.rank.tensors[WORKSPACE] = DenseRegion(
-                WORKSPACE, ctx.rank_id, _AREAS * self.world * LINE)
-        self.ws = ws
+        self.ws = ctx.rank.workspace(WORKSPACE, _AREAS * self.world * LINE)
 
     def _line(self, area: int, peer: int) -> int:
         return (peer * _AREAS + area) * LINE

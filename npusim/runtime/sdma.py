@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from npusim.hw import sdma as engine
-from npusim.hw.memory import DenseRegion, Region
+from npusim.hw.memory import Region
 from npusim.hw.ub import UBBuffer
 from npusim.runtime.conditions import Condition, Wait
 
@@ -85,11 +85,7 @@ class Sdma:
         self.ctx = ctx
         self.buf = buf
         self.engine = ctx.core_id % ctx.cfg.sdma.engines
-        ws = ctx.rank.tensors.get(WORKSPACE)
-        if ws is None:
-            ws = ctx.rank.tensors[WORKSPACE] = DenseRegion(
-                WORKSPACE, ctx.rank_id, _line(_SQE, MAX_AIV))
-        self.ws = ws
+        self.ws = ctx.rank.workspace(WORKSPACE, _line(_SQE, MAX_AIV))
         self.issued = 0  # SQEs posted since the last quiet
 
     # -- the pieces ---------------------------------------------------------------------

@@ -21,18 +21,15 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from npusim.hw.memory import DenseRegion, Region
+from npusim.hw.memory import Region
 from npusim.hw.pipe import Op
 from npusim.hw.ub import UBBuffer
 from npusim.runtime.conditions import Condition, Wait
-
-if TYPE_CHECKING:
-    from npusim.runtime.context import KernelContext
-
+from npusim.runtime.poll import Poll
 
 # ACLSHMEM_CMP_EQ .. LE: signal_wait_until waits while the comparison is false
 CMP: dict[str, Callable[[Any, Any], Any]] = {
@@ -94,7 +91,9 @@ def dissemination_rounds(cores: int) -> int:
 class Shmem:
     """The aclshmem device calls of one core (ctx.shmem)."""
 
-    def __init__(self, ctx: KernelContext) -> None:
+    def __init__(self, ctx: Any) -> None:
+        # the KernelContext whose `shmem` this is (npusim.runtime.context builds it on first
+        # use, so this module knows it only by the calls it makes on it)
         self.ctx = ctx
 
     @property
@@ -160,8 +159,6 @@ class Shmem:
         `dcache.dcci_ns` + a line fill (`dcache.miss_ns`) + a compare slot +
         `sync.poll_cycles`, and the wait ends at the first iteration whose load comes after
         the signal holds. Returns the value read."""
-        from npusim.runtime.context import Poll
-
         ctx = self.ctx
         reg = ctx.window() if region is None else region
         cond = Signal(dtype, cmp, value, accept)
@@ -184,14 +181,10 @@ class Shmem:
 
     # -- barriers -----------------------------------------------------------------------
     def _pool(self) -> Region:
-        rank = self.ctx.rank
-        pool = rank.tensors.get(CORE_SYNC_POOL)
-        if pool is None:
-            cores = self.ctx.core.kind.count(self.ctx.cfg)
-            line = int(self.ctx.cfg.dcache.line_bytes)
-            pool = rank.tensors[CORE_SYNC_POOL] = DenseRegion(
-                CORE_SYNC_POOL, rank.index, (cores * LOG_MAX_AIV_PER_NPU + 1) * line)
-        return pool
+        ctx = self.ctx
+        cores = ctx.core.kind.count(ctx.cfg)
+        line = int(ctx.cfg.dcache.line_bytes)
+        return ctx.rank.workspace(CORE_SYNC_POOL, (cores * LOG_MAX_AIV_PER_NPU + 1) * line)
 
     def barrier_core_soft(self) -> Wait:
         """aclshmemi_barrier_core_soft (shmemi_device_cc.h): a dissemination barrier of the

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from npusim.calibrate import Measurement, read_table
-from npusim.fidelity import ledger_of
 from npusim.fidelity import tables as tables_mod
 from npusim.fidelity.record import record_doc, record_path, row_digest
-from npusim.fidelity.run import off_preset, run_ledgers
+from npusim.fidelity.run import ledger_of, off_preset, run_ledgers
 
 HEAD = "op,bs,h,k,ep_world_size,experts_per_rank,dtype,kernel,mode,quant,label,measured_us"
 # label -> (the row's cells, its measured us, the simulated us the record will hold)

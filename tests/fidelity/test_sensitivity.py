@@ -12,20 +12,12 @@ import yaml
 
 from npusim.cli import main
 from npusim.errors import DeadlockError, KernelError
-from npusim.fidelity.records import record_doc, references
-from npusim.fidelity.sensitivity import (
-    STEP,
-    _failure,
-    _unprobed,
-    assumed_of,
-    record_path,
-    rounded,
-    sensitivity,
-    stepped,
-)
+from npusim.fidelity.assumed import STEP, assumed_of, record_path, stepped
 from npusim.hw.config import load_provenance
 from npusim.hw.provenance import is_entry
 from npusim.report.io import dumps_json
+from npusim.sensitivity.perturb import _failure, _unprobed, rounded, sensitivity
+from npusim.sensitivity.records import record_doc, references
 from npusim.shipped import configs_dir, scenarios
 
 LAUNCH = "kernel.launch_ns"

@@ -17,8 +17,9 @@ from npusim.hw.config import (
     load_hardware,
     load_provenance,
     preset_names,
+    preset_problems,
 )
-from npusim.hw.provenance import Figure, convert, parse_figure, preset_problems
+from npusim.hw.provenance import Figure, convert, parse_figure
 
 ROOT = Path(__file__).resolve().parents[2]  # fit report paths are relative to it
 

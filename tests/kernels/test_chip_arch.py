@@ -132,7 +132,7 @@ def test_chip_arch_provenance_names_the_value(tmp_path, capsys):
 
 
 def test_a_chip_arch_its_figure_does_not_name_is_a_provenance_problem(tmp_path):
-    from npusim.hw.provenance import preset_problems
+    from npusim.hw.config import preset_problems
 
     mine = _copy(tmp_path, "ascend950", "my950",
                  lambda chip: chip["arch"].update(value="ascend910_93"))

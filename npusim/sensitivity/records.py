@@ -7,7 +7,7 @@ bs x h (a key the family has not counts 1), the first by name among equals: the 
 stands for the family's op on the preset at the cost of its cheapest shipped run (a
 family's modes and directions run different ops, so a record may have several
 references). The record holds, per op, the TOP ranked assumed values
-(npusim.fidelity.sensitivity) and its reference's name; its bytes depend on nothing but
+(npusim.sensitivity.perturb) and its reference's name; its bytes depend on nothing but
 the model (sorted keys, no dates).
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from npusim.errors import InputError
-from npusim.fidelity.sensitivity import STEP, record_path, sensitivity
+from npusim.fidelity.assumed import STEP, record_path
+from npusim.sensitivity.perturb import sensitivity
 
 TOP = 8  # ranked keys kept per op
 _SIZE_KEYS = ("ep_world_size", "bs", "h")

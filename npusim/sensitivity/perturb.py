@@ -1,7 +1,7 @@
 """Which assumed preset values an op's time depends on most, found by perturbing them.
 
 A scenario runs timing-only once as it is (reading which hardware keys the run uses,
-npusim.fidelity.reads), then once per assumed value of its preset that the run read,
+npusim.sensitivity.reads), then once per assumed value of its preset that the run read,
 with that value raised by STEP through `hardware_overrides`. An op's effect of a key is
 t_perturbed / t_base - 1 (signed). The keys with a nonzero effect are ranked by |effect|;
 the TOP_SPAN first of each op run again at the two ends of the key's declared plausible
@@ -21,15 +21,14 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from npusim.dotted import set_dotted
 from npusim.errors import InputError
+from npusim.fidelity.assumed import STEP, assumed_doc, stepped
 from npusim.fidelity.ledger import Assumed
 
-STEP = 0.10  # the relative step of every perturbed value
 TOP_SPAN = 3  # keys per op also run at their range's two ends
 DIGITS = 6  # significant digits an effect keeps (a record's bytes stay put)
 READS_FILE = "reads.json"  # OUT/<it>: the base run's times and the keys it read
@@ -73,29 +72,8 @@ class Sensitivity:
         }
 
 
-def stepped(value: float) -> float:
-    """The value raised by STEP; an integer by max(1, round(STEP x value))."""
-    if isinstance(value, int):
-        return value + max(1, round(STEP * value))
-    return value * (1.0 + STEP)
-
-
 def rounded(x: float) -> float:
     return float(f"{x:.{DIGITS}g}")
-
-
-def assumed_doc(a: Assumed) -> dict[str, Any]:
-    """An Assumed as JSON, with `up`: the value its effect was measured at (an integer
-    steps by at least 1, so a small one by more than 10%)."""
-    return {"key": a.key, "value": a.value, "unit": a.unit, "range": [a.lo, a.hi],
-            "up": stepped(a.value), "effect": a.effect,
-            "span": list(a.span) if a.span is not None else None}
-
-
-def assumed_from_doc(d: Mapping[str, Any], at: str) -> Assumed:
-    span = d.get("span")
-    return Assumed(d["key"], d["value"], d["unit"], d["range"][0], d["range"][1],
-                   d["effect"], tuple(span) if span is not None else None, at)
 
 
 def probes(hardware_ref: str, overridden: Sequence[str], read: frozenset[str]
@@ -164,10 +142,10 @@ def _base(doc: dict[str, Any], src: str, base: Path, out: Path
           ) -> tuple[str, dict[str, float], frozenset[str]]:
     """The scenario's name, its ops' times and the keys the run read; kept in
     OUT/reads.json for a rerun of the same document."""
-    from npusim.fidelity.reads import run_reading
     from npusim.report.compare import UnusableInput, read_json
     from npusim.report.io import write_json_atomic
     from npusim.scenario import scenario_from_doc
+    from npusim.sensitivity.reads import run_reading
 
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
     path = out / READS_FILE
@@ -314,28 +292,3 @@ def _end_effect(pt: Any, reports: Mapping[str, Any], op: str, t0: float) -> floa
     if isinstance(pt, str) or pt.name not in reports:
         return None
     return _effect(_times(reports[pt.name]).get(op), t0)
-
-
-def record_path(family: str, preset: str) -> Path:
-    """A shipped sensitivity record: configs/sensitivity/<preset>/<family>.json."""
-    from npusim.shipped import configs_dir
-
-    return configs_dir() / "sensitivity" / preset / f"{family}.json"
-
-
-@lru_cache(maxsize=64)
-def _record(family: str, preset: str) -> dict[str, Any] | None:
-    path = record_path(family, preset)
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def assumed_of(family: str, preset: str, op: str) -> tuple[Assumed, ...]:
-    """The assumed values `op` of `family` on the shipped `preset` moves with most, largest
-    effect first, from the shipped sensitivity record (() when there is none)."""
-    rec = _record(family, preset)
-    entry = rec["ops"].get(op) if rec is not None else None
-    if entry is None:
-        return ()
-    return tuple(assumed_from_doc(d, entry["at"]) for d in entry["assumed"])
