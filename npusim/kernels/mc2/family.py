@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS as _V3
-from npusim.kernels.exchange import ExchangeFamily
+from npusim.kernels.exchange import Chain, ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
     Call,
@@ -258,8 +257,10 @@ class Mc2(ExchangeFamily):
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
+    references = chains = True
+    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
+                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count",
+                  also=("dynamic_scales",))
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
     shape_limits = _V3
     variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
@@ -445,62 +446,41 @@ class Mc2(ExchangeFamily):
                                           a["scales"] if a["scales"].size else None))
         return out
 
-    @staticmethod
-    def _as_outputs(t: Mc2Tiling, outs: list[Arrays]) -> list[ref.DispatchOutputs]:
+    def chained(self, tiling: Mc2Tiling, outputs: list[Arrays]) -> list[Arrays]:
+        """Combine's expand_x is the identity experts' output: dispatch's first
+        received_rows rows dequantised to the token dtype."""
+        t = tiling
+        scaled = t.window.dispatch.scale_offset is not None
         res = []
-        for r, o in enumerate(outs):
+        for r, (o, linked) in enumerate(zip(outputs, super().chained(t, outputs), strict=True)):
             ep = o["ep_recv_count"]
-            n = int(ep[t.status_count(r) - 1])
-            res.append(ref.DispatchOutputs(o["expand_x"], o["dynamic_scales"] if
-                                           t.window.dispatch.scale_offset is not None
-                                           else None,
-                                           o["assist_info_for_combine"],
-                                           o["expert_token_nums"], ep, None, n))
+            d = ref.DispatchOutputs(o["expand_x"], o["dynamic_scales"] if scaled else None,
+                                    o["assist_info_for_combine"], o["expert_token_nums"], ep,
+                                    None, self.received_rows(t, r, ep))
+            res.append({**linked, "expand_x": ref.dequantized_rows(
+                d, t.dispatch_quant, t.shape.dtype, t.quant_dtype)})
         return res
 
-    def op_inputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        d = self._as_outputs(tiling, previous)
-        res = []
-        for a, o in zip(inputs, d, strict=True):
-            rows = ref.dequantized_rows(o, tiling.dispatch_quant, tiling.shape.dtype,
-                                        tiling.quant_dtype)
-            res.append({**a, "expand_x": rows,
-                        "assist_info_for_combine": o.assist_info_for_combine,
-                        "ep_recv_count": o.ep_recv_count})
-        return res
+    def received_rows(self, tiling: Mc2Tiling, rank: int, counts: np.ndarray) -> int:
+        """A shared rank's count is entry W - 1 of ep_recv_count, a MoE rank's W*L - 1."""
+        return int(counts[tiling.status_count(rank) - 1])
 
-    def reference_outputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        if kernel != DISPATCH.name:
-            return None
+    def reference_dispatch(self, tiling: Mc2Tiling, inputs: list[Arrays]) -> list[Arrays]:
         outs = ref.reference_dispatch(tiling.shape, self._dispatch_inputs(tiling, inputs),
                                       tiling.dispatch_quant, tiling.expert_token_nums_type,
                                       tiling.quant_dtype)
-        res = []
-        for o in outs:
-            res.append({"expand_x": o.expand_x,
-                        "dynamic_scales": (o.dynamic_scales if o.dynamic_scales is not None
-                                           else np.zeros(0, np.float32)),
-                        "assist_info_for_combine": o.assist_info_for_combine,
-                        "expert_token_nums": o.expert_token_nums,
-                        "ep_recv_count": o.ep_recv_count,
-                        "expand_scales": (o.expand_scales if o.expand_scales is not None
-                                          and tiling.window.dispatch.expert_scale_offset
-                                          is not None else np.zeros(0, np.float32)),
-                        "performance_info": np.zeros(tiling.W if tiling.performance_info else 0,
-                                                     np.int64)})
-        return res
-
-    def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
-                   outputs: list[Arrays]) -> bytes:
-        rows = ["assist_info_for_combine", "expand_x"]
-        if tiling.window.dispatch.scale_offset is not None:
-            rows.append("dynamic_scales")
-        return next_reads_digest(outputs, "ep_recv_count", rows,
-                                 lambda r, ep: int(ep[tiling.status_count(r) - 1]))
+        expand_scales = tiling.window.dispatch.expert_scale_offset is not None
+        none = np.zeros(0, np.float32)
+        return [{"expand_x": o.expand_x,
+                 "dynamic_scales": o.dynamic_scales if o.dynamic_scales is not None else none,
+                 "assist_info_for_combine": o.assist_info_for_combine,
+                 "expert_token_nums": o.expert_token_nums,
+                 "ep_recv_count": o.ep_recv_count,
+                 "expand_scales": (o.expand_scales if o.expand_scales is not None
+                                   and expand_scales else none),
+                 "performance_info": np.zeros(tiling.W if tiling.performance_info else 0,
+                                              np.int64)}
+                for o in outs]
 
 
 FAMILY = Mc2()
