@@ -30,6 +30,7 @@ from npusim.kernels.family import (
     Variant,
     const,
 )
+from npusim.kernels.options import option_values
 from npusim.kernels.quant import token_dtype
 from npusim.workload.shape import MoeShape
 
@@ -137,7 +138,6 @@ OPTIONS = (
            "their inclusive prefix sum (type 0)", choices=("count", "cumsum")),
 )
 """The workload options, declared once: the tiling takes their defaults."""
-OPTION_DEFAULTS = {o.name: o.default for o in OPTIONS}
 
 
 class CannSample(ExchangeFamily):
@@ -159,7 +159,7 @@ class CannSample(ExchangeFamily):
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> MoeTiling:
         return MoeTiling(shape, hardware.chip.aiv_cores, timing_only=timing_only,
-                         **{**OPTION_DEFAULTS, **options})
+                         **option_values(OPTIONS, options))
 
     def window(self, tiling: MoeTiling) -> WindowLayout:
         return tiling.window
