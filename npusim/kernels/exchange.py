@@ -58,11 +58,14 @@ class Chain:
     counts: str
     dispatch: str = DISPATCH  # the kernel that writes them (a family's own name for it)
     combine: str = COMBINE  # the kernel that reads them
+    # dispatch outputs combine reads only through `chained`, row by row (the scales a
+    # combine that reads dequantised rows dequantises with)
+    also: tuple[str, ...] = ()
 
     @property
     def rows(self) -> tuple[str, ...]:
-        """The linked dispatch outputs combine reads row by row, up to the count."""
-        return tuple(out for out in self.links.values() if out != self.counts)
+        """The dispatch outputs combine reads row by row, up to the count."""
+        return tuple(out for out in self.links.values() if out != self.counts) + self.also
 
 
 @dataclass(frozen=True)

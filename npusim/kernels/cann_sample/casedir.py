@@ -23,7 +23,7 @@ import numpy as np
 from npusim.errors import InputError
 from npusim.kernels.cann_sample.reference import reference_combine, reference_dispatch
 from npusim.outputs import refuse_special
-from npusim.workload.inputs import generate_inputs
+from npusim.workload.inputs import RunInputs, generate_inputs
 from npusim.workload.routing_file import repeated_id
 from npusim.workload.shape import MoeShape
 
@@ -245,26 +245,25 @@ def generate_case(
         recip=recip,
     )
     for r in range(W):
-        _write(
-            case,
-            INPUT_DIR,
-            r,
-            {
-                "x": inp.x[r],
-                "expert_ids": inp.expert_ids[r],
-                "expand_x": inp.expand_x[r],
-                "expert_scales": inp.expert_scales[r],
-            },
-        )
-        n = int(disp[r]["ep_recv_count"][-1])
-        golden = {
-            "expand_x": disp[r]["expand_x"][:n],
-            "assist_info_for_combine": disp[r]["assist_info_for_combine"][:n],
-            "expert_token_nums": disp[r]["expert_token_nums"],
-            "ep_recv_count": disp[r]["ep_recv_count"],
-            "x": comb[r],
-        }
-        if dispatch_quant != "none":
-            golden["dynamic_scales"] = disp[r]["dynamic_scales"][:n]
-        _write(case, GOLDEN_DIR, r, golden)
-        (case / OUTPUT_DIR / f"chip_{r}").mkdir(parents=True, exist_ok=True)
+        _write_rank(case, r, inp, disp[r], comb[r], dispatch_quant != "none")
+
+
+def _write_rank(case: Path, r: int, inp: RunInputs, disp: dict[str, np.ndarray], x: np.ndarray,
+                scaled: bool) -> None:
+    """Rank r's input/ files, its golden/ files (dispatch's received rows only, their
+    scales when quantised, combine's x) and its empty output/chip_r directory."""
+    _write(case, INPUT_DIR, r, {"x": inp.x[r], "expert_ids": inp.expert_ids[r],
+                                "expand_x": inp.expand_x[r],
+                                "expert_scales": inp.expert_scales[r]})
+    n = int(disp["ep_recv_count"][-1])
+    golden = {
+        "expand_x": disp["expand_x"][:n],
+        "assist_info_for_combine": disp["assist_info_for_combine"][:n],
+        "expert_token_nums": disp["expert_token_nums"],
+        "ep_recv_count": disp["ep_recv_count"],
+        "x": x,
+    }
+    if scaled:
+        golden["dynamic_scales"] = disp["dynamic_scales"][:n]
+    _write(case, GOLDEN_DIR, r, golden)
+    (case / OUTPUT_DIR / f"chip_{r}").mkdir(parents=True, exist_ok=True)

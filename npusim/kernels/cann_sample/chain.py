@@ -17,17 +17,14 @@ from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.quant import int8_token_dequantize, mxfp8_dequantize, token_dtype
 
 
-def combine_inputs(t: MoeTiling, inputs: list[dict[str, np.ndarray]],
-                   dispatch_out: list[dict[str, np.ndarray]] | None
-                   ) -> tuple[list[np.ndarray | RowTable], list[dict[str, np.ndarray]] | None]:
-    """Combine's expand_x and dispatch metadata: the identity experts' outputs of dispatch's
-    rows (zero rows in a timing-only run), or, without a dispatch, the inputs' expand_x."""
-    if dispatch_out is None:
-        return [r["expand_x"] for r in inputs], None
+def expert_rows(t: MoeTiling, dispatch_out: list[dict[str, np.ndarray]]
+                ) -> list[np.ndarray | RowTable]:
+    """Combine's expand_x: the identity experts' outputs of dispatch's rows (zero rows in
+    a timing-only run, which moves no payload)."""
     if t.timing_only:
         row_bytes = t.h * token_dtype(t.dtype).itemsize
-        return [RowTable.zeros(t.max_rows_of(r), row_bytes) for r in range(t.world)], dispatch_out
-    return expert_outputs(dispatch_out, t), dispatch_out
+        return [RowTable.zeros(t.max_rows_of(r), row_bytes) for r in range(t.world)]
+    return expert_outputs(dispatch_out, t)
 
 
 def reference_dispatch_outputs(t: MoeTiling, inputs: list[dict[str, np.ndarray]]
@@ -101,7 +98,6 @@ def routing_meta(t: MoeTiling, inputs: list[dict[str, np.ndarray]]
     meta = []
     for r, plan in enumerate(plans):
         assist = np.zeros((t.max_rows_of(r), 3), np.int32)
-        assist[:plan.n] = np.stack([plan.src, plan.token, plan.k], axis=1)
-        meta.append({"assist_info_for_combine": assist,
-                     "ep_recv_count": np.cumsum(plan.counts).astype(np.int32)})
+        assist[:plan.n] = plan.triples()
+        meta.append({"assist_info_for_combine": assist, "ep_recv_count": plan.running()})
     return meta

@@ -49,26 +49,36 @@ def combine_program(tiling: MoeTiling):
 
 
 # --------------------------------------------------------------------------- send
-def send_rows(ctx: KernelContext, t: MoeTiling, memo: dict[bytes, np.ndarray]) -> Wait:
+def _init_send(ctx: KernelContext, t: MoeTiling) -> tuple[int, int, Any, list, list]:
+    """Init: one scalar GM read of the received row count ep_recv_count[W*L - 1]
+    (ep_recv_count[W - 1] on a shared rank), this core's rows of it, and the UB buffers
+    (the flag, two row slots, with INT8 two send slots and the quantisation's scratch)."""
     h = t.h
-    lay = t.window
-    crec = t.combine_record
-    dt = q.token_dtype(t.dtype)
-    # Init: one scalar GM read of the received row count ep_recv_count[W*L - 1]
-    # (ep_recv_count[W - 1] on a shared rank).
     wl = t.status_count(ctx.rank_id)
     n = int(ctx.gm_read_scalar(ctx.tensor("ep_recv_count"), 4 * (wl - 1), np.int32))
     r0, r1 = split_to_core(n, ctx.num_cores, ctx.core_id)
-    rows = r1 - r0
     flag = ctx.alloc("flag", 32)
     in_slots = [ctx.alloc(f"in{p}", align32(2 * h)) for p in range(2)]
-    int8 = t.combine_quant == "int8"
-    if int8:
-        out_slots = [ctx.alloc(f"xout{p}", align32(crec.send_bytes)) for p in range(2)]
+    out_slots = []
+    if t.combine_quant == "int8":
+        out_slots = [ctx.alloc(f"xout{p}", align32(t.combine_record.send_bytes))
+                     for p in range(2)]
         ctx.alloc("x_abs", align256(4 * h))
         ctx.alloc("x_max", align32(4 * h) // 8)
         ctx.alloc("x_scale_mul", align32(4 * h))
         ctx.alloc("x_float", align32(4 * h))
+    return r0, r1 - r0, flag, in_slots, out_slots
+
+
+def send_rows(ctx: KernelContext, t: MoeTiling, memo: dict[bytes, np.ndarray]) -> Wait:
+    """Every received row back to its source's combine slot, then its flag (the rows of
+    this core, from a rank-staggered start, double-buffered)."""
+    h = t.h
+    lay = t.window
+    crec = t.combine_record
+    dt = q.token_dtype(t.dtype)
+    r0, rows, flag, in_slots, out_slots = _init_send(ctx, t)
+    int8 = t.combine_quant == "int8"
     if rows == 0:
         return
     triplets = ctx.alloc("triplets", align32(12 * rows))

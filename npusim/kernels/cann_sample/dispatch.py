@@ -22,23 +22,22 @@ from __future__ import annotations
 import numpy as np
 
 from npusim.kernels import quant as q
+from npusim.kernels.cann_sample.dispatch_count import (
+    ONE_F32,
+    cal_and_send_cnt,
+    load_expert_ids,
+    wait_and_prefix_sum,
+)
+from npusim.kernels.cann_sample.dispatch_local_copy import local_window_copy
 from npusim.kernels.cann_sample.layout import (
     SPLIT_BLOCK_BYTES,
     SPLIT_BLOCK_DATA,
-    UB_USABLE_FOR_LOCAL_COPY,
 )
 from npusim.kernels.cann_sample.tiling import MoeTiling
-from npusim.kernels.common.cumsum import clear_cum_sum_column
-from npusim.kernels.common.drain import drain_round_robin, valid_expert_info
 from npusim.kernels.common.split import split_to_core
-from npusim.runtime.conditions import SumEquals, Wait
-from npusim.runtime.context import KernelContext, Strided
+from npusim.runtime.conditions import Wait
+from npusim.runtime.context import KernelContext
 from npusim.units import align32, align256, align_up, ceil_div
-
-KiB = 1024
-UB_BUDGET_NON_QUANT = 190 * KiB  # MAX_UB_SIZE of the non-quantised local copy
-UB_HEADROOM = 16 * KiB  # 256 KiB UB - the sample's 240 KiB budget
-ONE_F32 = np.float32(1.0)
 
 # Register-based vector functions of the MXFP8 quantisation: instructions per loop
 # iteration (one iteration = 256 fp16 elements for MaxExp/Data, 128 scales for Scale),
@@ -86,18 +85,6 @@ def init_win_state(ctx: KernelContext, t: MoeTiling) -> Wait:
     ctx.ub_write(buf, 0, np.array([0 if state else 1], np.uint32))
     ctx.copy_out(ctx.window(), off, buf, 32, name="flip_state")
     return state & 1
-
-
-def _load_expert_ids(ctx: KernelContext, t: MoeTiling, name: str) -> Wait:
-    """ExpIdsCopy: pad with -1 on V, then DataCopyPad the BS*K ids GM -> UB."""
-    n = t.bs * t.k
-    buf = ctx.alloc(name, align256(4 * n))
-    count = align256(4 * n) // 4
-    ctx.vector("dup_ids", count, np.int32, writes=[buf], fn=lambda: buf.view(np.int32).fill(-1))
-    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
-    yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("expert_ids"), 0, 4 * n, name="copy_ids"))
-    ids = ctx.ub_read(buf, np.int32, n, ops=0)  # SyncFunc<MTE2_S>
-    return buf, ids
 
 
 # --------------------------------------------------------------------------- send data
@@ -204,7 +191,7 @@ def all_to_all_dispatch(
     rec = t.record
     lay = t.window
     b = SendBuffers(ctx, t)
-    ids_buf, ids = yield from _load_expert_ids(ctx, t, "expert_ids")
+    ids_buf, ids = yield from load_expert_ids(ctx, t, "expert_ids")
     b.alloc_record(ctx, t)
     owned = owned_experts(t, ctx.core_id)
     mask_bytes = align32(align256(4 * t.bs * t.k) // 4 // 8)
@@ -284,64 +271,79 @@ def _quantise(
 
     A token is sent to K experts and quantised K times by the kernel; the result is a
     pure function of its bytes, so it is computed once and remembered by those bytes."""
-    h = t.h
-    dt = q.token_dtype(t.dtype)
     rec = t.record
     payload = rec.scale_offset + rec.scale_bytes
 
     def effect() -> None:
-        row = slot.bytes_at(0, 2 * h)
+        row = slot.bytes_at(0, 2 * t.h)
         key = row.tobytes()
         out = memo.get(key)
         if out is None:
-            out = np.zeros(payload, np.uint8)
-            x = row.view(dt)
-            if t.dispatch_quant == "mxfp8":
-                data, scales = q.mxfp8_quantize(x, saturate=t.mxfp8_saturate)
-                out[:h] = data[0]
-                out[rec.scale_offset : payload] = scales[0]
-            else:
-                qv, scale = q.int8_token_quantize(x)
-                out[:h] = qv[0].view(np.uint8)
-                out[rec.scale_offset : payload] = scale.view(np.uint8)
-            memo[key] = out
+            out = memo[key] = _quantised_record(t, row)
         record.view(np.uint8, payload)[:] = out
 
     fn = None if t.timing_only else effect
     if t.dispatch_quant == "mxfp8":
-        iters = ceil_div(h, 256)
-        # three VFs back to back: the block max exponents, the E8M0 scales, the data
-        ctx.vector_function(
-            "mxfp8_quant",
-            [
-                iters * MAXEXP_INSTRS + MAXEXP_SETUP,
-                ceil_div(rec.scale_bytes, 128) * SCALE_INSTRS + SCALE_SETUP,
-                iters * DATA_INSTRS,
-            ],
-            reads=[slot],
-            writes=[record],
-            fn=fn,
-        )
-    else:  # per-token dynamic INT8 (ops-transformer QuantDynamicPerToken)
-        f32 = np.float32
-        ctx.vector_seq(
-            "int8_max",
-            [("cast_f32", h, f32), ("abs", h, f32), ("reduce_max", h, f32)],
-            reads=[slot],
-        )
-        ctx.scalar(12)  # SyncFunc<V_S>, d = 127 / max
-        ctx.vector_seq(
-            "int8_scale",
-            [
-                ("muls", h, f32),
-                ("cast_i32", h, f32),
-                ("cast_f16", h, f32),
-                ("cast_i8", h, np.float16),
-            ],
-            reads=[slot],
-            writes=[record],
-            fn=fn,
-        )
+        _quant_mxfp8(ctx, t, slot, record, fn)
+    else:
+        _quant_dynamic_per_token(ctx, t, slot, record, fn)
+
+
+def _quantised_record(t: MoeTiling, row: np.ndarray) -> np.ndarray:
+    """A token's record payload: its quantised data, then its scales at scale_offset."""
+    h, rec = t.h, t.record
+    payload = rec.scale_offset + rec.scale_bytes
+    out = np.zeros(payload, np.uint8)
+    x = row.view(q.token_dtype(t.dtype))
+    if t.dispatch_quant == "mxfp8":
+        data, scales = q.mxfp8_quantize(x, saturate=t.mxfp8_saturate)
+        out[:h] = data[0]
+        out[rec.scale_offset : payload] = scales[0]
+    else:
+        qv, scale = q.int8_token_quantize(x)
+        out[:h] = qv[0].view(np.uint8)
+        out[rec.scale_offset : payload] = scale.view(np.uint8)
+    return out
+
+
+def _quant_mxfp8(ctx: KernelContext, t: MoeTiling, slot, record, fn) -> None:
+    """Three VFs back to back: the block max exponents, the E8M0 scales, the data."""
+    iters = ceil_div(t.h, 256)
+    ctx.vector_function(
+        "mxfp8_quant",
+        [
+            iters * MAXEXP_INSTRS + MAXEXP_SETUP,
+            ceil_div(t.record.scale_bytes, 128) * SCALE_INSTRS + SCALE_SETUP,
+            iters * DATA_INSTRS,
+        ],
+        reads=[slot],
+        writes=[record],
+        fn=fn,
+    )
+
+
+def _quant_dynamic_per_token(ctx: KernelContext, t: MoeTiling, slot, record, fn) -> None:
+    """Per-token dynamic INT8 (ops-transformer QuantDynamicPerToken): the row's max, then
+    d = 127 / max on the scalar unit, then the scaled casts down to int8."""
+    h, f32 = t.h, np.float32
+    ctx.vector_seq(
+        "int8_max",
+        [("cast_f32", h, f32), ("abs", h, f32), ("reduce_max", h, f32)],
+        reads=[slot],
+    )
+    ctx.scalar(12)  # SyncFunc<V_S>, d = 127 / max
+    ctx.vector_seq(
+        "int8_scale",
+        [
+            ("muls", h, f32),
+            ("cast_i32", h, f32),
+            ("cast_f16", h, f32),
+            ("cast_i8", h, np.float16),
+        ],
+        reads=[slot],
+        writes=[record],
+        fn=fn,
+    )
 
 
 def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
@@ -366,375 +368,3 @@ def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:
         writes=[out],
         fn=effect,
     )
-
-
-# --------------------------------------------------------------------------- counts
-def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wait:
-    """CalAndSendCnt: count the ids of each expert of my range, put (1.0, count) entries.
-
-    With shared experts the range covers S_r + E status "experts" (ops-transformer V2
-    SetStatus): index i < S_r is shared rank i, which gets count BS if this rank sends to
-    it (i mod R == r mod R) and 0 otherwise, at its status entry of source r; index
-    S_r + e is MoE expert e as in the sample."""
-    ids_buf, ids = yield from _load_expert_ids(ctx, t, "cs_expert_ids")
-    n_sr = t.shared_expert_ranks
-    e0, e1 = split_to_core(n_sr + t.n_experts, t.n_cumsum, m)
-    entries = [ctx.alloc(f"status{e}", 32) for e in range(e0, e1)]
-    n_entries = ceil_div(n_sr + t.n_experts, 8) * 8  # Align8(S_r + E)
-
-    def flags() -> None:
-        for b in entries:
-            b.view(np.float32).fill(0)
-            b.view(np.float32)[0] = ONE_F32
-
-    ctx.vector("dup_status", n_entries * 8, np.int32, writes=entries)
-    ctx.vector("dup_flag", repeats=n_entries // 8, writes=entries, fn=flags)
-    yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
-    n = t.bs * t.k
-    for i, buf in zip(range(e0, e1), entries, strict=True):
-        if i < n_sr:  # a shared rank: every token of mine, or none
-            R = t.ranks_per_shared_expert
-            ctx.scalar(2)
-            count = t.bs if i % R == ctx.rank_id % R else 0
-            dst, le = i, 0
-        else:
-            e = i - n_sr
-            for op in ("dup", "sub", "abs", "mins"):
-                ctx.vector(op, n, np.int32, reads=[ids_buf])
-            ctx.vector("reduce_sum", n, np.float32, reads=[ids_buf])
-            yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
-            count = int(np.count_nonzero(ids == e))
-            dst, le = t.expert_rank(e), e % t.experts_per_rank
-        ctx.ub_write(buf, 4, np.array([count], np.int32))
-        off = t.window.dispatch_status_entry(state, le, ctx.rank_id)
-        ctx.put(dst, off, buf, 32, name="put_status")
-    yield from ctx.drain()
-
-
-# --------------------------------------------------------------------------- prefix sums
-def wait_and_prefix_sum(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wait:
-    """WaitDispatch + CalRecvAndSetFlag (+ SetExpertTokenNums on cum-sum core 0).
-
-    A MoE rank has W*L status entries (local expert major); a shared rank has W, one per
-    source rank, and a single expert_token_nums entry."""
-    ctx.ub.reset()
-    wl = t.status_count(ctx.rank_id)
-    n_local = t.local_experts(ctx.rank_id)
-    n_cs = t.n_cumsum
-    s0, s1 = split_to_core(wl, n_cs, m)
-    n_s = s1 - s0
-    wait_buf = ctx.alloc("wait_status", align256(32 * max(n_s, 1)))
-    handoff = ctx.alloc("partial_sums", 32 * n_cs)
-    row_buf = ctx.alloc("prefix_slice", align32(4 * max(n_s, 1)))
-    ones = ctx.alloc("ready_ones", 32 * ctx.num_cores)
-    column = ctx.alloc("handoff_column", 32 * n_cs)
-    all_status = ctx.alloc("all_status", 32 * wl)
-    token_nums = ctx.alloc("expert_token_nums", align32(8 * n_local))
-    counts = yield from wait_dispatch(ctx, t, state, s0, n_s, wait_buf)
-    yield from gather_sum_recv_cnt(ctx, t, m, int(counts.sum()), max(n_s, 1), wait_buf, handoff)
-    before = yield from get_cum_sum(ctx, t, m, column)
-    yield from cal_recv_and_set_flag(ctx, t, m, s0, before, counts, row_buf, ones)
-    if m == 0:
-        yield from set_expert_token_nums(ctx, t, state, all_status, token_nums)
-    yield from ctx.drain()
-
-
-def wait_dispatch(
-    ctx: KernelContext, t: MoeTiling, state: int, s0: int, n_s: int, wait_buf
-) -> Wait:
-    """WaitDispatch: poll my n_s statuses until every flag is 1.0 (ReduceSum of the flags
-    == n_s), then clear the flags (word 0 of each entry), keep the counts and write back.
-    Returns the counts."""
-    win = ctx.window()
-    status_base = t.window.dispatch_status_entry(state, 0, 0)
-    check_ns = ctx.check_ns(max(1, ceil_div(n_s, 8)))
-    if not n_s:
-        return np.zeros(0, np.int64)
-    yield from ctx.wait_until(
-        win,
-        status_base + 32 * s0,
-        32 * n_s,
-        SumEquals(np.float32, float(n_s), stride=32),
-        wait_buf,
-        name="wait_status",
-        check_ns=check_ns,
-    )
-    counts = wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 1].astype(np.int64)
-
-    def clear_flags() -> None:
-        wait_buf.view(np.int32, 8 * n_s).reshape(n_s, 8)[:, 0] = 0
-
-    ctx.vector("clear_flags", repeats=n_s, writes=[wait_buf], fn=clear_flags)
-    yield from ctx.pipe_barrier("vector")
-    yield from ctx.wait(
-        ctx.copy_out(win, status_base + 32 * s0, wait_buf, 32 * n_s, name="clear_status")
-    )
-    return counts
-
-
-def gather_sum_recv_cnt(
-    ctx: KernelContext, t: MoeTiling, m: int, partial: int, repeats: int, wait_buf, handoff
-) -> Wait:
-    """GatherSumRecvCnt: my partial sum, sent to every cum-sum core (row m of the matrix)."""
-    n_cs = t.n_cumsum
-    ctx.vector("gather_counts", repeats=repeats, reads=[wait_buf])
-    ctx.vector("sum_counts", repeats, np.float32)
-    yield from ctx.pipe_barrier("vector")
-    ctx.scalar(2)
-
-    def fill_handoff() -> None:
-        v = handoff.view(np.int32).reshape(n_cs, 8)
-        v[:] = 0
-        v[:, 0] = partial
-        v[:, 1] = ONE_F32.view(np.int32)
-
-    ctx.vector("dup_partial", n_cs * 8, np.int32, writes=[handoff], fn=fill_handoff)
-    yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(
-        ctx.window(), t.window.status.cumsum_cal(n_cs, m), handoff, 32 * n_cs, name="put_partial"
-    )
-
-
-def get_cum_sum(ctx: KernelContext, t: MoeTiling, m: int, column) -> Wait:
-    """GetCumSum: poll column m (one entry from each cum-sum core) until every flag is 1.0,
-    clear it; returns the partial sums of the cum-sum cores before m."""
-    n_cs, win, status = t.n_cumsum, ctx.window(), t.window.status
-    col = Strided(n_cs, 32, src_gap=(n_cs - 1) * 32)
-    yield from ctx.wait_until(
-        win,
-        status.cumsum_cal(n_cs, 0, m),
-        0,
-        SumEquals(np.float32, float(n_cs), stride=32, offset=4),
-        column,
-        strided=col,
-        name="wait_partials",
-        check_ns=ctx.check_ns(max(1, ceil_div(n_cs, 8))),
-    )
-    cells = column.view(np.int32).reshape(n_cs, 8)
-    before = int(cells[:m, 0].sum())
-    ctx.vector("gather_prefix", repeats=max(m, 1), reads=[column])
-    yield from ctx.pipe_barrier("vector")
-    yield from clear_cum_sum_column(ctx, status, column, n_cs, m)
-    return before
-
-
-def cal_recv_and_set_flag(
-    ctx: KernelContext,
-    t: MoeTiling,
-    m: int,
-    s0: int,
-    before: int,
-    counts: np.ndarray,
-    row_buf,
-    ones,
-) -> Wait:
-    """CalRecvAndSetFlag: the inclusive prefix over index le*W + src for my slice (by the
-    scalar unit) into ep_recv_count and every core's copy of the table, then every core's
-    ready flag raised."""
-    n_s, n_cs, wl = len(counts), t.n_cumsum, t.status_count(ctx.rank_id)
-    prefix = (before + np.cumsum(counts)).astype(np.int32)
-    if n_s:
-        ctx.ub_write(row_buf, 0, prefix, ops=2 * n_s)
-        ctx.copy_out(
-            ctx.tensor("ep_recv_count"), 4 * s0, row_buf, 4 * n_s, name="write_ep_recv_count"
-        )
-        workspace = ctx.tensor("workspace")
-        for c in range(ctx.num_cores):  # my slice into every core's copy of the table
-            ctx.copy_out(workspace, 4 * (c * wl + s0), row_buf, 4 * n_s, name="write_workspace")
-    ctx.vector(
-        "dup_ready",
-        ctx.num_cores * 8,
-        np.int32,
-        writes=[ones],
-        fn=lambda: ones.view(np.int32).fill(1),
-    )
-    yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(
-        ctx.window(),
-        t.window.status.cumsum_flag(n_cs, 0, m),
-        ones,
-        0,
-        strided=Strided(ctx.num_cores, 32, dst_gap=(n_cs - 1) * 32),
-        name="set_ready",
-    )
-
-
-def set_expert_token_nums(
-    ctx: KernelContext, t: MoeTiling, state: int, all_status, token_nums
-) -> Wait:
-    """SetExpertTokenNums (cum-sum core 0): re-read all statuses (flag + count) of this
-    state, reduce over the sources, write int64 (cumsum or counts)."""
-    n_local, wl = t.local_experts(ctx.rank_id), t.status_count(ctx.rank_id)
-    status_base = t.window.dispatch_status_entry(state, 0, 0)
-    yield from ctx.wait(
-        ctx.copy_in(all_status, ctx.window(), status_base, 32 * wl, name="read_all_status")
-    )
-    per_le = all_status.view(np.int32).reshape(n_local, t.world, 8)[:, :, 1]
-    nums = per_le.sum(axis=1).astype(np.int64)
-    for _ in range(n_local):
-        ctx.vector("reduce_sum", 2 * t.world, np.float32, reads=[all_status])
-    yield from ctx.pipe_barrier("vector")
-    if t.expert_token_nums_type == "cumsum":
-        nums = np.cumsum(nums)
-    ctx.ub_write(token_nums, 0, nums.astype(np.int64), ops=2 * n_local)
-    ctx.copy_out(
-        ctx.tensor("expert_token_nums"), 0, token_nums, 8 * n_local, name="write_expert_token_nums"
-    )
-
-
-# --------------------------------------------------------------------------- local copy
-def local_window_copy(ctx: KernelContext, t: MoeTiling, state: int) -> Wait:
-    """Wait for the prefix table, then drain my status indices' tokens into the outputs."""
-    ctx.ub.reset()
-    n_cs = t.n_cumsum
-    wl = t.status_count(ctx.rank_id)
-    ready = ctx.alloc("ready", 32 * n_cs)
-    cum_buf = ctx.alloc("cumsum", align32(4 * wl))
-    zero = ctx.alloc("ready_clear", 32 * n_cs)
-    yield from wait_cum_sum_flag(ctx, t, ready, zero)
-    i0, i1 = split_to_core(wl, ctx.num_cores, ctx.core_id)
-    if i1 <= i0:
-        return
-    budget = UB_BUDGET_NON_QUANT if t.dispatch_quant == "none" else UB_USABLE_FOR_LOCAL_COPY
-    # The sample's budget is sized for 256 KiB of UB; on a smaller UB (Atlas A3, 192 KiB)
-    # keep the same 16 KiB of headroom below the capacity (docs/kernels/cann_sample.md).
-    budget = min(budget, ctx.ub.capacity - UB_HEADROOM)
-    small = 32 + align32(4 * wl) + 64 * n_cs + 3 * align32(4 * (i1 - i0)) + 64
-    tbuf_bytes = budget - small
-    max_tokens = tbuf_bytes // t.record.slot_bytes
-    tbuf = ctx.alloc("tokens", tbuf_bytes)
-    flag_zero = ctx.alloc("flag_zero", 32)
-    # SetValidExpertInfo: my copy of the prefix table, then per index the rows left.
-    yield from ctx.wait(
-        ctx.copy_in(
-            cum_buf, ctx.tensor("workspace"), 4 * ctx.core_id * wl, 4 * wl, name="read_prefix"
-        )
-    )
-    cum = ctx.ub_read(cum_buf, np.int32, wl, ops=0).astype(np.int64)
-    ctx.scalar(4 * (i1 - i0))
-    valid = valid_expert_info(cum, i0, i1)
-    if not valid:
-        return
-    yield from wait_and_format_output(ctx, t, state, valid, tbuf, max_tokens, flag_zero)
-
-
-def wait_cum_sum_flag(ctx: KernelContext, t: MoeTiling, ready, zero) -> Wait:
-    """WaitCumSumFlag: every cum-sum core has raised my ready flag (8 x int32 1 each);
-    then cleared."""
-    n_cs, win = t.n_cumsum, ctx.window()
-    ready_off = t.window.status.cumsum_flag(n_cs, ctx.core_id)
-    yield from ctx.wait_until(
-        win,
-        ready_off,
-        32 * n_cs,
-        SumEquals(np.int32, 8.0 * n_cs),
-        ready,
-        name="wait_ready",
-        check_ns=ctx.check_ns(n_cs),
-    )
-    ctx.vector(
-        "dup_zero", 8 * n_cs, np.int32, writes=[zero], fn=lambda: zero.view(np.uint8).fill(0)
-    )
-    yield from ctx.pipe_barrier("vector")
-    ctx.copy_out(win, ready_off, zero, 32 * n_cs, name="clear_ready")
-
-
-def wait_and_format_output(
-    ctx: KernelContext, t: MoeTiling, state: int, valid: list, tbuf, max_tokens: int, flag_zero
-) -> Wait:
-    """WaitAndFormatOutput: round robin over my indices with rows left; arrived rows copied
-    out (CopyInAndOut), a drained index's block flags cleared for the next call."""
-    rec, win = t.record, ctx.window()
-    ctx.vector(
-        "dup_pattern", 16, np.int32, writes=[flag_zero], fn=lambda: flag_zero.view(np.uint8).fill(0)
-    )
-    yield from ctx.pipe_barrier("vector")
-
-    def block_of(idx: int) -> int:
-        return _block_base(t, state, idx, ctx.rank_id)
-
-    def copy_rows(src: int, row: int, n: int) -> Wait:
-        yield from copy_in_and_out(ctx, t, tbuf, src, row, n)
-
-    def after(block: int, finish: int, drained: bool) -> Wait:
-        if drained:  # clear every block flag of this index for the next call
-            yield from ctx.pipe_barrier("mte3")
-            ctx.vector("dup_zero", 8, np.int32, writes=[flag_zero])
-            yield from ctx.pipe_barrier("vector")
-            ctx.copy_out(
-                win,
-                block + SPLIT_BLOCK_DATA,
-                flag_zero,
-                0,
-                strided=Strided(rec.blocks * finish, 4, src_gap=-4, dst_gap=SPLIT_BLOCK_BYTES - 4),
-                name="clear_block_flags",
-            )
-        yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
-
-    yield from drain_round_robin(
-        ctx, valid, max_tokens, block_of, rec.slot_bytes, rec.blocks, tbuf, copy_rows, after
-    )
-
-
-def copy_in_and_out(ctx: KernelContext, t: MoeTiling, tbuf, src: int, row: int, n: int) -> Wait:
-    """CopyInAndOut: strip the flags on the way in, then three strided copies out."""
-    rec = t.record
-    stride = rec.blocks * SPLIT_BLOCK_DATA  # a token's bytes in UB once the flags are gone
-    yield from ctx.wait(
-        ctx.copy_in(
-            tbuf,
-            ctx.window(),
-            src,
-            0,
-            name="copy_tokens",
-            strided=Strided(rec.blocks * n, SPLIT_BLOCK_DATA, src_gap=32),
-        )
-    )
-    scale_bytes = rec.scale_bytes
-    out_scales = ctx.tensor("dynamic_scales")
-    if scale_bytes and t.dispatch_quant == "mxfp8":
-        ctx.copy_out(
-            out_scales,
-            row * scale_bytes,
-            tbuf,
-            0,
-            src_offset=rec.scale_offset,
-            strided=Strided(n, scale_bytes, src_gap=stride - scale_bytes),
-            name="write_scales",
-        )
-    elif t.dispatch_quant == "int8":
-        ctx.copy_out(
-            out_scales,
-            row * 4,
-            tbuf,
-            0,
-            src_offset=rec.scale_offset,
-            strided=Strided(n, 4, src_gap=stride - 4),
-            name="write_scales",
-        )
-    row_bytes = rec.data_bytes
-    ctx.copy_out(
-        ctx.tensor("expand_x"),
-        row * row_bytes,
-        tbuf,
-        0,
-        strided=Strided(n, row_bytes, src_gap=stride - row_bytes),
-        name="write_expand_x",
-    )
-    ctx.copy_out(
-        ctx.tensor("assist_info_for_combine"),
-        row * 12,
-        tbuf,
-        0,
-        src_offset=rec.triplet_offset,
-        strided=Strided(n, 12, src_gap=stride - 12),
-        name="write_assist_info",
-    )
-
-
-def _block_base(t: MoeTiling, state: int, idx: int, rank: int) -> int:
-    """Window block of status index idx: source idx on a shared rank, else (le, src)."""
-    if t.is_shared_rank(rank):
-        return t.window.shared_block(state, idx)
-    le, src = divmod(idx, t.world)
-    return t.window.dispatch_block(state, src, le)

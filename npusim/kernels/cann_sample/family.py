@@ -19,7 +19,7 @@ from npusim.kernels.cann_sample.dispatch import dispatch_program
 from npusim.kernels.cann_sample.layout import WindowLayout
 from npusim.kernels.cann_sample.tiling import MoeTiling
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
+from npusim.kernels.exchange import Chain, ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
     Kernel,
@@ -30,9 +30,8 @@ from npusim.kernels.family import (
     Variant,
     const,
 )
+from npusim.kernels.options import option_values
 from npusim.kernels.quant import token_dtype
-from npusim.workload.inputs import generate_inputs
-from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
 
 
@@ -120,35 +119,37 @@ class Combine(Kernel):
 DISPATCH, COMBINE = Dispatch(), Combine()
 DISPATCH_OUTPUTS = tuple(s.name for s in DISPATCH.outputs)
 
+OPTIONS = (
+    Option("dispatch_quant", "choice", "none",
+           "quantisation before dispatch: none, per-token dynamic INT8 (ops-transformer "
+           "quant_mode 2), MXFP8 E5M2 blocks of 32 (quant_mode 4, the sample)",
+           choices=("none", "int8", "mxfp8")),
+    Option("combine_quant", "choice", "none",
+           "combine's INT8 block quantisation (blocks of 8 fp32, the sample)",
+           choices=("none", "int8")),
+    Option("mxfp8_saturate", "bool", False,
+           "clamp MXFP8 values to +-57344 (newer ops-transformer) instead of overflowing "
+           "to inf (the sample)"),
+    Option("combine_recip", "bool", True,
+           "INT8 scale as max * (1/127) like the kernel (`true`) or max / 127 like the "
+           "sample's golden script (`false`)"),
+    Option("expert_token_nums_type", "choice", "count",
+           "`expert_token_nums` output as per-expert counts (sample default, type 1) or "
+           "their inclusive prefix sum (type 0)", choices=("count", "cumsum")),
+)
+"""The workload options, declared once: the tiling takes their defaults."""
+
 
 class CannSample(ExchangeFamily):
     name = "cann_sample"
     help = ("the CANN sample moe_dispatch_and_combine_story (MXFP8/INT8 dispatch, INT8 "
             "combine), with ops-transformer V2's shared experts")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
-    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
-            "dispatch_combine": ("dispatch", "combine")}
+    references = chains = True
+    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
+                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count")
     shape_limits = DISPATCH_V3_LIMITS  # the sample implements the V3 operators' algorithm
-    options = (
-        Option("dispatch_quant", "choice", "none",
-               "quantisation before dispatch: none, per-token dynamic INT8 (ops-transformer "
-               "quant_mode 2), MXFP8 E5M2 blocks of 32 (quant_mode 4, the sample)",
-               choices=("none", "int8", "mxfp8")),
-        Option("combine_quant", "choice", "none",
-               "combine's INT8 block quantisation (blocks of 8 fp32, the sample)",
-               choices=("none", "int8")),
-        Option("mxfp8_saturate", "bool", False,
-               "clamp MXFP8 values to +-57344 (newer ops-transformer) instead of overflowing "
-               "to inf (the sample)"),
-        Option("combine_recip", "bool", True,
-               "INT8 scale as max * (1/127) like the kernel (`true`) or max / 127 like the "
-               "sample's golden script (`false`)"),
-        Option("expert_token_nums_type", "choice", "count",
-               "`expert_token_nums` output as per-expert counts (sample default, type 1) or "
-               "their inclusive prefix sum (type 0)", choices=("count", "cumsum")),
-    )
+    options = OPTIONS
     variants = (Variant(""),)
     dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
     combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
@@ -157,7 +158,8 @@ class CannSample(ExchangeFamily):
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> MoeTiling:
-        return MoeTiling(shape, hardware.chip.aiv_cores, timing_only=timing_only, **options)
+        return MoeTiling(shape, hardware.chip.aiv_cores, timing_only=timing_only,
+                         **option_values(OPTIONS, options))
 
     def window(self, tiling: MoeTiling) -> WindowLayout:
         return tiling.window
@@ -168,12 +170,6 @@ class CannSample(ExchangeFamily):
         return (fit.window_misfit(shape, options, hardware, dispatching)
                 or fit.cores_misfit(shape, hardware))
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Routing, payload: bool) -> list[Arrays]:
-        standalone = self.runs[op][0] == COMBINE.name
-        return generate_inputs(shape, **routing, with_combine=standalone,
-                               payload=payload).per_rank()
-
     @staticmethod
     def _standalone(inputs: list[Arrays], previous: list[Arrays] | None) -> bool:
         """Combine reads the inputs' expand_x (its own run, a case directory's) if given."""
@@ -181,27 +177,28 @@ class CannSample(ExchangeFamily):
 
     def op_inputs(self, kernel: str, tiling: MoeTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        standalone = self._standalone(inputs, previous)
-        expand, meta = chain.combine_inputs(tiling, inputs, None if standalone else previous)
-        if meta is None:
-            meta = chain.routing_meta(tiling, inputs)
-        return [{"expand_x": ex, "assist_info_for_combine": m["assist_info_for_combine"],
-                 "ep_recv_count": m["ep_recv_count"], "expert_ids": inp["expert_ids"],
-                 "expert_scales": inp["expert_scales"]}
-                for inp, ex, m in zip(inputs, expand, meta, strict=True)]
+        """A standalone combine reads the inputs' expand_x with the routing's assist info
+        and counts; otherwise the chain's."""
+        if kernel == COMBINE.name and self._standalone(inputs, previous):
+            return [{**a, **m} for a, m in zip(inputs, chain.routing_meta(tiling, inputs),
+                                               strict=True)]
+        return super().op_inputs(kernel, tiling, inputs, previous)
 
-    def reference_outputs(self, kernel: str, tiling: MoeTiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        if kernel != DISPATCH.name:
-            return None
+    def chained(self, tiling: MoeTiling, outputs: list[Arrays]) -> list[Arrays]:
+        """Combine's expand_x is the identity experts' output: dispatch's rows dequantised."""
+        rows = chain.expert_rows(tiling, outputs)
+        return [{**linked, "expand_x": ex}
+                for linked, ex in zip(super().chained(tiling, outputs), rows, strict=True)]
+
+    def reference_dispatch(self, tiling: MoeTiling, inputs: list[Arrays]) -> list[Arrays]:
         if self._standalone(inputs, []):  # combine reads nothing of dispatch
             return [{} for _ in inputs]
         return chain.reference_dispatch_outputs(tiling, inputs)
 
     def next_reads(self, kernel: str, tiling: MoeTiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
+        """Combine reads the rows with their scales (it dequantises them), none in a
+        timing-only run; nothing of dispatch when it reads the inputs' expand_x."""
         if self._standalone(inputs, outputs):
             return b""
         return chain.dispatch_digest(outputs, tiling)

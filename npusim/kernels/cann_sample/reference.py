@@ -21,9 +21,11 @@ after the K weighted MoE rows.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from npusim.kernels.exchange import Received, received
 from npusim.kernels.quant import (
     int8_block_round_trip,
     int8_token_dequantize,
@@ -41,21 +43,6 @@ COMBINE_QUANTS = ("none", "int8")
 TOKEN_NUMS_TYPES = ("count", "cumsum")
 
 
-@dataclass
-class RecvPlan:
-    """Rows one rank receives in dispatch, already in output order."""
-
-    src: np.ndarray  # int64 (n,) source rank
-    token: np.ndarray  # int64 (n,)
-    k: np.ndarray  # int64 (n,): top-k index, or K + j for shared expert j
-    local_expert: np.ndarray  # int64 (n,)
-    counts: np.ndarray  # int64 (L*W,) indexed local_expert * W + src_rank; (W,) on a shared rank
-
-    @property
-    def n(self) -> int:
-        return int(self.src.size)
-
-
 def check_shared(W: int, S: int, S_r: int) -> int:
     """R = S_r / S ranks per shared expert (0 without shared experts); ValueError if the
     V2 rules do not hold: S in 0..4, S_r in 0..W-1, both zero or both not, S_r % S == 0."""
@@ -69,56 +56,36 @@ def check_shared(W: int, S: int, S_r: int) -> int:
 
 def dispatch_plan(
     expert_ids_per_rank: list[np.ndarray], L: int, S: int = 0, S_r: int = 0
-) -> list[RecvPlan]:
+) -> list[Received]:
     """Who receives which (src, token, k), in output order; needs only the routing.
 
     ``S`` shared experts live on ranks 0..S_r-1; the MoE experts E = L * (W - S_r) on
-    ranks S_r.. (expert e on rank S_r + e // L)."""
+    ranks S_r.. (expert e on rank S_r + e // L), received as `received` orders them."""
     W = len(expert_ids_per_rank)
     if W < 1 or L < 1:
         raise ValueError(f"need at least one rank and L >= 1 (W={W}, L={L})")
     R = check_shared(W, S, S_r)
-    E = (W - S_r) * L
-    K = np.asarray(expert_ids_per_rank[0]).shape[1]
-    BS = np.asarray(expert_ids_per_rank[0]).shape[0]
-    srcs, flats, experts = [], [], []
+    BS, K = np.asarray(expert_ids_per_rank[0]).shape
     for s, ids in enumerate(expert_ids_per_rank):
         ids = np.asarray(ids)
         if ids.ndim != 2 or ids.shape[1] != K:
             raise ValueError(f"expert_ids of rank {s} has shape {ids.shape}, expected [BS, {K}]")
         if S and ids.shape[0] != BS:
             raise ValueError(f"expert_ids of rank {s} has {ids.shape[0]} tokens, expected {BS}")
-        f = ids.reshape(-1).astype(np.int64)
-        idx = np.nonzero((f >= 0) & (f < E))[0]
-        srcs.append(np.full(idx.size, s, dtype=np.int64))
-        flats.append(idx)
-        experts.append(f[idx])
-    src, flat, exp = np.concatenate(srcs), np.concatenate(flats), np.concatenate(experts)
-    dst, le = S_r + exp // L, exp % L
-    plans = []
-    for r in range(S_r):  # shared rank r: replica r % R of shared expert r // R
-        senders = np.array([s for s in range(W) if s % R == r % R], dtype=np.int64)
-        s_r = np.repeat(senders, BS)
-        t_r = np.tile(np.arange(BS, dtype=np.int64), senders.size)
-        counts = np.zeros(W, dtype=np.int64)
-        counts[senders] = BS
-        plans.append(
-            RecvPlan(
-                s_r,
-                t_r,
-                np.full(s_r.size, K + r // R, dtype=np.int64),
-                np.zeros(s_r.size, dtype=np.int64),
-                counts,
-            )
-        )
-    for r in range(S_r, W):
-        m = dst == r
-        s_r, f_r, le_r = src[m], flat[m], le[m]
-        order = np.lexsort((f_r, s_r, le_r))
-        s_r, f_r, le_r = s_r[order], f_r[order], le_r[order]
-        counts = np.bincount(le_r * W + s_r, minlength=L * W).astype(np.int64)
-        plans.append(RecvPlan(s_r, f_r // K, f_r % K, le_r, counts))
-    return plans
+    moe = received(expert_ids_per_rank, L, S_r)
+    return [_shared_plan(r, R, W, BS, K) for r in range(S_r)] + moe[S_r:]
+
+
+def _shared_plan(r: int, R: int, W: int, BS: int, K: int) -> Received:
+    """Shared rank r holds replica r % R of shared expert r // R: every token of the
+    sources s with s % R == r % R, by source then token, as the row (s, t, K + r // R);
+    its counts are one entry per source rank."""
+    senders = np.arange(r % R, W, R, dtype=np.int64)
+    src = np.repeat(senders, BS)
+    counts = np.zeros((1, W), dtype=np.int64)
+    counts[0, senders] = BS
+    return Received(src, np.tile(np.arange(BS, dtype=np.int64), senders.size),
+                    np.full(src.size, K + r // R, dtype=np.int64), counts)
 
 
 def max_rows(W: int, BS: int, K: int, L: int, S: int = 0, S_r: int = 0) -> list[int]:
@@ -169,49 +136,54 @@ def reference_dispatch(
     xs = [np.asarray(x) for x in x_per_rank]
     if any(x.shape != (BS, H) or x.dtype != xs[0].dtype for x in xs):
         raise ValueError("every rank's x must be [BS, H] with the same BS, H and dtype")
-    dt = xs[0].dtype
+    quantised = _quantise(xs, quant, saturate)
+    cumsum = expert_token_nums_type == "cumsum"
+    return [_rank_outputs(plan, rows_of[r], quantised, cumsum)
+            for r, plan in enumerate(dispatch_plan(expert_ids_per_rank, L, S, S_r))]
 
-    # quantise each source token once (every copy of a token carries the same bytes)
+
+@dataclass(frozen=True)
+class _Quantised:
+    """Every source's tokens quantised once (each copy of a token carries the same bytes)."""
+
+    rows: list[np.ndarray]  # per source [BS, H]
+    rows_dtype: Any  # expand_x's: uint8 e5m2 bytes, int8 or the token dtype
+    scales: list[np.ndarray] | None  # per source its rows' scales (None: "none")
+    scales_shape: tuple[int, ...]  # a scales row's shape ((H/32 aligned,), (), (0,))
+    scales_dtype: Any
+
+
+def _quantise(xs: list[np.ndarray], quant: str, saturate: bool) -> _Quantised:
+    """The per-token quantisation before the send: MXFP8 E5M2 blocks, INT8 or none."""
+    H = xs[0].shape[1]
     if quant == "mxfp8":
-        qs = [mxfp8_quantize(x, saturate=saturate) for x in xs]
-        x_out_dtype, s_dtype = np.uint8, np.uint8
-    elif quant == "int8":
-        qs = [int8_token_quantize(x) for x in xs]
-        x_out_dtype, s_dtype = np.int8, np.float32
-    else:
-        qs = [(x, None) for x in xs]
-        x_out_dtype, s_dtype = dt, np.float32
+        q, s = zip(*(mxfp8_quantize(x, saturate=saturate) for x in xs), strict=True)
+        return _Quantised(list(q), np.uint8, list(s), (mxfp8_scale_count(H),), np.uint8)
+    if quant == "int8":
+        q, s = zip(*(int8_token_quantize(x) for x in xs), strict=True)
+        return _Quantised(list(q), np.int8, list(s), (), np.float32)
+    return _Quantised(xs, xs[0].dtype, None, (0,), np.float32)
 
-    outs = []
-    for r, plan in enumerate(dispatch_plan(expert_ids_per_rank, L, S, S_r)):
-        A = rows_of[r]
-        s_shape = {"mxfp8": (A, mxfp8_scale_count(H)), "int8": (A,), "none": (A, 0)}[quant]
-        n = plan.n
-        if n > A:
-            raise ValueError(f"a rank receives {n} rows > A={A} (duplicate expert ids in a token?)")
-        expand_x = np.zeros((A, H), dtype=x_out_dtype)
-        scales = np.zeros(s_shape, dtype=s_dtype)
-        for src, (q, sc) in enumerate(qs):
-            sel = np.nonzero(plan.src == src)[0]
-            expand_x[sel] = q[plan.token[sel]]
-            if sc is not None:
-                scales[sel] = sc[plan.token[sel]]
-        assist = np.zeros((A, 3), dtype=np.int32)
-        assist[:n] = np.stack([plan.src, plan.token, plan.k], axis=1)
-        n_local = 1 if r < S_r else L  # a shared rank holds one expert
-        per_expert = plan.counts.reshape(n_local, W).sum(axis=1).astype(np.int64)
-        if expert_token_nums_type == "cumsum":
-            per_expert = np.cumsum(per_expert).astype(np.int64)
-        outs.append(
-            {
-                "expand_x": expand_x,
-                "dynamic_scales": scales,
-                "assist_info_for_combine": assist,
-                "expert_token_nums": per_expert,
-                "ep_recv_count": np.cumsum(plan.counts).astype(np.int32),
-            }
-        )
-    return outs
+
+def _rank_outputs(plan: Received, A: int, q: _Quantised, cumsum: bool
+                  ) -> dict[str, np.ndarray]:
+    """One rank's full-size outputs from what it receives: the rows (and their scales)
+    in receive order, zero beyond the count."""
+    n = plan.n
+    if n > A:
+        raise ValueError(f"a rank receives {n} rows > A={A} (duplicate expert ids in a token?)")
+    expand_x = np.zeros((A, q.rows[0].shape[1]), dtype=q.rows_dtype)
+    expand_x[:n] = plan.rows(q.rows)
+    scales = np.zeros((A, *q.scales_shape), dtype=q.scales_dtype)
+    if q.scales is not None:
+        scales[:n] = plan.rows(q.scales)
+    assist = np.zeros((A, 3), dtype=np.int32)
+    assist[:n] = plan.triples()
+    per_expert = plan.per_expert()
+    return {"expand_x": expand_x, "dynamic_scales": scales, "assist_info_for_combine": assist,
+            "expert_token_nums": np.cumsum(per_expert).astype(np.int64) if cumsum
+            else per_expert,
+            "ep_recv_count": plan.running()}
 
 
 def expert_outputs_from_dispatch(

@@ -22,15 +22,16 @@ from npusim.workload.shape import MoeShape
 
 @dataclass(frozen=True)
 class MoeTiling(OnShape):
-    """The shape, the family's options and the cores the kernels are launched on."""
+    """The shape, the family's options and the cores the kernels are launched on. The
+    options have no defaults here: the family fills in its declared ones (family.py)."""
 
     shape: MoeShape
     cores: int  # AIV cores the kernel is launched on
-    dispatch_quant: str = "mxfp8"  # none | int8 (per token) | mxfp8
-    combine_quant: str = "none"  # none | int8 (block)
-    expert_token_nums_type: str = "count"  # count | cumsum
-    mxfp8_saturate: bool = False  # sample: no saturation; ops-transformer: saturate
-    combine_recip: bool = True  # kernel: m * (1/127); golden: m / 127
+    dispatch_quant: str  # none | int8 (per token) | mxfp8
+    combine_quant: str  # none | int8 (block)
+    expert_token_nums_type: str  # count | cumsum
+    mxfp8_saturate: bool  # sample: no saturation; ops-transformer: saturate
+    combine_recip: bool  # kernel: m * (1/127); golden: m / 127
     timing_only: bool = False  # move no payload bytes (flags and counts still move)
 
     def __post_init__(self) -> None:

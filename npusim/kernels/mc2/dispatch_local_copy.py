@@ -86,6 +86,52 @@ def get_cum_sum(ctx: KernelContext, t: Mc2Tiling, state: int, s0: int) -> Wait:
     return int(ctx.ub_read(before, I32, 8 * s0).reshape(s0, 8)[:, 1].sum())
 
 
+class RowOutputs:
+    """The output tensors the received rows go to from UB: expand_x, [dynamic_scales],
+    assist_info_for_combine, [expand_scales] (LocalWindowCopy, fullmesh_v2's
+    CopyInAndOut)."""
+
+    def __init__(self, ctx: KernelContext, t: Mc2Tiling) -> None:
+        slot = t.window.dispatch
+        self.x = ctx.tensor("expand_x")
+        self.assist = ctx.tensor("assist_info_for_combine")
+        self.scales = ctx.tensor("dynamic_scales") if slot.scale_offset is not None else None
+        self.es = ctx.tensor("expand_scales") if slot.expert_scale_offset is not None else None
+
+    def write(self, ctx: KernelContext, slot: Any, buf: Any, row: int, n: int, stride: int,
+              scales_first: bool) -> list[Any]:
+        """n rows in UB, one every `stride` bytes, out from output row `row` by strided
+        copies: the rows, their scales (first in fullmesh_v2's CopyInAndOut), triplets."""
+        ob, sb = slot.out_bytes, slot.scale_bytes
+
+        def rows() -> Any:
+            return ctx.copy_out(self.x, row * ob, buf, 0,
+                                strided=Strided(n, ob, src_gap=stride - ob),
+                                name="write_expand_x")
+
+        ops = [] if scales_first else [rows()]
+        if self.scales is not None:
+            ops.append(ctx.copy_out(self.scales, row * sb, buf, 0, src_offset=slot.scale_offset,
+                                    strided=Strided(n, sb, src_gap=stride - sb),
+                                    name="write_scales"))
+        if scales_first:
+            ops.append(rows())
+        ops.append(ctx.copy_out(self.assist, row * 12, buf, 0, src_offset=slot.triplet_offset,
+                                strided=Strided(n, 12, src_gap=stride - 12),
+                                name="write_assist_info"))
+        return ops
+
+    def expert_scales(self, ctx: KernelContext, ops: list[Any], src: int, buf: Any, row: int,
+                      n: int, slot_bytes: int) -> Wait:
+        """SyncFunc<MTE3_MTE2> (the rows are out), then n expert scales from window offset
+        `src` (one a slot) through `buf` to expand_scales; returns that copy."""
+        yield from ctx.wait(*ops)
+        yield from ctx.wait(ctx.copy_in(buf, ctx.window(), src, 0,
+                                        strided=Strided(n, 4, src_gap=slot_bytes - 4),
+                                        name="copy_expert_scales"))
+        return ctx.copy_out(self.es, row * 4, buf, 4 * n, name="write_expand_scales")
+
+
 class _TokenCopy:
     """The rows of one entry window -> UB -> expand_x, [dynamic_scales],
     assist_info_for_combine, [expand_scales], up to `per` rows a copy through two buffers
@@ -97,10 +143,7 @@ class _TokenCopy:
         self.bufs = [ctx.alloc(f"triple{p}", size) for p in range(2)]
         self.busy: list[list[Any]] = [[], []]
         self.b = 0
-        slot = t.window.dispatch
-        self.out_x, self.out_a = ctx.tensor("expand_x"), ctx.tensor("assist_info_for_combine")
-        self.out_s = ctx.tensor("dynamic_scales") if slot.scale_offset is not None else None
-        self.out_es = ctx.tensor("expand_scales") if slot.expert_scale_offset is not None else None
+        self.out = RowOutputs(ctx, t)
 
     def copy_entry(self, base: int, begin: int, cnt: int) -> Wait:
         """The entry's cnt rows from window offset `base` to output rows begin onwards."""
@@ -114,7 +157,7 @@ class _TokenCopy:
         """m rows from window offset `src` into the next buffer, then out from row r0."""
         ctx, slot = self.ctx, self.t.window.dispatch
         win = ctx.window()
-        ob, row = slot.out_bytes, slot.ub_row
+        row = slot.ub_row
         p = self.b % 2
         buf = self.bufs[p]
         yield from ctx.wait(*self.busy[p])  # AllocTensor: its copies out are done
@@ -128,53 +171,10 @@ class _TokenCopy:
                 name="copy_tokens",
             )
         )
-        ops = [
-            ctx.copy_out(
-                self.out_x,
-                r0 * ob,
-                buf,
-                0,
-                strided=Strided(m, ob, src_gap=row - ob),
-                name="write_expand_x",
-            )
-        ]
-        if self.out_s is not None:
-            sb = slot.scale_bytes
-            ops.append(
-                ctx.copy_out(
-                    self.out_s,
-                    r0 * sb,
-                    buf,
-                    0,
-                    src_offset=slot.scale_offset,
-                    strided=Strided(m, sb, src_gap=row - sb),
-                    name="write_scales",
-                )
-            )
-        ops.append(
-            ctx.copy_out(
-                self.out_a,
-                r0 * 12,
-                buf,
-                0,
-                src_offset=slot.triplet_offset,
-                strided=Strided(m, 12, src_gap=row - 12),
-                name="write_assist_info",
-            )
-        )
-        if self.out_es is not None:
-            yield from ctx.wait(*ops)  # SyncFunc<MTE3_MTE2>
-            yield from ctx.wait(
-                ctx.copy_in(
-                    buf,
-                    win,
-                    src + slot.expert_scale_offset,
-                    0,
-                    strided=Strided(m, 4, src_gap=slot.slot - 4),
-                    name="copy_expert_scales",
-                )
-            )
-            ops.append(ctx.copy_out(self.out_es, r0 * 4, buf, 4 * m, name="write_expand_scales"))
+        ops = self.out.write(ctx, slot, buf, r0, m, row, scales_first=False)
+        if self.out.es is not None:
+            ops.append((yield from self.out.expert_scales(
+                ctx, ops, src + slot.expert_scale_offset, buf, r0, m, slot.slot)))
         self.busy[p] = ops
         self.b += 1
 

@@ -252,6 +252,36 @@ def mask_zero_compute_expert(ctx: KernelContext, scratch, n: int) -> Wait:
     yield from ctx.pipe_barrier("vector")
 
 
+def _send_to_moe_experts(ctx: KernelContext, t: Mc2Tiling, state: int, q: SendQueues,
+                         memo: dict, ids_buf: Any, ids: np.ndarray, valid: np.ndarray,
+                         es: np.ndarray | None, p0: int, p1: int) -> Wait:
+    """The travelling pairs [p0, p1) of this core, each to its expert's slot: its index
+    among the pairs for that expert (CalTokenSendExpertCnt), then ProcessToken."""
+    rank, K, win = ctx.rank_id, t.K, t.window
+    for index in range(p0, p1):
+        flat = int(valid[index])
+        token, k = divmod(flat, K)
+        e = int(ids[index])
+        ctx.scalar(4)  # token / k, destination rank, offsets
+        if token > 0 and index > 0:
+            yield from _cal_token_send_expert_cnt(ctx, ids_buf, index)
+        cnt = int(np.count_nonzero(ids[:index] == e)) if index else 0
+        block = rank * t.L + e % t.L
+        off = win.dispatch_slot_offset(state, block, cnt)
+        yield from process_token(
+            ctx,
+            t,
+            q,
+            memo,
+            token,
+            k,
+            e + (t.S if t.shape.S_r else 0),
+            t.expert_rank(e),
+            off,
+            None if es is None else float(es[flat]),
+        )
+
+
 def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict) -> Wait:
     """AlltoAllDispatch: the shared-send cores send every active token to its shared
     experts, the others their contiguous share of the travelling pairs; every core reads
@@ -288,29 +318,7 @@ def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict
     if shared_core:
         return ids_buf, ids, tokens.size
     p0, p1 = split_to_core(valid.size, t.moe_send_cores, ctx.core_id)
-    win = t.window
-    for index in range(p0, p1):
-        flat = int(valid[index])
-        token, k = divmod(flat, K)
-        e = int(ids[index])
-        ctx.scalar(4)  # token / k, destination rank, offsets
-        if token > 0 and index > 0:
-            yield from _cal_token_send_expert_cnt(ctx, ids_buf, index)
-        cnt = int(np.count_nonzero(ids[:index] == e)) if index else 0
-        block = rank * t.L + e % t.L
-        off = win.dispatch_slot_offset(state, block, cnt)
-        yield from process_token(
-            ctx,
-            t,
-            q,
-            memo,
-            token,
-            k,
-            e + (t.S if t.shape.S_r else 0),
-            t.expert_rank(e),
-            off,
-            None if es is None else float(es[flat]),
-        )
+    yield from _send_to_moe_experts(ctx, t, state, q, memo, ids_buf, ids, valid, es, p0, p1)
     yield from ctx.pipe_barrier("mte3")
     return ids_buf, ids, tokens.size
 

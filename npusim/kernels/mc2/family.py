@@ -14,15 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.chain import next_reads_digest
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS as _V3
-from npusim.kernels.exchange import ExchangeFamily
+from npusim.kernels.exchange import Chain, ExchangeFamily
 from npusim.kernels.family import (
     Arrays,
     Call,
     Kernel,
     Misfit,
-    Option,
     Phase,
     TensorSpec,
     Variant,
@@ -34,9 +32,10 @@ from npusim.kernels.mc2.combine import combine_program
 from npusim.kernels.mc2.dispatch import dispatch_program
 from npusim.kernels.mc2.full_mesh import full_mesh_dispatch_program
 from npusim.kernels.mc2.limits import full_mesh_misfit, full_mesh_ub_misfit
-from npusim.kernels.mc2.options import Mc2Options
+from npusim.kernels.mc2.options import OPTIONS, Mc2Options
 from npusim.kernels.mc2.tiling import ARCH_OF_CHIP, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
+from npusim.kernels.options import fields_of, option_values
 from npusim.kernels.quant import token_dtype
 from npusim.workload.inputs import uniform_tokens
 from npusim.workload.routing import Routing
@@ -258,60 +257,16 @@ class Mc2(ExchangeFamily):
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
+    references = chains = True
+    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
+                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count",
+                  also=("dynamic_scales",))
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
     shape_limits = _V3
     variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
     dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
     combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
-    options = (
-        Option("comm_alg", "choice", "fullmesh_v1", "the operators' algorithm: fullmesh_v1 "
-               "(the default, MoeDistributeDispatchV2) or fullmesh_v2 "
-               "(MoeDistributeDispatchV2FullMesh: A3 expert split / BS mode, the 950's token "
-               "split; the combine is the same)", choices=("fullmesh_v1", "fullmesh_v2")),
-        Option("dispatch_quant", "choice", "none", "quant_mode: none (0), static_int8 (1), "
-               "int8 (2, per token); the 950 only: pergroup (3, FP8 per 128), mxfp8 (4), "
-               "mxfp8_clip (5); mxfp4_e2m1 / mxfp4_e1m2 (4, FP4) are refused as not modelled",
-               choices=("none", "static_int8", "int8", *qm.FP8_MODES, *qm.FP4_MODES)),
-        Option("quant_dtype", "choice", "e5m2", "FP8 element format of pergroup, mxfp8 and "
-               "mxfp8_clip (the expand_x dtype): e5m2 or e4m3 (e4m3fn)",
-               choices=("e5m2", "e4m3")),
-        Option("static_scales", "choice", "per_channel", "static_int8 scale shape: scalar "
-               "(1,), per_channel (H,) or per_expert (E', H)",
-               choices=("scalar", "per_channel", "per_expert")),
-        Option("smooth_scales", "bool", False, "int8, pergroup: pass smooth scales (E', H)"),
-        Option("combine_quant", "choice", "none", "comm_quant_mode: none or int8 (2); the "
-               "950 only: mxfp8_e5m2 (3), mxfp8_e4m3 (4)",
-               choices=("none", "int8", *qm.COMBINE_MX)),
-        Option("expert_token_nums_type", "int", 1, "0: cumulative sum, 1: counts", lo=0, hi=1),
-        Option("ccl_buffer_size", "int", 0, "HCCL_BUFFSIZE in MB (HCCL opens twice this); "
-               "0: what get_low_latency_ccl_buffer_size returns, or the least the operator's "
-               "check accepts when that is more (the helper leaves out the 950's W * 1 KiB)",
-               lo=0, hi=65536),
-        Option("global_bs", "int", 0, "globalBs, a multiple of W and >= W * max BS; sizes the "
-               "window (0: BS * W, or W * max(bs_per_rank) when those differ)", lo=0,
-               hi=_V3.bs[1] * _V3.ep_world_size[1]),
-        Option("bs_per_rank", "ints", (), "BS of each rank, W entries, the largest equal to "
-               "bs (empty: every rank bs)", lo=1, hi=_V3.bs[1]),
-        Option("x_active_mask", "choice", "none", "none, 1d (an active prefix of the tokens) "
-               "or 2d (per token and k)", choices=("none", "1d", "2d")),
-        Option("active_fraction", "float", 0.75, "share of tokens (1d) or pairs (2d) active",
-               lo=0.0, hi=1.0),
-        Option("zero_experts", "int", 0, "zero experts (ids E..)", lo=0, hi=_V3.experts),
-        Option("copy_experts", "int", 0, "copy experts (after the zero experts)", lo=0,
-               hi=_V3.experts),
-        Option("const_experts", "int", 0, "const experts (after the copy experts)", lo=0,
-               hi=_V3.experts),
-        Option("expand_scales", "bool", False, "dispatch outputs each row's expert_scales"),
-        Option("shared_expert_x", "bool", False, "combine adds a shared_expert_x input"),
-        Option("performance_info", "bool", False, "dispatch and combine record each source "
-               "rank's longest wait (us) in performance_info; the report's "
-               "family_fields.performance_info_us"),
-        Option("arch", "choice", "auto", "kernel code path: auto (from the preset's "
-               "chip.arch: ascend910_93: arch22, ascend950: arch35), arch22 or arch35",
-               choices=("auto", "arch22", "arch35")),
-    )
+    options = OPTIONS
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Mc2Tiling:
@@ -328,18 +283,13 @@ class Mc2(ExchangeFamily):
                          default=not o.ccl_buffer_size)
         smooth = quant == "static_int8" or (quant in ("int8", "pergroup")
                                             and o.smooth_scales)
-        return Mc2Tiling(
-            shape=s, dispatch_quant=quant, combine_quant=o.combine_quant,
-            expert_token_nums_type=o.expert_token_nums_type, arch=arch,
-            cores=hardware.chip.aiv_cores, ub_bytes=hardware.ub.bytes, window=win,
-            smooth_scales=smooth, timing_only=timing_only, x_active_mask=o.x_active_mask,
-            expert_scales=True, shared_expert_x=o.shared_expert_x,
-            static_scales=o.static_scales, active_fraction=o.active_fraction,
-            performance_info=o.performance_info, comm_alg=alg, quant_dtype=o.quant_dtype)
+        return Mc2Tiling(**{**fields_of(Mc2Tiling, o), "arch": arch, "smooth_scales": smooth},
+                         shape=s, cores=hardware.chip.aiv_cores, ub_bytes=hardware.ub.bytes,
+                         window=win, timing_only=timing_only, expert_scales=True)
 
     def typed(self, options: Mapping[str, Any]) -> Mc2Options:
         """The options as a Mc2Options (keys left out: their declared defaults)."""
-        return Mc2Options.of(options, self.option_defaults())
+        return Mc2Options(**option_values(OPTIONS, options))
 
     def window(self, tiling: Mc2Tiling) -> Any:
         return tiling.window
@@ -445,62 +395,41 @@ class Mc2(ExchangeFamily):
                                           a["scales"] if a["scales"].size else None))
         return out
 
-    @staticmethod
-    def _as_outputs(t: Mc2Tiling, outs: list[Arrays]) -> list[ref.DispatchOutputs]:
+    def chained(self, tiling: Mc2Tiling, outputs: list[Arrays]) -> list[Arrays]:
+        """Combine's expand_x is the identity experts' output: dispatch's first
+        received_rows rows dequantised to the token dtype."""
+        t = tiling
+        scaled = t.window.dispatch.scale_offset is not None
         res = []
-        for r, o in enumerate(outs):
+        for r, (o, linked) in enumerate(zip(outputs, super().chained(t, outputs), strict=True)):
             ep = o["ep_recv_count"]
-            n = int(ep[t.status_count(r) - 1])
-            res.append(ref.DispatchOutputs(o["expand_x"], o["dynamic_scales"] if
-                                           t.window.dispatch.scale_offset is not None
-                                           else None,
-                                           o["assist_info_for_combine"],
-                                           o["expert_token_nums"], ep, None, n))
+            d = ref.DispatchOutputs(o["expand_x"], o["dynamic_scales"] if scaled else None,
+                                    o["assist_info_for_combine"], o["expert_token_nums"], ep,
+                                    None, self.received_rows(t, r, ep))
+            res.append({**linked, "expand_x": ref.dequantized_rows(
+                d, t.dispatch_quant, t.shape.dtype, t.quant_dtype)})
         return res
 
-    def op_inputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        d = self._as_outputs(tiling, previous)
-        res = []
-        for a, o in zip(inputs, d, strict=True):
-            rows = ref.dequantized_rows(o, tiling.dispatch_quant, tiling.shape.dtype,
-                                        tiling.quant_dtype)
-            res.append({**a, "expand_x": rows,
-                        "assist_info_for_combine": o.assist_info_for_combine,
-                        "ep_recv_count": o.ep_recv_count})
-        return res
+    def received_rows(self, tiling: Mc2Tiling, rank: int, counts: np.ndarray) -> int:
+        """A shared rank's count is entry W - 1 of ep_recv_count, a MoE rank's W*L - 1."""
+        return int(counts[tiling.status_count(rank) - 1])
 
-    def reference_outputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        if kernel != DISPATCH.name:
-            return None
+    def reference_dispatch(self, tiling: Mc2Tiling, inputs: list[Arrays]) -> list[Arrays]:
         outs = ref.reference_dispatch(tiling.shape, self._dispatch_inputs(tiling, inputs),
                                       tiling.dispatch_quant, tiling.expert_token_nums_type,
                                       tiling.quant_dtype)
-        res = []
-        for o in outs:
-            res.append({"expand_x": o.expand_x,
-                        "dynamic_scales": (o.dynamic_scales if o.dynamic_scales is not None
-                                           else np.zeros(0, np.float32)),
-                        "assist_info_for_combine": o.assist_info_for_combine,
-                        "expert_token_nums": o.expert_token_nums,
-                        "ep_recv_count": o.ep_recv_count,
-                        "expand_scales": (o.expand_scales if o.expand_scales is not None
-                                          and tiling.window.dispatch.expert_scale_offset
-                                          is not None else np.zeros(0, np.float32)),
-                        "performance_info": np.zeros(tiling.W if tiling.performance_info else 0,
-                                                     np.int64)})
-        return res
-
-    def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
-                   outputs: list[Arrays]) -> bytes:
-        rows = ["assist_info_for_combine", "expand_x"]
-        if tiling.window.dispatch.scale_offset is not None:
-            rows.append("dynamic_scales")
-        return next_reads_digest(outputs, "ep_recv_count", rows,
-                                 lambda r, ep: int(ep[tiling.status_count(r) - 1]))
+        expand_scales = tiling.window.dispatch.expert_scale_offset is not None
+        none = np.zeros(0, np.float32)
+        return [{"expand_x": o.expand_x,
+                 "dynamic_scales": o.dynamic_scales if o.dynamic_scales is not None else none,
+                 "assist_info_for_combine": o.assist_info_for_combine,
+                 "expert_token_nums": o.expert_token_nums,
+                 "ep_recv_count": o.ep_recv_count,
+                 "expand_scales": (o.expand_scales if o.expand_scales is not None
+                                   and expand_scales else none),
+                 "performance_info": np.zeros(tiling.W if tiling.performance_info else 0,
+                                              np.int64)}
+                for o in outs]
 
 
 FAMILY = Mc2()

@@ -8,6 +8,7 @@ import numpy as np
 from npusim.kernels.common.drain import drain_round_robin, valid_expert_info
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import tiling as tl
+from npusim.kernels.mc2.dispatch_local_copy import RowOutputs
 from npusim.kernels.mc2.full_mesh_count import run_pos_record
 from npusim.kernels.mc2.full_mesh_send import packed_offset
 from npusim.kernels.mc2.tiling import Mc2Tiling
@@ -154,17 +155,12 @@ def _token_nums_from_prefix(ctx: KernelContext, t: Mc2Tiling, cum: np.ndarray) -
     ctx.copy_out(ctx.tensor("expert_token_nums"), 0, buf, 8 * le, name="write_expert_token_nums")
 
 
-class _Outputs:
+class _Outputs(RowOutputs):
     """The output tensors CopyInAndOut writes."""
 
     def __init__(self, ctx: KernelContext, t: Mc2Tiling) -> None:
+        super().__init__(ctx, t)
         self.t = t
-        self.x = ctx.tensor("expand_x")
-        self.assist = ctx.tensor("assist_info_for_combine")
-        scaled = t.window.dispatch.scale_offset is not None  # int8 and the FP8 modes
-        self.scales = ctx.tensor("dynamic_scales") if scaled else None
-        es = t.window.dispatch.expert_scale_offset
-        self.es = ctx.tensor("expand_scales") if es is not None else None
 
     def copy_in_and_out(self, ctx: KernelContext, src: int, tbuf, row: int, n: int) -> Wait:
         """CopyInAndOut: n rows window -> UB without their flags (480 B pieces), then the
@@ -183,53 +179,7 @@ class _Outputs:
                 strided=Strided(slot.blocks * n, SPLIT_BLOCK_DATA_SIZE, src_gap=32),
             )
         )
-        ops = []
-        if self.scales is not None:
-            sb = slot.scale_bytes
-            ops.append(
-                ctx.copy_out(
-                    self.scales,
-                    row * sb,
-                    tbuf,
-                    0,
-                    src_offset=slot.scale_offset,
-                    strided=Strided(n, sb, src_gap=stride - sb),
-                    name="write_scales",
-                )
-            )
-        ob = slot.out_bytes
-        ops.append(
-            ctx.copy_out(
-                self.x,
-                row * ob,
-                tbuf,
-                0,
-                strided=Strided(n, ob, src_gap=stride - ob),
-                name="write_expand_x",
-            )
-        )
-        ops.append(
-            ctx.copy_out(
-                self.assist,
-                row * 12,
-                tbuf,
-                0,
-                src_offset=slot.triplet_offset,
-                strided=Strided(n, 12, src_gap=stride - 12),
-                name="write_assist_info",
-            )
-        )
+        ops = self.write(ctx, slot, tbuf, row, n, stride, scales_first=True)
         if self.es is not None:
-            yield from ctx.wait(*ops)  # SyncFunc<MTE3_MTE2>
-            at = packed_offset(slot.expert_scale_offset)
-            yield from ctx.wait(
-                ctx.copy_in(
-                    tbuf,
-                    win,
-                    src + at,
-                    0,
-                    name="copy_expert_scales",
-                    strided=Strided(n, 4, src_gap=slot.slot - 4),
-                )
-            )
-            ctx.copy_out(self.es, row * 4, tbuf, 4 * n, name="write_expand_scales")
+            yield from self.expert_scales(ctx, ops, src + packed_offset(slot.expert_scale_offset),
+                                          tbuf, row, n, slot.slot)

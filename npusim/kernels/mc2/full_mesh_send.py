@@ -233,6 +233,28 @@ def send_to_shared_expert(
     yield from s.wait_all(ctx)
 
 
+def _cal_expert_send_num(ctx: KernelContext, t: Mc2Tiling, ids_buf: Any, flat: np.ndarray,
+                         owned: list, moe: int) -> Wait:
+    """CalExpertSendNum: per owned expert a CompareScalar and a GatherMask over the ids;
+    returns each owned expert's pairs (flat indices)."""
+    n = flat.size
+    mask_bytes = align32(align_up(4 * n, 256) // 4 // 8)
+    mask = ctx.alloc("expert_mask", mask_bytes * max(1, ceil_div(t.shape.E, moe)))
+    ctx.alloc("token_num_to_expert", align32(4 * t.shape.E))
+    ctx.vector("dup_mask", mask.nbytes // 4, I32, writes=[mask])
+    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
+    compare = align_up(4 * n, 256) // 4
+    pairs = []
+    for e, _, _ in owned:
+        ctx.vector("compare_scalar", compare, I32, reads=[ids_buf], writes=[mask])
+        yield from ctx.pipe_barrier("vector")
+        ctx.vector("gather_mask", n, I32, reads=[ids_buf, mask])
+        yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
+        ctx.scalar(1)
+        pairs.append(np.flatnonzero(flat == e))
+    return pairs
+
+
 def send_to_moe_expert(
     ctx: KernelContext,
     t: Mc2Tiling,
@@ -249,21 +271,8 @@ def send_to_moe_expert(
     rank, K = ctx.rank_id, t.K
     moe = tl.full_mesh_moe_cores(t, rank)
     owned = tl.split_expert_num_to_core(t.shape.E, moe, ctx.core_id)
+    pairs = yield from _cal_expert_send_num(ctx, t, ids_buf, flat, owned, moe)
     n = flat.size
-    mask_bytes = align32(align_up(4 * n, 256) // 4 // 8)
-    mask = ctx.alloc("expert_mask", mask_bytes * max(1, ceil_div(t.shape.E, moe)))
-    ctx.alloc("token_num_to_expert", align32(4 * t.shape.E))
-    ctx.vector("dup_mask", mask.nbytes // 4, I32, writes=[mask])
-    yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
-    compare = align_up(4 * n, 256) // 4
-    pairs = []
-    for e, _, _ in owned:
-        ctx.vector("compare_scalar", compare, I32, reads=[ids_buf], writes=[mask])
-        yield from ctx.pipe_barrier("vector")
-        ctx.vector("gather_mask", n, I32, reads=[ids_buf, mask])
-        yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
-        ctx.scalar(1)
-        pairs.append(np.flatnonzero(flat == e))
     s = SendSlots(ctx, t, 2)
     yield from ctx.pipe_barrier("vector")
     words = ceil_div(n, 64)

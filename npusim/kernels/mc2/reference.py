@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from npusim.formats import tables
+from npusim.kernels.exchange import Received, received
 from npusim.kernels.quant import (
     fp8_format,
     int8_block_round_trip,
@@ -142,34 +143,31 @@ def active_pairs(shape: MoeShape, ids: np.ndarray, mask: np.ndarray | None
 
 
 def dispatch_rows(shape: MoeShape, ids_per_rank: list[np.ndarray],
-                  masks: list[np.ndarray | None]) -> list[np.ndarray]:
-    """Per destination rank, its rows in output order as (src, token, k, local) int64 (n, 4)."""
-    W, K, L = shape.W, shape.K, shape.L
-    rows: list[list[tuple[int, int, int, int]]] = [[] for _ in range(W)]
-    for src in range(W):
-        tokens, pair = active_pairs(shape, ids_per_rank[src], masks[src])
-        t_idx, k_idx = np.nonzero(pair)  # row-major: flat index order t * K + k
-        for t, k in zip(t_idx.tolist(), k_idx.tolist(), strict=True):
-            e = int(ids_per_rank[src][t, k])
-            rows[shape.S_r + e // L].append((e % L, src, t, k))
-        for j in range(shape.S):
-            dst = src % shape.R + j * shape.R
-            rows[dst].extend((0, src, int(t), K + j) for t in tokens)
-    out = []
-    for dst in range(W):
-        # stable sort: local expert, then source; within one source the append order holds
-        r = sorted(rows[dst], key=lambda q: (q[0], q[1]))
-        arr = np.array([(s, t, k, le) for le, s, t, k in r], dtype=np.int64).reshape(-1, 4)
-        out.append(arr)
-    return out
+                  masks: list[np.ndarray | None]) -> list[Received]:
+    """Per destination rank what it receives, in output order: the active MoE pairs as
+    `received` orders them (a pair that does not travel is sent nowhere, id -1), a
+    shared rank's the active tokens of its sources."""
+    sent, active = [], []
+    for src, ids in enumerate(ids_per_rank):
+        tokens, pair = active_pairs(shape, ids, masks[src])
+        sent.append(np.where(pair, ids, -1))
+        active.append(tokens)
+    moe = received(sent, shape.L, shape.S_r)
+    return [_shared_rows(shape, r, active) for r in range(shape.S_r)] + moe[shape.S_r:]
 
 
-def recv_counts(shape: MoeShape, rank: int, rows: np.ndarray) -> np.ndarray:
-    """Counts per status entry: local_expert * W + src on a MoE rank, src on a shared rank."""
-    W = shape.W
-    if shape.is_shared_rank(rank):
-        return np.bincount(rows[:, 0], minlength=W).astype(np.int64)
-    return np.bincount(rows[:, 3] * W + rows[:, 0], minlength=W * shape.L).astype(np.int64)
+def _shared_rows(shape: MoeShape, rank: int, active: list[np.ndarray]) -> Received:
+    """Shared rank `rank` holds replica rank % R of shared expert j = rank // R: the active
+    tokens of the sources src with src % R == rank % R, by source then token, as rows
+    (src, t, K + j); counts per source rank."""
+    R, W = shape.R, shape.W
+    senders = range(rank % R, W, R)
+    src = np.concatenate([np.full(active[s].size, s, np.int64) for s in senders])
+    token = np.concatenate([np.asarray(active[s], np.int64) for s in senders])
+    counts = np.zeros((1, W), np.int64)
+    for s in senders:
+        counts[0, s] = active[s].size
+    return Received(src, token, np.full(src.size, shape.K + rank // R, np.int64), counts)
 
 
 # --------------------------------------------------------------------------- quantisation
@@ -219,63 +217,77 @@ def reference_dispatch(shape: MoeShape, inputs: list[DispatchInputs], quant: str
         raise ValueError("expert_token_nums_type must be 0 (cumsum) or 1 (counts)")
     if quant == "static_int8" and any(i.scales is None for i in inputs):
         raise ValueError("static_int8 needs scales on every rank")
-    W, H, L = shape.W, shape.H, shape.L
-    dt = token_dtype(shape.dtype)
     ids = [np.asarray(i.expert_ids) for i in inputs]
     plan = dispatch_rows(shape, ids, [i.x_active_mask for i in inputs])
     has_es = any(i.expert_scales is not None for i in inputs)
     outs = []
-    for dst in range(W):
-        rows = plan[dst]
-        n = rows.shape[0]
+    for dst, got in enumerate(plan):
         A = shape.rows_capacity(dst)
-        if n > A:
-            raise ValueError(f"rank {dst} receives {n} rows, more than A = {A}")
-        out_dt = dt if quant == "none" else np.dtype(np.int8)
-        dyn = np.zeros(A, dtype=np.float32) if quant == "int8" else None
-        if quant == "pergroup":
-            out_dt, dyn = np.dtype(np.uint8), np.zeros((A, ceil_div(H, 128)), np.float32)
-        elif quant in ("mxfp8", "mxfp8_clip"):
-            nb = ceil_div(H, 32)
-            out_dt, dyn = np.dtype(np.uint8), np.zeros((A, nb + nb % 2), np.uint8)
-        expand_x = np.zeros((A, H), dtype=out_dt)
+        if got.n > A:
+            raise ValueError(f"rank {dst} receives {got.n} rows, more than A = {A}")
+        expand_x, dyn = _row_buffers(shape, quant, A)
         es_out = np.zeros(A, dtype=np.float32) if has_es else None
-        for i, (src, t, k, _) in enumerate(rows.tolist()):
+        for i, (src, t, k) in enumerate(got.triples(np.int64).tolist()):
             src_in = inputs[src]
-            x = src_in.x[t:t + 1]
             e = int(ids[src][t, k]) if k < shape.K else -1
-            if quant == "none":
-                expand_x[i] = x[0]
-            elif quant in ("mxfp8", "mxfp8_clip"):
-                expand_x[i], dyn[i] = mx_row(x[0], quant_dtype, quant == "mxfp8_clip")
-            elif quant == "pergroup":
-                smooth = None
-                if src_in.scales is not None:
-                    smooth = scale_row(shape, src_in.scales, expert_index(shape, k, e))
-                expand_x[i], dyn[i] = pergroup_row(x[0], quant_dtype, smooth)
-            elif quant == "static_int8":
-                expand_x[i] = static_int8_quantize(
-                    x[0], scale_row(shape, src_in.scales, expert_index(shape, k, e)))
-            else:
-                smooth = None
-                if src_in.scales is not None:
-                    smooth = scale_row(shape, src_in.scales, expert_index(shape, k, e))
-                q, s = int8_token_quantize(x, smooth)
-                expand_x[i], dyn[i] = q[0], s[0]
+            row, scale = _quantised_row(shape, quant, quant_dtype, src_in, t, k, e)
+            expand_x[i] = row
+            if scale is not None:
+                dyn[i] = scale
             if es_out is not None and k < shape.K and src_in.expert_scales is not None:
                 es_out[i] = np.float32(src_in.expert_scales[t, k])
-        assist = np.zeros((A, 3), dtype=np.int32)
-        assist[:n] = rows[:, :3]
-        counts = recv_counts(shape, dst, rows)
-        ep_recv = np.zeros(W * L, dtype=np.int32)
-        ep_recv[:counts.size] = np.cumsum(counts)
-        local = 1 if shape.is_shared_rank(dst) else L
-        per_expert = counts.reshape(local, W).sum(axis=1) if local > 1 else np.array(
-            [counts.sum()])
-        etn = np.zeros(L, dtype=np.int64)
-        etn[:local] = np.cumsum(per_expert) if expert_token_nums_type == 0 else per_expert
-        outs.append(DispatchOutputs(expand_x, dyn, assist, etn, ep_recv, es_out, n))
+        outs.append(_counted(shape, got, expand_x, dyn, es_out, expert_token_nums_type))
     return outs
+
+
+def _row_buffers(shape: MoeShape, quant: str, A: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """expand_x [A, H] in the mode's element type and dynamic_scales (None: the mode has
+    none): [A] fp32 (int8), [A, ceil(H/128)] fp32 (pergroup), [A, Align2(ceil(H/32))] E8M0
+    bytes (mxfp8, mxfp8_clip)."""
+    H = shape.H
+    out_dt = token_dtype(shape.dtype) if quant == "none" else np.dtype(np.int8)
+    dyn = np.zeros(A, dtype=np.float32) if quant == "int8" else None
+    if quant == "pergroup":
+        out_dt, dyn = np.dtype(np.uint8), np.zeros((A, ceil_div(H, 128)), np.float32)
+    elif quant in ("mxfp8", "mxfp8_clip"):
+        nb = ceil_div(H, 32)
+        out_dt, dyn = np.dtype(np.uint8), np.zeros((A, nb + nb % 2), np.uint8)
+    return np.zeros((A, H), dtype=out_dt), dyn
+
+
+def _quantised_row(shape: MoeShape, quant: str, quant_dtype: str, src_in: DispatchInputs,
+                   t: int, k: int, e: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Token t of a source as the row (and its scales) one pair carries: the static /
+    smooth scale row is the pair's expert's (expert_index)."""
+    x = src_in.x[t:t + 1]
+    if quant == "none":
+        return x[0], None
+    if quant in ("mxfp8", "mxfp8_clip"):
+        return mx_row(x[0], quant_dtype, quant == "mxfp8_clip")
+    scale = (None if src_in.scales is None
+             else scale_row(shape, src_in.scales, expert_index(shape, k, e)))
+    if quant == "pergroup":
+        return pergroup_row(x[0], quant_dtype, scale)
+    if quant == "static_int8":
+        return static_int8_quantize(x[0], scale), None
+    q, s = int8_token_quantize(x, scale)
+    return q[0], s[0]
+
+
+def _counted(shape: MoeShape, got: Received, expand_x: np.ndarray, dyn: np.ndarray | None,
+             es_out: np.ndarray | None, expert_token_nums_type: int) -> DispatchOutputs:
+    """One rank's outputs with its assist info and counts: ep_recv_count [W*L] (the first
+    W entries on a shared rank), expert_token_nums [L] (one entry on a shared rank)."""
+    W, L, A = shape.W, shape.L, expand_x.shape[0]
+    assist = np.zeros((A, 3), dtype=np.int32)
+    assist[:got.n] = got.triples()
+    running = got.running()
+    ep_recv = np.zeros(W * L, dtype=np.int32)
+    ep_recv[:running.size] = running
+    per_expert = got.per_expert()
+    etn = np.zeros(L, dtype=np.int64)
+    etn[:per_expert.size] = np.cumsum(per_expert) if expert_token_nums_type == 0 else per_expert
+    return DispatchOutputs(expand_x, dyn, assist, etn, ep_recv, es_out, got.n)
 
 
 def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str, quant_dtype: str = "e5m2"
