@@ -28,7 +28,7 @@ def _run(tmp: Path, inputs: Any = None, **workload: Any):
     sc = _scenario(tmp, **workload)
     if inputs is None:
         return sc, simulate(sc)
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         return sc, simulate(sc)
 
 
@@ -129,7 +129,7 @@ def test_multi_round_combine_matches_reference(tmp_path: Path, hardware: str,
     kw = {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32, "quant": quant}
     sc = _scenario(tmp_path, hardware=hardware, **kw)
     w = sc.workload
-    t = FAMILY.tiling(w.shape, w.options, sc.hardware)
+    t = w.family.tiling(w.shape, w.options, sc.hardware)
     # the host tiling's key: 10000 + 1 (maxRound > 1) + 3000 on the A3
     assert t.combine_tiling_key == (13001 if hardware == "atlas_a3" else 10001)
     inputs = _inputs(sc)
@@ -168,7 +168,7 @@ def test_shmem_context_shares_one_allocation(tmp_path: Path) -> None:
     mib = 1 << 20
     for context, status in (("shmem", 1022 * mib), ("hccl", 700 * mib)):
         sc = _scenario(tmp_path, context=context, hccl_buffsize=700)
-        win = FAMILY.tiling(sc.workload.shape, sc.workload.options, sc.hardware).window
+        win = sc.workload.family.tiling(sc.workload.shape, sc.workload.options, sc.hardware).window
         assert win.total == 700 * mib and win.exp_base == status, context
         assert win.end == status + mib, context  # the 1 MiB status window
     assert 1022 * mib + mib <= 1 << 30
