@@ -225,3 +225,18 @@ def test_two_workers_give_the_same_run(tmp_path: Path) -> None:
         assert (a.op, a.start_ns, a.end_ns) == (b.op, b.start_ns, b.end_ns)
         for x, y in zip(a.outputs, b.outputs, strict=True):
             assert all(x[n].tobytes() == y[n].tobytes() for n in x)
+
+
+def test_the_workload_runs_the_mode_its_options_pick(tmp_path: Path) -> None:
+    """workload.mode picks the kernels (normal: the four; low_latency: the V2 pair), and
+    `workload.kernel: deepep` names them together, with every mode's kernels."""
+    normal = _scenario(tmp_path, name="n").workload
+    low = _scenario(tmp_path, name="l", mode="low_latency").workload
+    assert [k.name for k in normal.family.kernels_of("dispatch_combine", normal.options)] == [
+        "dispatch_layout", "notify_dispatch", "dispatch", "combine"]
+    assert [k.name for k in low.family.kernels_of("dispatch_combine", low.options)] == [
+        "low_latency_dispatch", "low_latency_combine"]
+    names = {k.name for k in FAMILY.ops}
+    assert {k.name for m in FAMILY.modes.values() for k in m.ops} == names
+    assert FAMILY.mode({"mode": "low_latency", "comm_alg": "hierarchy"}).runs["dispatch"] == (
+        "low_latency_dispatch_layered",)
