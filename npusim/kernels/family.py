@@ -257,6 +257,9 @@ class Family:
     # A non-empty case_format promises case_misfit, read_case and write_case.
     references: ClassVar[bool] = False
     chains: ClassVar[bool] = False
+    # A family whose modes launch kernels of their own: each mode's family by name (the
+    # registry checks each; `mode` picks one from the options, the workload runs it)
+    modes: ClassVar[Mapping[str, Family]] = {}
 
     # ---- lookups
     def kernel(self, name: str) -> Kernel:
@@ -267,9 +270,17 @@ class Family:
 
     def runs_of(self, options: Mapping[str, Any] | None = None
                 ) -> Mapping[str, tuple[str, ...]]:
-        """The runs under these options: `runs`, unless an option picks other kernels
-        (a mode with kernels of its own); a family with such an option overrides this."""
+        """The runs under these options: `runs`, or those of the mode they pick (a mode
+        with kernels of its own)."""
+        if options is not None and self.modes:
+            return self.mode(options).runs
         return self.runs
+
+    def mode(self, options: Mapping[str, Any]) -> Family:
+        """The family that runs under these options (a scenario's workload holds it):
+        itself, or, for a family of `modes`, the mode they pick (options may be a
+        workload as written, defaults left out)."""
+        return self
 
     def kernels_of(self, op: str, options: Mapping[str, Any] | None = None
                    ) -> tuple[Kernel, ...]:

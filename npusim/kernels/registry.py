@@ -284,7 +284,10 @@ KERNEL_TYPES = (
 def _declared(fam: Family, ref: str) -> Family:
     """fam, once every declaration is there and of its type, and they agree."""
     missing = [a for a in ("name", "ops", "runs") if not getattr(fam, a, None)]
-    missing += [h for h in _HOOKS if getattr(type(fam), h) is getattr(Family, h)]
+    for m in fam.modes.values():  # a family of modes: each mode runs, so holds the hooks
+        _declared(m, ref)
+    missing += [h for h in _HOOKS if not fam.modes and getattr(type(fam), h) is getattr(
+        Family, h)]
     if missing:
         raise FamilyError(f"{ref}: incomplete kernel family: no {', '.join(missing)}")
     wrong = _typed(fam, FAMILY_TYPES) or (_typed(fam, EXCHANGE_TYPES)
@@ -302,7 +305,8 @@ def _declared(fam: Family, ref: str) -> Family:
         if wrong:
             raise FamilyError(f"{ref}: kernel {type(k).__name__} declaration {wrong[0]} = "
                               f"{excerpt(wrong[1])}; allowed: {wrong[2]}")
-    wrong = (_exchange_undeclared(fam) if isinstance(fam, ExchangeFamily)
+    wrong = (None if fam.modes  # its modes implement what it declares, checked above
+             else _exchange_undeclared(fam) if isinstance(fam, ExchangeFamily)
              else _undeclared(fam, Family, FAMILY_DECLARES))
     if wrong:
         raise FamilyError(f"{ref}: kernel family {fam.name!r} {wrong}")

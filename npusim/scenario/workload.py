@@ -317,8 +317,8 @@ def workload_of(src: str, raw: Any, base: Path, import_kernels: bool = True) -> 
         routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
         shared_expert_ranks=shared_ranks,
         kernel=get("kernel"),
-        options=_options(src, fam, doc),
-        family=fam,
+        options=(options := _options(src, fam, doc)),
+        family=fam.mode(options) if fam is not None else None,
     )
 
 

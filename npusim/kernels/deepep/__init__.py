@@ -1,4 +1,5 @@
-"""DeepEP-Ascend normal mode as the kernel family ``deepep`` (docs/kernels/deepep.md)."""
+"""DeepEP-Ascend's normal and low-latency modes as the kernel family ``deepep``
+(docs/kernels/deepep.md)."""
 
 from npusim.kernels.deepep.family import FAMILY
 

@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.split import split_to_core
+from npusim.kernels.deepep.dispatch import flip_core_flag
 from npusim.kernels.deepep.tiling import DeepepTiling
-from npusim.kernels.deepep.window import align
 from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align_up
 
 I32, F32 = np.int32, np.float32
 
@@ -47,12 +48,7 @@ def combine_program(t: DeepepTiling):
 
 
 def init_magic(ctx: KernelContext, t: DeepepTiling) -> int:
-    win, at = ctx.window(), t.window.combine_magic(ctx.core_id)
-    ctx.dcache.dcci_line(win, at)
-    magic = int(ctx.gm_read_scalar(win, at, I32))
-    ctx.gm_write_scalar(win, at, 0 if magic else 1, I32)
-    ctx.dcache.dcci_line(win, at)
-    return magic
+    return flip_core_flag(ctx, t.window.combine_magic(ctx.core_id))
 
 
 def copy_buffer_to_share_and_set_status(ctx: KernelContext, t: DeepepTiling, half: int,
@@ -65,8 +61,8 @@ def copy_buffer_to_share_and_set_status(ctx: KernelContext, t: DeepepTiling, hal
     row = 2 * H
     ctx.ub.reset()
     state = ctx.alloc("state", 32)
-    bufs = [ctx.alloc(f"local_copy{p}", align(row, 32)) for p in range(2)]
-    info = ctx.alloc("src_info", align(12 * n, 32))
+    bufs = [ctx.alloc(f"local_copy{p}", align_up(row, 32)) for p in range(2)]
+    info = ctx.alloc("src_info", align_up(12 * n, 32))
     ctx.vector("duplicate", 8, I32, writes=[state],
                fn=lambda: state.bytes_at(0, 32).view(F32).fill(1.0))
     yield from ctx.wait(ctx.copy_in(info, ctx.tensor("expand_idx"), 12 * r0, 12 * n))
@@ -95,8 +91,8 @@ def read_buffer_from_remote(ctx: KernelContext, t: DeepepTiling, half: int) -> W
     K = t.K
     ctx.ub.reset()
     b = recv_buffers(ctx, t)
-    w_buf = ctx.alloc("topk_weights", align(4 * n * K, 32))
-    i_buf = ctx.alloc("token_idx", align(4 * n * K, 32))
+    w_buf = ctx.alloc("topk_weights", align_up(4 * n * K, 32))
+    i_buf = ctx.alloc("token_idx", align_up(4 * n * K, 32))
     ctx.copy_in(w_buf, ctx.tensor("topk_weights"), 4 * t0 * K, 4 * n * K)
     ctx.copy_in(i_buf, ctx.tensor("topk_idx"), 4 * t0 * K, 4 * n * K)
     yield from ctx.pipe_barrier("mte2")
@@ -126,11 +122,12 @@ class RecvBuffers:
 def recv_buffers(ctx: KernelContext, t: DeepepTiling) -> RecvBuffers:
     H, K = t.H, t.K
     row = 2 * H
-    x_out = ctx.alloc("x_out", align(row, 32))
-    token_float = ctx.alloc("token_float", align(4 * H, 32))
-    mul = ctx.alloc("weighted_mul", align(4 * H, 256))
-    acc = ctx.alloc("sum_float", align(4 * H, 32))
-    queue = (ctx.alloc("weighted_sum0", align(row, 32)), ctx.alloc("weighted_sum1", align(row, 32)))
+    x_out = ctx.alloc("x_out", align_up(row, 32))
+    token_float = ctx.alloc("token_float", align_up(4 * H, 32))
+    mul = ctx.alloc("weighted_mul", align_up(4 * H, 256))
+    acc = ctx.alloc("sum_float", align_up(4 * H, 32))
+    queue = (ctx.alloc("weighted_sum0", align_up(row, 32)),
+             ctx.alloc("weighted_sum1", align_up(row, 32)))
     state = ctx.alloc("state", 32 * K)
     ctx.alloc("temp_state", 32 * K)
     return RecvBuffers(x_out, token_float, mul, acc, queue, state)

@@ -37,9 +37,9 @@ from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep.combine import RecvBuffers, init_magic, receive_token, recv_buffers
 from npusim.kernels.deepep.dispatch import round_status
 from npusim.kernels.deepep.tiling import DeepepTiling
-from npusim.kernels.deepep.window import align
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align_up
 
 I32, F32 = np.int32, np.float32
 BATCH_SRC_INFO_CNT = 128  # srcInfo triples per DataCopyPad
@@ -105,9 +105,9 @@ def init_round_send_data(ctx: KernelContext, t: DeepepTiling) -> Wait:
     n = b1 - b0
     if n <= 0:
         return None
-    counts_buf = ctx.alloc("temp_recv_count", align(4 * n, 32))
-    ctx.alloc("round_need_send_cnt", align(4 * n, 32))
-    ctx.alloc("round_send_offset", align(4 * n, 32))
+    counts_buf = ctx.alloc("temp_recv_count", align_up(4 * n, 32))
+    ctx.alloc("round_need_send_cnt", align_up(4 * n, 32))
+    ctx.alloc("round_send_offset", align_up(4 * n, 32))
     recv = ctx.tensor("ep_recv_count")
     yield from ctx.wait(ctx.copy_in(counts_buf, recv, 4 * b0, 4 * n))
     ends = [int(v) for v in ctx.ub_read(counts_buf, I32, n, ops=0)]
@@ -115,11 +115,11 @@ def init_round_send_data(ctx: KernelContext, t: DeepepTiling) -> Wait:
     ctx.scalar(4 + 4 * n)  # preRecvCount_, needSendTokenCnt_, the blocks' offsets and counts
     offsets = [pre, *ends[:-1]]
     counts = [e - o for e, o in zip(ends, offsets, strict=True)]
-    src_info = ctx.alloc("src_info", align(BATCH_SRC_INFO_CNT * TOKEN_SRC_INFO_LEN * 4, 32))
+    src_info = ctx.alloc("src_info", align_up(BATCH_SRC_INFO_CNT * TOKEN_SRC_INFO_LEN * 4, 32))
     set_state = ctx.alloc("set_state", 32)
     ctx.vector("duplicate", 8, I32, writes=[set_state],
                fn=lambda: set_state.bytes_at(0, 32).view(F32).fill(1.0))
-    row = align(2 * t.H, 32)
+    row = align_up(2 * t.H, 32)
     local_copy = (ctx.alloc("local_copy0", row), ctx.alloc("local_copy1", row))
     return SendState(offsets, counts, ends[-1] - pre, src_info, set_state, local_copy)
 
@@ -131,8 +131,8 @@ def init_round_recv_data(ctx: KernelContext, t: DeepepTiling) -> RecvState:
     wait_round = ctx.alloc("wait_round_state", flags)
     ctx.alloc("temp_round_state", flags)
     most = (t.per_round_tokens // ctx.num_cores + 1) * t.K * 4
-    ids = ctx.alloc("token_idx", align(most, 32))
-    weights = ctx.alloc("topk_weights", align(most, 32))
+    ids = ctx.alloc("token_idx", align_up(most, 32))
+    weights = ctx.alloc("topk_weights", align_up(most, 32))
     return RecvState(t.BS, 0, bufs, weights, ids, set_round, wait_round)
 
 

@@ -29,9 +29,10 @@ import numpy as np
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep.tiling import DeepepTiling
-from npusim.kernels.deepep.window import STATE_OFFSET, align
+from npusim.kernels.deepep.window import STATE_OFFSET
 from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align_up
 
 I32, F32 = np.int32, np.float32
 ONE_ENTRY = np.array([1.0] + [0.0] * 7, F32)  # Duplicate(0x3F800000) on the first lane
@@ -66,16 +67,39 @@ def dispatch_program(t: DeepepTiling):
 
 
 def init_data_state(ctx: KernelContext, t: DeepepTiling) -> int:
-    win, at = ctx.window(), t.window.dispatch_state(ctx.core_id)
+    return flip_core_flag(ctx, t.window.dispatch_state(ctx.core_id))
+
+
+def flip_core_flag(ctx: KernelContext, at: int) -> int:
+    """A core's 0/1 word in the status window, read and flipped (dataState, magic_: which
+    half of the window this call uses): the value before the flip."""
+    win = ctx.window()
     ctx.dcache.dcci_line(win, at)
-    state = int(ctx.gm_read_scalar(win, at, I32))
-    ctx.gm_write_scalar(win, at, 0 if state else 1, I32)
+    value = int(ctx.gm_read_scalar(win, at, I32))
+    ctx.gm_write_scalar(win, at, 0 if value else 1, I32)
     ctx.dcache.dcci_line(win, at)
-    return state
+    return value
 
 
 def _status_range(ctx: KernelContext, t: DeepepTiling) -> tuple[int, int]:
     return split_to_core(t.E, ctx.num_cores, ctx.core_id)
+
+
+def _share_queues(ctx: KernelContext, t: DeepepTiling) -> tuple[list[Any], list[Any]]:
+    """InputToShare's two-deep UB queues: (token loads, INT8 only; the records)."""
+    row_ub = align_up(t.record_bytes, 32)
+    xin = []
+    if t.quant == "int8":
+        xin = [ctx.alloc(f"x_in{p}", align_up(t.H * t.shape.np_dtype.itemsize, 32))
+               for p in range(2)]
+        outs = [ctx.alloc(f"x_out{p}", row_ub) for p in range(2)]
+        ctx.alloc("token_cast_float", 4 * t.H)
+        ctx.alloc("token_abs_float", 4 * t.H)
+    else:
+        outs = [ctx.alloc(f"x_queue{p}", row_ub) for p in range(2)]
+    for out in outs:  # the scale lane (garbage on the device) starts as zeros here
+        ctx.ub_write(out, t.scale_offset, np.zeros(8, F32), ops=0)
+    return xin, outs
 
 
 def input_to_share(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> Wait:
@@ -84,18 +108,8 @@ def input_to_share(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> W
     item = t.shape.np_dtype.itemsize
     quant = t.quant == "int8"
     rec = t.record_bytes
-    row_ub = align(rec, 32)
-    if quant:
-        xin = [ctx.alloc(f"x_in{p}", align(H * item, 32)) for p in range(2)]
-        outs = [ctx.alloc(f"x_out{p}", row_ub) for p in range(2)]
-        ctx.alloc("token_cast_float", 4 * H)
-        ctx.alloc("token_abs_float", 4 * H)
-    else:
-        xin = []
-        outs = [ctx.alloc(f"x_queue{p}", row_ub) for p in range(2)]
-    for out in outs:  # the scale lane (garbage on the device) starts as zeros here
-        ctx.ub_write(out, t.scale_offset, np.zeros(8, F32), ops=0)
-    off_buf = ctx.alloc("send_offset", align(4 * E, 32))
+    xin, outs = _share_queues(ctx, t)
+    off_buf = ctx.alloc("send_offset", align_up(4 * E, 32))
     yield from ctx.wait(ctx.copy_in(off_buf, ctx.tensor("send_data_offset"), 4 * r * E, 4 * E))
     send_offset = ctx.ub_read(off_buf, I32, E, ops=0)
     n_pairs = t.round_tokens(r) * K
@@ -103,8 +117,8 @@ def input_to_share(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> W
     if p1 <= p0:
         return
     n = p1 - p0
-    ids_buf = ctx.alloc("expert_ids", align(4 * n, 32))
-    idx_buf = ctx.alloc("send_token_idx", align(4 * n, 32))
+    ids_buf = ctx.alloc("expert_ids", align_up(4 * n, 32))
+    idx_buf = ctx.alloc("send_token_idx", align_up(4 * n, 32))
     first = r * t.per_round_tokens * K + p0
     ctx.copy_in(ids_buf, ctx.tensor("expert_ids"), 4 * first, 4 * n)
     ctx.copy_in(idx_buf, ctx.tensor("send_token_idx_small"), 4 * first, 4 * n)
@@ -146,7 +160,7 @@ def fill_triple(t: DeepepTiling, rank: int, token: int, k: int) -> np.ndarray:
     """FillTriple's (rank, token, k); zeros in a timing-only run, which computes no row or
     scale either: the record then holds only zeros and backs no window page (a rank's
     records at 4096 tokens, top-8, H 7168 are 236 MB). Only the combine reads the triples,
-    and a timing-only combine takes them from the routing (DeepEP.op_inputs)."""
+    and a timing-only combine takes them from the routing (Normal.op_inputs)."""
     if t.timing_only:
         return NO_TRIPLE
     return np.array([rank, token, k], I32)
@@ -175,7 +189,7 @@ def quantise(ctx: KernelContext, t: DeepepTiling, xin: Any, out: Any) -> None:
 def set_status(ctx: KernelContext, t: DeepepTiling, state: int) -> Wait:
     e0, e1 = _status_range(ctx, t)
     n = max(1, e1 - e0)
-    status = ctx.alloc("status", align(n, 8) * 32)
+    status = ctx.alloc("status", align_up(n, 8) * 32)
     ctx.vector("duplicate", 8 * n, I32, writes=[status],
                fn=lambda: status.bytes_at(0, 32 * n).view(F32).reshape(n, 8).__setitem__(
                    slice(None), ONE_ENTRY))
@@ -197,10 +211,10 @@ def wait_status(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> Wait
     e0, e1 = _status_range(ctx, t)
     n = e1 - e0
     poll = ctx.alloc("wait_status", max(32 * n, 256))
-    ctx.alloc("gather_mask_out", align(4 * E, 32))
+    ctx.alloc("gather_mask_out", align_up(4 * E, 32))
     ctx.alloc("scalar", 96)
-    off_buf = ctx.alloc("recv_offset", align(4 * E, 32))
-    cnt_buf = ctx.alloc("recv_count", align(4 * E, 32))
+    off_buf = ctx.alloc("recv_offset", align_up(4 * E, 32))
+    cnt_buf = ctx.alloc("recv_count", align_up(4 * E, 32))
     ctx.copy_in(off_buf, ctx.tensor("recv_offset"), 4 * r * E, 4 * E)
     ctx.copy_in(cnt_buf, ctx.tensor("recv_count"), 4 * r * E, 4 * E)
     if n <= 0:
@@ -228,10 +242,10 @@ def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, cou
     recv_offset, recv_count = counts
     W, L, E, H = t.W, t.L, t.E, t.H
     e0, e1 = _status_range(ctx, t)
-    geo = ctx.alloc("expert_global_offset", align(4 * L, 32))
-    sro = ctx.alloc("srcrank_in_expert_offset", align(4 * E, 32))
+    geo = ctx.alloc("expert_global_offset", align_up(4 * L, 32))
+    sro = ctx.alloc("srcrank_in_expert_offset", align_up(4 * E, 32))
     whole = t.platform == "a2"  # ops2 reads every round's offsets with one DataCopyPad
-    rso = ctx.alloc("r_in_srcrank_offset", align(4 * E * (t.round if whole else 1), 32))
+    rso = ctx.alloc("r_in_srcrank_offset", align_up(4 * E * (t.round if whole else 1), 32))
     ctx.copy_in(geo, ctx.tensor("expert_global_offset"), 0, 4 * L)
     ctx.copy_in(sro, ctx.tensor("srcrank_in_expert_offset"), 0, 4 * E)
     rso_gm = ctx.tensor("r_in_srcrank_offset")
@@ -250,7 +264,7 @@ def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, cou
     rows = ctx.tensor("recv_x")
     out_item = t.out_dtype.itemsize
     rec = t.record_bytes
-    bufs = [ctx.alloc(f"x_queue{p}", align(rec, 32)) for p in range(2)]
+    bufs = [ctx.alloc(f"x_queue{p}", align_up(rec, 32)) for p in range(2)]
     last: list[list[Any]] = [[], []]
     q = 0
     win = t.window

@@ -16,9 +16,9 @@ import numpy as np
 
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep.tiling import DeepepTiling
-from npusim.kernels.deepep.window import align
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align_up
 
 I32, I64 = np.int32, np.int64
 
@@ -45,12 +45,12 @@ def one_round(ctx: KernelContext, t: DeepepTiling, r: int) -> Wait:
     t0, t1 = split_to_core(tokens, aiv, c)
     n = t1 - t0
     first = r * t.per_round_tokens + t0
-    ids_buf = ctx.alloc("topk_idx", align(8 * n * K, 32))
-    per_rank = ctx.alloc("num_tokens_per_rank", align(4 * W, 32))
-    per_expert = ctx.alloc("num_tokens_per_expert", align(4 * E, 32))
-    in_rank = ctx.alloc("is_token_in_rank", align(4 * n * W, 32))
-    ctx.alloc("seen_rank", align(4 * W, 32))
-    slots = ctx.alloc("send_token_idx_small", align(8 * n * K, 32))
+    ids_buf = ctx.alloc("topk_idx", align_up(8 * n * K, 32))
+    per_rank = ctx.alloc("num_tokens_per_rank", align_up(4 * W, 32))
+    per_expert = ctx.alloc("num_tokens_per_expert", align_up(4 * E, 32))
+    in_rank = ctx.alloc("is_token_in_rank", align_up(4 * n * W, 32))
+    ctx.alloc("seen_rank", align_up(4 * W, 32))
+    slots = ctx.alloc("send_token_idx_small", align_up(8 * n * K, 32))
     yield from ctx.wait(ctx.copy_in(ids_buf, ctx.tensor("topk_idx"), 8 * first * K, 8 * n * K))
     ids = ctx.ub_read(ids_buf, I64, n * K, ops=0).reshape(n, K)
     for name, buf, count in (("dup_rank", per_rank, W), ("dup_in_rank", in_rank, n * W),
@@ -61,7 +61,33 @@ def one_round(ctx: KernelContext, t: DeepepTiling, r: int) -> Wait:
     work = ctx.tensor("notify_send_data")
     yield from ctx.wait(ctx.copy_out(work, 4 * c * E, per_expert, 4 * E, name="clear_row"))
     yield from ctx.sync_all()
-    # the scalar scan: GetValue / SetValue per (token, k), once per new rank
+    cnt_e, cnt_r, flags = _scan(ctx, ids, E, W)
+    ctx.ub_write(per_expert, 0, cnt_e, ops=0)
+    ctx.ub_write(per_rank, 0, cnt_r, ops=0)
+    ctx.ub_write(in_rank, 0, flags.reshape(-1), ops=0)
+    ctx.copy_out(ctx.tensor("is_token_in_rank"), 4 * first * W, in_rank, 4 * n * W)
+    ctx.set_atomic_add(I32)
+    for later in range(c + 1, aiv):
+        ctx.copy_out(work, 4 * later * E, per_expert, 4 * E, name="prefix_add")
+    ctx.copy_out(ctx.tensor("num_tokens_per_rank"), 0, per_rank, 4 * W, name="rank_add")
+    ctx.copy_out(ctx.tensor("num_tokens_per_expert"), 4 * r * E, per_expert, 4 * E,
+                 name="expert_add")
+    ctx.set_atomic_none()
+    yield from ctx.pipe_barrier("mte3")
+    yield from ctx.sync_all()
+    yield from ctx.wait(ctx.copy_in(per_expert, work, 4 * c * E, 4 * E, name="read_prefix"))
+    base = ctx.ub_read(per_expert, I32, E, ops=0).copy()
+    out = _number(ctx, ids, base, E)
+    ctx.ub_write(slots, 0, out.reshape(-1), ops=0)
+    yield from ctx.wait(ctx.copy_out(ctx.tensor("send_token_idx_small"), 4 * first * K, slots,
+                                     4 * n * K))
+
+
+def _scan(ctx: KernelContext, ids: np.ndarray, E: int, W: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The scalar scan of a core's ids: GetValue / SetValue per (token, k), once per new
+    rank; (count per expert, count per rank, is_token_in_rank rows)."""
+    n, K = ids.shape
     cnt_e = np.zeros(E, I32)
     cnt_r = np.zeros(W, I32)
     flags = np.zeros((n, W), I32)
@@ -81,21 +107,13 @@ def one_round(ctx: KernelContext, t: DeepepTiling, r: int) -> Wait:
                 flags[i, rank] = 1
                 cnt_r[rank] += 1
                 ctx.scalar(5)  # per_rank + 1, three SetValue
-    ctx.ub_write(per_expert, 0, cnt_e, ops=0)
-    ctx.ub_write(per_rank, 0, cnt_r, ops=0)
-    ctx.ub_write(in_rank, 0, flags.reshape(-1), ops=0)
-    ctx.copy_out(ctx.tensor("is_token_in_rank"), 4 * first * W, in_rank, 4 * n * W)
-    ctx.set_atomic_add(I32)
-    for later in range(c + 1, aiv):
-        ctx.copy_out(work, 4 * later * E, per_expert, 4 * E, name="prefix_add")
-    ctx.copy_out(ctx.tensor("num_tokens_per_rank"), 0, per_rank, 4 * W, name="rank_add")
-    ctx.copy_out(ctx.tensor("num_tokens_per_expert"), 4 * r * E, per_expert, 4 * E,
-                 name="expert_add")
-    ctx.set_atomic_none()
-    yield from ctx.pipe_barrier("mte3")
-    yield from ctx.sync_all()
-    yield from ctx.wait(ctx.copy_in(per_expert, work, 4 * c * E, 4 * E, name="read_prefix"))
-    base = ctx.ub_read(per_expert, I32, E, ops=0).copy()
+    return cnt_e, cnt_r, flags
+
+
+def _number(ctx: KernelContext, ids: np.ndarray, base: np.ndarray, E: int) -> np.ndarray:
+    """send_token_idx_small of a core's pairs: each (token, k)'s place among its expert's
+    sends, from the core's prefix row `base` (counted up in place)."""
+    n, K = ids.shape
     out = np.zeros((n, K), I32)
     for i in range(n):
         ctx.loop(K)
@@ -106,6 +124,4 @@ def one_round(ctx: KernelContext, t: DeepepTiling, r: int) -> Wait:
                 out[i, k] = base[e]
                 base[e] += 1
                 ctx.scalar(3)  # read, write the slot, count + 1
-    ctx.ub_write(slots, 0, out.reshape(-1), ops=0)
-    yield from ctx.wait(ctx.copy_out(ctx.tensor("send_token_idx_small"), 4 * first * K, slots,
-                                     4 * n * K))
+    return out

@@ -37,12 +37,15 @@ the window layout in layered_layout, the tiling in layered_tiling.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.deepep import layered_combine, layered_misfit, layered_tiling
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
+from npusim.kernels.deepep.common import platform
 from npusim.kernels.deepep.layered_ipc import (
     clean_up,
     ipc2out,
@@ -57,9 +60,11 @@ from npusim.kernels.deepep.layered_reduce_info import (
 )
 from npusim.kernels.deepep.layered_send import init, reorder_tokens, send_data_to_server
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
-from npusim.kernels.family import Arrays, Call, Kernel, Phase, TensorSpec, const
+from npusim.kernels.deepep.low_latency import LowLatency
+from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Phase, TensorSpec, const
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.workload.shape import MoeShape
 
 I32, I64, F32 = np.int32, np.int64, np.float32
 
@@ -166,55 +171,95 @@ class LayeredDispatch(Kernel):
 DISPATCH = LayeredDispatch()
 
 
-def op_inputs(kernel: str, t: LayeredTiling, inputs: list[Arrays],
-              previous: list[Arrays] | None) -> list[Arrays]:
-    """The dispatch: x and topk_idx. The combine: the experts' outputs are the received
-    rows (INT8 ones dequantised, fp32(q) * scale to BF16), with the dispatch's layout_range:
-    the simulated dispatch's, or the references' (mc2's V2 dispatch for the rows and
-    counts, the family's for the reduce info)."""
-    ids = [a["topk_idx"].astype(I32) for a in inputs]
-    if kernel == DISPATCH.name:
-        return [{"x": a["x"], "topk_idx": i} for a, i in zip(inputs, ids, strict=True)]
-    if previous is None:
-        previous = reference_dispatch(t, inputs)
-    dt = t.shape.np_dtype
-    res = []
-    for a, i, d in zip(inputs, ids, previous, strict=True):
-        rows = d["packed_recv_x"]
-        if t.quant == "int8":  # the valid rows only: the rest stays untouched zero pages
-            n = int(d["layout_range"][t.shape.E - 1])
-            q = rows
-            rows = np.zeros(q.shape, dt)
-            rows[:n] = (q[:n].astype(F32) * d["packed_recv_x_scales"][:n, None]).astype(dt)
-        res.append({"x": rows, "topk_idx": i, "topk_weights": a["topk_weights"],
-                    "layout_range": d["layout_range"]})
-    return res
+class Layered(LowLatency):
+    """``mode: low_latency`` over 2+ A2 servers (``comm_alg: hierarchy``): the layered
+    kernels, with the low-latency checks before their own."""
+
+    help = ("DeepEP-Ascend's low-latency mode over 2+ A2 servers: "
+            "MoeDistributeDispatchV2Layered / CombineV2Layered")
+    ops = (DISPATCH, layered_combine.COMBINE)
+    runs = RUNS
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> LayeredTiling:
+        return layered_tiling.tiling(shape, options, hardware, timing_only)
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        """The low-latency checks, the A2 past one server
+        (MoeDistributeDispatchA2GetIsSingle, then CheckCommAlg), the layered kernel's."""
+        bad = self.low_latency_misfit(shape, options, hardware)
+        if bad is not None:
+            return bad
+        p = platform(hardware)
+        if p != "a2" or ll.is_single_server(shape):
+            return Misfit("workload.comm_alg", "hierarchy: the layered kernels run on an A2 "
+                          f"with more than {ll.RANK_NUM_PER_NODE_A2} ranks (one server or the "
+                          "A3: the V2 kernels); allowed here: fullmesh")
+        bad = ll.misfit(shape, options, hardware, op, p, v2=False)
+        return bad if bad is not None else layered_misfit.misfit(shape, options, hardware, op)
+
+    def tiling_misfit(self, tiling: LayeredTiling, shape: MoeShape, options: Mapping[str, Any],
+                      hardware: Any, op: str) -> Misfit | None:
+        return layered_misfit.tiling_misfit(tiling, shape, options, hardware, op)
+
+    def op_inputs(self, kernel: str, tiling: LayeredTiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        """The dispatch: x and topk_idx. The combine: the experts' outputs are the received
+        rows (INT8 ones dequantised, fp32(q) * scale to BF16), with the dispatch's
+        layout_range: the simulated dispatch's, or the references' (mc2's V2 dispatch for
+        the rows and counts, the family's for the reduce info)."""
+        t = tiling
+        ids = [a["topk_idx"].astype(I32) for a in inputs]
+        if kernel == DISPATCH.name:
+            return [{"x": a["x"], "topk_idx": i} for a, i in zip(inputs, ids, strict=True)]
+        if previous is None:
+            previous = self.reference_dispatch(t, inputs)
+        dt = t.shape.np_dtype
+        res = []
+        for a, i, d in zip(inputs, ids, previous, strict=True):
+            rows = d["packed_recv_x"]
+            if t.quant == "int8":  # the valid rows only: the rest stays untouched zero pages
+                n = int(d["layout_range"][t.shape.E - 1])
+                q = rows
+                rows = np.zeros(q.shape, dt)
+                rows[:n] = (q[:n].astype(F32) * d["packed_recv_x_scales"][:n, None]).astype(dt)
+            res.append({"x": rows, "topk_idx": i, "topk_weights": a["topk_weights"],
+                        "layout_range": d["layout_range"]})
+        return res
+
+    def reference_outputs(self, kernel: str, tiling: LayeredTiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        return self.reference_dispatch(tiling, inputs) if kernel == DISPATCH.name else None
+
+    def reference_dispatch(self, tiling: LayeredTiling, inputs: list[Arrays]) -> list[Arrays]:
+        """The layered dispatch's outputs by the references: mc2's V2 dispatch for the rows,
+        scales and counts (the same rows in the same order), the family's for the reduce
+        info."""
+        t = tiling
+        got = super().reference_outputs(ll.DISPATCH.name, t.v2, inputs)
+        assert got is not None
+        idxs = [a["topk_idx"] for a in inputs]
+        out = []
+        for r, d in enumerate(got):
+            lr = ref.layered_reduce_info(idxs, r, t.shape.L, t.global_bs, t.cores)
+            lr[:t.shape.E] = d["layout_range"]
+            out.append({s.name: d[s.name] for s in DISPATCH.outputs if s.name in d}
+                       | {"layout_range": lr})
+        return out
+
+    def next_reads(self, kernel: str, tiling: LayeredTiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        """A digest of what the combine reads of the dispatch: its received rows (and INT8
+        scales) and layout_range."""
+        h = hashlib.sha256()
+        for o in outputs:
+            n = int(o["layout_range"][tiling.shape.E - 1])
+            h.update(np.ascontiguousarray(o["packed_recv_x"][:n]).tobytes())
+            if tiling.quant == "int8":
+                h.update(np.ascontiguousarray(o["packed_recv_x_scales"][:n]).tobytes())
+            h.update(np.ascontiguousarray(o["layout_range"], I32).tobytes())
+        return h.digest()
 
 
-def reference_dispatch(t: LayeredTiling, inputs: list[Arrays]) -> list[Arrays]:
-    """The layered dispatch's outputs by the references: mc2's V2 dispatch for the rows,
-    scales and counts (the same rows in the same order), the family's for the reduce
-    info."""
-    got = ll.reference_outputs(ll.DISPATCH.name, t.v2, inputs)
-    assert got is not None
-    idxs = [a["topk_idx"] for a in inputs]
-    out = []
-    for r, d in enumerate(got):
-        lr = ref.layered_reduce_info(idxs, r, t.shape.L, t.global_bs, t.cores)
-        lr[:t.shape.E] = d["layout_range"]
-        out.append({s.name: d[s.name] for s in DISPATCH.outputs if s.name in d}
-                   | {"layout_range": lr})
-    return out
-
-
-def next_reads(t: LayeredTiling, outputs: list[Arrays]) -> bytes:
-    """A digest of what the combine reads of the dispatch: its received rows (and INT8
-    scales) and layout_range."""
-    h = hashlib.sha256()
-    for o in outputs:
-        n = int(o["layout_range"][t.shape.E - 1])
-        h.update(np.ascontiguousarray(o["packed_recv_x"][:n]).tobytes())
-        if t.quant == "int8":
-            h.update(np.ascontiguousarray(o["packed_recv_x_scales"][:n]).tobytes())
-        h.update(np.ascontiguousarray(o["layout_range"], I32).tobytes())
-    return h.digest()
+LAYERED = Layered()

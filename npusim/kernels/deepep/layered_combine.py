@@ -49,10 +49,9 @@ from npusim.runtime.conditions import AtLeast, Condition, Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.poll import Poll
 from npusim.runtime.rdma import AivRdma
-from npusim.units import align_up
+from npusim.units import KiB, align_up
 
 I16, I32, U32, U64, F32 = np.int16, np.int32, np.uint32, np.uint64, np.float32
-KiB = 1024
 
 # the kernel's constants (moe_distribute_combine_v2_layered_custom.h)
 UB_ALIGN = 32

@@ -23,7 +23,7 @@ from npusim.kernels.deepep.layered_tiling import LayeredTiling
 from npusim.runtime.conditions import AtLeast, Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.transfer import Strided
-from npusim.units import align_up
+from npusim.units import align_up, ceil_div
 
 I32, I64, U32, U64 = np.int32, np.int64, np.uint32, np.uint64
 
@@ -99,7 +99,7 @@ def win2ipc_counts(ctx: KernelContext, t: LayeredTiling, cnt_buf: Any, counts: n
     flat[:, 0] = counts
     yield from ctx.drain()
     ctx.ub_write(cnt_buf, 0, flat.ravel(), ops=0)
-    batches = -(-per_server // cps)
+    batches = ceil_div(per_server, cps)
     for b in range(batches):
         e = exp_start + b * cps + logic % cps
         if e >= exp_start + per_server:
@@ -167,7 +167,7 @@ def ipc2out(ctx: KernelContext, t: LayeredTiling) -> Wait:
         if n == 0:
             continue
         le, src = sr // W, sr % W
-        for b in range(-(-n // in_ub)):
+        for b in range(ceil_div(n, in_ub)):
             m = min(in_ub, n - b * in_ub)
             yield from ctx.wait(ctx.copy_in(stage, win, w.ipc_data(le, src) + b * in_ub * rec,
                                             m * rec, name="ipc_tokens"))

@@ -18,6 +18,7 @@ from npusim.kernels.deepep.layered_layout import (
 )
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
 from npusim.kernels.family import Misfit
+from npusim.units import ceil_div
 from npusim.workload.shape import MoeShape
 
 
@@ -35,7 +36,7 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str
     if mb and mb * MiB < need:
         return Misfit("workload.hccl_buffsize", f"The HCCL_BUFFSIZE is {mb}MB, the min value "
                       f"should be {need // MiB}MB ({KERNEL} Init); allowed: at least "
-                      f"{-(-need // MiB)}")
+                      f"{ceil_div(need, MiB)}")
     return None
 
 

@@ -22,7 +22,7 @@ from npusim.kernels.deepep.layered_layout import (
 )
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.shape import OnShape
-from npusim.units import align_up
+from npusim.units import align_up, ceil_div
 from npusim.workload.shape import MoeShape
 
 
@@ -107,6 +107,6 @@ class LayeredTiling(OnShape):
 def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
            timing_only: bool) -> LayeredTiling:
     v2 = ll.tiling(shape, {**options, "hccl_buffsize": 0}, hardware, timing_only)
-    mb = options["hccl_buffsize"] or -(-win_size_min(shape) // MiB)
+    mb = options["hccl_buffsize"] or ceil_div(win_size_min(shape), MiB)
     win = LayeredWindow(shape.W, shape.L, hardware.chip.aiv_cores, mb * MiB)
     return LayeredTiling(v2.shape, v2, win, options["quant"], hardware.chip.aiv_cores, timing_only)

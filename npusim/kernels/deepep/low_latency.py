@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Call, Misfit, Phase, TensorSpec
+from npusim.kernels.deepep.common import DeepepMode, platform
+from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Phase, TensorSpec
 from npusim.kernels.mc2 import family as mc2
 from npusim.kernels.mc2.family import FAMILY as MC2
 from npusim.kernels.mc2.family import Combine, Dispatch
@@ -285,21 +286,75 @@ def _mc2_dispatch_out(t: Mc2Tiling, inputs: list[Arrays],
     return got
 
 
-def op_inputs(kernel: str, t: Mc2Tiling, inputs: list[Arrays],
-              previous: list[Arrays] | None) -> list[Arrays]:
-    m_in = _mc2_inputs(t, inputs)
-    if kernel == DISPATCH.name:
-        return _from_mc2(DISPATCH.inputs, m_in)
-    got = MC2.op_inputs(MC2_COMBINE, t, m_in, _mc2_dispatch_out(t, inputs, previous))
-    return _from_mc2(COMBINE.inputs, got)
+class LowLatency(DeepepMode):
+    """``mode: low_latency`` on the A3 and on one A2 server: mc2's V2 programs under
+    DeepEP's call (the layered family extends it for 2+ A2 servers)."""
+
+    help = ("DeepEP-Ascend's low-latency mode: MoeLowLatencyDispatchV2 / CombineV2, mc2's V2 "
+            "programs on A3 and on one A2 server")
+    ops = OPS
+    runs = RUNS
+
+    def kernels_of(self, op: str, options: Mapping[str, Any] | None = None
+                   ) -> tuple[Kernel, ...]:
+        """None for the normal mode's own op (layout), which misfit then refuses naming
+        the mode."""
+        return super().kernels_of(op, options) if op in self.runs else ()
+
+    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               timing_only: bool = False) -> Any:
+        return tiling(shape, options, hardware, timing_only)
+
+    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+               op: str) -> Misfit | None:
+        """Every mode's checks, the normal mode's keys left at their defaults, the A2
+        bounds, then the V2 kernels' (on 2+ A2 servers only the layered kernels run)."""
+        bad = self.low_latency_misfit(shape, options, hardware)
+        if bad is not None:
+            return bad
+        p = platform(hardware)
+        if p == "a2" and not is_single_server(shape):
+            return Misfit("workload.comm_alg", "fullmesh: over 2+ A2 servers the fullmesh "
+                          "kernels (tiling keys 2000001000 / 2000) send through hccl "
+                          "BatchWrite, whose AICPU side is not public, so they are not "
+                          "modelled; allowed: hierarchy, the layered kernels across servers "
+                          "(DeepEP with HCCL_INTRA_PCIE_ENABLE=1, HCCL_INTRA_ROCE_ENABLE=0, "
+                          "which A2_DEEPEP.md requires on 2 nodes)")
+        return misfit(shape, options, hardware, op, p)
+
+    def low_latency_misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any
+                           ) -> Misfit | None:
+        """What both low-latency kernels refuse first: every mode's checks, the normal
+        mode's rounds set, the A2 low-latency bounds."""
+        bad = self.shared_misfit(shape, options, hardware)
+        if bad is not None:
+            return bad
+        for key in ("long_seq_round", "per_round_tokens"):
+            if options[key] != self.option_defaults()[key]:
+                return Misfit(f"workload.{key}", f"{options[key]}: DEEPEP_NORMAL_LONG_SEQ_* "
+                              "set the normal mode's rounds; allowed with mode "
+                              "low_latency: the default")
+        return a2_misfit(shape) if platform(hardware) == "a2" else None
+
+    def op_inputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        m_in = _mc2_inputs(tiling, inputs)
+        if kernel == DISPATCH.name:
+            return _from_mc2(DISPATCH.inputs, m_in)
+        got = MC2.op_inputs(MC2_COMBINE, tiling, m_in,
+                            _mc2_dispatch_out(tiling, inputs, previous))
+        return _from_mc2(COMBINE.inputs, got)
+
+    def reference_outputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        if kernel != DISPATCH.name:
+            return None
+        return _from_mc2(DISPATCH.outputs, _mc2_dispatch_out(tiling, inputs, None))
+
+    def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
+                   outputs: list[Arrays]) -> bytes:
+        return MC2.next_reads(MC2_DISPATCH, tiling, _mc2_inputs(tiling, inputs),
+                              _to_mc2(DISPATCH.outputs, outputs))
 
 
-def reference_outputs(kernel: str, t: Mc2Tiling, inputs: list[Arrays]) -> list[Arrays] | None:
-    if kernel != DISPATCH.name:
-        return None
-    return _from_mc2(DISPATCH.outputs, _mc2_dispatch_out(t, inputs, None))
-
-
-def next_reads(kernel: str, t: Mc2Tiling, inputs: list[Arrays], outputs: list[Arrays]) -> bytes:
-    return MC2.next_reads(MC2_DISPATCH, t, _mc2_inputs(t, inputs),
-                          _to_mc2(DISPATCH.outputs, outputs))
+LOW_LATENCY = LowLatency()

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.deepep.tiling import DeepepTiling
-from npusim.kernels.deepep.window import KiB, align
 from npusim.runtime.conditions import Condition, Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import KiB, align_up, ceil_div
 
 I32, U64 = np.int32, np.uint64
 PING_PONG = 95 * KiB  # UB_SINGLE_PING_PONG_ADD_SIZE_MAX
@@ -81,8 +81,10 @@ def notify_program(t: DeepepTiling):
         with ctx.phase("exchange"):
             ctx.ub.reset()  # pipe.Reset(): the ping-pong halves from UB offset 96
             bufs = ping_pong_bufs(ctx)
-            yield from input_to_share_slice(ctx, t, magic, half, bufs)
-            yield from share_to_share_slice(ctx, t, magic, half, bufs)
+            ranks = my_ranks(ctx, t)  # a core without ranks skips both slices
+            if ranks:
+                yield from input_to_share_slice(ctx, t, ranks, magic, half, bufs)
+                yield from share_to_share_slice(ctx, t, ranks, magic, half, bufs)
             yield from ctx.sync_all()
         with ctx.phase("build"):
             ctx.ub.reset()
@@ -105,10 +107,10 @@ def assemble_send_data(ctx: KernelContext, t: DeepepTiling) -> Wait:
     """Core 0: (count, prefix, round tokens) per round and expert, then per target rank."""
     E, L, R = t.E, t.L, t.round
     B = batch_rounds(t)
-    counts_buf = ctx.alloc("token_per_expert", align(4 * B * E, 32))
-    offset_buf = ctx.alloc("send_data_offset", align(4 * B * E, 32))
-    send_buf = ctx.alloc("send_data", align(12 * B * E, 32))
-    new_buf = ctx.alloc("new_send_data", align(12 * B * L, 32))
+    counts_buf = ctx.alloc("token_per_expert", align_up(4 * B * E, 32))
+    offset_buf = ctx.alloc("send_data_offset", align_up(4 * B * E, 32))
+    send_buf = ctx.alloc("send_data", align_up(12 * B * E, 32))
+    new_buf = ctx.alloc("new_send_data", align_up(12 * B * L, 32))
     real = t.real_round
     for r0 in range(0, R, B):
         nb = min(B, R - r0)
@@ -161,16 +163,13 @@ def cp_gm2gm_ping_pong(ctx: KernelContext, bufs: list[Any], src: Any, src_off: i
 
 
 def my_ranks(ctx: KernelContext, t: DeepepTiling) -> range:
-    per_core = -(-t.W // ctx.num_cores)
+    per_core = ceil_div(t.W, ctx.num_cores)
     first = ctx.core_id * per_core
     return range(first, min(t.W, first + per_core))
 
 
-def input_to_share_slice(ctx: KernelContext, t: DeepepTiling, magic: int, half: int,
-                         bufs: list[Any]) -> Wait:
-    ranks = my_ranks(ctx, t)
-    if not ranks:
-        return
+def input_to_share_slice(ctx: KernelContext, t: DeepepTiling, ranks: range, magic: int,
+                         half: int, bufs: list[Any]) -> Wait:
     win = t.window
     n = t.notify_ints * 4
     yield from cp_gm2gm_ping_pong(ctx, bufs, ctx.tensor("send_data"), ranks[0] * n, ctx.window(),
@@ -182,14 +181,11 @@ def input_to_share_slice(ctx: KernelContext, t: DeepepTiling, magic: int, half: 
     yield from ctx.drain()  # pipe_barrier(PIPE_ALL)
 
 
-def share_to_share_slice(ctx: KernelContext, t: DeepepTiling, magic: int, half: int,
-                         bufs: list[Any]) -> Wait:
-    ranks = my_ranks(ctx, t)
-    if not ranks:
-        return
+def share_to_share_slice(ctx: KernelContext, t: DeepepTiling, ranks: range, magic: int,
+                         half: int, bufs: list[Any]) -> Wait:
     win = t.window
     n = t.notify_ints * 4
-    poll = ctx.alloc("flags", align(FLAG_STRIDE * len(ranks), 32))
+    poll = ctx.alloc("flags", align_up(FLAG_STRIDE * len(ranks), 32))
     yield from ctx.wait_until(ctx.window(), win.notify_flag(half, ranks[0]),
                               FLAG_STRIDE * len(ranks), MagicReached(magic * 2 + 1), poll,
                               name="wait_flags")
@@ -205,9 +201,9 @@ def build(ctx: KernelContext, t: DeepepTiling, what: str) -> Wait:
     """One Build* scan: ReorderOutput per batch of rounds, the loop, one write."""
     W, L, R, E = t.W, t.L, t.round, t.E
     B = batch_rounds(t)
-    row = align(12 * B * L, 32)
+    row = align_up(12 * B * L, 32)
     recv_bufs = [ctx.alloc(f"recv_data{src}", row) for src in range(W)]
-    out_buf = ctx.alloc("out", align(4 * max(R * E, L * W * R, E, 8), 32))
+    out_buf = ctx.alloc("out", align_up(4 * max(R * E, L * W * R, E, 8), 32))
     recv = np.zeros((W, R, L, 3), I32)
     for r0 in range(0, R, B):
         nb = min(B, R - r0)

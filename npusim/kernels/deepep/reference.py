@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.exchange import received
+
 F32 = np.float32
 
 
@@ -97,16 +99,8 @@ def int8_quantize(row: np.ndarray) -> tuple[np.ndarray, F32]:
 
 def source_triples(idxs: list[np.ndarray], s: Sizes) -> list[np.ndarray]:
     """Every rank's received (source rank, token, k), ordered by (local expert, source rank,
-    token): the handle's recv_src_idx, from the routing alone (one stable sort by expert of
-    the pairs in (source, token, k) order, so a large EP costs no Python loop per pair)."""
-    experts = np.concatenate([np.asarray(i).reshape(-1) for i in idxs]).astype(np.int64)
-    src = np.concatenate([np.full(np.asarray(i).size, r, np.int32) for r, i in enumerate(idxs)])
-    within = np.concatenate([np.arange(np.asarray(i).size) for i in idxs])
-    keep = (experts >= 0) & (experts < s.E)
-    order = np.flatnonzero(keep)[np.argsort(experts[keep], kind="stable")]
-    triple = np.stack([src[order], within[order] // s.K, within[order] % s.K], axis=1)
-    bounds = np.searchsorted(experts[order], np.arange(s.W + 1) * s.L)
-    return [triple[bounds[me]:bounds[me + 1]].astype(np.int32) for me in range(s.W)]
+    token): the handle's recv_src_idx, from the routing alone (the shared receive order)."""
+    return [got.triples() for got in received(idxs, s.L)]
 
 
 def dispatch(xs: list[np.ndarray], idxs: list[np.ndarray], s: Sizes, quant: str
@@ -203,36 +197,60 @@ def layered_reduce_info(idxs: list[np.ndarray], me: int, L: int, global_bs: int,
         raw[at:at + b.size] = b
 
     for s in range(S):
-        src = s * SERVER + me % SERVER
-        ids = idxs[src]
-        here = [t for t in range(bs) if any(mine * per <= int(e) < (mine + 1) * per
-                                            for e in ids[t])]
-        hits = [(j, k, int(ids[t, k])) for j, t in enumerate(here) for k in range(K)
-                if mine * per <= int(ids[t, k]) < (mine + 1) * per]
-        n = len(here)
-        cnt = np.zeros(n + cores, np.int16)
-        if n:
-            first = [min(e for jj, _, e in hits if jj == j) for j in range(n)]
-            order = sorted(range(n), key=lambda j: (first[j], j))
-            per_tok = np.array([sum(1 for jj, _, _ in hits if jj == j) for j in order])
-            cnt[:n] = np.cumsum(per_tok)
-            # place of each hit among its target rank's hits by (expert, token)
-            place = {}
-            for rr in range(SERVER):
-                mine_hits = [h for h in hits if (h[2] % per) // L == rr]
-                ranks = _ranked([(h[2], h[0]) for h in mine_hits])
-                for h, r in zip(mine_hits, ranks, strict=True):
-                    place[h[:2]] = rr * global_bs * K + int(r)
-            offs = np.zeros(n * K, np.int32)
-            i = 0
-            for j in order:
-                for k in range(K):
-                    if (j, k) in place:
-                        offs[i] = place[(j, k)]
-                        i += 1
+        cnt, offs = _inner_reduce_info(idxs[s * SERVER + me % SERVER], mine, L, global_bs,
+                                       cores)
+        if offs.size:
             put(inner_idx + global_bs * K * s * 4, offs)
-        put(inner_cnt + global_bs * s * 2, cnt[:min(n + cores, global_bs)])
-    ids = idxs[me]
+        put(inner_cnt + global_bs * s * 2, cnt)
+    servers, rows, hits = _outer_reduce_info(idxs[me], S, per)
+    put(outer_cnt, np.cumsum(servers).astype(np.int32))
+    put(outer_idx, rows)
+    put(per_server_at, hits)
+    return out
+
+
+def _inner_reduce_info(ids: np.ndarray, mine: int, L: int, global_bs: int, cores: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(innerCnt, innerOffset) of one source's tokens with an expert in server `mine`:
+    the running hit count in (lowest expert here, token) order, and every hit's row in
+    the combine's layout (empty without tokens)."""
+    bs, K = ids.shape
+    per = SERVER * L
+    here = [t for t in range(bs) if any(mine * per <= int(e) < (mine + 1) * per
+                                        for e in ids[t])]
+    hits = [(j, k, int(ids[t, k])) for j, t in enumerate(here) for k in range(K)
+            if mine * per <= int(ids[t, k]) < (mine + 1) * per]
+    n = len(here)
+    cnt = np.zeros(n + cores, np.int16)
+    if not n:
+        return cnt[:min(n + cores, global_bs)], np.zeros(0, np.int32)
+    first = [min(e for jj, _, e in hits if jj == j) for j in range(n)]
+    order = sorted(range(n), key=lambda j: (first[j], j))
+    per_tok = np.array([sum(1 for jj, _, _ in hits if jj == j) for j in order])
+    cnt[:n] = np.cumsum(per_tok)
+    # place of each hit among its target rank's hits by (expert, token)
+    place = {}
+    for rr in range(SERVER):
+        mine_hits = [h for h in hits if (h[2] % per) // L == rr]
+        ranks = _ranked([(h[2], h[0]) for h in mine_hits])
+        for h, r in zip(mine_hits, ranks, strict=True):
+            place[h[:2]] = rr * global_bs * K + int(r)
+    offs = np.zeros(n * K, np.int32)
+    i = 0
+    for j in order:
+        for k in range(K):
+            if (j, k) in place:
+                offs[i] = place[(j, k)]
+                i += 1
+    return cnt[:min(n + cores, global_bs)], offs
+
+
+def _outer_reduce_info(ids: np.ndarray, S: int, per: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of a rank's own tokens: the servers each goes to, then per (token, server) in that
+    order its row in the combine's layout (server * BS * K plus the hits of the server's
+    earlier (lowest expert, token) pairs) and its hits there."""
+    bs, K = ids.shape
     pairs = [(t, s) for t in range(bs) for s in range(S)
              if any(int(e) // per == s for e in ids[t])]
     low = {p: min(int(e) for e in ids[p[0]] if int(e) // per == p[1]) for p in pairs}
@@ -245,10 +263,8 @@ def layered_reduce_info(idxs: list[np.ndarray], me: int, L: int, global_bs: int,
             row[p] = s * bs * K + acc
             acc += nhit[p]
     servers = np.array([sum(1 for p in pairs if p[0] == t) for t in range(bs)], np.int32)
-    put(outer_cnt, np.cumsum(servers).astype(np.int32))
-    put(outer_idx, np.array([row[p] for p in pairs], np.int32))
-    put(per_server_at, np.array([nhit[p] for p in pairs], np.int32))
-    return out
+    return (servers, np.array([row[p] for p in pairs], np.int32),
+            np.array([nhit[p] for p in pairs], np.int32))
 
 
 def layered_combine(rows: list[np.ndarray], triples: list[np.ndarray], idx: list[np.ndarray],

@@ -9,6 +9,7 @@ ops2, which differs in its window layout and a few UB steps).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -19,7 +20,13 @@ from npusim.kernels.deepep.window import (
     dispatch_slot_bytes,
 )
 from npusim.kernels.shape import OnShape
+from npusim.units import align32, align512, ceil_div
 from npusim.workload.shape import MoeShape
+
+
+def _of_shape(name: str) -> property:
+    """A read-only view of the shape's size `name`."""
+    return property(attrgetter(f"shape.{name}"), doc=f"shape.{name}")
 
 
 @dataclass(frozen=True)
@@ -33,31 +40,13 @@ class DeepepTiling(OnShape):
     buffsize_mb: int  # HCCL_BUFFSIZE (totalWinSize in MiB)
     timing_only: bool = False
     platform: str = "a3"  # a3: csrc/deepep/ops; a2: csrc/deepep/ops2 (one server)
-
-    @property
-    def H(self) -> int:
-        return self.shape.H
-
-    @property
-    def K(self) -> int:
-        return self.shape.K
-
-    @property
-    def L(self) -> int:
-        return self.shape.L
-
-    @property
-    def E(self) -> int:
-        return self.shape.E
-
-    @property
-    def BS(self) -> int:
-        return self.shape.BS
+    # the shape's sizes under the sources' names (t.H for t.shape.H)
+    H, K, L, E, BS = (_of_shape(n) for n in ("H", "K", "L", "E", "BS"))
 
     @property
     def real_round(self) -> int:
         """Rounds a call runs: ceil(realMaxBs / perRoundTokens) (every rank has BS tokens)."""
-        return -(-self.BS // self.per_round_tokens)
+        return ceil_div(self.BS, self.per_round_tokens)
 
     def round_tokens(self, r: int) -> int:
         """Tokens of round r on a rank with BS tokens."""
@@ -91,7 +80,7 @@ class DeepepTiling(OnShape):
     @property
     def scale_offset(self) -> int:
         """hUBAlignSize: the fp32 scale after Align32(H * item)."""
-        return -(-self.H * self.out_dtype.itemsize // 32) * 32
+        return align32(self.H * self.out_dtype.itemsize)
 
     @property
     def triple_offset(self) -> int:
@@ -112,4 +101,4 @@ class DeepepTiling(OnShape):
         return DeepepWindow(self.context, self.buffsize_mb << 20, self.max_bs, self.K,
                             combine_slot_bytes(self.H, self.round),
                             dispatch_slot_bytes(self.H, self.out_dtype.itemsize),
-                            -(-2 * self.H // 512) * 512, self.platform)
+                            align512(2 * self.H), self.platform)

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+from npusim.units import GiB, KiB, MiB, align_up
+
 UB_ALIGN = 32
 WIN_ADDR_ALIGN = 512
 STATE_OFFSET = 32  # one 32 B status entry
@@ -85,23 +86,19 @@ LAYOUTS = {
 }
 
 
-def align(x: int, a: int) -> int:
-    return -(-x // a) * a
-
-
 def dispatch_record_bytes(h: int, item: int) -> int:
     """hScaleIdxSize: Align32(H * item) + 32 B scale + 12 B triple (what InputToShare copies)."""
-    return align(h * item, UB_ALIGN) + UB_ALIGN + 12
+    return align_up(h * item, UB_ALIGN) + UB_ALIGN + 12
 
 
 def dispatch_slot_bytes(h: int, item: int) -> int:
     """hOutGMAlignSize: a record's slot in the window, Align512."""
-    return align(dispatch_record_bytes(h, item), WIN_ADDR_ALIGN)
+    return align_up(dispatch_record_bytes(h, item), WIN_ADDR_ALIGN)
 
 
 def combine_slot_bytes(h: int, rounds: int) -> int:
     """hSizeAlignCombine: Align512(2H), doubled when round > 1 (the combine double buffer)."""
-    c = align(2 * h, WIN_ADDR_ALIGN)
+    c = align_up(2 * h, WIN_ADDR_ALIGN)
     return 2 * c if rounds > 1 else c
 
 
@@ -115,7 +112,7 @@ def needed_buffsize(max_bs: int, h: int, k: int, rounds: int, platform: str = "a
     on the A2 the 4 STATE_SIZE of status, every record sized for a 2-byte dtype
     (MAX_OUT_DTYPE_SIZE)."""
     lay = LAYOUTS[platform]
-    disp = align(align(2 * h, UB_ALIGN) + SCALE_EXPAND_IDX_BUFFER, WIN_ADDR_ALIGN)
+    disp = align_up(align_up(2 * h, UB_ALIGN) + SCALE_EXPAND_IDX_BUFFER, WIN_ADDR_ALIGN)
     comb = combine_slot_bytes(h, rounds)
     return ((max_bs * k * (comb + disp) + lay.check_combine_state + lay.check_notify) * 2
             + lay.check_status)

@@ -28,7 +28,7 @@ def _run(tmp: Path, inputs: Any = None, **workload: Any):
     sc = _scenario(tmp, **workload)
     if inputs is None:
         return sc, simulate(sc)
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         return sc, simulate(sc)
 
 
@@ -129,7 +129,7 @@ def test_multi_round_combine_matches_reference(tmp_path: Path, hardware: str,
     kw = {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32, "quant": quant}
     sc = _scenario(tmp_path, hardware=hardware, **kw)
     w = sc.workload
-    t = FAMILY.tiling(w.shape, w.options, sc.hardware)
+    t = w.family.tiling(w.shape, w.options, sc.hardware)
     # the host tiling's key: 10000 + 1 (maxRound > 1) + 3000 on the A3
     assert t.combine_tiling_key == (13001 if hardware == "atlas_a3" else 10001)
     inputs = _inputs(sc)
@@ -168,7 +168,7 @@ def test_shmem_context_shares_one_allocation(tmp_path: Path) -> None:
     mib = 1 << 20
     for context, status in (("shmem", 1022 * mib), ("hccl", 700 * mib)):
         sc = _scenario(tmp_path, context=context, hccl_buffsize=700)
-        win = FAMILY.tiling(sc.workload.shape, sc.workload.options, sc.hardware).window
+        win = sc.workload.family.tiling(sc.workload.shape, sc.workload.options, sc.hardware).window
         assert win.total == 700 * mib and win.exp_base == status, context
         assert win.end == status + mib, context  # the 1 MiB status window
     assert 1022 * mib + mib <= 1 << 30
@@ -225,3 +225,18 @@ def test_two_workers_give_the_same_run(tmp_path: Path) -> None:
         assert (a.op, a.start_ns, a.end_ns) == (b.op, b.start_ns, b.end_ns)
         for x, y in zip(a.outputs, b.outputs, strict=True):
             assert all(x[n].tobytes() == y[n].tobytes() for n in x)
+
+
+def test_the_workload_runs_the_mode_its_options_pick(tmp_path: Path) -> None:
+    """workload.mode picks the kernels (normal: the four; low_latency: the V2 pair), and
+    `workload.kernel: deepep` names them together, with every mode's kernels."""
+    normal = _scenario(tmp_path, name="n").workload
+    low = _scenario(tmp_path, name="l", mode="low_latency").workload
+    assert [k.name for k in normal.family.kernels_of("dispatch_combine", normal.options)] == [
+        "dispatch_layout", "notify_dispatch", "dispatch", "combine"]
+    assert [k.name for k in low.family.kernels_of("dispatch_combine", low.options)] == [
+        "low_latency_dispatch", "low_latency_combine"]
+    names = {k.name for k in FAMILY.ops}
+    assert {k.name for m in FAMILY.modes.values() for k in m.ops} == names
+    assert FAMILY.mode({"mode": "low_latency", "comm_alg": "hierarchy"}).runs["dispatch"] == (
+        "low_latency_dispatch_layered",)

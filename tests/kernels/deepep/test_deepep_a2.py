@@ -13,9 +13,10 @@ import pytest
 
 from npusim.cli import main
 from npusim.kernels.deepep import reference as ref
-from npusim.kernels.deepep.window import MiB, needed_buffsize
+from npusim.kernels.deepep.window import needed_buffsize
 from npusim.scenario import load_scenario
 from npusim.sim import simulate
+from npusim.units import MiB
 from tests.kernels.deepep.deepephelp import bf16, refused, sizes, write_scenario
 
 # one A2 server: 8 ranks, 2 experts each
@@ -72,13 +73,12 @@ def test_a2_token_index_survives_dispatch_combine(tmp_path: Path) -> None:
     1/K the K returned copies sum back to it exactly (BF16 dispatch)."""
     from unittest import mock
 
-    from npusim.kernels.deepep.family import FAMILY
     sc = _scenario(tmp_path)
     inputs = _inputs(sc)
     for a in inputs:
         a["x"][:, -128:] = np.arange(16, dtype=np.float32)[:, None].astype(a["x"].dtype)
         a["topk_weights"][:] = np.float32(0.25)
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         res = simulate(sc, workers=1)
     want = np.repeat(np.arange(16, dtype=np.float32)[:, None], 128, 1)
     for out in res.ops[-1].outputs:
@@ -113,8 +113,7 @@ def test_a2_window_layout_by_hand(tmp_path: Path) -> None:
     """Status inside windowsIn's last 8 MiB, halves of (total - 8 MiB) / 2, the combine area
     at 202 MiB of a half with an 8 MiB status area."""
     sc = _scenario(tmp_path)
-    from npusim.kernels.deepep.family import FAMILY
-    t = FAMILY.tiling(sc.workload.shape, sc.workload.options, sc.hardware)
+    t = sc.workload.family.tiling(sc.workload.shape, sc.workload.options, sc.hardware)
     win = t.window
     total = 833 * MiB  # the smallest HCCL_BUFFSIZE the check accepts (832.6 MiB, above)
     assert t.buffsize_mb == 833 and win.total == total

@@ -38,7 +38,7 @@ def _run(sc):
     w = sc.workload
     inputs = FAMILY.make_inputs(w.shape, w.options, w.op, {"routing": "uniform", "seed": 3},
                                 True)
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         return inputs, simulate(sc)
 
 
@@ -162,7 +162,7 @@ def test_int8_token_index_survives_and_combine_alone_runs(tmp_path: Path) -> Non
         x = np.full((BS, H), r - 128, np.float32)
         x[:, -128:] = np.arange(BS, dtype=np.float32)[:, None]
         a["x"] = x.astype(dt)
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         both = simulate(sc)
         alone = simulate(_scenario(tmp_path, name="alone", quant="int8", op="combine"))
     for r in range(W):
@@ -179,7 +179,7 @@ def test_layered_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
     dispatch writes what the combine reads of it, so the forked run is kept."""
     sc = _scenario(tmp_path, quant="int8", op="dispatch_combine")
     inputs, one = _run(sc)
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         two = simulate(sc, workers=2)
     assert two.combine_ahead == ("kept" if Forked.available() else "")
     assert [o["combined_x"].tobytes() for o in one.ops[-1].outputs] == \

@@ -36,7 +36,7 @@ def _inputs(sc) -> list[dict[str, np.ndarray]]:
 
 
 def _run(sc, inputs: list[dict[str, np.ndarray]]):
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         return simulate(sc)
 
 
@@ -170,7 +170,7 @@ def test_num_max_dispatch_tokens_sizes_global_bs(tmp_path: Path) -> None:
     """global_bs = num_max_dispatch_tokens_per_rank x W (deep_ep.cpp): the window grows, the
     outputs' capacity A = global_bs min(K, L) too, the valid rows stay the same."""
     sc = _scenario(tmp_path, op="dispatch", num_max_dispatch_tokens_per_rank=32)
-    t = FAMILY.tiling(sc.workload.shape, sc.workload.options, sc.hardware)
+    t = sc.workload.family.tiling(sc.workload.shape, sc.workload.options, sc.hardware)
     assert t.shape.global_bs == 32 * W
     assert t.shape.rows_capacity(0) == 32 * W * min(K, L)
 
@@ -228,7 +228,7 @@ def test_combine_simulated_ahead_is_kept(tmp_path: Path) -> None:
     sc = _scenario(tmp_path, quant="int8")
     inputs = _inputs(sc)
     one = _run(sc, inputs)
-    with mock.patch.object(FAMILY, "make_inputs", lambda *a, **k: inputs):
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
         two = simulate(sc, workers=2)
     assert two.combine_ahead == ("kept" if Forked.available() else "")
     for x, y in zip(one.ops, two.ops, strict=True):
