@@ -12,19 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from npusim.author import Arrays, ExchangeFamily, Variant
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields
@@ -131,7 +121,7 @@ class MegaMoe(ExchangeFamily):
     help = ("CANN SHMEM MegaMoE (examples/shmem_mega_moe): dispatch, GEMM1, SwiGLU, GEMM2 "
             "and combine fused in one MIX kernel (1 AIC : 2 AIV), Ascend 950 only")
     ops = (MEGA_MOE,)
-    references = True  # reference_outputs
+    references = True  # reference_outputs: the one kernel is the whole layer
     runs = {"mega_moe": ("mega_moe",)}
     shape_limits = MEGA_LIMITS
     # advise: its op is mega_moe (the layer fused), so only a shape of that op; the tokens

@@ -13,20 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.chain import next_reads_digest
+from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
 from npusim.kernels.shmem_classic.data_gen import example_inputs
@@ -50,16 +39,16 @@ def _tok(t: ClassicTiling) -> np.dtype:
     return t.np_dtype
 
 
-X = TensorSpec("x", _tok, lambda t, r: (t.shape.BS, t.shape.H), "[BS, H] tokens")
-IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.shape.BS, t.shape.K),
+X = TensorSpec("x", _tok, lambda t, r: (t.BS, t.H), "[BS, H] tokens")
+IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.BS, t.K),
                  "[BS, K] expert of each (token, k)")
-SCALES = TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.shape.BS, t.shape.K),
+SCALES = TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.BS, t.K),
                     "[BS, K] routing weights (1.0 for int32_t)")
-EXPAND_X = TensorSpec("expand_x", _tok, lambda t, r: (t.max_recv, t.shape.H),
+EXPAND_X = TensorSpec("expand_x", _tok, lambda t, r: (t.max_recv, t.H),
                       "[W*BS*K, H] received rows by (local expert, source)")
 ASSIST = TensorSpec("assist_info", const(np.int32), lambda t, r: (t.max_recv, 3),
                     "[W*BS*K, 3] (source rank, token, k) of each row")
-RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.shape.L,),
+RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.L,),
                   "[W*L] running row count after segment (le, src)")
 
 
@@ -77,7 +66,7 @@ class DispatchClassic(Kernel):
     )
     inputs = (X, IDS)
     outputs = (EXPAND_X, ASSIST, RECV,
-               TensorSpec("expert_token_nums", const(np.int32), lambda t, r: (t.shape.L,),
+               TensorSpec("expert_token_nums", const(np.int32), lambda t, r: (t.L,),
                           "[L] rows per local expert"))
 
     def program(self, tiling: ClassicTiling) -> Any:
@@ -97,7 +86,7 @@ class CombineClassic(Kernel):
               "reduction, the status cleared; barrier"),
     )
     inputs = (EXPAND_X, ASSIST, RECV, IDS, SCALES)
-    outputs = (TensorSpec("x_out", _tok, lambda t, r: (t.shape.BS, t.shape.H),
+    outputs = (TensorSpec("x_out", _tok, lambda t, r: (t.BS, t.H),
                           "[BS, H] combined tokens"),)
 
     def program(self, tiling: ClassicTiling) -> Any:
@@ -142,10 +131,10 @@ class ShmemClassic(ExchangeFamily):
     help = ("hicann/shmem's dispatch_classic / combine_classic examples: one core per peer, "
             "a put and a quiet per token, scalar element-by-element compaction and reduction")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
-    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
-            "dispatch_combine": ("dispatch", "combine")}
+    references = True  # reference_dispatch
+    chains = True
+    chain = Chain({"expand_x": "expand_x", "assist_info": "assist_info",
+                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count")
     options = (
         Option("data_type", "choice", "auto", "the examples' --dtype: int32_t, float16_t or "
                "bfloat16_t (dispatch only); auto: workload.dtype (float16 -> float16_t, "
@@ -209,27 +198,9 @@ class ShmemClassic(ExchangeFamily):
                         "expert_scales": ex.expert_scales[r]})
         return out
 
-    def _dispatched(self, t: ClassicTiling, inputs: list[Arrays]) -> list[Arrays]:
-        return ref.reference_dispatch(np.stack([a["x"] for a in inputs]),
-                                      np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
-
-    def op_inputs(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        prev = previous if previous is not None else self._dispatched(tiling, inputs)
-        return [{**a, "expand_x": p["expand_x"], "assist_info": p["assist_info"],
-                 "ep_recv_count": p["ep_recv_count"]} for a, p in zip(inputs, prev, strict=True)]
-
-    def reference_outputs(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        if kernel != DISPATCH.name:
-            return None
-        return self._dispatched(tiling, inputs)
-
-    def next_reads(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays],
-                   outputs: list[Arrays]) -> bytes:
-        return next_reads_digest(outputs, "ep_recv_count", ("assist_info", "expand_x"))
+    def reference_dispatch(self, tiling: ClassicTiling, inputs: list[Arrays]) -> list[Arrays]:
+        return ref.reference_dispatch([a["x"] for a in inputs],
+                                      [a["expert_ids"] for a in inputs], tiling.L)
 
 
 FAMILY = ShmemClassic()

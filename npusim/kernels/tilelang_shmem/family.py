@@ -5,42 +5,24 @@ names are the kernels' parameters."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from npusim.author import Arrays, Chain, ExchangeFamily, Variant
+from npusim.kernels.common.article import BF, I32, IDS, SCALES, X, article_inputs
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
 from npusim.kernels.tilelang_shmem.dispatch import dispatch_program
-from npusim.kernels.tilelang_shmem.tiling import BF16, TileLangTiling, default_ub_size
-from npusim.workload.routing import make_routing
+from npusim.kernels.tilelang_shmem.tiling import TileLangTiling, default_ub_size
+from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
 
-BF = const(BF16)
-I32 = const(np.int32)
-F32 = const(np.float32)
-
-X = TensorSpec("x", BF, lambda t, r: (t.shape.BS, t.shape.H), "[Bs, H] bf16 tokens")
-IDS = TensorSpec("expert_ids", I32, lambda t, r: (t.shape.BS, t.shape.K),
-                 "[Bs, K] expert of each (token, k), K distinct per token")
-SCALES = TensorSpec("expert_scales", F32, lambda t, r: (t.shape.BS, t.shape.K),
-                    "[Bs, K] routing weights")
-EXPAND_X_OUT = TensorSpec("expand_x_out", BF, lambda t, r: (t.max_recv, t.shape.H),
+EXPAND_X_OUT = TensorSpec("expand_x_out", BF, lambda t, r: (t.max_recv, t.H),
                           "[W*Bs*L, H] received rows by (local expert, source)")
 EXPAND_IDS = TensorSpec("expand_ids", I32, lambda t, r: (t.max_recv, 3),
                         "[W*Bs*L, 3] (source rank, token, k) of each row")
@@ -68,7 +50,7 @@ class Dispatch(Kernel):
     )
     inputs = (X, IDS)
     outputs = (EXPAND_X_OUT, EXPAND_IDS, RECV,
-               TensorSpec("expert_token_nums_out", const(np.int64), lambda t, r: (t.shape.L,),
+               TensorSpec("expert_token_nums_out", const(np.int64), lambda t, r: (t.L,),
                           "[L] int64 rows per local expert"))
     scratch = (TensorSpec("workspace", I32, lambda t, r: (t.aiv_num, 8),
                           "[aiv_num, 8] per-core row totals"),)
@@ -87,14 +69,14 @@ class Combine(Kernel):
               "status floats into [8K-0.5, 8K+0.5], clear, K rows cast/muls/add, RINT cast, "
               "copy out"),
     )
-    inputs = (TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.shape.H),
+    inputs = (TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.H),
                          "[M, H] rows to send back (dispatch's expand_x_out)"),
               TensorSpec("assist_info_combine", I32, lambda t, r: (t.max_recv, 3),
                          "[M, 3] their triples (dispatch's expand_ids)"),
               TensorSpec("ep_send_counts", I32, lambda t, r: (t.total_expert_num,),
                          "[W*L] dispatch's ep_receive_count; M is its last value"),
               SCALES)
-    outputs = (TensorSpec("combine_out", BF, lambda t, r: (t.shape.BS, t.shape.H),
+    outputs = (TensorSpec("combine_out", BF, lambda t, r: (t.BS, t.H),
                           "[Bs, H] bf16 weighted sums"),)
 
     def program(self, tiling: TileLangTiling) -> Any:
@@ -139,10 +121,10 @@ class TileLangShmem(ExchangeFamily):
             "article; tilelang-ascend examples/dispatch_combine): every AIV sends its share "
             "of pairs as UB -> remote puts, float status flags, row-by-row window copies")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
-    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
-            "dispatch_combine": ("dispatch", "combine")}
+    references = True  # reference_dispatch
+    chains = True
+    chain = Chain({"expand_x": "expand_x_out", "assist_info_combine": "expand_ids",
+                   "ep_send_counts": "ep_receive_count"}, counts="ep_receive_count")
     shape_limits = TILELANG_LIMITS
     variants = (Variant(""),)
     dispatch_quants = {"none": {}}  # the example moves bf16 rows, both ways
@@ -212,49 +194,13 @@ class TileLangShmem(ExchangeFamily):
         return None
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
-        rng = np.random.default_rng(routing.get("seed", 0))
-        if routing.get("expert_ids") is not None:
-            ids = [np.asarray(a, np.int32) for a in routing["expert_ids"]]
-        else:
-            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
-            ids = make_routing(routing.get("routing", "balanced"), shape.W, shape.BS, shape.K,
-                               shape.E, rng=rng, zipf_s=routing.get("zipf_s", 1.2), **extra)
-        out = []
-        for r in range(shape.W):
-            x = rng.uniform(-1.0, 1.0, (shape.BS, shape.H)).astype(BF16)
-            scales = rng.uniform(-1.0, 1.0, (shape.BS, shape.K)).astype(np.float32)
-            out.append({"x": x if payload else np.zeros_like(x),
-                        "expert_ids": np.ascontiguousarray(ids[r], np.int32),
-                        "expert_scales": scales})
-        return out
+                    routing: Routing, payload: bool) -> list[Arrays]:
+        return article_inputs(shape, routing, payload)
 
-    def _dispatched(self, t: TileLangTiling, inputs: list[Arrays]) -> list[Arrays]:
-        return ref.reference_dispatch(np.stack([a["x"] for a in inputs]),
-                                      np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
-
-    def op_inputs(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        prev = previous if previous is not None else self._dispatched(tiling, inputs)
-        return [{**a, "expand_x": p["expand_x_out"], "assist_info_combine": p["expand_ids"],
-                 "ep_send_counts": p["ep_receive_count"]}
-                for a, p in zip(inputs, prev, strict=True)]
-
-    def reference_outputs(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        return self._dispatched(tiling, inputs) if kernel == DISPATCH.name else None
-
-    def next_reads(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays],
-                   outputs: list[Arrays]) -> bytes:
-        h = hashlib.sha256()
-        for o in outputs:
-            n = int(o["ep_receive_count"][-1])
-            h.update(np.ascontiguousarray(o["ep_receive_count"], np.int32).tobytes())
-            h.update(np.ascontiguousarray(o["expand_ids"][:n]).tobytes())
-            h.update(np.ascontiguousarray(o["expand_x_out"][:n]).tobytes())
-        return h.digest()
+    def reference_dispatch(self, tiling: TileLangTiling, inputs: list[Arrays]
+                           ) -> list[Arrays]:
+        return ref.reference_dispatch([a["x"] for a in inputs],
+                                      [a["expert_ids"] for a in inputs], tiling.L)
 
 
 FAMILY = TileLangShmem()
