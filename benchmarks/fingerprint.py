@@ -109,6 +109,8 @@ def parts(result: Any) -> dict[str, str]:
         put("samples", s.resource, _h(s.t_ns), _h(s.gbps))
     report = build_report(result)
     del report["sim"]["wall_s"]  # the one wall-clock field
+    if str(report.get("source", "")).startswith(str(ROOT)):  # the same in any checkout
+        report["source"] = str(Path(report["source"]).relative_to(ROOT))
     digests["report"].update(json.dumps(report, sort_keys=True).encode())
     return {k: d.hexdigest()[:16] for k, d in digests.items()}
 
