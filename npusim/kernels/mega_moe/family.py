@@ -7,13 +7,12 @@ block). Tensor names are the README's data table (snake case).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from npusim.author import Arrays, ExchangeFamily, Variant
-from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.common.limits import DEFAULT_LIMITS, kernel_limits
 from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
@@ -110,10 +109,9 @@ MEGA_MOE = MegaMoeKernel()
 # - bs, k, ep_world_size, E: no bound in the sample: npusim's default ranges stay.
 MAX_H = max(h for h in range(32, RING_BYTES + 1, 32)
             if align_up(align_up(h, 256) + ceil_div(h, 32), 32) <= RING_BYTES)
-MEGA_LIMITS = replace(DEFAULT_LIMITS, h=(DEFAULT_LIMITS.h[0], MAX_H), shared_experts=(0, 0),
-                      why="kernel limit", sourced=("h", "shared_experts"),
-                      source="hicann/shmem shmem_mega_moe: h at most 7936, no shared experts; "
-                      "the rest npusim's default")
+MEGA_LIMITS = kernel_limits("hicann/shmem shmem_mega_moe: h at most 7936, no shared experts; "
+                            "the rest npusim's default", h=(DEFAULT_LIMITS.h[0], MAX_H),
+                            shared_experts=(0, 0))
 
 
 class MegaMoe(ExchangeFamily):

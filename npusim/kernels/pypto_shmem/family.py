@@ -5,12 +5,11 @@ by a model of pyPTO's scheduling AICPUs."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.article import BF, F32, I32, IDS, SCALES, X, article_inputs
-from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.common.padded import padded_dispatch
 from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec
 from npusim.kernels.pypto_shmem.combine import combine_program
@@ -96,10 +95,8 @@ DISPATCH, COMBINE = Dispatch(), Combine()
 # its test cases (ep_world_size 2, 4, 8 or 16; bs 1 or 8, 256 for combine; h 5120; 160
 # experts; k 8) of that later kernel, not bounds of the subgraphs modelled here: bs, h, k,
 # ep_world_size and E keep npusim's default ranges.
-PYPTO_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit",
-                       sourced=("shared_experts",),
-                       source="pyPTO's MoE dispatch: no shared experts; the rest npusim's "
-                       "default")
+PYPTO_LIMITS = kernel_limits("pyPTO's MoE dispatch: no shared experts; the rest npusim's default",
+                             shared_experts=(0, 0))
 
 
 class PyptoShmem(ExchangeFamily):

@@ -8,13 +8,12 @@ examples' --perf metrics (full_op, comm_only, DataSize, bandwidth) as family_fie
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
-from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
@@ -112,12 +111,11 @@ DISPATCH, COMBINE = DispatchClassic(), CombineClassic()
 # - shared_experts 0: the kernels route to moe_expert_num = pe_size * local experts only
 #   (dispatch_kernel.cpp), no shared expert;
 # - bs, h, k: main.cpp asks only that they be positive: npusim's default ranges stay.
-CLASSIC_LIMITS = replace(
-    DEFAULT_LIMITS, ep_world_size=(2, MAX_AIV_PER_NPU), experts=MAX_AIV_PER_NPU * MAX_LOCAL_EXPERTS,
-    experts_per_rank=(1, MAX_LOCAL_EXPERTS), shared_experts=(0, 0), why="kernel limit",
-    sourced=("ep_world_size", "experts", "experts_per_rank", "shared_experts"),
-    source="hicann/shmem dispatch_classic / combine_classic: ep_world_size, experts_per_rank, "
-    "shared_experts; bs, h, k npusim's default")
+CLASSIC_LIMITS = kernel_limits(
+    "hicann/shmem dispatch_classic / combine_classic: ep_world_size, experts_per_rank, "
+    "shared_experts; bs, h, k npusim's default", ep_world_size=(2, MAX_AIV_PER_NPU),
+    experts=MAX_AIV_PER_NPU * MAX_LOCAL_EXPERTS, experts_per_rank=(1, MAX_LOCAL_EXPERTS),
+    shared_experts=(0, 0))
 
 
 def dtype_name(shape: MoeShape, options: Mapping[str, Any]) -> str:

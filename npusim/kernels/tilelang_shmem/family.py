@@ -6,14 +6,13 @@ names are the kernels' parameters."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.article import BF, I32, IDS, SCALES, X, article_inputs
-from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.family import Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
@@ -109,10 +108,8 @@ def max_h(fits: Any, lo: int = 1, hi: int = 1 << 16) -> int:
 # dispatch_combine_shmem.py): shared_experts 0, its experts are total_expert_num =
 # ep_world_size * local_expert_num and nothing else. It bounds no bs, h, k or
 # ep_world_size (the UB and window needs are checked on the tiling): npusim's default stays.
-TILELANG_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit",
-                          sourced=("shared_experts",),
-                          source="tilelang-ascend dispatch_combine_shmem.py: no shared "
-                          "experts; the rest npusim's default")
+TILELANG_LIMITS = kernel_limits("tilelang-ascend dispatch_combine_shmem.py: no shared experts; "
+                                "the rest npusim's default", shared_experts=(0, 0))
 
 
 class TileLangShmem(ExchangeFamily):
