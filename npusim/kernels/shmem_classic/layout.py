@@ -23,12 +23,12 @@ import numpy as np
 
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
-from npusim.units import align32
+from npusim.units import KiB, align32
 from npusim.workload.shape import MoeShape
 
 ALIGN = 32  # DISPATCH_ALIGN_BYTES / COMBINE_ALIGN_BYTES
 SLOT_INT32 = ALIGN // 4  # DISPATCH_SLOT_INT32: one 32 B signal slot
-UB_DMA_MAX_SIZE = 190 * 1024  # the chunk of every mte_put_nbi (UBsize/KB 190 in the CSV)
+UB_DMA_MAX_SIZE = 190 * KiB  # the chunk of every mte_put_nbi (UBsize/KB 190 in the CSV)
 UB_TMP_OFFSET = 64  # tmp_buff = (__ubuf__ T *)64; status_ub at 32
 ASSIST_FIELDS = 3
 MAX_LOCAL_EXPERTS = 1024  # DISPATCH_MAX_LOCAL_EXPERT_NUM (stack arrays)
