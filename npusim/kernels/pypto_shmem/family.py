@@ -7,18 +7,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
-from npusim.kernels.common.article import BF, F32, I32, IDS, SCALES, X, article_inputs
+from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
 from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.common.padded import padded_dispatch
-from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec
+from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
 from npusim.kernels.pypto_shmem.scheduler import stitch_fields
 from npusim.kernels.pypto_shmem.tiling import STITCH_DEFAULT, STITCH_MAX, PyptoTiling
 from npusim.units import ceil_div
-from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
+
+BF, I32, F32 = const(BF16), const(np.int32), const(np.float32)
 
 EXPAND_X = TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.H),
                       "[W*BS*L, H] expandX: rows by (local expert, source)")
@@ -99,7 +102,7 @@ PYPTO_LIMITS = kernel_limits("pyPTO's MoE dispatch: no shared experts; the rest 
                              shared_experts=(0, 0))
 
 
-class PyptoShmem(ExchangeFamily):
+class PyptoShmem(ArticleInputs, ExchangeFamily):
     name = "pypto_shmem"
     help = ("pyPTO SHMEM dispatch / combine (cann-recipes-infer's SHMEM article): LOOP "
             "subgraphs as tile tasks that scheduling AICPUs place on AIV/AIC cores; "
@@ -149,16 +152,8 @@ class PyptoShmem(ExchangeFamily):
             return Misfit("workload.h", f"{shape.H}: the receive's Cast tile [K/2, H] = "
                           f"[{h}, {shape.H}] in bf16 and fp32 needs {6 * h * shape.H} B of "
                           f"UB, the preset's UB is {ub} B; allowed: H <= {ub // (6 * h)}")
-        if t.window.end > int(hardware.window.bytes):
-            return Misfit("hardware.window.bytes", f"shmemData [W*L = {t.E}, BS {shape.BS}, "
-                          f"H {shape.H}] and the rest need {t.window.end} B; the window is "
-                          f"{hardware.window.bytes} B: lower ep_world_size x experts_per_rank "
-                          "or bs")
-        return None
-
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Routing, payload: bool) -> list[Arrays]:
-        return article_inputs(shape, routing, payload)
+        return window_misfit(t.window.end, hardware, f"shmemData [W*L = {t.E}, BS {shape.BS}, "
+                             f"H {shape.H}] and the rest")
 
     def reference_dispatch(self, tiling: PyptoTiling, inputs: list[Arrays]) -> list[Arrays]:
         """expandX holds W * BS * L rows (max_recv), rows past the received ones zero."""

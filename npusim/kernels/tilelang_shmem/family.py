@@ -11,15 +11,16 @@ from typing import Any
 import numpy as np
 
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
-from npusim.kernels.common.article import BF, I32, IDS, SCALES, X, article_inputs
+from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
 from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.family import Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
 from npusim.kernels.tilelang_shmem.dispatch import dispatch_program
 from npusim.kernels.tilelang_shmem.tiling import TileLangTiling, default_ub_size
-from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
+
+BF, I32 = const(BF16), const(np.int32)
 
 EXPAND_X_OUT = TensorSpec("expand_x_out", BF, lambda t, r: (t.max_recv, t.H),
                           "[W*Bs*L, H] received rows by (local expert, source)")
@@ -112,7 +113,7 @@ TILELANG_LIMITS = kernel_limits("tilelang-ascend dispatch_combine_shmem.py: no s
                                 "the rest npusim's default", shared_experts=(0, 0))
 
 
-class TileLangShmem(ExchangeFamily):
+class TileLangShmem(ArticleInputs, ExchangeFamily):
     name = "tilelang_shmem"
     help = ("TileLang-Ascend SHMEM dispatch / combine (cann-recipes-infer's SHMEM "
             "article; tilelang-ascend examples/dispatch_combine): every AIV sends its share "
@@ -183,16 +184,9 @@ class TileLangShmem(ExchangeFamily):
             return Misfit("workload.h", f"{shape.H}: the kernels' alloc_ub buffers (x_ub of "
                           f"H + 22 bf16, the combine's bf16 and fp32 rows) need {need} B of "
                           f"UB, the preset's UB is {ub} B; allowed: H <= {max_h(fits)} here")
-        if t.window.end > int(hardware.window.bytes):
-            return Misfit("hardware.window.bytes", f"win_data [W*L*Bs = {t.total_expert_num}"
-                          f"*{shape.BS}, ub_size {t.ub_size}] and the other three tensors "
-                          f"need {t.window.end} B; the window is {hardware.window.bytes} B: "
-                          "lower ep_world_size x experts_per_rank or bs")
-        return None
-
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Routing, payload: bool) -> list[Arrays]:
-        return article_inputs(shape, routing, payload)
+        return window_misfit(t.window.end, hardware, f"win_data [W*L*Bs = "
+                             f"{t.total_expert_num}*{shape.BS}, ub_size {t.ub_size}] and the "
+                             "other three tensors")
 
     def reference_dispatch(self, tiling: TileLangTiling, inputs: list[Arrays]
                            ) -> list[Arrays]:
