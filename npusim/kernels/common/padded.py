@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from npusim.kernels.exchange import received
+from npusim.kernels.family import TensorSpec, const
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,19 @@ class Padded:
     triples: np.ndarray  # [capacity, 3] int32 (source rank, token, k) of each row
     running: np.ndarray  # [W * L] int32 running row count after entry le * W + src
     per_expert: np.ndarray  # [L] int64 rows of each local expert
+
+
+def padded_specs(dtype: Any, names: tuple[str, str, str], capacity: str
+                 ) -> tuple[TensorSpec, TensorSpec, TensorSpec]:
+    """The rows, triples and running counts of `Padded` as a family's tensors: its names for
+    them, the rows' dtype, and how its capacity (the tiling's max_recv) is written."""
+    rows, triples, running = names
+    return (TensorSpec(rows, dtype, lambda t, r: (t.max_recv, t.H),
+                       f"[{capacity}, H] received rows by (local expert, source)"),
+            TensorSpec(triples, const(np.int32), lambda t, r: (t.max_recv, 3),
+                       f"[{capacity}, 3] (source rank, token, k) of each row"),
+            TensorSpec(running, const(np.int32), lambda t, r: (t.W * t.L,),
+                       "[W*L] running row count after entry le*W + src"))
 
 
 def padded_dispatch(x: Sequence[np.ndarray], ids: Sequence[np.ndarray], L: int,

@@ -12,7 +12,7 @@ import numpy as np
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
 from npusim.kernels.common.limits import kernel_limits
-from npusim.kernels.common.padded import padded_dispatch
+from npusim.kernels.common.padded import padded_dispatch, padded_specs
 from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
@@ -23,10 +23,8 @@ from npusim.workload.shape import MoeShape
 
 BF, I32, F32 = const(BF16), const(np.int32), const(np.float32)
 
-EXPAND_X = TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.H),
-                      "[W*BS*L, H] expandX: rows by (local expert, source)")
-ASSIST = TensorSpec("assist_info_for_combine", I32, lambda t, r: (t.max_recv, 3),
-                    "[W*BS*L, 3] (source rank, token, k) of each row")
+EXPAND_X, ASSIST, RECV = padded_specs(
+    BF, ("expand_x", "assist_info_for_combine", "ep_recv_counts"), "W*BS*L")
 
 
 class Subgraph(Kernel):
@@ -53,9 +51,7 @@ class Dispatch(Subgraph):
               "slot its info rows"),
     )
     inputs = (X, IDS)
-    outputs = (EXPAND_X, ASSIST,
-               TensorSpec("ep_recv_counts", I32, lambda t, r: (t.E,),
-                          "[W*L] running row count after slot le*W + src (the CumSum)"))
+    outputs = (EXPAND_X, ASSIST, RECV)
     scratch = (TensorSpec("offset_table", I32, lambda t, r: (t.BS, t.K),
                           "[BS, K] each pair's row in its expert's slot"),
                TensorSpec("total_offset", I32, lambda t, r: (t.E,), "[E] pairs per expert"))

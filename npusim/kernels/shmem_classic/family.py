@@ -14,6 +14,7 @@ import numpy as np
 
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.limits import kernel_limits
+from npusim.kernels.common.padded import padded_specs
 from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
@@ -43,12 +44,7 @@ IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.BS, t.K),
                  "[BS, K] expert of each (token, k)")
 SCALES = TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.BS, t.K),
                     "[BS, K] routing weights (1.0 for int32_t)")
-EXPAND_X = TensorSpec("expand_x", _tok, lambda t, r: (t.max_recv, t.H),
-                      "[W*BS*K, H] received rows by (local expert, source)")
-ASSIST = TensorSpec("assist_info", const(np.int32), lambda t, r: (t.max_recv, 3),
-                    "[W*BS*K, 3] (source rank, token, k) of each row")
-RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.L,),
-                  "[W*L] running row count after segment (le, src)")
+DISPATCHED = padded_specs(_tok, ("expand_x", "assist_info", "ep_recv_count"), "W*BS*K")
 
 
 class DispatchClassic(Kernel):
@@ -64,7 +60,7 @@ class DispatchClassic(Kernel):
               "scalar GM loads/stores, the flags re-armed; barrier"),
     )
     inputs = (X, IDS)
-    outputs = (EXPAND_X, ASSIST, RECV,
+    outputs = (*DISPATCHED,
                TensorSpec("expert_token_nums", const(np.int32), lambda t, r: (t.L,),
                           "[L] rows per local expert"))
 
@@ -84,7 +80,7 @@ class CombineClassic(Kernel):
         Phase("reduce", "tokens strided over the cores: K*8 status ints, the scalar "
               "reduction, the status cleared; barrier"),
     )
-    inputs = (EXPAND_X, ASSIST, RECV, IDS, SCALES)
+    inputs = (*DISPATCHED, IDS, SCALES)
     outputs = (TensorSpec("x_out", _tok, lambda t, r: (t.BS, t.H),
                           "[BS, H] combined tokens"),)
 

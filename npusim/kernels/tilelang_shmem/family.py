@@ -13,6 +13,7 @@ import numpy as np
 from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
 from npusim.kernels.common.limits import kernel_limits
+from npusim.kernels.common.padded import padded_specs
 from npusim.kernels.family import Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
@@ -22,12 +23,7 @@ from npusim.workload.shape import MoeShape
 
 BF, I32 = const(BF16), const(np.int32)
 
-EXPAND_X_OUT = TensorSpec("expand_x_out", BF, lambda t, r: (t.max_recv, t.H),
-                          "[W*Bs*L, H] received rows by (local expert, source)")
-EXPAND_IDS = TensorSpec("expand_ids", I32, lambda t, r: (t.max_recv, 3),
-                        "[W*Bs*L, 3] (source rank, token, k) of each row")
-RECV = TensorSpec("ep_receive_count", I32, lambda t, r: (t.total_expert_num,),
-                  "[W*L] running row count after entry le*W + src")
+DISPATCHED = padded_specs(BF, ("expand_x_out", "expand_ids", "ep_receive_count"), "W*Bs*L")
 
 
 class Dispatch(Kernel):
@@ -49,7 +45,7 @@ class Dispatch(Kernel):
               "loads between dcci's"),
     )
     inputs = (X, IDS)
-    outputs = (EXPAND_X_OUT, EXPAND_IDS, RECV,
+    outputs = (*DISPATCHED,
                TensorSpec("expert_token_nums_out", const(np.int64), lambda t, r: (t.L,),
                           "[L] int64 rows per local expert"))
     scratch = (TensorSpec("workspace", I32, lambda t, r: (t.aiv_num, 8),
