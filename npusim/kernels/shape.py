@@ -1,5 +1,5 @@
 """OnShape: a family tiling that holds a MoE shape (npusim.workload.shape.MoeShape) and
-names its world size the way both the sources' formulas and the launcher do."""
+names its sizes the way the sources' formulas and the launcher do."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 
 class OnShape:
     """A family tiling that holds a `shape` with W ranks (a MoeShape, or a family's own
-    such as mc2's): the world size under both names the kernels use (W in the sources'
-    formulas, world for the launcher)."""
+    such as mc2's): its sizes under the names the kernels' formulas use (BS, H, K, L, S,
+    E, W), so a tiling writes `t.BS` as the source writes it, and the world size also as
+    the launcher names it (world)."""
 
     shape: Any
 
@@ -20,3 +21,27 @@ class OnShape:
     @property
     def world(self) -> int:
         return self.shape.W
+
+    @property
+    def BS(self) -> int:
+        return self.shape.BS
+
+    @property
+    def H(self) -> int:
+        return self.shape.H
+
+    @property
+    def K(self) -> int:
+        return self.shape.K
+
+    @property
+    def L(self) -> int:
+        return self.shape.L
+
+    @property
+    def S(self) -> int:
+        return self.shape.S
+
+    @property
+    def E(self) -> int:
+        return self.shape.E

@@ -19,3 +19,10 @@ DISPATCH_V3_LIMITS = ShapeLimits(bs=(1, 512), h=(1024, 8192), h_multiple=32, k=(
 # written and checked in (the DispatchV3 ones), said to be npusim's in the messages.
 DEFAULT_LIMITS = replace(DISPATCH_V3_LIMITS, source="npusim's default: the family declares "
                          "no shape limits", why=DEFAULT_WHY)
+
+
+def kernel_limits(source: str, **ranges: object) -> ShapeLimits:
+    """npusim's default ranges with those a kernel's own source sets (`ranges`, in
+    ShapeLimits' names), each said to be the kernel's limit and where it is written."""
+    return replace(DEFAULT_LIMITS, **ranges, why="kernel limit", sourced=tuple(ranges),
+                   source=source)

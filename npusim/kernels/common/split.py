@@ -12,3 +12,10 @@ def split_to_core(n: int, parts: int, index: int) -> tuple[int, int]:
         return start, start + q + 1
     start = index * q + r
     return start, start + q
+
+
+def split_share(n: int, parts: int, index: int) -> tuple[int, int]:
+    """The same split as (start, count): how the TileLang kernels and MegaMoE's
+    SplitWorkAcrossVectorCores name a core's share."""
+    start, end = split_to_core(n, parts, index)
+    return start, end - start

@@ -13,7 +13,7 @@ once for activation_ready == GEMM1's tile count and ping-pongs two UB outputs (f
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,10 +31,10 @@ from npusim.kernels.mega_moe.tiling import (
     swizzle,
 )
 from npusim.kernels.quant import fp8_format, mx_quantize_bf16
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Strided
 from npusim.units import ceil_div
 
-Gen = Generator[Any, Any, None]
 CHUNKS = TILE_K // L0_K
 
 
@@ -43,6 +43,17 @@ def tiles(t: MegaTiling, b: int, m_loops: int, n_loops: int, start: int
     """This block's tiles: from (b - start) mod AIC, every AIC-th of the swizzled order."""
     first = b + t.aic - start if b < start else b - start
     return [swizzle(i, m_loops, n_loops) for i in range(first, m_loops * n_loops, t.aic)]
+
+
+def block_tiles(t: MegaTiling, b: int, st: Any, m: int, tile_m: int, n: int
+                ) -> Iterator[tuple[int, int, int, int]]:
+    """Block b's tiles of an [m, n] output in tile_m x TILE_N tiles, as (mi, ni, rows,
+    cols); once walked, the next walk starts where this one ended (st.start_block): the
+    projections hand the tiles on over the AICs."""
+    m_loops, n_loops = ceil_div(m, tile_m), ceil_div(n, TILE_N)
+    for mi, ni in tiles(t, b, m_loops, n_loops, st.start_block):
+        yield mi, ni, min(tile_m, m - mi * tile_m), min(TILE_N, n - ni * TILE_N)
+    st.start_block = (st.start_block + m_loops * n_loops) % t.aic
 
 
 class BlockMmad:
@@ -66,7 +77,7 @@ class BlockMmad:
         self.out: Any = None  # the FixPipe still reading L0C
 
     def __call__(self, ctx: KernelContext, a: tuple[Any, Any, int, int], rows: int,
-                 b: tuple[Any, Any, int, int, int], cols: int, k_total: int) -> Gen:
+                 b: tuple[Any, Any, int, int, int], cols: int, k_total: int) -> Wait:
         """L0C = A[rows, k_total] x B[k_total, cols] in MXFP8: a = (codes, scales, first
         row, row pitch) of A [M, K] in GM; b = (codes, scales, first K row, first column,
         row pitch) of B [K, N]; E8M0 scales per 32 of K ([M, K/32] and [K/32, N])."""
@@ -101,7 +112,7 @@ class BlockMmad:
                 loads.append(self._load(ctx, p, a, rows, b, cols, (s + 2) * TILE_K, k_total))
         yield from ctx.wait(*[r for r in self.l0_readers if r is not None])
 
-    def _free(self, ctx: KernelContext, p: int) -> Gen:
+    def _free(self, ctx: KernelContext, p: int) -> Wait:
         """Wait for the mmad that last read L1 set p (its scales stay in L1)."""
         if self.set_readers[p] is not None:
             yield from ctx.wait(self.set_readers[p])
@@ -136,15 +147,12 @@ class BlockMmad:
 
 # -------------------------------------------------------------------- first projection
 def first_projection_aic(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: int,
-                         before: int, st: Any) -> Gen:
-    m_loops, n_loops = ceil_div(m, TILE_M1), ceil_div(t.F2, TILE_N)
+                         before: int, st: Any) -> Wait:
     recv, recv_s = ctx.tensor("received_token_data"), ctx.tensor("received_token_scales")
     w1, w1s = ctx.tensor("weight1"), ctx.tensor("weight1_scale")
     ready = ctx.tensor("input_ready")
     last_wave = -1
-    for mi, ni in tiles(t, b, m_loops, n_loops, st.start_block):
-        rows = min(TILE_M1, m - mi * TILE_M1)
-        cols = min(TILE_N, t.F2 - ni * TILE_N)
+    for mi, ni, rows, cols in block_tiles(t, b, st, m, TILE_M1, t.F2):
         if mi != last_wave:
             yield from hw.spin_equal(ctx, ready, (e * t.wave_slots + mi) * 4, rows)
             last_wave = mi
@@ -159,21 +167,17 @@ def first_projection_aic(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: i
             st.mmad.fixpipe(ctx, ctx.peer_buffer(0, name), rows, cols)
         hw.set_flag(ctx, 4, "fixpipe")  # NotifyVector
         st.vsync = 1
-    st.start_block = (st.start_block + m_loops * n_loops) % t.aic
 
 
 def first_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: int,
-                         before: int, st: Any) -> Gen:
+                         before: int, st: Any) -> Wait:
     """AIV0's SwiGLU epilogue per tile: WaitForCube, silu(gate) * up in fp32 to bf16,
     MXFP8 requant, MTE3 to activatedTokenData/Scales, AtomicAdd(activationReady[e], 1),
     NotifyCube."""
-    m_loops, n_loops = ceil_div(m, TILE_M1), ceil_div(t.F2, TILE_N)
     act, act_s = ctx.tensor("activated_token_data"), ctx.tensor("activated_token_scales")
     ready = ctx.tensor("activation_ready")
     gate, up = st.gemm1_buffers(ctx)
-    for mi, ni in tiles(t, b, m_loops, n_loops, st.start_block):
-        rows = min(TILE_M1, m - mi * TILE_M1)
-        cols = min(TILE_N, t.F2 - ni * TILE_N)
+    for mi, ni, rows, cols in block_tiles(t, b, st, m, TILE_M1, t.F2):
         n = rows * cols
         yield from hw.wait_flag(ctx, 4)  # WaitForCube
 
@@ -206,19 +210,15 @@ def first_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: i
         yield from hw.atomic_add(ctx, ready, e * 16 * 4, 1, gate, gate.nbytes - 32)
         hw.set_flag(ctx, 6, "mte3")  # NotifyCube
         st.vsync = 1
-    st.start_block = (st.start_block + m_loops * n_loops) % t.aic
 
 
 # ------------------------------------------------------------------- second projection
 def second_projection_aic(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: int,
-                          before: int, st: Any) -> Gen:
-    m_loops, n_loops = ceil_div(m, TILE_M2), ceil_div(t.H, TILE_N)
+                          before: int, st: Any) -> Wait:
     act, act_s = ctx.tensor("activated_token_data"), ctx.tensor("activated_token_scales")
     w2, w2s = ctx.tensor("weight2"), ctx.tensor("weight2_scale")
     ready = ctx.tensor("activation_ready")
-    for i, (mi, ni) in enumerate(tiles(t, b, m_loops, n_loops, st.start_block)):
-        rows = min(TILE_M2, m - mi * TILE_M2)
-        cols = min(TILE_N, t.H - ni * TILE_N)
+    for i, (mi, ni, rows, cols) in enumerate(block_tiles(t, b, st, m, TILE_M2, t.H)):
         if i == 0:
             yield from hw.spin_equal(ctx, ready, e * 16 * 4, t.gemm1_tiles(m))
         if st.done_tiles >= 2:
@@ -231,22 +231,18 @@ def second_projection_aic(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: 
         hw.set_flag(ctx, 4 + st.buffer, "fixpipe")  # NotifyVector(bufferIndex)
         st.done_tiles += 1
         st.buffer ^= 1
-    st.start_block = (st.start_block + m_loops * n_loops) % t.aic
 
 
 def second_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: int,
-                          before: int, st: Any, local: Any = None) -> Gen:
+                          before: int, st: Any, local: Any = None) -> Wait:
     """AIV0 per GEMM2 tile: WaitForCube(buffer), the tile rows' routing metadata (UB at
     200 KiB), CombineTokens: per row one MTE3 store of its columns (512 B) into the
     source rank's combinedTokens at ((token * K + k) * H + column) * 2; NotifyCube.
     With `local` (a GM tensor [rows, H] bf16: the unfused path's grouped-matmul output)
     the tile is one strided MTE3 store there instead."""
-    m_loops, n_loops = ceil_div(m, TILE_M2), ceil_div(t.H, TILE_N)
     meta_t = ctx.tensor("routing_metadata") if local is None else None
     outs, meta = st.gemm2_buffers(ctx)
-    for mi, ni in tiles(t, b, m_loops, n_loops, st.start_block):
-        rows = min(TILE_M2, m - mi * TILE_M2)
-        cols = min(TILE_N, t.H - ni * TILE_N)
+    for mi, ni, rows, cols in block_tiles(t, b, st, m, TILE_M2, t.H):
         out = outs[st.buffer]
         yield from hw.wait_flag(ctx, 4 + st.buffer)
         row0 = before + mi * TILE_M2
@@ -271,4 +267,3 @@ def second_projection_aiv(ctx: KernelContext, t: MegaTiling, b: int, e: int, m: 
         hw.set_flag(ctx, 6 + st.buffer, "mte3")  # NotifyCube(bufferIndex)
         st.done_tiles += 1
         st.buffer ^= 1
-    st.start_block = (st.start_block + m_loops * n_loops) % t.aic

@@ -7,24 +7,13 @@ block). Tensor names are the README's data table (snake case).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.author import Arrays, ExchangeFamily, Variant
+from npusim.kernels.common.limits import DEFAULT_LIMITS, kernel_limits
+from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields
@@ -120,10 +109,9 @@ MEGA_MOE = MegaMoeKernel()
 # - bs, k, ep_world_size, E: no bound in the sample: npusim's default ranges stay.
 MAX_H = max(h for h in range(32, RING_BYTES + 1, 32)
             if align_up(align_up(h, 256) + ceil_div(h, 32), 32) <= RING_BYTES)
-MEGA_LIMITS = replace(DEFAULT_LIMITS, h=(DEFAULT_LIMITS.h[0], MAX_H), shared_experts=(0, 0),
-                      why="kernel limit", sourced=("h", "shared_experts"),
-                      source="hicann/shmem shmem_mega_moe: h at most 7936, no shared experts; "
-                      "the rest npusim's default")
+MEGA_LIMITS = kernel_limits("hicann/shmem shmem_mega_moe: h at most 7936, no shared experts; "
+                            "the rest npusim's default", h=(DEFAULT_LIMITS.h[0], MAX_H),
+                            shared_experts=(0, 0))
 
 
 class MegaMoe(ExchangeFamily):
@@ -131,7 +119,7 @@ class MegaMoe(ExchangeFamily):
     help = ("CANN SHMEM MegaMoE (examples/shmem_mega_moe): dispatch, GEMM1, SwiGLU, GEMM2 "
             "and combine fused in one MIX kernel (1 AIC : 2 AIV), Ascend 950 only")
     ops = (MEGA_MOE,)
-    references = True  # reference_outputs
+    references = True  # reference_outputs: the one kernel is the whole layer
     runs = {"mega_moe": ("mega_moe",)}
     shape_limits = MEGA_LIMITS
     # advise: its op is mega_moe (the layer fused), so only a shape of that op; the tokens

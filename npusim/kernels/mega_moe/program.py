@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.split import split_share
 from npusim.kernels.mega_moe import mx
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.cube import (
@@ -36,13 +37,11 @@ from npusim.kernels.mega_moe.tiling import (
     TILE_N,
     WAVE,
     MegaTiling,
-    split,
 )
 from npusim.kernels.quant import mx_quantize_bf16
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 from npusim.units import ceil_div
-
-Gen = Generator[Any, Any, None]
 
 
 class ExpertState:
@@ -101,7 +100,7 @@ class ExpertState:
 
 
 def mega_moe_program(t: MegaTiling) -> Any:
-    def program(ctx: KernelContext) -> Gen:
+    def program(ctx: KernelContext) -> Wait:
         kind, block, sub = hw.role(ctx)
         if kind == "aic":
             yield from _aic(ctx, t, block)
@@ -111,7 +110,7 @@ def mega_moe_program(t: MegaTiling) -> Any:
 
 
 # ------------------------------------------------------------------------------ AIC
-def _aic(ctx: KernelContext, t: MegaTiling, b: int) -> Gen:
+def _aic(ctx: KernelContext, t: MegaTiling, b: int) -> Wait:
     st = ExpertState(t)
     counts = ctx.tensor("received_token_counts")
     ms = []
@@ -139,7 +138,7 @@ def _aic(ctx: KernelContext, t: MegaTiling, b: int) -> Gen:
 
 
 # ------------------------------------------------------------------------------ AIV
-def _aiv(ctx: KernelContext, t: MegaTiling, b: int, sub: int) -> Gen:
+def _aiv(ctx: KernelContext, t: MegaTiling, b: int, sub: int) -> Wait:
     vid = 2 * b + sub
     with ctx.phase("build_send_masks"):
         yield from _build_send_masks(ctx, t, vid)
@@ -186,7 +185,7 @@ def _aiv(ctx: KernelContext, t: MegaTiling, b: int, sub: int) -> Gen:
         yield from _combine_routed_tokens(ctx, t, vid)
 
 
-def _build_send_masks(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
+def _build_send_masks(ctx: KernelContext, t: MegaTiling, vid: int) -> Wait:
     """Expert e = vid, vid + 2*AIC, ...: CompareScalar(ids == e) as a bitmask over the
     padded routes, GatherMask's count after it, one MTE3 store of mask + count straight
     into inboundMask[le * W + me] of the expert's rank (double-buffered)."""
@@ -223,11 +222,11 @@ def _build_send_masks(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
     yield from ctx.pipe_barrier("mte3")
 
 
-def _quantize_local_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
+def _quantize_local_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Wait:
     """Tokens split over the AIV cores; per token MTE2 loads the bf16 row, ComputeMaxExp,
     ComputeScale and ComputeFp8Data make the FP8 row and its E8M0 scales, MTE3 stores
     them to the local quantizedTokens (double-buffered)."""
-    first, count = split(t.BS, t.aiv, vid)
+    first, count = split_share(t.BS, t.aiv, vid)
     if not count:
         return
     x = ctx.tensor("x")
@@ -260,7 +259,7 @@ def _quantize_local_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
     yield from ctx.pipe_barrier("mte3")
 
 
-def _synchronize_ranks(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
+def _synchronize_ranks(ctx: KernelContext, t: MegaTiling, vid: int) -> Wait:
     """AIV i < W: read the own generation counter, write gen + 1 into rank i's slot for
     this rank, spin until rank i's slot here reaches it; store the counter; SyncAll."""
     gen_at = GENERATION_BASE + vid * SLOT
@@ -295,7 +294,7 @@ def _count_received_tokens(ctx: KernelContext, t: MegaTiling, b: int, e: int,
     return m
 
 
-def _dispatch(ctx: KernelContext, t: MegaTiling, b: int, e: int, st: ExpertState) -> Gen:
+def _dispatch(ctx: KernelContext, t: MegaTiling, b: int, e: int, st: ExpertState) -> Wait:
     """BuildRoutingMetadataAndDispatch: work items (source rank, part) round robin over
     the blocks; each pulls its rows' quantised tokens from the source's window (remote
     MTE2, a 6-deep ring of 8 KiB), stores data and scales to the received rows, writes
@@ -349,16 +348,16 @@ def _dispatch(ctx: KernelContext, t: MegaTiling, b: int, e: int, st: ExpertState
             yield from hw.atomic_add(ctx, ready, (e * t.wave_slots + w) * 4, n, st.scratch(ctx))
 
 
-def _copy_expert_token_counts(ctx: KernelContext, t: MegaTiling, ms: list[int]) -> Gen:
+def _copy_expert_token_counts(ctx: KernelContext, t: MegaTiling, ms: list[int]) -> Wait:
     buf = ctx.alloc("expert_token_counts", 32 * ceil_div(t.L, 8))
     ctx.ub_write(buf, 0, np.array(ms, np.int32), ops=t.L)
     yield from ctx.wait(ctx.copy_out(ctx.tensor("expert_token_counts"), 0, buf, 4 * t.L))
 
 
-def _combine_routed_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Gen:
+def _combine_routed_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Wait:
     """Tokens split over the AIV cores; per token and k, MTE2 loads the returned bf16 row,
     Cast to fp32, Muls by the routing weight and Add; Cast (RINT) to bf16, MTE3 to y."""
-    first, count = split(t.BS, t.aiv, vid)
+    first, count = split_share(t.BS, t.aiv, vid)
     if not count:
         return
     row = t.H * 2

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.exchange import received
 from npusim.kernels.quant.golden import bf16, mx_dequantize, mx_dequantize_k, mx_quantize
 
 TOLERANCE = {"e4m3": 0.05, "e5m2": 0.15}  # the harness's relative error threshold
@@ -58,33 +59,26 @@ class Reference:
 def reference_layer(x: list[np.ndarray], ids: list[np.ndarray], weights: list[np.ndarray],
                     experts: list[Weights], L: int, mode: str) -> Reference:
     """The fused layer over all W ranks: x [BS, H] bf16, ids [BS, K] global expert ids
-    (rank e // L, local e % L), routing weights [BS, K] fp32; experts[r] on rank r."""
-    W = len(x)
+    (rank e // L, local e % L), routing weights [BS, K] fp32; experts[r] on rank r. Each
+    rank runs its experts on what it receives (npusim.kernels.exchange.received)."""
     K = ids[0].shape[1]
     q = [mx_quantize(xr, mode) for xr in x]
-    out_rows: list[dict[tuple[int, int], np.ndarray]] = [{} for _ in range(W)]
+    back = np.zeros((len(x), x[0].shape[0], K, x[0].shape[1]), np.float32)
     counts = []
-    for r in range(W):
-        c = np.zeros(L, np.int32)
-        for le in range(L):
-            e = r * L + le
-            src = [(s, t, k) for s in range(W) for t, k in zip(*np.nonzero(ids[s] == e),
-                                                                strict=True)]
-            c[le] = len(src)
-            if not src:
-                continue
-            xq = np.stack([q[s][0][t] for s, t, _ in src])
-            xs = np.stack([q[s][1][t] for s, t, _ in src])
-            z = expert_ffn(xq, xs, experts[r], le, mode)
-            for row, (s, t, k) in zip(z, src, strict=True):
-                out_rows[s][(int(t), int(k))] = row
+    for r, got in enumerate(received(ids, L)):
+        xq, xs = got.rows([d for d, _ in q]), got.rows([sc for _, sc in q])
+        c = got.per_expert(np.int32)
+        ends = np.cumsum(c)
+        for le in np.flatnonzero(c):
+            rows = slice(ends[le] - c[le], ends[le])
+            z = expert_ffn(xq[rows], xs[rows], experts[r], int(le), mode)
+            back[got.src[rows], got.token[rows], got.k[rows]] = z.astype(np.float32)
         counts.append(c)
     ys = []
-    for s in range(W):
-        acc = np.zeros((x[s].shape[0], x[s].shape[1]), np.float32)
-        for t in range(x[s].shape[0]):
-            for k in range(K):
-                acc[t] += np.float32(weights[s][t, k]) * out_rows[s][(t, k)].astype(np.float32)
+    for s, rows_back in enumerate(back):
+        acc = np.zeros(rows_back[:, 0].shape, np.float32)
+        for k in range(K):  # in k order, as the harness sums
+            acc += weights[s][:, k, None].astype(np.float32) * rows_back[:, k]
         ys.append(bf16(acc))
     return Reference(ys, counts)
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.memory import Region
-from npusim.runtime.conditions import AllEqual, AtLeast
+from npusim.runtime.conditions import AllEqual, AtLeast, Wait
 from npusim.runtime.context import KernelContext, Strided
 
 SYNC_AIC_AIV_MODE = 4  # the 950's CrossCoreSetFlag mode: AIV1's ids + 16 at the AIC
@@ -45,7 +45,7 @@ def set_flag(ctx: KernelContext, flag: int, pipe: str = "scalar") -> None:
     ctx.cross_core_set_flag(SYNC_AIC_AIV_MODE, flag, pipe)
 
 
-def wait_flag(ctx: KernelContext, flag: int) -> Generator[Any, Any, None]:
+def wait_flag(ctx: KernelContext, flag: int) -> Wait:
     yield from ctx.cross_core_wait_flag(flag)
 
 
@@ -57,13 +57,13 @@ def read_bypass(ctx: KernelContext, region: Region, offset: int) -> Generator[An
 
 
 def spin_equal(ctx: KernelContext, region: Region, offset: int, value: int
-               ) -> Generator[Any, Any, None]:
+               ) -> Wait:
     """while (ReadGmByPassDCache(flag) != value) { 100-cycle delay }"""
     yield from ctx.spin_until(region, offset, AllEqual(np.int32, value), 4,
                               SPIN_DELAY_CYCLES, name="spin_ready")
 
 
-def rank_barrier(ctx: KernelContext, base: int, generation: int) -> Generator[Any, Any, None]:
+def rank_barrier(ctx: KernelContext, base: int, generation: int) -> Wait:
     yield from ctx.rank_barrier(base, generation)
 
 
@@ -73,7 +73,7 @@ def store_bypass(ctx: KernelContext, pe: int, offset: int, value: int) -> None:
 
 
 def atomic_add(ctx: KernelContext, region: Region, offset: int, value: int, scratch: Any,
-               at: int = 0) -> Generator[Any, Any, None]:
+               at: int = 0) -> Wait:
     """AtomicAdd(gm + offset, value) of an int32: the value stored to 4 B of UB (scratch +
     at), one MTE3 write under SetAtomicAdd<int32_t>, SetAtomicNone, and the wait for it."""
     ctx.ub_write(scratch, at, np.array([value], np.int32))

@@ -19,10 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusim.kernels.shape import OnShape
-from npusim.units import align_up, ceil_div
+from npusim.units import KiB, align512, align_up, ceil_div
 from npusim.workload.shape import MoeShape
 
-KiB = 1024
 CONTROL_BYTES = 60 * KiB
 GENERATION_BASE = 48 * KiB
 SLOT = 64  # bytes per barrier slot and per generation counter
@@ -34,10 +33,6 @@ RING_BYTES = 8 * KiB  # TOKEN_SCALE_SIZE: one quantised row must fit
 META = 32  # bytes of one routing-metadata record (INT32_PER_256B int32 over 32 B)
 COMBINE_STORE = 512  # bytes of one write-back store: 256 bf16 columns
 SWIZZLE = 3  # GemmIdentityBlockSwizzle<3, 1>
-
-
-def a512(x: int) -> int:
-    return align_up(x, 512)
 
 
 @dataclass(frozen=True)
@@ -58,22 +53,6 @@ class MegaTiling(OnShape):
     @property
     def aiv(self) -> int:
         return 2 * self.aic
-
-    @property
-    def BS(self) -> int:
-        return self.shape.BS
-
-    @property
-    def H(self) -> int:
-        return self.shape.H
-
-    @property
-    def K(self) -> int:
-        return self.shape.K
-
-    @property
-    def L(self) -> int:
-        return self.shape.L
 
     @property
     def F2(self) -> int:
@@ -133,15 +112,15 @@ class MegaTiling(OnShape):
 
     @property
     def quantized_tokens(self) -> int:
-        return self.inbound_mask + a512(self.L * self.W * self.mask_slot)
+        return self.inbound_mask + align512(self.L * self.W * self.mask_slot)
 
     @property
     def combined_tokens(self) -> int:
-        return self.quantized_tokens + a512(self.BS * self.row_bytes)
+        return self.quantized_tokens + align512(self.BS * self.row_bytes)
 
     @property
     def window_bytes(self) -> int:
-        return self.combined_tokens + a512(self.BS * self.K * self.H * 2)
+        return self.combined_tokens + align512(self.BS * self.K * self.H * 2)
 
     def mask_at(self, le: int, src: int) -> int:
         return self.inbound_mask + (le * self.W + src) * self.mask_slot
@@ -169,11 +148,3 @@ def swizzle(index: int, m_loops: int, n_loops: int, offset: int = SWIZZLE) -> tu
     if band % 2:
         m = m_loops - m - 1
     return m, n
-
-
-def split(total: int, parts: int, index: int) -> tuple[int, int]:
-    """SplitWorkAcrossVectorCores: (offset, count) of part `index` of `total` items,
-    the first total % parts parts one item more."""
-    base, extra = divmod(total, parts)
-    count = base + (index < extra)
-    return index * base + min(index, extra), count

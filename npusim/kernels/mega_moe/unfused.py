@@ -13,7 +13,7 @@ the combine sums the CANN chain's identity-expert rows, so `y` is not the layer'
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +37,7 @@ from npusim.kernels.mega_moe.inputs import harness_weights
 from npusim.kernels.mega_moe.program import ExpertState
 from npusim.kernels.mega_moe.tiling import WAVE, MegaTiling
 from npusim.kernels.quant import BF16
+from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 from npusim.units import ceil_div
 from npusim.workload.routing import Routing
@@ -117,7 +118,7 @@ class ExpertGemms(Kernel):
 
 
 def expert_gemms_program(t: MegaTiling) -> Any:
-    def program(ctx: KernelContext) -> Generator[Any, Any, None]:
+    def program(ctx: KernelContext) -> Wait:
         kind, b, sub = hw.role(ctx)
         if kind == "aiv" and sub == 1:
             return

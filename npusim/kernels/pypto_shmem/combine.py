@@ -30,6 +30,7 @@ from npusim.kernels.pypto_shmem.tiling import BF16, BLOCK, INFO, PyptoTiling
 from npusim.runtime.conditions import AllEqual
 from npusim.runtime.context import KernelContext, Strided
 from npusim.runtime.cube import fractals
+from npusim.units import ceil_div
 
 I32, F32 = np.int32, np.float32
 PHASES = ("send", "receive")
@@ -47,7 +48,7 @@ def combine_program(t: PyptoTiling):
 
 def halves(K: int, sub: int) -> range:
     """The Cast tile of AIV `sub`: rows [0, ceil(K/2)) or the rest."""
-    h = -(-K // 2)
+    h = ceil_div(K, 2)
     return range(0, h) if sub == 0 else range(h, K)
 
 

@@ -4,50 +4,42 @@ by a model of pyPTO's scheduling AICPUs."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.author import Arrays, Chain, ExchangeFamily, Variant
+from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
+from npusim.kernels.common.limits import kernel_limits
+from npusim.kernels.common.padded import padded_dispatch, padded_specs
+from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
 from npusim.kernels.pypto_shmem.scheduler import stitch_fields
-from npusim.kernels.pypto_shmem.tiling import BF16, STITCH_DEFAULT, STITCH_MAX, PyptoTiling
-from npusim.kernels.tilelang_shmem import FAMILY as TILELANG
-from npusim.kernels.tilelang_shmem.reference import reference_dispatch
+from npusim.kernels.pypto_shmem.tiling import STITCH_DEFAULT, STITCH_MAX, PyptoTiling
+from npusim.units import ceil_div
 from npusim.workload.shape import MoeShape
 
-BF = const(BF16)
-I32 = const(np.int32)
-F32 = const(np.float32)
-X = TensorSpec("x", BF, lambda t, r: (t.shape.BS, t.shape.H), "[BS, H] bf16 tokens")
-IDS = TensorSpec("expert_ids", I32, lambda t, r: (t.shape.BS, t.shape.K),
-                 "[BS, K] expert of each (token, k), K distinct per token")
-EXPAND_X = TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.shape.H),
-                      "[W*BS*L, H] expandX: rows by (local expert, source)")
-ASSIST = TensorSpec("assist_info_for_combine", I32, lambda t, r: (t.max_recv, 3),
-                    "[W*BS*L, 3] (source rank, token, k) of each row")
+BF, I32, F32 = const(BF16), const(np.int32), const(np.float32)
+
+EXPAND_X, ASSIST, RECV = padded_specs(
+    BF, ("expand_x", "assist_info_for_combine", "ep_recv_counts"), "W*BS*L")
 
 
-class Dispatch(Kernel):
-    name = "dispatch"
+class Subgraph(Kernel):
+    """A subgraph's tile tasks: a MIX launch whose WaitUntil the scheduling AICPUs poll;
+    the report gets the stitching's device tasks (scheduler.stitch_fields)."""
+
     core_kind = "mix_aic_1_2"
     engines = ("aicpu",)
+
+    def fields(self, call: Call) -> dict[str, Any]:
+        return stitch_fields(call.tiling, call.cores)
+
+
+class Dispatch(Subgraph):
+    name = "dispatch"
     phases = (
         Phase("prepare", "AIV 0 (not in the article): offsetTable and totalOffset by a scalar "
               "scan of expert_ids"),
@@ -59,24 +51,17 @@ class Dispatch(Kernel):
               "slot its info rows"),
     )
     inputs = (X, IDS)
-    outputs = (EXPAND_X, ASSIST,
-               TensorSpec("ep_recv_counts", I32, lambda t, r: (t.E,),
-                          "[W*L] running row count after slot le*W + src (the CumSum)"))
-    scratch = (TensorSpec("offset_table", I32, lambda t, r: (t.shape.BS, t.shape.K),
+    outputs = (EXPAND_X, ASSIST, RECV)
+    scratch = (TensorSpec("offset_table", I32, lambda t, r: (t.BS, t.K),
                           "[BS, K] each pair's row in its expert's slot"),
                TensorSpec("total_offset", I32, lambda t, r: (t.E,), "[E] pairs per expert"))
 
     def program(self, tiling: PyptoTiling) -> Any:
         return dispatch_program(tiling)
 
-    def fields(self, call: Call) -> dict[str, Any]:
-        return stitch_fields(call.tiling, call.cores)
 
-
-class Combine(Kernel):
+class Combine(Subgraph):
     name = "combine"
-    core_kind = "mix_aic_1_2"
-    engines = ("aicpu",)
     phases = (
         Phase("send", "tasks per received row round robin over the AIVs: ShmemPut to "
               "[rank, K*token + k], ShmemSignal ADD on the token"),
@@ -87,20 +72,16 @@ class Combine(Kernel):
     inputs = (EXPAND_X, ASSIST,
               TensorSpec("recv_counts", I32, lambda t, r: (t.E,),
                          "[W*L] dispatch's ep_recv_counts (its last value: rows to send)"),
-              TensorSpec("expert_scales", F32, lambda t, r: (t.shape.BS, t.shape.K),
-                         "[BS, K] routing weights"))
-    outputs = (TensorSpec("out", BF, lambda t, r: (t.shape.BS, t.shape.H),
+              SCALES)
+    outputs = (TensorSpec("out", BF, lambda t, r: (t.BS, t.H),
                           "[BS, H] bf16 weighted sums"),)
-    scratch = (TensorSpec("rows_fp32", F32, lambda t, r: (t.shape.BS * t.shape.K, t.shape.H),
+    scratch = (TensorSpec("rows_fp32", F32, lambda t, r: (t.BS * t.K, t.H),
                           "[BS*K, H] the gathered rows cast to fp32"),
-               TensorSpec("sum_fp32", F32, lambda t, r: (t.shape.BS, t.shape.H),
+               TensorSpec("sum_fp32", F32, lambda t, r: (t.BS, t.H),
                           "[BS, H] the Matmul's fp32 output"))
 
     def program(self, tiling: PyptoTiling) -> Any:
         return combine_program(tiling)
-
-    def fields(self, call: Call) -> dict[str, Any]:
-        return stitch_fields(call.tiling, call.cores)
 
 
 DISPATCH, COMBINE = Dispatch(), Combine()
@@ -113,22 +94,20 @@ DISPATCH, COMBINE = Dispatch(), Combine()
 # its test cases (ep_world_size 2, 4, 8 or 16; bs 1 or 8, 256 for combine; h 5120; 160
 # experts; k 8) of that later kernel, not bounds of the subgraphs modelled here: bs, h, k,
 # ep_world_size and E keep npusim's default ranges.
-PYPTO_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit",
-                       sourced=("shared_experts",),
-                       source="pyPTO's MoE dispatch: no shared experts; the rest npusim's "
-                       "default")
+PYPTO_LIMITS = kernel_limits("pyPTO's MoE dispatch: no shared experts; the rest npusim's default",
+                             shared_experts=(0, 0))
 
 
-class PyptoShmem(ExchangeFamily):
+class PyptoShmem(ArticleInputs, ExchangeFamily):
     name = "pypto_shmem"
     help = ("pyPTO SHMEM dispatch / combine (cann-recipes-infer's SHMEM article): LOOP "
             "subgraphs as tile tasks that scheduling AICPUs place on AIV/AIC cores; "
             "WaitUntil polled by the AICPU; the combine's weighted sum a cube Matmul")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
-    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
-            "dispatch_combine": ("dispatch", "combine")}
+    references = True  # reference_dispatch
+    chains = True
+    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
+                   "recv_counts": "ep_recv_counts"}, counts="ep_recv_counts")
     shape_limits = PYPTO_LIMITS
     options = (
         Option("stitch_function_max_num", "int", STITCH_DEFAULT,
@@ -164,50 +143,21 @@ class PyptoShmem(ExchangeFamily):
     def tiling_misfit(self, tiling: PyptoTiling, shape: MoeShape, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling
-        ub, h = int(hardware.ub.bytes), -(-shape.K // 2)
+        ub, h = int(hardware.ub.bytes), ceil_div(shape.K, 2)
         if 6 * h * shape.H > ub:
             return Misfit("workload.h", f"{shape.H}: the receive's Cast tile [K/2, H] = "
                           f"[{h}, {shape.H}] in bf16 and fp32 needs {6 * h * shape.H} B of "
                           f"UB, the preset's UB is {ub} B; allowed: H <= {ub // (6 * h)}")
-        if t.window.end > int(hardware.window.bytes):
-            return Misfit("hardware.window.bytes", f"shmemData [W*L = {t.E}, BS {shape.BS}, "
-                          f"H {shape.H}] and the rest need {t.window.end} B; the window is "
-                          f"{hardware.window.bytes} B: lower ep_world_size x experts_per_rank "
-                          "or bs")
-        return None
+        return window_misfit(t.window.end, hardware, f"shmemData [W*L = {t.E}, BS {shape.BS}, "
+                             f"H {shape.H}] and the rest")
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
-        return TILELANG.make_inputs(shape, options, op, routing, payload)
-
-    def _dispatched(self, t: PyptoTiling, inputs: list[Arrays]) -> list[Arrays]:
-        ref = reference_dispatch(np.stack([a["x"] for a in inputs]),
-                                 np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
-        return [{"expand_x": r["expand_x_out"], "assist_info_for_combine": r["expand_ids"],
-                 "ep_recv_counts": r["ep_receive_count"]} for r in ref]
-
-    def op_inputs(self, kernel: str, tiling: PyptoTiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        prev = previous if previous is not None else self._dispatched(tiling, inputs)
-        return [{**a, "expand_x": p["expand_x"],
-                 "assist_info_for_combine": p["assist_info_for_combine"],
-                 "recv_counts": p["ep_recv_counts"]} for a, p in zip(inputs, prev, strict=True)]
-
-    def reference_outputs(self, kernel: str, tiling: PyptoTiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        return self._dispatched(tiling, inputs) if kernel == DISPATCH.name else None
-
-    def next_reads(self, kernel: str, tiling: PyptoTiling, inputs: list[Arrays],
-                   outputs: list[Arrays]) -> bytes:
-        h = hashlib.sha256()
-        for o in outputs:
-            n = int(o["ep_recv_counts"][-1])
-            h.update(np.ascontiguousarray(o["ep_recv_counts"], np.int32).tobytes())
-            h.update(np.ascontiguousarray(o["assist_info_for_combine"][:n]).tobytes())
-            h.update(np.ascontiguousarray(o["expand_x"][:n]).tobytes())
-        return h.digest()
+    def reference_dispatch(self, tiling: PyptoTiling, inputs: list[Arrays]) -> list[Arrays]:
+        """expandX holds W * BS * L rows (max_recv), rows past the received ones zero."""
+        return [{"expand_x": p.rows, "assist_info_for_combine": p.triples,
+                 "ep_recv_counts": p.running}
+                for p in padded_dispatch([a["x"] for a in inputs],
+                                         [a["expert_ids"] for a in inputs], tiling.L,
+                                         tiling.max_recv)]
 
 
 FAMILY = PyptoShmem()

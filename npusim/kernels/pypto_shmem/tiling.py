@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
+from npusim.units import align_up
 from npusim.workload.shape import MoeShape
 
 BF16 = token_dtype("bfloat16")
@@ -47,17 +48,14 @@ class PyptoTiling(OnShape):
         return 2 * self.blocks
 
     @property
-    def E(self) -> int:
-        return self.shape.W * self.shape.L
-
-    @property
     def max_recv(self) -> int:
-        return self.shape.W * self.shape.BS * self.shape.L
+        """expandX's rows: every source's BS tokens for each local expert."""
+        return self.W * self.BS * self.L
 
     @property
     def k_tile(self) -> int:
         """kTileShape = AlignUp(topK, 16)."""
-        return -(-self.shape.K // 16) * 16
+        return align_up(self.K, 16)
 
     @property
     def n_tile(self) -> int:

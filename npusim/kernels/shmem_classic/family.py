@@ -8,25 +8,14 @@ examples' --perf metrics (full_op, comm_only, DataSize, bandwidth) as family_fie
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.chain import next_reads_digest
-from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.author import Arrays, Chain, ExchangeFamily, Variant
+from npusim.kernels.common.limits import kernel_limits
+from npusim.kernels.common.padded import padded_specs
+from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
 from npusim.kernels.shmem_classic.data_gen import example_inputs
@@ -50,17 +39,12 @@ def _tok(t: ClassicTiling) -> np.dtype:
     return t.np_dtype
 
 
-X = TensorSpec("x", _tok, lambda t, r: (t.shape.BS, t.shape.H), "[BS, H] tokens")
-IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.shape.BS, t.shape.K),
+X = TensorSpec("x", _tok, lambda t, r: (t.BS, t.H), "[BS, H] tokens")
+IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.BS, t.K),
                  "[BS, K] expert of each (token, k)")
-SCALES = TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.shape.BS, t.shape.K),
+SCALES = TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.BS, t.K),
                     "[BS, K] routing weights (1.0 for int32_t)")
-EXPAND_X = TensorSpec("expand_x", _tok, lambda t, r: (t.max_recv, t.shape.H),
-                      "[W*BS*K, H] received rows by (local expert, source)")
-ASSIST = TensorSpec("assist_info", const(np.int32), lambda t, r: (t.max_recv, 3),
-                    "[W*BS*K, 3] (source rank, token, k) of each row")
-RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.W * t.shape.L,),
-                  "[W*L] running row count after segment (le, src)")
+DISPATCHED = padded_specs(_tok, ("expand_x", "assist_info", "ep_recv_count"), "W*BS*K")
 
 
 class DispatchClassic(Kernel):
@@ -76,8 +60,8 @@ class DispatchClassic(Kernel):
               "scalar GM loads/stores, the flags re-armed; barrier"),
     )
     inputs = (X, IDS)
-    outputs = (EXPAND_X, ASSIST, RECV,
-               TensorSpec("expert_token_nums", const(np.int32), lambda t, r: (t.shape.L,),
+    outputs = (*DISPATCHED,
+               TensorSpec("expert_token_nums", const(np.int32), lambda t, r: (t.L,),
                           "[L] rows per local expert"))
 
     def program(self, tiling: ClassicTiling) -> Any:
@@ -96,8 +80,8 @@ class CombineClassic(Kernel):
         Phase("reduce", "tokens strided over the cores: K*8 status ints, the scalar "
               "reduction, the status cleared; barrier"),
     )
-    inputs = (EXPAND_X, ASSIST, RECV, IDS, SCALES)
-    outputs = (TensorSpec("x_out", _tok, lambda t, r: (t.shape.BS, t.shape.H),
+    inputs = (*DISPATCHED, IDS, SCALES)
+    outputs = (TensorSpec("x_out", _tok, lambda t, r: (t.BS, t.H),
                           "[BS, H] combined tokens"),)
 
     def program(self, tiling: ClassicTiling) -> Any:
@@ -123,12 +107,11 @@ DISPATCH, COMBINE = DispatchClassic(), CombineClassic()
 # - shared_experts 0: the kernels route to moe_expert_num = pe_size * local experts only
 #   (dispatch_kernel.cpp), no shared expert;
 # - bs, h, k: main.cpp asks only that they be positive: npusim's default ranges stay.
-CLASSIC_LIMITS = replace(
-    DEFAULT_LIMITS, ep_world_size=(2, MAX_AIV_PER_NPU), experts=MAX_AIV_PER_NPU * MAX_LOCAL_EXPERTS,
-    experts_per_rank=(1, MAX_LOCAL_EXPERTS), shared_experts=(0, 0), why="kernel limit",
-    sourced=("ep_world_size", "experts", "experts_per_rank", "shared_experts"),
-    source="hicann/shmem dispatch_classic / combine_classic: ep_world_size, experts_per_rank, "
-    "shared_experts; bs, h, k npusim's default")
+CLASSIC_LIMITS = kernel_limits(
+    "hicann/shmem dispatch_classic / combine_classic: ep_world_size, experts_per_rank, "
+    "shared_experts; bs, h, k npusim's default", ep_world_size=(2, MAX_AIV_PER_NPU),
+    experts=MAX_AIV_PER_NPU * MAX_LOCAL_EXPERTS, experts_per_rank=(1, MAX_LOCAL_EXPERTS),
+    shared_experts=(0, 0))
 
 
 def dtype_name(shape: MoeShape, options: Mapping[str, Any]) -> str:
@@ -142,10 +125,10 @@ class ShmemClassic(ExchangeFamily):
     help = ("hicann/shmem's dispatch_classic / combine_classic examples: one core per peer, "
             "a put and a quiet per token, scalar element-by-element compaction and reduction")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
-    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
-            "dispatch_combine": ("dispatch", "combine")}
+    references = True  # reference_dispatch
+    chains = True
+    chain = Chain({"expand_x": "expand_x", "assist_info": "assist_info",
+                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count")
     options = (
         Option("data_type", "choice", "auto", "the examples' --dtype: int32_t, float16_t or "
                "bfloat16_t (dispatch only); auto: workload.dtype (float16 -> float16_t, "
@@ -209,27 +192,9 @@ class ShmemClassic(ExchangeFamily):
                         "expert_scales": ex.expert_scales[r]})
         return out
 
-    def _dispatched(self, t: ClassicTiling, inputs: list[Arrays]) -> list[Arrays]:
-        return ref.reference_dispatch(np.stack([a["x"] for a in inputs]),
-                                      np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
-
-    def op_inputs(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        prev = previous if previous is not None else self._dispatched(tiling, inputs)
-        return [{**a, "expand_x": p["expand_x"], "assist_info": p["assist_info"],
-                 "ep_recv_count": p["ep_recv_count"]} for a, p in zip(inputs, prev, strict=True)]
-
-    def reference_outputs(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        if kernel != DISPATCH.name:
-            return None
-        return self._dispatched(tiling, inputs)
-
-    def next_reads(self, kernel: str, tiling: ClassicTiling, inputs: list[Arrays],
-                   outputs: list[Arrays]) -> bytes:
-        return next_reads_digest(outputs, "ep_recv_count", ("assist_info", "expand_x"))
+    def reference_dispatch(self, tiling: ClassicTiling, inputs: list[Arrays]) -> list[Arrays]:
+        return ref.reference_dispatch([a["x"] for a in inputs],
+                                      [a["expert_ids"] for a in inputs], tiling.L)
 
 
 FAMILY = ShmemClassic()

@@ -23,12 +23,12 @@ import numpy as np
 
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
-from npusim.units import align_up
+from npusim.units import KiB, align32
 from npusim.workload.shape import MoeShape
 
 ALIGN = 32  # DISPATCH_ALIGN_BYTES / COMBINE_ALIGN_BYTES
 SLOT_INT32 = ALIGN // 4  # DISPATCH_SLOT_INT32: one 32 B signal slot
-UB_DMA_MAX_SIZE = 190 * 1024  # the chunk of every mte_put_nbi (UBsize/KB 190 in the CSV)
+UB_DMA_MAX_SIZE = 190 * KiB  # the chunk of every mte_put_nbi (UBsize/KB 190 in the CSV)
 UB_TMP_OFFSET = 64  # tmp_buff = (__ubuf__ T *)64; status_ub at 32
 ASSIST_FIELDS = 3
 MAX_LOCAL_EXPERTS = 1024  # DISPATCH_MAX_LOCAL_EXPERT_NUM (stack arrays)
@@ -37,10 +37,6 @@ MAX_LOCAL_EXPERTS = 1024  # DISPATCH_MAX_LOCAL_EXPERT_NUM (stack arrays)
 DTYPE_NAMES = {"int32_t": np.dtype(np.int32), "float16_t": token_dtype("float16"),
                "bfloat16_t": token_dtype("bfloat16")}
 WORKLOAD_DTYPE = {"float16": "float16_t", "bfloat16": "bfloat16_t"}
-
-
-def align(n: int, a: int = ALIGN) -> int:
-    return align_up(n, a)
 
 
 @dataclass(frozen=True)
@@ -73,7 +69,7 @@ class ClassicTiling(OnShape):
     @property
     def stride(self) -> int:
         """payload_stride / data_stride in bytes: Align32(H * sizeof(T))."""
-        return align(self.row_bytes)
+        return align32(self.row_bytes)
 
     @property
     def max_recv(self) -> int:

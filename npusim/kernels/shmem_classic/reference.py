@@ -14,34 +14,21 @@ expand_x row whose assist is [me, token, k]); ids outside [0, E) add nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from npusim.kernels.common.padded import padded_dispatch, returned
 
-def reference_dispatch(x: np.ndarray, ids: np.ndarray, L: int) -> list[dict[str, np.ndarray]]:
+
+def reference_dispatch(x: Sequence[np.ndarray], ids: Sequence[np.ndarray], L: int
+                       ) -> list[dict[str, np.ndarray]]:
     """x [W, BS, H], ids [W, BS, K] -> per rank expand_x, assist_info, ep_recv_count,
-    expert_token_nums."""
-    W, BS, H = x.shape
-    K = ids.shape[2]
-    out = []
-    for d in range(W):
-        expand = np.zeros((W * BS * K, H), x.dtype)
-        assist = np.zeros((W * BS * K, 3), np.int32)
-        recv = np.zeros(W * L, np.int32)
-        nums = np.zeros(L, np.int32)
-        row = 0
-        for le in range(L):
-            e = d * L + le
-            for s in range(W):
-                tok, kk = np.nonzero(ids[s] == e)  # row-major: (token, k) order
-                n = tok.size
-                expand[row:row + n] = x[s, tok]
-                assist[row:row + n] = np.stack([np.full(n, s), tok, kk], axis=1)
-                row += n
-                recv[le * W + s] = row
-                nums[le] += n
-        out.append({"expand_x": expand, "assist_info": assist, "ep_recv_count": recv,
-                    "expert_token_nums": nums})
-    return out
+    expert_token_nums (W * BS * K rows: max_recv_tokens)."""
+    BS, K = ids[0].shape
+    return [{"expand_x": p.rows, "assist_info": p.triples, "ep_recv_count": p.running,
+             "expert_token_nums": p.per_expert.astype(np.int32)}
+            for p in padded_dispatch(x, ids, L, len(x) * BS * K)]
 
 
 def reference_combine(expand_x: list[np.ndarray], assist: list[np.ndarray],
@@ -49,20 +36,13 @@ def reference_combine(expand_x: list[np.ndarray], assist: list[np.ndarray],
                       E: int) -> list[np.ndarray]:
     """Per rank x_out [BS, H] from every rank's combine inputs."""
     W, BS, K = ids.shape
-    H = expand_x[0].shape[1]
-    dtype = expand_x[0].dtype
-    rows = np.zeros((W, BS, K, H), np.float32)  # what lands in each (token, k) slot
-    for r in range(W):
-        n = int(recv[r][-1])
-        for j in range(n):
-            s, tok, kk = (int(v) for v in assist[r][j])
-            rows[s, tok, kk] = expand_x[r][j].astype(np.float32)
+    rows = returned(expand_x, assist, recv, BS, K)  # what lands in each (token, k) slot
     out = []
     for s in range(W):
-        acc = np.zeros((BS, H), np.float32)
+        acc = np.zeros((BS, rows.shape[3]), np.float32)
         for kk in range(K):
             valid = (ids[s, :, kk] >= 0) & (ids[s, :, kk] < E)
             term = rows[s, :, kk] * scales[s, :, kk, None].astype(np.float32)
             acc = np.where(valid[:, None], acc + term, acc).astype(np.float32)
-        out.append(acc.astype(dtype))
+        out.append(acc.astype(expand_x[0].dtype))
     return out

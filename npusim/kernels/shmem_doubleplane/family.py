@@ -60,7 +60,8 @@ class _Planes:
         return program
 
     def fields(self, call: Call) -> dict[str, Any]:
-        return plane_fields(call.transfers)
+        """The plane accounting, then classic's harness frames."""
+        return {**plane_fields(call.transfers), **super().fields(call)}
 
 
 class DispatchDoubleplane(_Planes, DispatchClassic):

@@ -28,8 +28,9 @@ from npusim.kernels.shmem_doubleplane.rule import SDMA_ISSUE_LIMIT, threshold_de
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.sdma import LINE, Sdma
+from npusim.units import KiB
 
-SDMA_UB_OFFSET = 191 * 1024  # sdma_tmp = (__ubuf__ T *)(191 KiB), SDMA_UB_SIZE 64 B
+SDMA_UB_OFFSET = 191 * KiB  # sdma_tmp = (__ubuf__ T *)(191 KiB), SDMA_UB_SIZE 64 B
 RULE_OPS = 6  # DispatchUseSdma / CombineUseSdma: the compares, the product, the flag
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npusim.kernels.common.split import split_share
 from npusim.kernels.tilelang_shmem.lowering import (
     Wait,
     barrier_all,
@@ -41,10 +42,10 @@ from npusim.kernels.tilelang_shmem.tiling import (
     FLOAT_ALIGN,
     STATUS_BYTES,
     TileLangTiling,
-    split,
 )
 from npusim.runtime.conditions import SumEquals
 from npusim.runtime.context import KernelContext
+from npusim.units import ceil_div
 
 I32, F32 = np.int32, np.float32
 PHASES = ("send", "reduce")
@@ -69,7 +70,7 @@ class Bufs:
 
     def __init__(self, ctx: KernelContext, t: TileLangTiling, M: int) -> None:
         Bs, K, H = t.shape.BS, t.shape.K, t.shape.H
-        token_per_core = -(-M // t.aiv_num)
+        token_per_core = ceil_div(M, t.aiv_num)
         self.x_ub = ctx.alloc("x_ub", 2 * H)
         self.assist_ub = ctx.alloc("assist_ub", max(4 * ASSIST * token_per_core, 4))
         self.status_ub = ctx.alloc("status_ub", STATUS_BYTES)
@@ -101,7 +102,7 @@ def expert_alltoall_dispatch_copy_add(
     window; the rows taken in an order rotated by the rank."""
     s, win, rank = t.shape, t.window, ctx.rank_id
     K = s.K
-    start, send_num = split(M, t.aiv_num, ctx.kind_index)
+    start, send_num = split_share(M, t.aiv_num, ctx.kind_index)
     fill(ctx, b.status_ub, 1.0, F32)
     fill(ctx, b.state_reset, 0.0, F32)
     yield from barrier_all(ctx)
@@ -142,7 +143,7 @@ def local_window_copy(ctx: KernelContext, t: TileLangTiling, b: Bufs) -> Wait:
     expert_scales-weighted sum cast to bf16 (RINT) and copied to combine_out."""
     s, win = t.shape, t.window
     Bs, K, H = s.BS, s.K, s.H
-    start_token, token_num = split(Bs, t.aiv_num, ctx.kind_index)
+    start_token, token_num = split_share(Bs, t.aiv_num, ctx.kind_index)
     ctx.copy_in(b.scales_ub, ctx.tensor("expert_scales"), 0, 4 * Bs * K)
     yield from ctx.pipe_barrier("mte2")
     for cur_idx in range(start_token, start_token + token_num):

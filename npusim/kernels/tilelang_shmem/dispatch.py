@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from npusim.kernels.common.split import split_share
 from npusim.kernels.tilelang_shmem.lowering import (
     Wait,
     barrier_all,
@@ -57,7 +58,6 @@ from npusim.kernels.tilelang_shmem.tiling import (
     TRIPLE_BYTES,
     TileLangTiling,
     f32_bits,
-    split,
 )
 from npusim.runtime.conditions import SumEquals
 from npusim.runtime.context import KernelContext
@@ -154,7 +154,7 @@ def alltoall_dispatch(ctx: KernelContext, t: TileLangTiling, b: Bufs) -> Wait:
     s = t.shape
     L, Bs, K = s.L, s.BS, s.K
     rank, win = ctx.rank_id, t.window
-    start_send, send_num = split(Bs * K, t.aiv_num, ctx.kind_index)
+    start_send, send_num = split_share(Bs * K, t.aiv_num, ctx.kind_index)
     fill(ctx, b.state_reset_ub, 0.0, F32)
     fill(ctx, b.x_ub, 0.0, np.uint16)  # model only: the bytes the put reads past x_ub
     ctx.copy_in(b.expert_ids_ub, ctx.tensor("expert_ids"), 0, 4 * Bs * K)
@@ -192,7 +192,7 @@ def set_status(ctx: KernelContext, t: TileLangTiling, b: Bufs) -> Wait:
     s = t.shape
     W, L, Bs, K = s.W, s.L, s.BS, s.K
     rank, win = ctx.rank_id, t.window
-    start_expert, expert_num = split(t.total_expert_num, t.aiv_num, ctx.kind_index)
+    start_expert, expert_num = split_share(t.total_expert_num, t.aiv_num, ctx.kind_index)
     for cur_expert in range(start_expert, start_expert + expert_num):
         ctx.loop(1)
         yield from cal_token_send_expert_cnt(ctx, b, cur_expert, Bs * K)

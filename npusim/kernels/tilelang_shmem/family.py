@@ -5,47 +5,25 @@ names are the kernels' parameters."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.author import Arrays, Chain, ExchangeFamily, Variant
+from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
+from npusim.kernels.common.limits import kernel_limits
+from npusim.kernels.common.padded import padded_specs
+from npusim.kernels.family import Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
 from npusim.kernels.tilelang_shmem.dispatch import dispatch_program
-from npusim.kernels.tilelang_shmem.tiling import BF16, TileLangTiling, default_ub_size
-from npusim.workload.routing import make_routing
+from npusim.kernels.tilelang_shmem.tiling import TileLangTiling, default_ub_size
 from npusim.workload.shape import MoeShape
 
-BF = const(BF16)
-I32 = const(np.int32)
-F32 = const(np.float32)
+BF, I32 = const(BF16), const(np.int32)
 
-X = TensorSpec("x", BF, lambda t, r: (t.shape.BS, t.shape.H), "[Bs, H] bf16 tokens")
-IDS = TensorSpec("expert_ids", I32, lambda t, r: (t.shape.BS, t.shape.K),
-                 "[Bs, K] expert of each (token, k), K distinct per token")
-SCALES = TensorSpec("expert_scales", F32, lambda t, r: (t.shape.BS, t.shape.K),
-                    "[Bs, K] routing weights")
-EXPAND_X_OUT = TensorSpec("expand_x_out", BF, lambda t, r: (t.max_recv, t.shape.H),
-                          "[W*Bs*L, H] received rows by (local expert, source)")
-EXPAND_IDS = TensorSpec("expand_ids", I32, lambda t, r: (t.max_recv, 3),
-                        "[W*Bs*L, 3] (source rank, token, k) of each row")
-RECV = TensorSpec("ep_receive_count", I32, lambda t, r: (t.total_expert_num,),
-                  "[W*L] running row count after entry le*W + src")
+DISPATCHED = padded_specs(BF, ("expand_x_out", "expand_ids", "ep_receive_count"), "W*Bs*L")
 
 
 class Dispatch(Kernel):
@@ -67,8 +45,8 @@ class Dispatch(Kernel):
               "loads between dcci's"),
     )
     inputs = (X, IDS)
-    outputs = (EXPAND_X_OUT, EXPAND_IDS, RECV,
-               TensorSpec("expert_token_nums_out", const(np.int64), lambda t, r: (t.shape.L,),
+    outputs = (*DISPATCHED,
+               TensorSpec("expert_token_nums_out", const(np.int64), lambda t, r: (t.L,),
                           "[L] int64 rows per local expert"))
     scratch = (TensorSpec("workspace", I32, lambda t, r: (t.aiv_num, 8),
                           "[aiv_num, 8] per-core row totals"),)
@@ -87,14 +65,14 @@ class Combine(Kernel):
               "status floats into [8K-0.5, 8K+0.5], clear, K rows cast/muls/add, RINT cast, "
               "copy out"),
     )
-    inputs = (TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.shape.H),
+    inputs = (TensorSpec("expand_x", BF, lambda t, r: (t.max_recv, t.H),
                          "[M, H] rows to send back (dispatch's expand_x_out)"),
               TensorSpec("assist_info_combine", I32, lambda t, r: (t.max_recv, 3),
                          "[M, 3] their triples (dispatch's expand_ids)"),
               TensorSpec("ep_send_counts", I32, lambda t, r: (t.total_expert_num,),
                          "[W*L] dispatch's ep_receive_count; M is its last value"),
               SCALES)
-    outputs = (TensorSpec("combine_out", BF, lambda t, r: (t.shape.BS, t.shape.H),
+    outputs = (TensorSpec("combine_out", BF, lambda t, r: (t.BS, t.H),
                           "[Bs, H] bf16 weighted sums"),)
 
     def program(self, tiling: TileLangTiling) -> Any:
@@ -127,22 +105,20 @@ def max_h(fits: Any, lo: int = 1, hi: int = 1 << 16) -> int:
 # dispatch_combine_shmem.py): shared_experts 0, its experts are total_expert_num =
 # ep_world_size * local_expert_num and nothing else. It bounds no bs, h, k or
 # ep_world_size (the UB and window needs are checked on the tiling): npusim's default stays.
-TILELANG_LIMITS = replace(DEFAULT_LIMITS, shared_experts=(0, 0), why="kernel limit",
-                          sourced=("shared_experts",),
-                          source="tilelang-ascend dispatch_combine_shmem.py: no shared "
-                          "experts; the rest npusim's default")
+TILELANG_LIMITS = kernel_limits("tilelang-ascend dispatch_combine_shmem.py: no shared experts; "
+                                "the rest npusim's default", shared_experts=(0, 0))
 
 
-class TileLangShmem(ExchangeFamily):
+class TileLangShmem(ArticleInputs, ExchangeFamily):
     name = "tilelang_shmem"
     help = ("TileLang-Ascend SHMEM dispatch / combine (cann-recipes-infer's SHMEM "
             "article; tilelang-ascend examples/dispatch_combine): every AIV sends its share "
             "of pairs as UB -> remote puts, float status flags, row-by-row window copies")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_outputs
-    chains = True  # next_reads
-    runs = {"dispatch": ("dispatch",), "combine": ("combine",),
-            "dispatch_combine": ("dispatch", "combine")}
+    references = True  # reference_dispatch
+    chains = True
+    chain = Chain({"expand_x": "expand_x_out", "assist_info_combine": "expand_ids",
+                   "ep_send_counts": "ep_receive_count"}, counts="ep_receive_count")
     shape_limits = TILELANG_LIMITS
     variants = (Variant(""),)
     dispatch_quants = {"none": {}}  # the example moves bf16 rows, both ways
@@ -204,57 +180,14 @@ class TileLangShmem(ExchangeFamily):
             return Misfit("workload.h", f"{shape.H}: the kernels' alloc_ub buffers (x_ub of "
                           f"H + 22 bf16, the combine's bf16 and fp32 rows) need {need} B of "
                           f"UB, the preset's UB is {ub} B; allowed: H <= {max_h(fits)} here")
-        if t.window.end > int(hardware.window.bytes):
-            return Misfit("hardware.window.bytes", f"win_data [W*L*Bs = {t.total_expert_num}"
-                          f"*{shape.BS}, ub_size {t.ub_size}] and the other three tensors "
-                          f"need {t.window.end} B; the window is {hardware.window.bytes} B: "
-                          "lower ep_world_size x experts_per_rank or bs")
-        return None
+        return window_misfit(t.window.end, hardware, f"win_data [W*L*Bs = "
+                             f"{t.total_expert_num}*{shape.BS}, ub_size {t.ub_size}] and the "
+                             "other three tensors")
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
-                    routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
-        rng = np.random.default_rng(routing.get("seed", 0))
-        if routing.get("expert_ids") is not None:
-            ids = [np.asarray(a, np.int32) for a in routing["expert_ids"]]
-        else:
-            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
-            ids = make_routing(routing.get("routing", "balanced"), shape.W, shape.BS, shape.K,
-                               shape.E, rng=rng, zipf_s=routing.get("zipf_s", 1.2), **extra)
-        out = []
-        for r in range(shape.W):
-            x = rng.uniform(-1.0, 1.0, (shape.BS, shape.H)).astype(BF16)
-            scales = rng.uniform(-1.0, 1.0, (shape.BS, shape.K)).astype(np.float32)
-            out.append({"x": x if payload else np.zeros_like(x),
-                        "expert_ids": np.ascontiguousarray(ids[r], np.int32),
-                        "expert_scales": scales})
-        return out
-
-    def _dispatched(self, t: TileLangTiling, inputs: list[Arrays]) -> list[Arrays]:
-        return ref.reference_dispatch(np.stack([a["x"] for a in inputs]),
-                                      np.stack([a["expert_ids"] for a in inputs]), t.shape.L)
-
-    def op_inputs(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        if kernel == DISPATCH.name:
-            return inputs
-        prev = previous if previous is not None else self._dispatched(tiling, inputs)
-        return [{**a, "expand_x": p["expand_x_out"], "assist_info_combine": p["expand_ids"],
-                 "ep_send_counts": p["ep_receive_count"]}
-                for a, p in zip(inputs, prev, strict=True)]
-
-    def reference_outputs(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        return self._dispatched(tiling, inputs) if kernel == DISPATCH.name else None
-
-    def next_reads(self, kernel: str, tiling: TileLangTiling, inputs: list[Arrays],
-                   outputs: list[Arrays]) -> bytes:
-        h = hashlib.sha256()
-        for o in outputs:
-            n = int(o["ep_receive_count"][-1])
-            h.update(np.ascontiguousarray(o["ep_receive_count"], np.int32).tobytes())
-            h.update(np.ascontiguousarray(o["expand_ids"][:n]).tobytes())
-            h.update(np.ascontiguousarray(o["expand_x_out"][:n]).tobytes())
-        return h.digest()
+    def reference_dispatch(self, tiling: TileLangTiling, inputs: list[Arrays]
+                           ) -> list[Arrays]:
+        return ref.reference_dispatch([a["x"] for a in inputs],
+                                      [a["expert_ids"] for a in inputs], tiling.L)
 
 
 FAMILY = TileLangShmem()

@@ -18,6 +18,7 @@ import numpy as np
 
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import ceil_div
 
 PIPE_OF = {"mte2": "mte2", "mte3": "mte3", "v": "vector"}
 
@@ -61,5 +62,5 @@ def vector_check_ns(ctx: KernelContext, elements: int, dtype: Any) -> float:
     """The cost of one vector reduction in a polling loop (issue + repeats), as ctx.vector
     charges it, plus the scalar load and compare of its result."""
     v = ctx.cfg.vector
-    repeats = -(-elements * np.dtype(dtype).itemsize // v.bytes_per_cycle)
+    repeats = ceil_div(elements * np.dtype(dtype).itemsize, v.bytes_per_cycle)
     return (v.issue_cycles + repeats * v.cycles_per_repeat) * ctx.cycle_ns + 3 * ctx.issue_ns

@@ -23,6 +23,7 @@ import numpy as np
 
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
+from npusim.units import align32, align512, align_up, ceil_div
 from npusim.workload.shape import MoeShape
 
 BF16 = token_dtype("bfloat16")
@@ -31,31 +32,18 @@ STATUS_BYTES = 4 * FLOAT_ALIGN
 ASSIST = 3  # assist_size: the (rank, token, k) triple
 QUANT_BYTES = 32  # the row's reserved quantisation bytes (x_ub's "32")
 TRIPLE_BYTES = 4 * ASSIST  # x_ub's "12"
-ROW_ALIGN = 512  # the worker's ub_byte = Align512(...)
 UB_ALIGN = 32  # UB allocations start on 32 B
 HEAP_ALIGN = 512
 
 
-def align(n: int, a: int) -> int:
-    return -(-n // a) * a
-
-
 def default_ub_size(H: int) -> int:
     """The worker's ub_size: Align512(Align32(2H) + 32 + 12) / 2 bf16 elements."""
-    return align(align(2 * H, UB_ALIGN) + QUANT_BYTES + TRIPLE_BYTES, ROW_ALIGN) // 2
-
-
-def split(total: int, parts: int, index: int) -> tuple[int, int]:
-    """The kernels' core split: total // parts each, the first total % parts one more;
-    (start, count) of part `index`."""
-    base, rem = divmod(total, parts)
-    start = base * index + min(index, rem)
-    return start, base + (1 if index < rem else 0)
+    return align512(align32(2 * H) + QUANT_BYTES + TRIPLE_BYTES) // 2
 
 
 def ub_bytes(sizes: list[int]) -> int:
     """UB taken by a kernel's alloc_ub list (each 32 B aligned, no reuse assumed)."""
-    return sum(align(max(n, 0), UB_ALIGN) for n in sizes)
+    return sum(align32(max(n, 0)) for n in sizes)
 
 
 @dataclass(frozen=True)
@@ -76,11 +64,11 @@ class TileLangTiling(OnShape):
 
     @property
     def total_expert_num(self) -> int:
-        return self.shape.W * self.shape.L
+        return self.W * self.L
 
     @property
     def status_per_core(self) -> int:
-        return -(-self.total_expert_num // self.aiv_num)
+        return ceil_div(self.total_expert_num, self.aiv_num)
 
     @property
     def row_bytes(self) -> int:
@@ -89,7 +77,7 @@ class TileLangTiling(OnShape):
     @property
     def max_recv(self) -> int:
         """Rows of expandXOut: ep_world_size * Bs * local_expert_num."""
-        return self.shape.W * self.shape.BS * self.shape.L
+        return self.W * self.BS * self.L
 
     @property
     def x_ub_elems(self) -> int:
@@ -112,7 +100,7 @@ class TileLangTiling(OnShape):
 
     def combine_ub(self) -> int:
         s = self.shape
-        token_per_core = -(-self.max_recv // self.aiv_num)
+        token_per_core = ceil_div(self.max_recv, self.aiv_num)
         return ub_bytes([2 * s.H, 4 * ASSIST * token_per_core, STATUS_BYTES,
                          *[s.K * STATUS_BYTES] * 4, 2 * s.H, 4 * s.H, 4 * s.H, 2 * s.H,
                          4 * s.BS * s.K, 4, 4])
@@ -129,10 +117,10 @@ class TileLangWindow:
         s = t.shape
         self.t = t
         self.win_data = 0
-        self.win_status = align(t.total_expert_num * s.BS * t.row_bytes, HEAP_ALIGN)
-        self.combine_data = align(self.win_status + t.total_expert_num * STATUS_BYTES,
+        self.win_status = align_up(t.total_expert_num * s.BS * t.row_bytes, HEAP_ALIGN)
+        self.combine_data = align_up(self.win_status + t.total_expert_num * STATUS_BYTES,
                                   HEAP_ALIGN)
-        self.combine_status = align(self.combine_data + s.BS * s.K * s.token_bytes,
+        self.combine_status = align_up(self.combine_data + s.BS * s.K * s.token_bytes,
                                     HEAP_ALIGN)
         self.end = self.combine_status + s.BS * s.K * STATUS_BYTES
 

@@ -93,11 +93,12 @@ def test_the_framework_sweep_validates_every_point():
 
 
 def test_the_core_split_and_windows_follow_the_seeds_shapes():
-    from npusim.kernels.tilelang_shmem.tiling import TileLangTiling, split
+    from npusim.kernels.common.split import split_share
+    from npusim.kernels.tilelang_shmem.tiling import TileLangTiling
     from npusim.workload.shape import MoeShape
 
     # send_token_num = 10 // 4 = 2, remainder 2: vids 0 and 1 take one more
-    assert [split(10, 4, v) for v in range(4)] == [(0, 3), (3, 3), (6, 2), (8, 2)]
+    assert [split_share(10, 4, v) for v in range(4)] == [(0, 3), (3, 3), (6, 2), (8, 2)]
     t = TileLangTiling(MoeShape(4, 8, 1024, 2, 3, dtype="bfloat16"), 5, 1280)
     assert t.aiv_num == 10 and t.status_per_core == 2  # ceil(4 * 3 / 10)
     z = t.window.regions()
