@@ -16,7 +16,7 @@ The 950 only: FixPipe into UB and cross-core mode 4 are not paths of the A2/A3 p
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,14 +29,13 @@ from npusim.author import (
     Kernel,
     KernelContext,
     Misfit,
-    MoeShape,
     Option,
     Phase,
     Strided,
     TensorSpec,
+    Wait,
 )
 
-Wait = Generator[Any, Any, Any]
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TILE = 64  # rows and columns of y per tile
 HALF = TILE // 2  # rows per AIV
@@ -161,7 +160,7 @@ class MixGemmFamily(Family):
                hi=1 << 16),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> GemmTiling:
         tiles = (options["m"] // TILE) * (options["n"] // TILE)
         blocks = hardware.aic.cores if hardware.aic is not None else 1
@@ -171,7 +170,7 @@ class MixGemmFamily(Family):
     def window(self, tiling: GemmTiling) -> NoWindow:
         return NoWindow()
 
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         for key, step in (("m", TILE), ("n", TILE), ("k_dim", K_STEP)):
             if options[key] % step:
@@ -182,7 +181,7 @@ class MixGemmFamily(Family):
                           "cross-core mode 4 (the ascend950 preset)")
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
         m, n, k = options["m"], options["n"], options["k_dim"]
         rng = np.random.default_rng(routing.get("seed", 0))

@@ -31,7 +31,6 @@ from npusim.kernels.family import (
 from npusim.kernels.hixl.bound import bound_fields
 from npusim.kernels.hixl.transfer import PATHS, HixlTiling, resolve, transfer_program
 from npusim.kernels.vector_sample import NoWindow
-from npusim.workload.shape import MoeShape
 
 # what each transport carries (hicann/hixl benchmarks/performance.md, A3: 不支持 elsewhere)
 TRANSPORTS: dict[str, tuple[str, ...]] = {
@@ -124,24 +123,24 @@ class _Transfer(Kernel):
         return transfer_fields(call.tiling.of(self.name), call.frames) if call.frames else {}
 
 
+def _phase(op: str, verb: str) -> Phase:
+    """put and get expand descriptors alike; only the direction of each SQE differs."""
+    return Phase(op, "AICPU 0 of each initiator die (or the host thread, host expansion): "
+                 "per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
+                 f"{verb} the target's memory, in kernels of 128 with a notify wait every "
+                 "1920 (frame transfer<i>)")
+
+
 class Put(_Transfer):
     name = "put"
-    phases = (Phase("put", "AICPU 0 of each initiator die (or the host thread, host "
-                    "expansion): per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
-                    "writing the target's memory, in kernels of 128 with a notify wait "
-                    "every 1920 (frame transfer<i>)"),)
-    inputs = (KV,)
-    outputs = (REMOTE_KV,)
+    phases = (_phase("put", "writing"),)
+    inputs, outputs = (KV,), (REMOTE_KV,)
 
 
 class Get(_Transfer):
     name = "get"
-    phases = (Phase("get", "AICPU 0 of each initiator die (or the host thread, host "
-                    "expansion): per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
-                    "reading the target's memory, in kernels of 128 with a notify wait "
-                    "every 1920 (frame transfer<i>)"),)
-    inputs = (REMOTE_KV,)
-    outputs = (KV,)
+    phases = (_phase("get", "reading"),)
+    inputs, outputs = (REMOTE_KV,), (KV,)
 
 
 class Hixl(Family):
@@ -183,7 +182,7 @@ class Hixl(Family):
                "is dropped from the mean when there are more)", lo=1, hi=1000),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> HixlTiling:
         dies = hardware.host.dies if hardware.host is not None else 2 * options["pairs"]
         o = options
@@ -194,7 +193,7 @@ class Hixl(Family):
     def window(self, tiling: HixlTiling) -> NoWindow:
         return NoWindow()
 
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         if hardware.host is None:
             return Misfit("hardware", f"{hardware.name} has no host memory (no host section); "
@@ -225,7 +224,7 @@ class Hixl(Family):
                           "allowed: 1 to total_bytes, or 0 (the KV-block form)")
         return None
 
-    def tiling_misfit(self, tiling: HixlTiling, shape: MoeShape, options: Mapping[str, Any],
+    def tiling_misfit(self, tiling: HixlTiling, shape: None, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling.of(op)
         most = hardware.host.dies // 2 if t.servers == 1 else hardware.host.dies
@@ -250,7 +249,7 @@ class Hixl(Family):
                 return Misfit(key, f"{t.nbytes} B per {who} in host memory: {problem}")
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Any, payload: bool) -> list[Arrays]:
         return [{"seed": np.array([routing.get("seed", 0) if payload else -1])}]
 

@@ -38,7 +38,6 @@ from npusim.kernels.kv_offload.program import gather_program
 from npusim.kernels.kv_offload.reference import gather, plan
 from npusim.kernels.kv_offload.tiling import KvTiling
 from npusim.kernels.vector_sample import NoWindow, TaskKernel
-from npusim.workload.shape import MoeShape
 
 U8, I32 = const(np.uint8), const(np.int32)
 # DeepSeek-V3.2-Exp's published TPOT without offload on 64 Atlas A3 chips, W8A8C8, MTP3
@@ -232,7 +231,7 @@ class KvOffload(Family):
                "layers)", lo=1, hi=1024),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> KvTiling:
         o = options
         return KvTiling(o["batch"], o["seq_len"], o["topk"], o["block"], o["c8"],
@@ -244,7 +243,7 @@ class KvOffload(Family):
     def window(self, tiling: KvTiling) -> NoWindow:
         return NoWindow()
 
-    def tiling_misfit(self, tiling: KvTiling, shape: MoeShape, options: Mapping[str, Any],
+    def tiling_misfit(self, tiling: KvTiling, shape: None, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling
         if t.cache_blocks and t.cache_blocks < t.batch * t.f_max:
@@ -257,7 +256,7 @@ class KvOffload(Family):
             problem = _host_misfit(t, hardware)
         return problem
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Any, payload: bool) -> list[Arrays]:
         return [{"seed": np.array([routing.get("seed", 0)]),
                  "payload": np.array([payload])}]

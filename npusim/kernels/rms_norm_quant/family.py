@@ -14,7 +14,6 @@ from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
 from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
 from npusim.workload.routing import Routing
-from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)
@@ -41,8 +40,8 @@ class RmsNormQuantKernel(TaskKernel):
     inputs = (
         TensorSpec("x", const(np.float16), _xy, "[a, r] input"),
         TensorSpec("gamma", const(np.float16), lambda t, r: (t.rnq.r,), "[r] weight"),
-        TensorSpec("scale", const(np.float16), lambda t, r: (1,), "quantisation scale"),
-        TensorSpec("offset", const(np.int8), lambda t, r: (1,), "quantisation offset"),
+        TensorSpec("scale", const(np.float16), const((1,)), "quantisation scale"),
+        TensorSpec("offset", const(np.int8), const((1,)), "quantisation offset"),
     )
     outputs = (TensorSpec("y", const(np.int8), _xy, "[a, r] quantised"),)
     # no variant: the steps are seven programs, each row its own evidence (a ratio to a
@@ -74,7 +73,7 @@ class RmsNormQuant(Family):
                "for 3, 21,824 for 4 and 5, 8,192 for 6)", lo=1, hi=1 << 16),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Tiling:
         return Tiling(make_tiling(options["step"], options["rows"], options["cols"],
                                   hardware.chip.aiv_cores, hardware.ub.bytes))
@@ -82,7 +81,7 @@ class RmsNormQuant(Family):
     def window(self, tiling: Tiling) -> NoWindow:
         return NoWindow()
 
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         if options["step"] >= 3:
             refused = regbase_misfit(hardware, f"step {options['step']}")
@@ -95,7 +94,7 @@ class RmsNormQuant(Family):
             return Misfit("workload.cols", str(exc))
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         """gen_data.py's distributions, seeded by the routing seed."""
         a, r = options["rows"], options["cols"]
