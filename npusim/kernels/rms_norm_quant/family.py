@@ -32,11 +32,9 @@ def _xy(t: Tiling, r: int) -> tuple[int, int]:
 
 class RmsNormQuantKernel(TaskKernel):
     name = "rms_norm_quant"
-    phases = (
-        Phase("init", "every core: scale and offset from GM, UB buffers"),
-        Phase("gamma", "every core, steps 1-6: gamma copied and cast once"),
-        Phase("rows", "every core: its rows, CopyInX / Compute / CopyOut"),
-    )
+    phases = (Phase("init", "every core: scale and offset from GM, UB buffers"),
+              Phase("gamma", "every core, steps 1-6: gamma copied and cast once"),
+              Phase("rows", "every core: its rows, CopyInX / Compute / CopyOut"))
     inputs = (
         TensorSpec("x", const(np.float16), _xy, "[a, r] input"),
         TensorSpec("gamma", const(np.float16), lambda t, r: (t.rnq.r,), "[r] weight"),
