@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.cann_gelu.program import GeluTiling, gelu_program
-from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
-from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
+from npusim.kernels.family import Arrays, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.vector_sample import TaskKernel, Unwindowed, regbase_misfit
 from npusim.workload.routing import Routing
 
 
@@ -34,7 +34,7 @@ class Gelu(TaskKernel):
 GELU = Gelu()
 
 
-class CannGelu(Family):
+class CannGelu(Unwindowed):
     name = "cann_gelu"
     uses_moe_shape = False  # one core's GeLU: no tokens, ranks or experts
     help = ("the GeLU sample of cann-samples hardware_features/vector_function: MemBase "
@@ -53,9 +53,6 @@ class CannGelu(Family):
     def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Tiling:
         return Tiling(options["elements"], options["tile_bytes"], options["vf"])
-
-    def window(self, tiling: Tiling) -> NoWindow:
-        return NoWindow()
 
     def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:

@@ -20,7 +20,6 @@ from npusim.hw.host import capacity_problem, path_problem, socket_of
 from npusim.kernels.family import (
     Arrays,
     Call,
-    Family,
     Kernel,
     Misfit,
     Option,
@@ -30,7 +29,7 @@ from npusim.kernels.family import (
 )
 from npusim.kernels.hixl.bound import bound_fields
 from npusim.kernels.hixl.transfer import PATHS, HixlTiling, resolve, transfer_program
-from npusim.kernels.vector_sample import NoWindow
+from npusim.kernels.vector_sample import Unwindowed
 
 # what each transport carries (hicann/hixl benchmarks/performance.md, A3: 不支持 elsewhere)
 TRANSPORTS: dict[str, tuple[str, ...]] = {
@@ -143,7 +142,7 @@ class Get(_Transfer):
     inputs, outputs = (REMOTE_KV,), (KV,)
 
 
-class Hixl(Family):
+class Hixl(Unwindowed):
     name = "hixl"
     uses_moe_shape = False
     help = ("HIXL one-sided transfers (FabricMem, HCCS or RoCE) between an initiator die "
@@ -189,9 +188,6 @@ class Hixl(Family):
         return HixlTiling(o["pairs"], o["layers"], o["k_bytes"], o["v_bytes"], o["transfers"],
                           dies, hardware, o["path"], o["expansion"], o["servers"],
                           o["transport"], o["block_bytes"], o["total_bytes"])
-
-    def window(self, tiling: HixlTiling) -> NoWindow:
-        return NoWindow()
 
     def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:

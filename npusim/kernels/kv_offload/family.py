@@ -24,7 +24,6 @@ from npusim.hw.host import capacity_problem
 from npusim.kernels.family import (
     Arrays,
     Call,
-    Family,
     Misfit,
     Option,
     Phase,
@@ -37,7 +36,7 @@ from npusim.kernels.kv_offload.offload import offload_program
 from npusim.kernels.kv_offload.program import gather_program
 from npusim.kernels.kv_offload.reference import gather, plan
 from npusim.kernels.kv_offload.tiling import KvTiling
-from npusim.kernels.vector_sample import NoWindow, TaskKernel
+from npusim.kernels.vector_sample import TaskKernel, Unwindowed
 
 U8, I32 = const(np.uint8), const(np.int32)
 # DeepSeek-V3.2-Exp's published TPOT without offload on 64 Atlas A3 chips, W8A8C8, MTP3
@@ -192,7 +191,7 @@ class Offload(TaskKernel):
                 "translation_misses": sum(run.translation_misses)}
 
 
-class KvOffload(Family):
+class KvOffload(Unwindowed):
     name = "kv_offload"
     uses_moe_shape = False
     help = ("GatherSelectionKvCache at a DeepSeek-V3.2 decode step: the indexer's topk rows "
@@ -239,9 +238,6 @@ class KvOffload(Family):
                         hardware.chip.aiv_cores, hardware.kernel.task_launch_ns,
                         queries=1 + o["next_n"], memory=o["memory"],
                         page_bytes=_page_bytes(hardware, o["memory"]))
-
-    def window(self, tiling: KvTiling) -> NoWindow:
-        return NoWindow()
 
     def tiling_misfit(self, tiling: KvTiling, shape: None, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:

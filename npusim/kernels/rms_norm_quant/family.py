@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import Arrays, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
-from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
+from npusim.kernels.vector_sample import TaskKernel, Unwindowed, regbase_misfit
 from npusim.workload.routing import Routing
 
 
@@ -55,7 +55,7 @@ class RmsNormQuantKernel(TaskKernel):
 RNQ = RmsNormQuantKernel()
 
 
-class RmsNormQuant(Family):
+class RmsNormQuant(Unwindowed):
     name = "rms_norm_quant"
     uses_moe_shape = False  # a vector kernel on its own x: no tokens, ranks or experts
     help = ("RmsNormQuant of cann-samples rms_norm_quant_story, steps 0-6 of its src/ "
@@ -75,9 +75,6 @@ class RmsNormQuant(Family):
                timing_only: bool = False) -> Tiling:
         return Tiling(make_tiling(options["step"], options["rows"], options["cols"],
                                   hardware.chip.aiv_cores, hardware.ub.bytes))
-
-    def window(self, tiling: Tiling) -> NoWindow:
-        return NoWindow()
 
     def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:

@@ -18,7 +18,6 @@ from npusim.hw.host import capacity_problem, lone_path, path_problem
 from npusim.kernels.family import (
     Arrays,
     Call,
-    Family,
     Kernel,
     Misfit,
     Option,
@@ -35,7 +34,7 @@ from npusim.kernels.shmem_host.programs import (
     put_program,
     rma_program,
 )
-from npusim.kernels.vector_sample import NoWindow
+from npusim.kernels.vector_sample import Unwindowed
 
 DATA_TYPES = {"int": "int32", "uint8": "uint8", "int64": "int64", "fp32": "float32"}
 VALUE_OFFSET = 10  # every PE writes pe + 10
@@ -189,7 +188,7 @@ class Rma(Kernel):
 PUT, GET, RMA = Put(), Get(), Rma()
 
 
-class ShmemHost(Family):
+class ShmemHost(Unwindowed):
     name = "shmem_host"
     uses_moe_shape = False
     help = ("hicann/shmem's host-memory examples: sdma_d2h_demo (SDMA put / get between "
@@ -225,9 +224,6 @@ class ShmemHost(Family):
                           options["blocks"], options["targets"], stride, RMA_BYTES, hardware,
                           dies, sdma.latency_ns if sdma else 0.0,
                           sdma.bandwidth_gbps if sdma else 0.0, not timing_only)
-
-    def window(self, tiling: HostTiling) -> NoWindow:
-        return NoWindow()
 
     def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
