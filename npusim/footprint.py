@@ -117,10 +117,11 @@ def too_big(scenario: Scenario, limit: int, how: str, workers: int = 2) -> str |
     if not fp.data.binding or fp.total <= limit:
         return None
     w = scenario.workload
-    if w.family.uses_moe_shape:
-        what = (f"a functional run of W={w.ep_world_size}, BS={w.bs}, H={w.h}, K={w.k} "
+    s = w.shape
+    if s is not None:
+        what = (f"a functional run of W={s.W}, BS={s.BS}, H={s.H}, K={s.K} "
                 f"needs about {_gib(fp.total)} ({_gib(fp.data.pairs)} windows and "
-                f"tensors of {w.ep_world_size * w.bs} tokens")
+                f"tensors of {s.W * s.BS} tokens")
     else:
         run = "a timing-only" if w.timing_only else "a functional"
         what = (f"{run} run of {w.family.name} needs about {_gib(fp.total)} "

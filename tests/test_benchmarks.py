@@ -103,7 +103,7 @@ def test_every_scale_case_is_a_scenario_the_window_holds():
         return scenario_from_doc(doc, "scale", SCRIPT.parents[1])
 
     for name in run.SCALE:
-        assert scenario(run.CASES[name]).workload.ep_world_size in (64, 256, 768)
+        assert scenario(run.CASES[name]).workload.shape.W in (64, 256, 768)
     assert set(run.SCALE_TARGETS) <= set(run.SCALE)
     with pytest.raises(InputError, match=r"bs <= 83\b"):
         scenario(run._a3_ep(768, 128))

@@ -29,7 +29,6 @@ from npusim.author import (
     Kernel,
     KernelContext,
     Misfit,
-    MoeShape,
     Option,
     Phase,
     Strided,
@@ -161,7 +160,7 @@ class MixGemmFamily(Family):
                hi=1 << 16),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> GemmTiling:
         tiles = (options["m"] // TILE) * (options["n"] // TILE)
         blocks = hardware.aic.cores if hardware.aic is not None else 1
@@ -171,7 +170,7 @@ class MixGemmFamily(Family):
     def window(self, tiling: GemmTiling) -> NoWindow:
         return NoWindow()
 
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         for key, step in (("m", TILE), ("n", TILE), ("k_dim", K_STEP)):
             if options[key] % step:
@@ -182,7 +181,7 @@ class MixGemmFamily(Family):
                           "cross-core mode 4 (the ascend950 preset)")
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
         m, n, k = options["m"], options["n"], options["k_dim"]
         rng = np.random.default_rng(routing.get("seed", 0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 from npusim.cli.common import EXIT_INPUT, EXIT_OK, err, one_line
 from npusim.errors import InputError
@@ -79,10 +80,18 @@ def _lint_scenario(path: str, args: argparse.Namespace) -> str:
             "; its own options, shape limits and window fit are checked when it runs (not imported)"
         )
     )
-    return (
-        f"ok  {path}  ({w.kernel} {w.op}, W={w.ep_world_size}, BS={w.bs}, H={w.h}, "
-        f"K={w.k}, L={w.experts_per_rank}, on {sc.hardware.name}{unchecked})"
-    )
+    return f"ok  {path}  ({w.kernel} {w.op}, {_runs(w)}on {sc.hardware.name}{unchecked})"
+
+
+def _runs(w: Any) -> str:
+    """What the scenario runs at: its MoE shape, or a family without one its own options."""
+    from npusim.report.summary import family_options
+
+    s = w.shape
+    if s is not None:
+        return f"W={s.W}, BS={s.BS}, H={s.H}, K={s.K}, L={s.L}, "
+    own = family_options(w.to_dict())
+    return f"{own}, " if own else ""
 
 
 def _lint_sweep(sweep: str, path: str, args: argparse.Namespace) -> str:

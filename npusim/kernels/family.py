@@ -13,7 +13,8 @@ A family (one package under npusim/kernels/<family>/, or a user's .py file) is o
   tables are generated;
 
 and implements a few template methods (Vidur's abstract hooks, SimPy's `_do_put`):
-`tiling` from (shape, options, hardware), `window` (the window layout object, with
+`tiling` from (shape, options, hardware) (shape: the MoE shape, None for a family that
+reads none), `window` (the window layout object, with
 `regions()`), `misfit` and `tiling_misfit` (the fit checks before and after the tiling is
 built: one line on a workload or hardware key),
 `make_inputs` (seeded inputs), `op_inputs` (what a kernel reads of the run's inputs and
@@ -244,7 +245,8 @@ class Family:
     case_format: ClassVar[str] = ""  # a case-directory format it reads ("" if none)
     # True: the family's kernels read the MoE shape (bs, h, k, ep_world_size,
     # experts_per_rank): an ExchangeFamily (npusim/kernels/exchange.py). False: its
-    # scenarios leave those keys out and its own options are its shape
+    # scenarios leave those keys out, its own options are its shape and every hook below
+    # receives shape None
     uses_moe_shape: ClassVar[bool] = False
     # What `npusim advise` may run: the variants the family offers (a MoE exchange family:
     # as a MoE layer's dispatch / combine; any other: for its own scenarios' shapes)
@@ -302,7 +304,7 @@ class Family:
         return {o.name: o.default for o in self.options}
 
     # ---- template methods
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: MoeShape | None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Any:
         """The host-side tiling of a call from the shape, the options and the preset."""
         raise NotImplementedError
@@ -312,20 +314,20 @@ class Family:
         zones the window sanitiser holds every access to."""
         raise NotImplementedError
 
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: MoeShape | None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         """The fit checks that need no tiling (None: it fits): they run first, so `tiling`
         may take for granted what they refuse."""
         return None
 
-    def tiling_misfit(self, tiling: Any, shape: MoeShape, options: Mapping[str, Any],
+    def tiling_misfit(self, tiling: Any, shape: MoeShape | None, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         """The fit checks that read the tiling (its window, UB and core needs), once
         `misfit` passed. The scenario loader builds the tiling once, asks this and carries
         that tiling into the run (Scenario.tiling); None: it fits."""
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: MoeShape | None, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         """Seeded per-rank inputs of the run (`routing`: the scenario's routing)."""
         raise NotImplementedError
@@ -352,7 +354,7 @@ class Family:
         """A digest of everything the kernel after `kernel` reads of its outputs."""
         raise NotImplementedError
 
-    def touched(self, tiling: Any, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def touched(self, tiling: Any, shape: MoeShape | None, options: Mapping[str, Any], op: str,
                 timing_only: bool, workers: int) -> Touched:
         """What the run's data touches in host memory, estimated before anything is
         allocated (npusim/footprint.py checks it against --memory): its kernels' declared
@@ -362,12 +364,12 @@ class Family:
         return declared_touched(self, tiling, options, op, timing_only)
 
     # ---- case directories (families with a case_format)
-    def case_misfit(self, case_dir: Path, shape: MoeShape, options: Mapping[str, Any],
+    def case_misfit(self, case_dir: Path, shape: MoeShape | None, options: Mapping[str, Any],
                     op: str, timing_only: bool) -> str | None:
         """Cheap checks of a case directory before the run (one line, or None)."""
         return f"the {self.name} kernel family reads no case directories"
 
-    def read_case(self, case_dir: Path, shape: MoeShape, op: str) -> list[Arrays]:
+    def read_case(self, case_dir: Path, shape: MoeShape | None, op: str) -> list[Arrays]:
         raise NotImplementedError
 
     def write_case(self, case_dir: Path, kernel: str, outputs: Sequence[Arrays]) -> None:

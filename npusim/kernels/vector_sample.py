@@ -1,11 +1,12 @@
 """What the single-device vector samples (cann_gelu, rms_norm_quant) share as families:
-one rank, no window, a plain task launch (kernel.task_launch_ns, no SHMEM set-up)."""
+one rank, no window, a plain task launch (kernel.task_launch_ns, no SHMEM set-up); the
+host-memory families (hixl, kv_offload, shmem_host) take the window part too."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from npusim.kernels.family import Kernel, Misfit
+from npusim.kernels.family import Family, Kernel, Misfit
 
 
 class NoWindow:
@@ -13,6 +14,13 @@ class NoWindow:
 
     def regions(self) -> dict[str, tuple[int, int]]:
         return {}
+
+
+class Unwindowed(Family):
+    """A family whose kernels touch no symmetric window: its window hook's one answer."""
+
+    def window(self, tiling: Any) -> NoWindow:
+        return NoWindow()
 
 
 class TaskKernel(Kernel):

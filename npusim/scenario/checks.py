@@ -77,13 +77,14 @@ def _launched(n: int | None, kind: Any) -> str:
 
 
 def check_topology(src: str, w: Workload, hw: HardwareConfig) -> None:
-    """Every rank must sit in the topology: W at most the outermost level's dies."""
-    if not hw.fabric.levels:
+    """Every rank of a MoE shape must sit in the topology: W at most the outermost level's
+    dies (a family without one places its dies by its own options and checks them)."""
+    if not hw.fabric.levels or w.shape is None:
         return
     outer = hw.fabric.levels[-1]
-    if w.ep_world_size > outer.dies:
+    if w.shape.W > outer.dies:
         raise InputError(
             src, "workload.ep_world_size",
-            f"{w.ep_world_size} ranks do not fit {hw.name}'s topology: its outermost level, "
+            f"{w.shape.W} ranks do not fit {hw.name}'s topology: its outermost level, "
             f"{outer.name}, holds {outer.dies} dies; allowed: 2..{outer.dies}")
 

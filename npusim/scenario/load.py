@@ -247,17 +247,9 @@ def _validated(doc: dict[str, Any], src: str, base: Path, run: RunOptions,
         check_cores(src, fam, workload.op, hardware)
         misfit(src, userguard.call(fam, "misfit", workload.shape, workload.options, hardware,
                                    workload.op, check=FITS), overrides)
-    scenario = Scenario(
-        name=name,
-        description=description,
-        source=src,
-        hardware_ref=ref,
-        hardware_overrides=overrides,
-        hardware=hardware,
-        workload=workload,
-        data=DataSource(case_dir=case_dir),
-        run=run,
-    )
+    scenario = Scenario(name=name, description=description, source=src, hardware_ref=ref,
+                        hardware_overrides=overrides, hardware=hardware, workload=workload,
+                        data=DataSource(case_dir=case_dir), run=run)
     if fam is not None:  # the tiling is built here, once, and the run reuses it
         misfit(src, userguard.call(fam, "tiling_misfit", scenario.tiling, workload.shape,
                                    workload.options, hardware, workload.op, check=FITS),

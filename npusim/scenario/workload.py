@@ -90,6 +90,9 @@ ROUTING: tuple[Option, ...] = (
 ROUTING_PARAMS = {"s": "zipf", "sigma": "lognormal", "path": "file"}  # key: its one kind
 
 WORKLOAD_REQUIRED = tuple(o.name for o in GENERIC if o.required)
+MOE_KEYS = ("bs", "h", "k", "ep_world_size", "experts_per_rank", "shared_experts",
+            "shared_expert_ranks")
+"""The MoE shape's keys: an exchange family's (Family.uses_moe_shape) shape, no other's."""
 WORKLOAD_DEFAULTS: dict[str, Any] = {
     **{o.name: o.default for o in GENERIC if not o.required},
     "routing": {o.name: o.default for o in ROUTING if o.name in ("kind", "seed")},
@@ -103,29 +106,20 @@ UNIMPORTED_LIMITS = ShapeLimits(bs=(1, _ANY), h=(1, _ANY), h_multiple=1, k=(1, _
                                 ep_world_size=(2, _ANY), experts=_ANY, shared_experts=(0, _ANY),
                                 source="the family's own, checked when it runs",
                                 why="the loader's bound")
-# The shape a family that does not read the MoE keys runs with when they are left out
-# (Family.uses_moe_shape False): the smallest valid one.
-NEUTRAL_SHAPE: dict[str, int] = {"bs": 1, "h": 1024, "k": 1, "ep_world_size": 2,
-                                 "experts_per_rank": 1}
 MAX_REF_CHARS = 4096  # PATH_MAX: a longer kernel reference names no file
 
 
 @dataclass(frozen=True)
 class Workload:
-    """The generic MoE workload plus the kernel family and its validated options
-    (readable as attributes too: ``w.dispatch_quant``)."""
+    """The kernel family, its op and validated options (readable as attributes too:
+    ``w.dispatch_quant``), the generic keys, and the MoE shape of a family that reads one
+    (an ExchangeFamily; None for any other, whose own options size what it runs)."""
 
     op: str
-    bs: int
-    h: int
-    k: int
-    ep_world_size: int
-    experts_per_rank: int
+    shape: MoeShape | None = None
     dtype: str = "float16"
-    shared_experts: int = 0
     timing_only: bool = False
     routing: Routing = field(default_factory=Routing)
-    shared_expert_ranks: int = 0
     kernel: str = registry.DEFAULT  # as written: a built-in name, a .py path or module:attr
     options: Mapping[str, Any] = field(default_factory=dict)
     # None only when `npusim lint` checked a user family without importing it
@@ -138,51 +132,36 @@ class Workload:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
-    def shape(self) -> MoeShape:
-        return MoeShape(self.ep_world_size, self.bs, self.h, self.k, self.experts_per_rank,
-                        self.shared_experts, self.shared_expert_ranks, self.dtype)
-
-    @property
-    def num_experts(self) -> int:
-        """E = (W - S_r) * L MoE experts (W * L without shared experts)."""
-        return (self.ep_world_size - self.shared_expert_ranks) * self.experts_per_rank
-
-    @property
     def ops(self) -> tuple[str, ...]:
         """Kernel calls in run order."""
         return (tuple(k.name for k in self.family.kernels_of(self.op, self.options))
                 if self.family is not None
                 else (self.op,))
 
-    @property
-    def max_recv_rows(self) -> int:
-        """A = BS * W * min(K, L): the most rows one MoE rank can receive."""
-        return self.bs * self.ep_world_size * min(self.k, self.experts_per_rank)
-
     def to_dict(self) -> dict[str, Any]:
-        """Generic keys, then the family's options in declaration order. A family without
-        the MoE shape (Family.uses_moe_shape False) gets none of its keys: the neutral
-        values its scenario was filled with describe nothing it runs."""
-        if self.family is not None and not self.family.uses_moe_shape:
+        """Generic keys, then the family's options in declaration order; the MoE shape's
+        keys and the routing only with a MoE shape (without one they describe nothing
+        the family runs)."""
+        s = self.shape
+        if s is None:
             return {"kernel": self.kernel, "op": self.op, "dtype": self.dtype,
                     **self.options, "timing_only": self.timing_only}
         return {
             "kernel": self.kernel,
             "op": self.op,
-            "bs": self.bs,
-            "h": self.h,
-            "k": self.k,
-            "ep_world_size": self.ep_world_size,
-            "experts_per_rank": self.experts_per_rank,
-            "num_experts": self.num_experts,
+            "bs": s.BS,
+            "h": s.H,
+            "k": s.K,
+            "ep_world_size": s.W,
+            "experts_per_rank": s.L,
+            "num_experts": s.E,
             "dtype": self.dtype,
             **self.options,
-            "shared_experts": self.shared_experts,
-            "shared_expert_ranks": self.shared_expert_ranks,
+            "shared_experts": s.S,
+            "shared_expert_ranks": s.S_r,
             "timing_only": self.timing_only,
             "routing": self.routing.to_dict(),
         }
-
 
 
 def _routing(src: str, raw: Any) -> Routing:
@@ -229,12 +208,16 @@ def anchored(raw: dict[str, Any], base: Path) -> dict[str, Any]:
 def routing_file(src: str, w: Workload, base: Path) -> Workload:
     """kind file: read and check the ids now (so lint catches a bad file); the workload
     keeps them and the file's SHA-256, which the resolved scenario reports."""
-    r = w.routing
+    r, s = w.routing, w.shape
     if r.kind != "file" or r.path is None:
         return w
+    if s is None:
+        raise InputError(src, "workload.routing.kind", f"file: expert ids [W, BS, K] of a MoE "
+                         f"shape, which {w.kernel} does not read; allowed: the seeded kinds "
+                         f"({', '.join(DRAWN_KINDS)})")
     p = user_path(r.path)
     got = read_routing_file(p if p.is_absolute() else base / p, r.path, src,
-                            "workload.routing.path", w.ep_world_size, w.bs, w.k, w.num_experts)
+                            "workload.routing.path", s.W, s.BS, s.K, s.E)
     return replace(w, routing=replace(r, sha256=got.sha256, ids=got.ids))
 
 
@@ -291,35 +274,38 @@ def workload_of(src: str, raw: Any, base: Path, import_kernels: bool = True) -> 
     _other_family_option(src, raw, fam, allowed)
     if fam is None and isinstance(raw, dict):  # a user family's options: unknown here
         allowed += tuple(k for k in raw if isinstance(k, str))
-    neutral = fam is not None and not fam.uses_moe_shape
-    doc = section(src, key, raw, allowed, ("op",) if neutral else WORKLOAD_REQUIRED)
-    if neutral:
-        doc = {**NEUTRAL_SHAPE, **doc}
+    moe = _reads_shape(src, raw, fam)
+    doc = section(src, key, raw, allowed, WORKLOAD_REQUIRED if moe else ("op",))
 
     def get(name: str) -> Any:
         return _given(doc, name)
 
     op = choice(src, f"{key}.op", doc["op"], tuple(fam.runs) if fam is not None
                 else (doc["op"],) if isinstance(doc["op"], str) else ())
-    lim: ShapeLimits = fam.shape_limits if neutral is False and fam is not None \
-        else UNIMPORTED_LIMITS
-    bs, h, k, w, l_, shared, shared_ranks = _moe_shape(src, doc, lim)
-    return Workload(
-        op=op,
-        bs=bs,
-        h=h,
-        k=k,
-        ep_world_size=w,
-        experts_per_rank=l_,
-        dtype=option_value(src, _GENERIC["dtype"], get("dtype")),
-        shared_experts=shared,
-        timing_only=option_value(src, _GENERIC["timing_only"], get("timing_only")),
-        routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
-        shared_expert_ranks=shared_ranks,
-        kernel=get("kernel"),
-        options=(options := _options(src, fam, doc)),
-        family=fam.mode(options) if fam is not None else None,
-    )
+    sizes = _moe_sizes(src, doc, fam.shape_limits if fam is not None else UNIMPORTED_LIMITS) \
+        if moe else None
+    dtype = option_value(src, _GENERIC["dtype"], get("dtype"))
+    return Workload(op=op, shape=None if sizes is None else MoeShape(*sizes, dtype=dtype),
+                    dtype=dtype,
+                    timing_only=option_value(src, _GENERIC["timing_only"], get("timing_only")),
+                    routing=_routing(src, doc.get("routing", WORKLOAD_DEFAULTS["routing"])),
+                    kernel=get("kernel"), options=(options := _options(src, fam, doc)),
+                    family=fam.mode(options) if fam is not None else None)
+
+
+def _reads_shape(src: str, raw: Any, fam: Family | None) -> bool:
+    """Whether the workload has a MoE shape: always for an exchange family, never for any
+    other (its keys would size nothing the family runs: refused), and for a user's family
+    that lint does not import, when the scenario gives its keys."""
+    given = [k for k in MOE_KEYS if k in raw] if isinstance(raw, dict) else []
+    if fam is None:
+        return bool(given)
+    if given and not fam.uses_moe_shape:
+        own = ", ".join(o.name for o in fam.options) or "none"
+        raise InputError(src, f"workload.{given[0]}", f"{fam.name} reads no MoE shape (it is "
+                         f"no MoE dispatch / combine family); allowed: leave it out, "
+                         f"{fam.name}'s own options size its run ({own})")
+    return fam.uses_moe_shape
 
 
 def _given(doc: Mapping[str, Any], name: str) -> Any:
@@ -327,11 +313,10 @@ def _given(doc: Mapping[str, Any], name: str) -> Any:
     return doc[name] if name in doc else WORKLOAD_DEFAULTS[name]
 
 
-def _moe_shape(src: str, doc: Mapping[str, Any], lim: ShapeLimits
+def _moe_sizes(src: str, doc: Mapping[str, Any], lim: ShapeLimits
                ) -> tuple[int, int, int, int, int, int, int]:
-    """(BS, H, K, W, L, S, S_r) within the family's shape limits, E = (W - S_r) * L at most
-    its experts and K at most E."""
-
+    """(W, BS, H, K, L, S, S_r), MoeShape's order, within the family's shape limits,
+    E = (W - S_r) * L at most its experts and K at most E."""
     def k_(name: str) -> str:
         return f"workload.{name}"
 
@@ -378,7 +363,7 @@ def _moe_shape(src: str, doc: Mapping[str, Any], lim: ShapeLimits
             f"top-k {k} exceeds the {e} experts ({which}); a token's K experts are distinct, "
             f"so allowed: k <= {e}",
         )
-    return bs, h, k, w, l_, shared, shared_ranks
+    return w, bs, h, k, l_, shared, shared_ranks
 
 
 def _shared(src: str, k_: Any, raw_s: Any, raw_sr: Any, w: int, lim: ShapeLimits

@@ -239,9 +239,9 @@ def _shape_only(tmp: Path, kernel: str, bs: int, hardware: str = "ascend950",
 def test_a_family_with_a_larger_bs_limit_takes_it(tmp_path):
     """The V3 BS limit binds the families that declare it, not a family with its own."""
     (tmp_path / "own.py").write_text(OWN_LIMITS)
-    assert load_scenario(_shape_only(tmp_path, "own.py", 1024)).workload.bs == 1024
+    assert load_scenario(_shape_only(tmp_path, "own.py", 1024)).workload.shape.BS == 1024
     deepep = _shape_only(tmp_path, "deepep", 4096, "atlas_a3", "bfloat16")
-    assert load_scenario(deepep).workload.bs == 4096
+    assert load_scenario(deepep).workload.shape.BS == 4096
 
 
 def test_shape_limits_must_be_declared_as_shape_limits(tmp_path):

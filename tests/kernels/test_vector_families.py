@@ -69,17 +69,57 @@ def test_family_options_are_checked(tmp_path: Path) -> None:
         run(tmp_path, kernel="cann_gelu", op="gelu", tile_bytes=100)
 
 
-def test_vector_scenarios_need_no_moe_keys_and_keep_them_optional(tmp_path: Path) -> None:
-    """Without the MoE keys a vector family runs on the neutral shape; given (any valid
-    values) they change nothing. A MoE family still requires them."""
-    base = {"kernel": "cann_gelu", "op": "gelu", "vf": True, "elements": 4096}
-    bare, _ = run(tmp_path, **base)
-    moe = {"bs": 8, "h": 7168, "k": 8, "ep_world_size": 8, "experts_per_rank": 4}
-    full, _ = run(tmp_path, **base, **moe)
-    assert full.ops[0].end_ns - full.ops[0].start_ns == bare.ops[0].end_ns - bare.ops[0].start_ns
+def _doc(kernel: str, op: str, **workload: Any) -> dict[str, Any]:
+    return {"name": "t", "hardware": "ascend950",
+            "workload": {"kernel": kernel, "op": op, **workload}}
+
+
+@pytest.mark.parametrize("kernel, op", [("cann_gelu", "gelu"),
+                                        ("rms_norm_quant", "rms_norm_quant")])
+def test_a_vector_family_has_no_moe_shape_and_refuses_its_keys(
+        tmp_path: Path, kernel: str, op: str) -> None:
+    """Its own options size its run: the workload carries no MoE shape, and a MoE key is
+    refused (it would size nothing). A MoE family still requires them."""
+    assert scenario_from_doc(_doc(kernel, op), "test", tmp_path).workload.shape is None
+    for key in ("bs", "experts_per_rank", "shared_experts"):
+        with pytest.raises(InputError, match="reads no MoE shape") as info:
+            scenario_from_doc(_doc(kernel, op, **{key: 1}), "test", tmp_path)
+        assert info.value.key == f"workload.{key}"
     with pytest.raises(InputError, match="workload.bs"):
         scenario_from_doc({"name": "t", "hardware": "ascend950",
                            "workload": {"op": "dispatch"}}, "test", tmp_path)
+
+
+def test_a_vector_familys_hooks_receive_no_shape(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiling, misfit and make_inputs of a family without the MoE shape get shape None."""
+    from npusim.kernels.cann_gelu.family import CannGelu
+
+    seen: list[tuple[str, Any]] = []
+    for hook in ("tiling", "misfit", "make_inputs"):
+        real = getattr(CannGelu, hook)
+
+        def spy(self: Any, shape: Any, *args: Any, _real: Any = real, _hook: str = hook,
+                **kwargs: Any) -> Any:
+            seen.append((_hook, shape))
+            return _real(self, shape, *args, **kwargs)
+
+        monkeypatch.setattr(CannGelu, hook, spy)
+    simulate(scenario_from_doc(_doc("cann_gelu", "gelu", elements=64), "test", tmp_path))
+    assert sorted(h for h, _ in seen) == ["make_inputs", "misfit", "tiling"]
+    assert all(shape is None for _, shape in seen)
+
+
+def test_lint_shows_a_vector_familys_op_and_options(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No MoE shape to show: lint names the op and the options it runs with (the
+    declared defaults filled in)."""
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(_doc("rms_norm_quant", "rms_norm_quant", step=2, rows=64)))
+    assert main(["lint", str(p)]) == 0
+    assert capsys.readouterr().out == (
+        f"ok  {p}  (rms_norm_quant rms_norm_quant, step 2, rows 64, cols 8192, "
+        "on ascend950)\n")
 
 
 @pytest.mark.parametrize("hardware,workload", [

@@ -205,8 +205,8 @@ def test_family_fields_pass_through_and_render_per_rank() -> None:
 
 
 def test_a_family_without_the_moe_shape_reports_none_of_it():
-    """rms_norm_quant reads no tokens, ranks or experts: its scenario is filled with a
-    neutral shape, which the report must not present as the run's W, BS or H."""
+    """rms_norm_quant reads no tokens, ranks or experts: its workload has no MoE shape,
+    and the report presents no W, BS or H."""
     from npusim.report.markdown import format_markdown
     from npusim.scenario import scenario_from_doc
 

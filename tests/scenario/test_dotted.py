@@ -41,7 +41,7 @@ def test_set_equals_the_same_value_written_in_the_file(tmp_path: Path) -> None:
     a, b = by_set.to_dict(), by_file.to_dict()
     assert a.pop("source") == str(SHIPPED) and b.pop("source") == str(edited)
     assert a == b
-    assert by_set.workload.bs == 64 and by_set.hardware.fabric.egress_gbps == 50.0
+    assert by_set.workload.shape.BS == 64 and by_set.hardware.fabric.egress_gbps == 50.0
 
 
 def test_set_replaces_a_nested_override_of_the_file(tmp_path: Path) -> None:

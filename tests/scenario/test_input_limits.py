@@ -154,7 +154,7 @@ def test_a_merge_key_takes_the_mappings_own_keys_over_the_merged(tmp_path):
     p.write_text("name: m\nworkload:\n"
                  "  <<: {op: dispatch, bs: 8, h: 1024, k: 2, ep_world_size: 2, "
                  "experts_per_rank: 2}\n  bs: 16\n")
-    assert load_scenario(p).workload.bs == 16  # YAML merge: the override wins
+    assert load_scenario(p).workload.shape.BS == 16  # YAML merge: the override wins
     p.write_text(p.read_text() + "  bs: 32\n")  # a key given twice is still refused
     with pytest.raises(InputError, match="duplicate key 'bs'"):
         load_scenario(p)

@@ -76,18 +76,12 @@ def test_minimal_scenario_gets_documented_defaults(tmp_path: Path) -> None:
     sc = load_scenario(write(tmp_path, MINIMAL))
     assert isinstance(sc, Scenario)
     w = sc.workload
-    assert (w.op, w.bs, w.h, w.k, w.ep_world_size, w.experts_per_rank) == (
-        "dispatch",
-        8,
-        7168,
-        8,
-        8,
-        4,
-    )
-    assert w.num_experts == 32 and w.ops == ("dispatch",) and w.max_recv_rows == 8 * 8 * 4
+    s = w.shape
+    assert (w.op, s.BS, s.H, s.K, s.W, s.L) == ("dispatch", 8, 7168, 8, 8, 4)
+    assert s.E == 32 and w.ops == ("dispatch",) and s.A == 8 * 8 * 4
     assert (w.dtype, w.dispatch_quant, w.combine_quant) == ("float16", "none", "none")
     assert w.mxfp8_saturate is False and w.combine_recip is True and w.timing_only is False
-    assert w.expert_token_nums_type == "count" and w.shared_experts == 0
+    assert w.expert_token_nums_type == "count" and (s.S, s.S_r) == (0, 0)
     assert (w.routing.kind, w.routing.seed, w.routing.s) == ("balanced", 0, None)
     assert sc.hardware_ref == "ascend950" and sc.hardware.name == "ascend950"
     assert sc.hardware_overrides == {} and sc.data.case_dir is None
@@ -109,7 +103,8 @@ def test_shipped_scenarios_load(name: str) -> None:
     sc = load_scenario(SCENARIOS / f"{name}.yaml")
     w = sc.workload
     assert sc.name == name and sc.description
-    assert (w.h, w.k, w.ep_world_size, w.experts_per_rank, w.dtype) == (7168, 8, 8, 4, "float16")
+    s = w.shape
+    assert (s.H, s.K, s.W, s.L, w.dtype) == (7168, 8, 8, 4, "float16")
     assert (w.routing.kind, w.routing.seed) == ("balanced", 0)
     assert sc.hardware.name == "ascend950"
 

@@ -52,7 +52,7 @@ def test_latency_and_phases_are_the_reports_numbers():
 
 def test_set_is_validated_like_the_command_line():
     s = npu.load("dispatch_bs8_mxfp8", set={"workload.bs": 16})
-    assert s.workload.bs == 16
+    assert s.workload.shape.BS == 16
     with pytest.raises(npu.InputError, match=r"^api: set workload\.bs: .*allowed"):
         npu.load("dispatch_bs8_mxfp8", set={"workload.bs": 10**6})
     with pytest.raises(npu.InputError, match="names no scenario key"):
@@ -70,7 +70,7 @@ def test_a_mapping_and_a_loaded_scenario_load_again_to_the_same_scenario():
                 "experts_per_rank": 4}
     doc = {"name": "m", "workload": workload}
     s = npu.load(doc, set={"workload.bs": 16})
-    assert s.workload.bs == 16 and doc["workload"]["bs"] == 8  # the caller's data kept
+    assert s.workload.shape.BS == 16 and doc["workload"]["bs"] == 8  # the caller's data kept
 
 
 def test_a_loaded_scenario_with_set_changes_only_that_key():

@@ -62,8 +62,8 @@ def test_set_is_a_mapping_or_a_list_of_key_value_texts():
              r"api: set: 'workload\.bs': allowed: KEY=VALUE with a dotted scenario key.*")
     _refused(lambda: npu.load(TINY, set={5: 1}),
              r"api: set: 5: allowed: a dotted scenario key, e\.g\. workload\.bs")
-    assert npu.load(TINY, set=["workload.bs=2", "workload.h=2048"]).workload.bs == 2
-    assert npu.load(TINY, set=("workload.h=2048",)).workload.h == 2048
+    assert npu.load(TINY, set=["workload.bs=2", "workload.h=2048"]).workload.shape.BS == 2
+    assert npu.load(TINY, set=("workload.h=2048",)).workload.shape.H == 2048
 
 
 def test_a_value_that_holds_itself_or_nests_too_deep_is_refused():
@@ -89,12 +89,12 @@ def test_numpy_integers_count_as_integers_and_bools_do_not():
     s = npu.load(TINY, set={"workload.bs": np.int64(16), "workload.h": np.int32(2048),
                             "hardware_overrides.fabric.egress_gbps": np.int64(50),
                             "run.sim_time_limit_us": np.float32(1000.0)})
-    assert (s.workload.bs, s.workload.h) == (16, 2048)
-    assert type(s.workload.bs) is int
+    assert (s.workload.shape.BS, s.workload.shape.H) == (16, 2048)
+    assert type(s.workload.shape.BS) is int
     assert s.hardware.fabric.egress_gbps == 50.0
     assert s.run.sim_time_limit_us == 1000.0
     doc = {**TINY, "workload": {**TINY["workload"], "bs": np.uint8(4)}}
-    assert npu.load(doc).workload.bs == 4
+    assert npu.load(doc).workload.shape.BS == 4
     for flag in (True, np.bool_(True)):
         _refused(lambda flag=flag: npu.load(TINY, set={"workload.bs": flag}),
                  r"api: set workload\.bs: must be an integer 1\.\..*, got .*")

@@ -9,10 +9,9 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.cann_gelu.program import GeluTiling, gelu_program
-from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
-from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
+from npusim.kernels.family import Arrays, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.vector_sample import TaskKernel, Unwindowed, regbase_misfit
 from npusim.workload.routing import Routing
-from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class Gelu(TaskKernel):
 GELU = Gelu()
 
 
-class CannGelu(Family):
+class CannGelu(Unwindowed):
     name = "cann_gelu"
     uses_moe_shape = False  # one core's GeLU: no tokens, ranks or experts
     help = ("the GeLU sample of cann-samples hardware_features/vector_function: MemBase "
@@ -51,14 +50,11 @@ class CannGelu(Family):
                "32 KiB)", lo=256, hi=1 << 16),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Tiling:
         return Tiling(options["elements"], options["tile_bytes"], options["vf"])
 
-    def window(self, tiling: Tiling) -> NoWindow:
-        return NoWindow()
-
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         if options["vf"]:
             refused = regbase_misfit(hardware, "gelu_with_vf (vf: true)")
@@ -72,7 +68,7 @@ class CannGelu(Family):
                           f"{6 * tb} B of UB, more than {hardware.ub.bytes}")
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         n = options["elements"]
         if not payload:

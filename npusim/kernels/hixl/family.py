@@ -17,21 +17,10 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.host import capacity_problem, path_problem, socket_of
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Family,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    const,
-)
+from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.hixl.bound import bound_fields
 from npusim.kernels.hixl.transfer import PATHS, HixlTiling, resolve, transfer_program
-from npusim.kernels.vector_sample import NoWindow
-from npusim.workload.shape import MoeShape
+from npusim.kernels.vector_sample import Unwindowed
 
 # what each transport carries (hicann/hixl benchmarks/performance.md, A3: 不支持 elsewhere)
 TRANSPORTS: dict[str, tuple[str, ...]] = {
@@ -124,27 +113,27 @@ class _Transfer(Kernel):
         return transfer_fields(call.tiling.of(self.name), call.frames) if call.frames else {}
 
 
+def _phase(op: str, verb: str) -> Phase:
+    """put and get expand descriptors alike; only the direction of each SQE differs."""
+    return Phase(op, "AICPU 0 of each initiator die (or the host thread, host expansion): "
+                 "per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
+                 f"{verb} the target's memory, in kernels of 128 with a notify wait every "
+                 "1920 (frame transfer<i>)")
+
+
 class Put(_Transfer):
     name = "put"
-    phases = (Phase("put", "AICPU 0 of each initiator die (or the host thread, host "
-                    "expansion): per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
-                    "writing the target's memory, in kernels of 128 with a notify wait "
-                    "every 1920 (frame transfer<i>)"),)
-    inputs = (KV,)
-    outputs = (REMOTE_KV,)
+    phases = (_phase("put", "writing"),)
+    inputs, outputs = (KV,), (REMOTE_KV,)
 
 
 class Get(_Transfer):
     name = "get"
-    phases = (Phase("get", "AICPU 0 of each initiator die (or the host thread, host "
-                    "expansion): per transfer, one SQE (over RoCE a NIC WQE) per descriptor "
-                    "reading the target's memory, in kernels of 128 with a notify wait "
-                    "every 1920 (frame transfer<i>)"),)
-    inputs = (REMOTE_KV,)
-    outputs = (KV,)
+    phases = (_phase("get", "reading"),)
+    inputs, outputs = (REMOTE_KV,), (KV,)
 
 
-class Hixl(Family):
+class Hixl(Unwindowed):
     name = "hixl"
     uses_moe_shape = False
     help = ("HIXL one-sided transfers (FabricMem, HCCS or RoCE) between an initiator die "
@@ -183,7 +172,7 @@ class Hixl(Family):
                "is dropped from the mean when there are more)", lo=1, hi=1000),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> HixlTiling:
         dies = hardware.host.dies if hardware.host is not None else 2 * options["pairs"]
         o = options
@@ -191,10 +180,7 @@ class Hixl(Family):
                           dies, hardware, o["path"], o["expansion"], o["servers"],
                           o["transport"], o["block_bytes"], o["total_bytes"])
 
-    def window(self, tiling: HixlTiling) -> NoWindow:
-        return NoWindow()
-
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         if hardware.host is None:
             return Misfit("hardware", f"{hardware.name} has no host memory (no host section); "
@@ -225,7 +211,7 @@ class Hixl(Family):
                           "allowed: 1 to total_bytes, or 0 (the KV-block form)")
         return None
 
-    def tiling_misfit(self, tiling: HixlTiling, shape: MoeShape, options: Mapping[str, Any],
+    def tiling_misfit(self, tiling: HixlTiling, shape: None, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling.of(op)
         most = hardware.host.dies // 2 if t.servers == 1 else hardware.host.dies
@@ -250,7 +236,7 @@ class Hixl(Family):
                 return Misfit(key, f"{t.nbytes} B per {who} in host memory: {problem}")
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Any, payload: bool) -> list[Arrays]:
         return [{"seed": np.array([routing.get("seed", 0) if payload else -1])}]
 

@@ -21,24 +21,13 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.host import capacity_problem
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Family,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Arrays, Call, Misfit, Option, Phase, TensorSpec, Variant, const
 from npusim.kernels.kv_offload.inputs import full_rows, step_inputs
 from npusim.kernels.kv_offload.offload import offload_program
 from npusim.kernels.kv_offload.program import gather_program
 from npusim.kernels.kv_offload.reference import gather, plan
 from npusim.kernels.kv_offload.tiling import KvTiling
-from npusim.kernels.vector_sample import NoWindow, TaskKernel
-from npusim.workload.shape import MoeShape
+from npusim.kernels.vector_sample import TaskKernel, Unwindowed
 
 U8, I32 = const(np.uint8), const(np.int32)
 # DeepSeek-V3.2-Exp's published TPOT without offload on 64 Atlas A3 chips, W8A8C8, MTP3
@@ -193,7 +182,7 @@ class Offload(TaskKernel):
                 "translation_misses": sum(run.translation_misses)}
 
 
-class KvOffload(Family):
+class KvOffload(Unwindowed):
     name = "kv_offload"
     uses_moe_shape = False
     help = ("GatherSelectionKvCache at a DeepSeek-V3.2 decode step: the indexer's topk rows "
@@ -232,7 +221,7 @@ class KvOffload(Family):
                "layers)", lo=1, hi=1024),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> KvTiling:
         o = options
         return KvTiling(o["batch"], o["seq_len"], o["topk"], o["block"], o["c8"],
@@ -241,10 +230,7 @@ class KvOffload(Family):
                         queries=1 + o["next_n"], memory=o["memory"],
                         page_bytes=_page_bytes(hardware, o["memory"]))
 
-    def window(self, tiling: KvTiling) -> NoWindow:
-        return NoWindow()
-
-    def tiling_misfit(self, tiling: KvTiling, shape: MoeShape, options: Mapping[str, Any],
+    def tiling_misfit(self, tiling: KvTiling, shape: None, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling
         if t.cache_blocks and t.cache_blocks < t.batch * t.f_max:
@@ -257,7 +243,7 @@ class KvOffload(Family):
             problem = _host_misfit(t, hardware)
         return problem
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Any, payload: bool) -> list[Arrays]:
         return [{"seed": np.array([routing.get("seed", 0)]),
                  "payload": np.array([payload])}]

@@ -40,9 +40,9 @@ from npusim.kernels.kv_offload.tiling import (
     TOPK_NUMS,
     UB_BLOCK,
     KvTiling,
-    ceil_align,
 )
 from npusim.runtime import hostmem
+from npusim.units import align_up
 
 
 def _load(ctx: Any, name: str, row: int, count: int, buf: Any) -> Any:
@@ -61,16 +61,16 @@ def _full(ctx: Any, t: KvTiling) -> tuple[Any, Any]:
 
 def _buffers(ctx: Any, t: KvTiling) -> dict[str, Any]:
     """Init's UB: sized for S rows of a sequence as the kernel sizes them (one row used)."""
-    sort_align = ceil_align(t.topk, SORT_ALIGN)
-    one_align = max(sort_align, ceil_align(t.topk + 1, UB_BLOCK // I32))
+    sort_align = align_up(t.topk, SORT_ALIGN)
+    one_align = max(sort_align, align_up(t.topk + 1, UB_BLOCK // I32))
     s = t.queries
     bufs = {"topk": ctx.alloc("topk", s * sort_align * I32),
-            "sel_table": ctx.alloc("sel_table", ceil_align(s * t.s_max * I32, UB_BLOCK)),
-            "sel_seq": ctx.alloc("sel_seq", ceil_align(s * I32, UB_BLOCK)),
+            "sel_table": ctx.alloc("sel_table", align_up(s * t.s_max * I32, UB_BLOCK)),
+            "sel_seq": ctx.alloc("sel_seq", align_up(s * I32, UB_BLOCK)),
             "status": ctx.alloc("status", s * one_align * I32),
             "sorted": ctx.alloc("sorted", sort_align * I32 * TOPK_NUMS)}
-    bufs["rows"] = [(ctx.alloc(f"kv{p}", ceil_align(t.kv_bytes, UB_BLOCK)),
-                     ctx.alloc(f"rope{p}", ceil_align(t.rope_bytes, UB_BLOCK))
+    bufs["rows"] = [(ctx.alloc(f"kv{p}", align_up(t.kv_bytes, UB_BLOCK)),
+                     ctx.alloc(f"rope{p}", align_up(t.rope_bytes, UB_BLOCK))
                      if t.rope_bytes else None) for p in (0, 1)]
     return bufs
 

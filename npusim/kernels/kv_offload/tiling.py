@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.units import align_up, ceil_div
+
 KV_BF16, ROPE_BF16, KV_C8 = 1024, 128, 656
 # the Lightning Indexer's key cache per token and layer, on the device (modeling_deepseek.py
 # cache entries: indexer_key_cache of index_head_dim 128 in the nope dtype, and with the
@@ -26,14 +28,6 @@ UB_BLOCK = 32  # the tiling's ubBlockSize_
 SORT_ALIGN = 32  # ONE_REPEAT_SORT_NUM: the sorts work on multiples of 32 ids
 TOPK_NUMS = 8  # the kernel's scratch of 8 x topk ids (sorted lists and their indices)
 I32 = 4
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def ceil_align(a: int, b: int) -> int:
-    return ceil_div(a, b) * b
 
 
 def core_split(rows: int, cores: int) -> tuple[int, int, int]:
@@ -137,9 +131,9 @@ class KvTiling:
         selection block table, the valid counts, the status, 8 x topk of sort scratch)
         and two kv (+ rope) row buffers, sized for S rows as Init sizes them."""
         sh = self.queries
-        sort_align = ceil_align(self.topk, SORT_ALIGN)
-        one_align = max(sort_align, ceil_align(self.topk + 1, UB_BLOCK // I32))
-        work = (ceil_align(sh * self.s_max * I32, UB_BLOCK) + ceil_align(sh * I32, UB_BLOCK)
+        sort_align = align_up(self.topk, SORT_ALIGN)
+        one_align = max(sort_align, align_up(self.topk + 1, UB_BLOCK // I32))
+        work = (align_up(sh * self.s_max * I32, UB_BLOCK) + align_up(sh * I32, UB_BLOCK)
                 + sh * one_align * I32 + sort_align * I32 * TOPK_NUMS)
-        rows = 2 * (ceil_align(self.kv_bytes, UB_BLOCK) + ceil_align(self.rope_bytes, UB_BLOCK))
+        rows = 2 * (align_up(self.kv_bytes, UB_BLOCK) + align_up(self.rope_bytes, UB_BLOCK))
         return sh * sort_align * I32 + work + rows

@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Family, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import Arrays, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
-from npusim.kernels.vector_sample import NoWindow, TaskKernel, regbase_misfit
+from npusim.kernels.vector_sample import TaskKernel, Unwindowed, regbase_misfit
 from npusim.workload.routing import Routing
-from npusim.workload.shape import MoeShape
 
 
 @dataclass(frozen=True)
@@ -33,16 +32,14 @@ def _xy(t: Tiling, r: int) -> tuple[int, int]:
 
 class RmsNormQuantKernel(TaskKernel):
     name = "rms_norm_quant"
-    phases = (
-        Phase("init", "every core: scale and offset from GM, UB buffers"),
-        Phase("gamma", "every core, steps 1-6: gamma copied and cast once"),
-        Phase("rows", "every core: its rows, CopyInX / Compute / CopyOut"),
-    )
+    phases = (Phase("init", "every core: scale and offset from GM, UB buffers"),
+              Phase("gamma", "every core, steps 1-6: gamma copied and cast once"),
+              Phase("rows", "every core: its rows, CopyInX / Compute / CopyOut"))
     inputs = (
         TensorSpec("x", const(np.float16), _xy, "[a, r] input"),
         TensorSpec("gamma", const(np.float16), lambda t, r: (t.rnq.r,), "[r] weight"),
-        TensorSpec("scale", const(np.float16), lambda t, r: (1,), "quantisation scale"),
-        TensorSpec("offset", const(np.int8), lambda t, r: (1,), "quantisation offset"),
+        TensorSpec("scale", const(np.float16), const((1,)), "quantisation scale"),
+        TensorSpec("offset", const(np.int8), const((1,)), "quantisation offset"),
     )
     outputs = (TensorSpec("y", const(np.int8), _xy, "[a, r] quantised"),)
     # no variant: the steps are seven programs, each row its own evidence (a ratio to a
@@ -58,7 +55,7 @@ class RmsNormQuantKernel(TaskKernel):
 RNQ = RmsNormQuantKernel()
 
 
-class RmsNormQuant(Family):
+class RmsNormQuant(Unwindowed):
     name = "rms_norm_quant"
     uses_moe_shape = False  # a vector kernel on its own x: no tokens, ranks or experts
     help = ("RmsNormQuant of cann-samples rms_norm_quant_story, steps 0-6 of its src/ "
@@ -74,15 +71,12 @@ class RmsNormQuant(Family):
                "for 3, 21,824 for 4 and 5, 8,192 for 6)", lo=1, hi=1 << 16),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Tiling:
         return Tiling(make_tiling(options["step"], options["rows"], options["cols"],
                                   hardware.chip.aiv_cores, hardware.ub.bytes))
 
-    def window(self, tiling: Tiling) -> NoWindow:
-        return NoWindow()
-
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         if options["step"] >= 3:
             refused = regbase_misfit(hardware, f"step {options['step']}")
@@ -95,7 +89,7 @@ class RmsNormQuant(Family):
             return Misfit("workload.cols", str(exc))
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         """gen_data.py's distributions, seeded by the routing seed."""
         a, r = options["rows"], options["cols"]

@@ -27,7 +27,7 @@ from npusim.kernels.rms_norm_quant.tiling import VL_B32, RnqTiling
 from npusim.runtime import membase as mb
 from npusim.runtime.context import KernelContext, Strided
 from npusim.runtime.membase import convert
-from npusim.units import ceil_div
+from npusim.units import align32, ceil_div
 
 F16, F32, I8 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.int8)
 
@@ -198,73 +198,86 @@ def rnq_program(t: RnqTiling) -> Callable[[KernelContext], Generator[Any, Any, N
         core = ctx.core_id
         if core >= t.cores:
             return
-        rows_here = t.rows(core)
-        x_gm, y_gm = ctx.tensor("x"), ctx.tensor("y")
-        gamma_gm = ctx.tensor("gamma")
-        r, ra, uf = t.r, t.r_align, t.ub_factor
-        base = core * t.block_factor
         with ctx.phase("init"):
             scale = F32.type(ctx.gm_read_scalar(ctx.tensor("scale"), 0, F16))
             offset = F32.type(ctx.gm_read_scalar(ctx.tensor("offset"), 0, I8))
-            x_in = [ctx.alloc(f"x_in{i}", ra * 2 * uf) for i in range(t.buf_num)]
-            y_out = [ctx.alloc(f"y_out{i}", ra * uf) for i in range(t.buf_num)]
-            b = {"gamma_in": ctx.alloc("gamma_in", ra * 2),
-                 "gamma32": ctx.alloc("gamma32", ra * 4)}
-            if t.step <= 2:  # tiling.ub_bytes_needed counts these allocations
-                b["x32"] = ctx.alloc("x32", ra * 4)
-                b["rms"] = ctx.alloc("rms", ra * 4)
-                b["reduce"] = ctx.alloc("reduce", 32)
-            else:
-                per_row = VL_B32 * 4 if t.step == 6 else 4
-                b["rms"] = ctx.alloc("rms", max(32, ceil_div(uf * per_row, 32) * 32))
-
-        def copy_gamma() -> Any:
-            return ctx.copy_in(b["gamma_in"], gamma_gm, 0, r * 2, name="copy_in_gamma")
-
+            x_in, y_out, b = _alloc(ctx, t)
         if t.step >= 1:  # CopyInGamma once: copy, DeQue, Cast to float32
             with ctx.phase("gamma"):
-                g = copy_gamma()
-                yield from ctx.wait(g)
-                v = ctx.membase("cast_gamma", [mb.cast(b["gamma32"], F32, b["gamma_in"],
-                                                       F16, r)])
-        chunks = [(row, min(uf, rows_here - row)) for row in range(0, rows_here, uf)]
-        loads: dict[int, list[Any]] = {}
-        stores: dict[int, Any] = {}
-
-        def strided(n: int) -> Strided | None:
-            return Strided(n, r * 2, 0, (ra - r) * 2) if n > 1 and ra != r else None
-
-        def copy_x(i: int) -> None:
-            row, n = chunks[i]
-            ops = [copy_gamma()] if t.step == 0 else []
-            s = strided(n)
-            ops.append(ctx.copy_in(x_in[i % t.buf_num], x_gm, (base + row) * r * 2,
-                                   n * r * 2, name="copy_in_x", strided=s))
-            loads[i] = ops
-
+                yield from ctx.wait(_copy_gamma(ctx, t, b))
+                ctx.membase("cast_gamma", [mb.cast(b["gamma32"], F32, b["gamma_in"], F16, t.r)])
         with ctx.phase("rows"):
-            copy_x(0)
-            for i, (row, n) in enumerate(chunks):
-                ctx.loop()
-                if t.buf_num > 1 and i + 1 < len(chunks):
-                    copy_x(i + 1)
-                yield from ctx.wait(*loads.pop(i))  # DeQue x (and gamma)
-                if i - t.buf_num in stores:  # AllocTensor y: the slot's CopyOut landed
-                    yield from ctx.wait(stores.pop(i - t.buf_num))
-                xs, ys = x_in[i % t.buf_num], y_out[i % t.buf_num]
-                if t.step <= 2:
-                    v = ctx.membase("compute", membase_compute(t, b, xs, ys, scale, offset))
-                else:
-                    vfs = ([square_reduce_vf(t, n), rstd_vf(n)] if t.step == 6
-                           else [rms_vf(t, n)])
-                    vfs.append(norm_quant_vf(t, n, by_rstd=t.step == 6))
-                    v = ctx.vf("compute", vfs, reads=[xs, b["gamma32"]], writes=[ys, b["rms"]],
-                               fn=vf_effect(t, n, xs, b["gamma32"], b["rms"], ys, scale,
-                                            offset))
-                yield from ctx.wait(v)  # DeQue y
-                ys_strided = (Strided(n, r, (ra - r), 0) if n > 1 and ra != r else None)
-                stores[i] = ctx.copy_out(y_gm, (base + row) * r, ys, n * r,
-                                         name="copy_out_y", strided=ys_strided)
-                if t.buf_num == 1 and i + 1 < len(chunks):
-                    copy_x(i + 1)
+            yield from _rows(ctx, t, core, x_in, y_out, b, (scale, offset))
     return program
+
+
+def _alloc(ctx: KernelContext, t: RnqTiling
+           ) -> tuple[list[UBBuffer], list[UBBuffer], dict[str, UBBuffer]]:
+    """Init's UB buffers: BUF_NUM x and y slots of ubFactor rows, gamma's, and the step's
+    work buffers (tiling.ub_bytes_needed counts these allocations)."""
+    ra, uf = t.r_align, t.ub_factor
+    x_in = [ctx.alloc(f"x_in{i}", ra * 2 * uf) for i in range(t.buf_num)]
+    y_out = [ctx.alloc(f"y_out{i}", ra * uf) for i in range(t.buf_num)]
+    b = {"gamma_in": ctx.alloc("gamma_in", ra * 2), "gamma32": ctx.alloc("gamma32", ra * 4)}
+    if t.step <= 2:
+        b["x32"] = ctx.alloc("x32", ra * 4)
+        b["rms"] = ctx.alloc("rms", ra * 4)
+        b["reduce"] = ctx.alloc("reduce", 32)
+    else:
+        per_row = VL_B32 * 4 if t.step == 6 else 4
+        b["rms"] = ctx.alloc("rms", max(32, align32(uf * per_row)))
+    return x_in, y_out, b
+
+
+def _copy_gamma(ctx: KernelContext, t: RnqTiling, b: dict[str, UBBuffer]) -> Any:
+    return ctx.copy_in(b["gamma_in"], ctx.tensor("gamma"), 0, t.r * 2, name="copy_in_gamma")
+
+
+def _compute(ctx: KernelContext, t: RnqTiling, n: int, xs: UBBuffer, ys: UBBuffer,
+             b: dict[str, UBBuffer], quant: tuple[np.float32, np.float32]) -> Any:
+    """Compute() of n rows: the MemBase calls of steps 0-2, or the VFs of steps 3-6."""
+    scale, offset = quant
+    if t.step <= 2:
+        return ctx.membase("compute", membase_compute(t, b, xs, ys, scale, offset))
+    vfs = [square_reduce_vf(t, n), rstd_vf(n)] if t.step == 6 else [rms_vf(t, n)]
+    vfs.append(norm_quant_vf(t, n, by_rstd=t.step == 6))
+    return ctx.vf("compute", vfs, reads=[xs, b["gamma32"]], writes=[ys, b["rms"]],
+                  fn=vf_effect(t, n, xs, b["gamma32"], b["rms"], ys, scale, offset))
+
+
+def _rows(ctx: KernelContext, t: RnqTiling, core: int, x_in: list[UBBuffer],
+          y_out: list[UBBuffer], b: dict[str, UBBuffer],
+          quant: tuple[np.float32, np.float32]) -> Generator[Any, Any, None]:
+    """The core's rows in chunks of ubFactor through the BUF_NUM queue slots: a chunk's x
+    copy is issued once its slot is free (with one slot after the previous CopyOut, with
+    two ahead of the compute), its y slot reused once that slot's CopyOut landed."""
+    x_gm, y_gm = ctx.tensor("x"), ctx.tensor("y")
+    r, ra, uf, rows_here = t.r, t.r_align, t.ub_factor, t.rows(core)
+    base = core * t.block_factor
+    chunks = [(row, min(uf, rows_here - row)) for row in range(0, rows_here, uf)]
+    loads: dict[int, list[Any]] = {}
+    stores: dict[int, Any] = {}
+
+    def copy_x(i: int) -> None:
+        row, n = chunks[i]
+        ops = [_copy_gamma(ctx, t, b)] if t.step == 0 else []
+        gaps = Strided(n, r * 2, 0, (ra - r) * 2) if n > 1 and ra != r else None
+        ops.append(ctx.copy_in(x_in[i % t.buf_num], x_gm, (base + row) * r * 2,
+                               n * r * 2, name="copy_in_x", strided=gaps))
+        loads[i] = ops
+
+    copy_x(0)
+    for i, (row, n) in enumerate(chunks):
+        ctx.loop()
+        if t.buf_num > 1 and i + 1 < len(chunks):
+            copy_x(i + 1)
+        yield from ctx.wait(*loads.pop(i))  # DeQue x (and gamma)
+        if i - t.buf_num in stores:  # AllocTensor y: the slot's CopyOut landed
+            yield from ctx.wait(stores.pop(i - t.buf_num))
+        xs, ys = x_in[i % t.buf_num], y_out[i % t.buf_num]
+        yield from ctx.wait(_compute(ctx, t, n, xs, ys, b, quant))  # DeQue y
+        gaps = Strided(n, r, (ra - r), 0) if n > 1 and ra != r else None
+        stores[i] = ctx.copy_out(y_gm, (base + row) * r, ys, n * r, name="copy_out_y",
+                                 strided=gaps)
+        if t.buf_num == 1 and i + 1 < len(chunks):
+            copy_x(i + 1)

@@ -10,22 +10,12 @@ latency and bandwidth, alone on the model's hardware and as the run moved it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from npusim.hw.host import capacity_problem, lone_path, path_problem
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Family,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    const,
-)
+from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Option, Phase, TensorSpec, const
 from npusim.kernels.shmem_host.programs import (
     AIVS_PER_BLOCK,
     SDMA_UB_OFFSET,
@@ -35,8 +25,7 @@ from npusim.kernels.shmem_host.programs import (
     put_program,
     rma_program,
 )
-from npusim.kernels.vector_sample import NoWindow
-from npusim.workload.shape import MoeShape
+from npusim.kernels.vector_sample import Unwindowed
 
 DATA_TYPES = {"int": "int32", "uint8": "uint8", "int64": "int64", "fp32": "float32"}
 VALUE_OFFSET = 10  # every PE writes pe + 10
@@ -103,46 +92,49 @@ def _check(arrays: Sequence[Arrays], t: HostTiling, name: str) -> dict[str, Any]
 
 
 class _Sdma(Kernel):
+    """sdma_d2h_demo's put and get: one SDMA transfer per target PE from sub-block 0 of
+    each block; they differ in the direction, `write` (device to host) or not."""
+
     engines = ("sdma",)
     profiles = True  # fields reads Call.frames: the transfer frames
+    write: ClassVar[bool]
+    kinds: ClassVar[tuple[str, str]]  # the path to this PE's host, to another's
 
     def cores(self, tiling: HostTiling) -> int:
         return tiling.cores
 
+    def program(self, tiling: HostTiling) -> Any:
+        return (put_program if self.write else get_program)(tiling)
+
+    def fields(self, call: Call) -> dict[str, Any]:
+        t = call.tiling
+        paths = _paths(t, call.frames, self.write, self.kinds) if call.frames else {}
+        return {**_check(call.outputs, t, self.outputs[0].name), **paths}
+
+
+def _phase(op: str, share: str) -> Phase:
+    return Phase(op, "sub-block 0 of each of the blocks: for every target PE an "
+                 f"aclshmemx_sdma_{op}_nbi of its share {share}, then aclshmemx_sdma_quiet "
+                 "(frame transfer)")
+
 
 class Put(_Sdma):
     name = "put"
-    phases = (Phase("put", "sub-block 0 of each of the blocks: for every target PE an "
-                    "aclshmemx_sdma_put_nbi of its share into that PE's host_dst, then "
-                    "aclshmemx_sdma_quiet (frame transfer)"),)
+    phases = (_phase("put", "into that PE's host_dst"),)
     inputs = (TensorSpec("device_src", _dt, _segment, "[elem_count] this PE's pe + 10"),)
     outputs = (TensorSpec("host_dst", _dt, _all_segments,
                           "[n_pes * elem_count] HOST_SIDE: segment i from PE i"),)
-
-    def program(self, tiling: HostTiling) -> Any:
-        return put_program(tiling)
-
-    def fields(self, call: Call) -> dict[str, Any]:
-        paths = _paths(call.tiling, call.frames, True, ("D2H", "D2rH")) if call.frames else {}
-        return {**_check(call.outputs, call.tiling, "host_dst"), **paths}
+    write, kinds = True, ("D2H", "D2rH")
 
 
 class Get(_Sdma):
     name = "get"
-    phases = (Phase("get", "sub-block 0 of each of the blocks: for every target PE an "
-                    "aclshmemx_sdma_get_nbi of its share of that PE's host_src segment, then "
-                    "aclshmemx_sdma_quiet (frame transfer)"),)
+    phases = (_phase("get", "of that PE's host_src segment"),)
     inputs = (TensorSpec("host_src", _dt, _all_segments,
                          "[n_pes * elem_count] HOST_SIDE: segment my_pe holds my_pe + 10"),)
     outputs = (TensorSpec("device_dst", _dt, _all_segments,
                           "[n_pes * elem_count] segment i read from PE i's host"),)
-
-    def program(self, tiling: HostTiling) -> Any:
-        return get_program(tiling)
-
-    def fields(self, call: Call) -> dict[str, Any]:
-        paths = _paths(call.tiling, call.frames, False, ("H2D", "rH2D")) if call.frames else {}
-        return {**_check(call.outputs, call.tiling, "device_dst"), **paths}
+    write, kinds = False, ("H2D", "rH2D")
 
 
 class Rma(Kernel):
@@ -187,7 +179,7 @@ class Rma(Kernel):
 PUT, GET, RMA = Put(), Get(), Rma()
 
 
-class ShmemHost(Family):
+class ShmemHost(Unwindowed):
     name = "shmem_host"
     uses_moe_shape = False
     help = ("hicann/shmem's host-memory examples: sdma_d2h_demo (SDMA put / get between "
@@ -213,7 +205,7 @@ class ShmemHost(Family):
                "reached through the supernode)", choices=("server", "across")),
     )
 
-    def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def tiling(self, shape: None, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> HostTiling:
         host = hardware.host
         dies = host.dies if host is not None else 1
@@ -224,10 +216,7 @@ class ShmemHost(Family):
                           dies, sdma.latency_ns if sdma else 0.0,
                           sdma.bandwidth_gbps if sdma else 0.0, not timing_only)
 
-    def window(self, tiling: HostTiling) -> NoWindow:
-        return NoWindow()
-
-    def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
+    def misfit(self, shape: None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         if hardware.host is None:
             return Misfit("hardware", f"{hardware.name} has no host memory (no host section); "
@@ -238,7 +227,7 @@ class ShmemHost(Family):
                           "preset with sdma")
         return None
 
-    def tiling_misfit(self, tiling: HostTiling, shape: MoeShape, options: Mapping[str, Any],
+    def tiling_misfit(self, tiling: HostTiling, shape: None, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling
         if options["placement"] == "server" and t.pes > t.host_dies:
@@ -276,7 +265,7 @@ class ShmemHost(Family):
                           f"at UB offset {SDMA_UB_OFFSET}")
         return None
 
-    def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
+    def make_inputs(self, shape: None, options: Mapping[str, Any], op: str,
                     routing: Any, payload: bool) -> list[Arrays]:
         return []  # the inputs depend on the placement: op_inputs builds them
 

@@ -91,10 +91,10 @@ def simulate_with(sc: Scenario, inputs: list[dict[str, np.ndarray]]) -> RunResul
 def dispatch_ref(sc: Scenario, x: list[np.ndarray], ids: list[np.ndarray]
                  ) -> list[dict[str, np.ndarray]]:
     w = sc.workload
-    return reference_dispatch(x, ids, w.experts_per_rank, w.dispatch_quant,
+    return reference_dispatch(x, ids, w.shape.L, w.dispatch_quant,
                               w.expert_token_nums_type, saturate=w.mxfp8_saturate,
-                              shared_experts=w.shared_experts,
-                              shared_expert_ranks=w.shared_expert_ranks)
+                              shared_experts=w.shape.S,
+                              shared_expert_ranks=w.shape.S_r)
 
 
 def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
@@ -103,7 +103,7 @@ def combine_ref(sc: Scenario, expand_x: list[np.ndarray], ids: list[np.ndarray],
     """reference_combine; assist info and counts from `disp` or from the routing alone."""
     w = sc.workload
     if disp is None:
-        plans = dispatch_plan(ids, w.experts_per_rank, w.shared_experts, w.shared_expert_ranks)
+        plans = dispatch_plan(ids, w.shape.L, w.shape.S, w.shape.S_r)
         assist = [np.stack([p.src, p.token, p.k], axis=1) for p in plans]
         recv = [np.cumsum(p.counts) for p in plans]
     else:

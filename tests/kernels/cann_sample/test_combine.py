@@ -76,7 +76,7 @@ def test_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
     (op,) = res.ops
     assert op.op == "combine"
     inp = workload_inputs(sc)
-    disp = reference_dispatch(inp.x, inp.expert_ids, sc.workload.experts_per_rank, "none")
+    disp = reference_dispatch(inp.x, inp.expert_ids, sc.workload.shape.L, "none")
     ref = combine_ref(sc, inp.expand_x, inp.expert_ids, inp.expert_scales, True, disp)
     check_x(op.outputs, ref, "kernel arithmetic, recip")
     if sc.workload.dtype == "float16":
@@ -96,7 +96,7 @@ def test_dispatch_combine_bit_exact(tmp_path: Path, workload: dict[str, Any]) ->
     inp = workload_inputs(sc)
     disp = dispatch_ref(sc, inp.x, inp.expert_ids)
     check_dispatch_outputs(res.ops[0].outputs, disp)  # so combine sees what we assume
-    experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.h, w.dtype) for d in disp]
+    experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.shape.H, w.dtype) for d in disp]
     ref = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, True, disp)
     check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
     if w.dtype == "float16":

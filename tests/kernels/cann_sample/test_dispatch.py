@@ -70,7 +70,7 @@ def test_dispatch_bit_exact(tmp_path: Path, workload: dict[str, Any], empty: boo
     assert op.op == "dispatch"
     inp = workload_inputs(sc)
     if empty:  # the case really has empty experts and a rank that receives nothing
-        L = sc.workload.experts_per_rank
+        L = sc.workload.shape.L
         plans = dispatch_plan(inp.expert_ids, L)
         assert min(p.n for p in plans) == 0
         per_expert = np.concatenate([p.counts.reshape(L, -1).sum(axis=1) for p in plans])

@@ -102,12 +102,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:Runtim
 @pytest.mark.parametrize("workload", DISPATCH_CASES)
 def test_dispatch_bit_exact(tmp_path: Path, workload: dict[str, Any]) -> None:
     sc, res, _, _ = _run_dispatch(tmp_path, workload)
-    w = sc.workload
-    R = w.shared_expert_ranks // w.shared_experts
-    for r in range(w.shared_expert_ranks):  # a shared rank's output shapes
+    s = sc.workload.shape
+    R = s.S_r // s.S
+    for r in range(s.S_r):  # a shared rank's output shapes
         out = res.ops[0].outputs[r]
-        assert out["expand_x"].shape[0] == w.bs * -(-w.ep_world_size // R)
-        assert out["ep_recv_count"].shape == (w.ep_world_size,)
+        assert out["expand_x"].shape[0] == s.BS * -(-s.W // R)
+        assert out["ep_recv_count"].shape == (s.W,)
         assert out["expert_token_nums"].shape == (1,)
 
 
@@ -126,7 +126,7 @@ def _check_chain(tmp_path: Path, workload: dict[str, Any]) -> None:
     """dispatch_combine: dispatch outputs, then x from identity experts, byte for byte."""
     sc, res, inp, disp = _run_dispatch(tmp_path, workload)
     w = sc.workload
-    experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.h, w.dtype) for d in disp]
+    experts = [expert_outputs_from_dispatch(d, w.dispatch_quant, w.shape.H, w.dtype) for d in disp]
     ref = combine_ref(sc, experts, inp.expert_ids, inp.expert_scales, True, disp)
     check_x(res.ops[1].outputs, ref, "kernel arithmetic, recip")
 
@@ -303,17 +303,17 @@ def test_case_dir_refuses_shared_experts(tmp_path: Path) -> None:
 def test_shipped_scenario_runs_from_the_cli(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     sc = load_scenario(SHIPPED)
-    w = sc.workload
-    assert w.shared_experts >= 1 and w.shared_expert_ranks >= 1
+    s = sc.workload.shape
+    assert s.S >= 1 and s.S_r >= 1
     out = tmp_path / "o"
     assert main(["run", str(SHIPPED), "--out", str(out)]) == 0
     rep = json.loads((out / "report.json").read_text())
     assert [op["op"] for op in rep["ops"]] == ["dispatch", "combine"]
-    assert rep["scenario"]["workload"]["shared_expert_ranks"] == w.shared_expert_ranks
+    assert rep["scenario"]["workload"]["shared_expert_ranks"] == s.S_r
     md = (out / "report.md").read_text()
-    assert f"S={w.shared_experts} on ranks 0..{w.shared_expert_ranks - 1}" in md
+    assert f"S={s.S} on ranks 0..{s.S_r - 1}" in md
     assert "| 0 (shared) |" in md
     for op in rep["ops"]:  # every rank, the shared ones too, has its phases
-        assert [row["rank"] for row in op["ranks"]] == list(range(w.ep_world_size))
+        assert [row["rank"] for row in op["ranks"]] == list(range(s.W))
         for row in op["ranks"]:
             assert set(row["phases"]) == set(op["phases"]), (op["op"], row["rank"])

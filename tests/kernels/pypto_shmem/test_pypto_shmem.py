@@ -98,11 +98,10 @@ def test_the_public_tests_shapes_match_the_numpy_reference(path):
     """hicann/pypto's test_moe_distributed_dispatch_combine.py shapes as shipped: H 5120,
     160 experts, K 8, bf16, on the chip npusim runs the family on."""
     sc = load_scenario(path)
-    w = sc.workload
-    assert (w.h, w.k, w.ep_world_size * w.experts_per_rank, w.dtype) == (5120, 8, 160,
-                                                                         "bfloat16")
+    s = sc.workload.shape
+    assert (s.H, s.K, s.W * s.L, s.dtype) == (5120, 8, 160, "bfloat16")
     ops = simulate(sc, workers=1, keep_inputs=True).ops
-    W, L = w.ep_world_size, w.experts_per_rank
+    W, L = s.W, s.L
     disp = ops[0] if ops[0].op == "dispatch" else None
     x = np.stack([ops[0].inputs[r]["x"] for r in range(W)])
     ids = np.stack([ops[0].inputs[r]["expert_ids"] for r in range(W)])
