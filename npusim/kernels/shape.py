@@ -45,3 +45,21 @@ class OnShape:
     @property
     def E(self) -> int:
         return self.shape.E
+
+    # ---- the ranks of a shape with shared experts (ops-transformer V2)
+    def is_shared_rank(self, rank: int) -> bool:
+        return self.shape.is_shared_rank(rank)
+
+    def expert_rank(self, expert: int) -> int:
+        return self.shape.expert_rank(expert)
+
+    def shared_dst(self, rank: int, j: int) -> int:
+        return self.shape.shared_dst(rank, j)
+
+    def status_count(self, rank: int) -> int:
+        """rscvStatusNum_: W entries on a shared rank, W * L on a MoE rank."""
+        return self.shape.status_count(rank)
+
+    def local_experts(self, rank: int) -> int:
+        """expert_token_nums entries: 1 on a shared rank, L on a MoE rank."""
+        return self.shape.local_experts(rank)

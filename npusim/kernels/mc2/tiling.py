@@ -61,41 +61,9 @@ class Mc2Tiling(OnShape):
     # before the next triplet is written (one put in flight), not only the buffer's own
     fill_triple_waits_mte3: bool = False
 
-    # ---- shape shorthands
-    @property
-    def K(self) -> int:
-        return self.shape.K
-
-    @property
-    def H(self) -> int:
-        return self.shape.H
-
-    @property
-    def L(self) -> int:
-        return self.shape.L
-
-    @property
-    def S(self) -> int:
-        return self.shape.S
-
+    # ---- shape shorthands (the rest: OnShape)
     def bs(self, rank: int) -> int:
         return self.shape.bs[rank]
-
-    def is_shared_rank(self, rank: int) -> bool:
-        return self.shape.is_shared_rank(rank)
-
-    def status_count(self, rank: int) -> int:
-        """rscvStatusNum_: W entries on a shared rank, W * L on a MoE rank."""
-        return self.W if self.is_shared_rank(rank) else self.W * self.L
-
-    def local_experts(self, rank: int) -> int:
-        return 1 if self.is_shared_rank(rank) else self.L
-
-    def expert_rank(self, e: int) -> int:
-        return self.shape.S_r + e // self.L
-
-    def shared_dst(self, rank: int, j: int) -> int:
-        return rank % self.shape.R + j * self.shape.R
 
     # ---- core roles (Init, v2.h:424-432)
     @property
