@@ -11,9 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from npusim.author import Arrays, ExchangeFamily, Variant
 from npusim.kernels.common.limits import DEFAULT_LIMITS, kernel_limits
-from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.exchange import ExchangeFamily
+from npusim.kernels.family import (
+    Arrays,
+    Call,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields

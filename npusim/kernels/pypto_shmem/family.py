@@ -9,11 +9,21 @@ from typing import Any
 
 import numpy as np
 
-from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
 from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.common.padded import padded_dispatch, padded_specs
-from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.exchange import Chain, ExchangeFamily
+from npusim.kernels.family import (
+    Arrays,
+    Call,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
 from npusim.kernels.pypto_shmem.scheduler import stitch_fields

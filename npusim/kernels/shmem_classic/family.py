@@ -12,10 +12,20 @@ from typing import Any
 
 import numpy as np
 
-from npusim.author import Arrays, Chain, ExchangeFamily, Variant
 from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.common.padded import padded_specs
-from npusim.kernels.family import Call, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.exchange import Chain, ExchangeFamily
+from npusim.kernels.family import (
+    Arrays,
+    Call,
+    Kernel,
+    Misfit,
+    Option,
+    Phase,
+    TensorSpec,
+    Variant,
+    const,
+)
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
 from npusim.kernels.shmem_classic.data_gen import example_inputs
