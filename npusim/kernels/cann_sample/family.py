@@ -185,10 +185,12 @@ class CannSample(ExchangeFamily):
         return super().op_inputs(kernel, tiling, inputs, previous)
 
     def chained(self, tiling: MoeTiling, outputs: list[Arrays]) -> list[Arrays]:
-        """Combine's expand_x is the identity experts' output: dispatch's rows dequantised."""
+        """Combine's expand_x is the identity experts' output: dispatch's rows dequantised
+        (zero rows in a timing-only run, whose reference writes no rows); the assist info
+        and counts as the chain links them."""
         rows = chain.expert_rows(tiling, outputs)
-        return [{**linked, "expand_x": ex}
-                for linked, ex in zip(super().chained(tiling, outputs), rows, strict=True)]
+        return [{**{into: o[out] for into, out in self.chain.links.items() if out in o},
+                 "expand_x": ex} for o, ex in zip(outputs, rows, strict=True)]
 
     def reference_dispatch(self, tiling: MoeTiling, inputs: list[Arrays]) -> list[Arrays]:
         if self._standalone(inputs, []):  # combine reads nothing of dispatch
