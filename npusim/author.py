@@ -19,20 +19,8 @@ from npusim.kernels.exchange import (
     Received,
     received,
 )
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    CoreTiming,
-    Family,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Touched,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Family, Misfit, Option, Touched, Variant
+from npusim.kernels.kernel import Arrays, Call, CoreTiming, Kernel, Phase, TensorSpec, const
 from npusim.kernels.shape import OnShape
 from npusim.runtime.conditions import AllEqual, AtLeast, SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided

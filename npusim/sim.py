@@ -27,7 +27,8 @@ from npusim.hw.cores import CoreKind, config_value
 from npusim.hw.cores import kind as core_kind
 from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
-from npusim.kernels.family import Arrays, Call, CoreTiming, Family, Kernel, TensorSpec
+from npusim.kernels.family import Family
+from npusim.kernels.kernel import Arrays, Call, CoreTiming, Kernel, TensorSpec
 from npusim.result import OpRun, RunResult
 from npusim.runtime import userguard
 from npusim.runtime.launch import LaunchResult, launch

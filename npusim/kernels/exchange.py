@@ -29,7 +29,8 @@ import numpy as np
 
 from npusim.kernels.common.chain import last_count, next_reads_digest
 from npusim.kernels.common.limits import DEFAULT_LIMITS
-from npusim.kernels.family import Arrays, Family, Touched
+from npusim.kernels.family import Family, Touched
+from npusim.kernels.kernel import Arrays
 from npusim.workload.inputs import generate_inputs
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape, ShapeLimits

@@ -3,9 +3,10 @@
 A family (one package under npusim/kernels/<family>/, or a user's .py file) is one
 `Family` subclass instance. It states, as data:
 
-- `ops`: its kernels (`Kernel`), each with the GM tensors it reads and writes
-  (`TensorSpec`: name, dtype and shape as functions of the tiling and the rank), its
-  phases in program order (`Phase`), the core kind it runs on and its per-core program;
+- `ops`: its kernels (`Kernel`, npusim/kernels/kernel.py), each with the GM tensors it
+  reads and writes (`TensorSpec`: name, dtype and shape as functions of the tiling and
+  the rank), its phases in program order (`Phase`), the core kind it runs on and its
+  per-core program;
 - `runs`: the values of `workload.op` and the kernels each runs, in order (a fused op
   such as mega_moe is one kernel; dispatch_combine is two);
 - `options`: its workload options (`Option`: type, range or choices, default, help),
@@ -30,20 +31,15 @@ Families know nothing of YAML: option values arrive validated, problems go back 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
+from npusim.kernels.kernel import Arrays, Kernel
 from npusim.runtime import userguard
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
-
-ROW_INDEX_BYTES = 8  # a RowTable's row number (int64)
-Arrays = dict[str, np.ndarray]
-"""Named arrays of one rank (a RowTable may stand for an [A, H] array of shared rows)."""
 
 
 @dataclass(frozen=True)
@@ -75,48 +71,6 @@ class Option:
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """A GM tensor of one kernel on one rank: its name (the file name in case and
-    --tensors directories), dtype and shape as functions of (tiling, rank)."""
-
-    name: str
-    dtype: Callable[[Any], Any]
-    shape: Callable[[Any, int], tuple[int, ...]]
-    help: str = ""
-    # the name the kernel's program reads it by, when the family exposes it under another
-    # (a forked kernel shown with its API's names); "": `name`
-    gm: str = ""
-    # True: the family gives it as a RowTable, rows drawn from a small table; the memory
-    # estimate counts its index (a row number per row), not its declared bytes
-    shared_rows: bool = False
-
-    @property
-    def gm_name(self) -> str:
-        return self.gm or self.name
-
-    def np_dtype(self, tiling: Any) -> np.dtype:
-        return np.dtype(self.dtype(tiling))
-
-    def nbytes(self, tiling: Any, rank: int) -> int:
-        count = int(np.prod(self.shape(tiling, rank), dtype=np.int64))
-        return count * self.np_dtype(tiling).itemsize
-
-    def held_bytes(self, tiling: Any, rank: int) -> int:
-        """The host bytes it takes: its bytes, or its rows' index when they are shared."""
-        if self.shared_rows:
-            return ROW_INDEX_BYTES * int(self.shape(tiling, rank)[0])
-        return self.nbytes(tiling, rank)
-
-
-@dataclass(frozen=True)
-class Phase:
-    """A kernel phase: its span name in the report and which cores run it (in words)."""
-
-    name: str
-    cores: str
-
-
-@dataclass(frozen=True)
 class Misfit:
     """Why a workload does not fit a family's layout or cores: `key` is a dotted scenario
     key ("workload.bs") or a hardware key ("hardware.chip.aiv_cores", reported on the
@@ -138,33 +92,6 @@ class Variant:
 
 
 @dataclass(frozen=True)
-class CoreTiming:
-    """What `Kernel.fields` reads of one launched core once the launch is over:
-    its kind, its place in a MIX block and what its program noted (the contexts
-    themselves stay with the driver)."""
-
-    kind: str  # its core kind's name: "aiv", "aic"
-    sub_block: int  # its sub-block in a MIX block (AIV 0 or 1; 0 elsewhere)
-    notes: Any = None  # what the kernel's program left in KernelContext.notes
-
-
-@dataclass(frozen=True)
-class Call:
-    """One finished call of a kernel, as `Kernel.fields` reads it: the tiling, every rank's
-    outputs, the OpRun (phase spans, busy times, transfers), every launched core's
-    CoreTiming ([rank][core]), what each core moved (transfers[rank][core]: its
-    TransferStat rows) and the profiling frames the cores recorded (frames[rank][core] =
-    {frame: (start_ns, end_ns)} from the op's start; None when no core recorded one)."""
-
-    tiling: Any
-    outputs: Sequence[Arrays]
-    run: Any
-    cores: Sequence[Sequence[CoreTiming]]
-    transfers: Sequence[Sequence[Sequence[Any]]]
-    frames: Sequence[Sequence[Mapping[str, Any]]] | None
-
-
-@dataclass(frozen=True)
 class Touched:
     """The host memory a run's data will touch, by term in bytes (npusim/footprint.py adds
     the interpreter's base and the cores): `pairs` the MoE window slots and rows of every
@@ -182,56 +109,6 @@ class Touched:
     @property
     def total(self) -> int:
         return self.pairs + self.ranks + self.tensors
-
-
-def const(value: Any) -> Callable[..., Any]:
-    """A TensorSpec dtype or shape that does not depend on the tiling."""
-    return lambda *_args: value
-
-
-class Kernel:
-    """One op of a family: its tensors, phases, core kind and per-core program."""
-
-    name: ClassVar[str]
-    phases: ClassVar[tuple[Phase, ...]] = ()
-    inputs: ClassVar[tuple[TensorSpec, ...]] = ()
-    outputs: ClassVar[tuple[TensorSpec, ...]] = ()
-    scratch: ClassVar[tuple[TensorSpec, ...]] = ()  # GM work areas, neither in nor out
-    core_kind: ClassVar[str] = "aiv"
-    # kinds the machine also builds that run no program of the kernel: engines its cores
-    # drive (the SDMA engines, npusim.hw.sdma)
-    engines: ClassVar[tuple[str, ...]] = ()
-    # the option whose values calibration tables compare (cann_sample: the wire format)
-    variant: ClassVar[str | None] = None
-    # the family_fields key of the bandwidth (GB/s) the kernel's published tables quote,
-    # which a calibration row's measured_gbps is held to; None: they quote latencies
-    bandwidth: ClassVar[str | None] = None
-    # True: the kernel turns its cores' profiling frames into figures (Call.frames in
-    # `fields`); `npusim run --harness-csv` writes the frames of such kernels only
-    profiles: ClassVar[bool] = False
-
-    def program(self, tiling: Any) -> Callable[..., Any]:
-        """A generator function program(ctx) that every core of every rank runs once."""
-        raise NotImplementedError
-
-    def launch_ns(self, hardware: Any) -> float | None:
-        """The time from the op's start to its cores' first instruction (None: the
-        preset's kernel.launch_ns)."""
-        return None
-
-    def cores(self, tiling: Any) -> int | None:
-        """Cores of `core_kind` per rank the kernel is launched on (None: all)."""
-        return getattr(tiling, "cores", None)
-
-    def phase_order(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.phases)
-
-    def fields(self, call: Call) -> dict[str, Any]:
-        """The kernel's own figures of one finished call for the report
-        (`ops[].family_fields`): {name: JSON-able value} from whatever of `call` they need
-        (the outputs, the timing, the cores' notes, transfers or profiling frames); {} by
-        default. The report renders them without knowing the family."""
-        return {}
 
 
 class Family:

@@ -24,7 +24,8 @@ from typing import Any
 
 from npusim.errors import InputError, NpusimError, excerpt
 from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import Family, Kernel, Option, Phase, TensorSpec, Variant
+from npusim.kernels.family import Family, Option, Variant
+from npusim.kernels.kernel import Kernel, Phase, TensorSpec
 from npusim.paths import resolved, user_path
 from npusim.runtime import userguard
 from npusim.runtime.fault import exc_text

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from npusim.kernels.family import Family, Kernel, Misfit
+from npusim.kernels.family import Family, Misfit
+from npusim.kernels.kernel import Kernel
 
 
 class NoWindow:

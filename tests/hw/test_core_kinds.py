@@ -11,7 +11,7 @@ from npusim.engine.trace import Trace
 from npusim.errors import KernelError
 from npusim.hw.cores import AIV, BufferKind, CoreKind, PipeKind, register
 from npusim.hw.machine import Machine
-from npusim.kernels.family import Kernel
+from npusim.kernels.kernel import Kernel
 from npusim.report.build import build_report
 from npusim.report.trace import build_trace
 from npusim.result import RunResult

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.cann_gelu.program import GeluTiling, gelu_program
-from npusim.kernels.family import Arrays, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import Misfit, Option
+from npusim.kernels.kernel import Arrays, Phase, TensorSpec, const
 from npusim.kernels.vector_sample import TaskKernel, Unwindowed, regbase_misfit
 from npusim.workload.routing import Routing
 

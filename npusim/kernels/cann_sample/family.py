@@ -20,16 +20,8 @@ from npusim.kernels.cann_sample.layout import WindowLayout
 from npusim.kernels.cann_sample.tiling import MoeTiling
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
 from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.options import option_values
 from npusim.kernels.quant import token_dtype
 from npusim.workload.shape import MoeShape

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from npusim.formats import token_dtype
-from npusim.kernels.family import Arrays, Misfit, TensorSpec, const
+from npusim.kernels.family import Misfit
+from npusim.kernels.kernel import Arrays, TensorSpec, const
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.exchange import received
-from npusim.kernels.family import TensorSpec, const
+from npusim.kernels.kernel import TensorSpec, const
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ import numpy as np
 from npusim.kernels.common.limits import DEFAULT_LIMITS
 from npusim.kernels.deepep.window import DEFAULT_HCCL_BUFFSIZE_MB, needed_buffsize
 from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import Arrays, Misfit, Option, Variant
+from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.kernel import Arrays
 from npusim.units import MiB
 from npusim.workload.inputs import uniform_tokens
 from npusim.workload.routing import make_routing

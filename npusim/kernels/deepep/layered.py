@@ -61,7 +61,8 @@ from npusim.kernels.deepep.layered_reduce_info import (
 from npusim.kernels.deepep.layered_send import init, reorder_tokens, send_data_to_server
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
 from npusim.kernels.deepep.low_latency import LowLatency
-from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Phase, TensorSpec, const
+from npusim.kernels.family import Misfit
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 from npusim.workload.shape import MoeShape

@@ -44,7 +44,7 @@ from npusim.kernels.deepep.layered_layout import (
 )
 from npusim.kernels.deepep.layered_send import buffer_chosen
 from npusim.kernels.deepep.layered_tiling import LayeredTiling
-from npusim.kernels.family import Call, Kernel, Phase, TensorSpec, const
+from npusim.kernels.kernel import Call, Kernel, Phase, TensorSpec, const
 from npusim.runtime.conditions import AtLeast, Condition, Wait
 from npusim.runtime.context import KernelContext
 from npusim.runtime.poll import Poll

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.deepep.common import DeepepMode, platform
-from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Phase, TensorSpec
+from npusim.kernels.family import Misfit
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec
 from npusim.kernels.mc2 import family as mc2
 from npusim.kernels.mc2.family import FAMILY as MC2
 from npusim.kernels.mc2.family import Combine, Dispatch

@@ -38,15 +38,8 @@ from npusim.kernels.deepep.window import (
     WindowTooSmall,
     check_buffsize,
 )
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Phase,
-    TensorSpec,
-    const,
-)
+from npusim.kernels.family import Misfit
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.units import MiB
 from npusim.workload.shape import MoeShape
 

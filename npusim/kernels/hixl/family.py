@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.host import capacity_problem, path_problem, socket_of
-from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import Misfit, Option
 from npusim.kernels.hixl.bound import bound_fields
 from npusim.kernels.hixl.transfer import PATHS, HixlTiling, resolve, transfer_program
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.vector_sample import Unwindowed
 
 # what each transport carries (hicann/hixl benchmarks/performance.md, A3: 不支持 elsewhere)

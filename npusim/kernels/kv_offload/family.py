@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.host import capacity_problem
-from npusim.kernels.family import Arrays, Call, Misfit, Option, Phase, TensorSpec, Variant, const
+from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.kernel import Arrays, Call, Phase, TensorSpec, const
 from npusim.kernels.kv_offload.inputs import full_rows, step_inputs
 from npusim.kernels.kv_offload.offload import offload_program
 from npusim.kernels.kv_offload.program import gather_program

@@ -16,16 +16,8 @@ import numpy as np
 
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS as _V3
 from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Misfit, Variant
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
 from npusim.kernels.mc2.combine import combine_program

@@ -13,17 +13,8 @@ import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS, kernel_limits
 from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import reference as ref
 from npusim.kernels.mega_moe.inputs import make_rank_inputs, weights_of
 from npusim.kernels.mega_moe.overlap import timing_fields

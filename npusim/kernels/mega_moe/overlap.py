@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from npusim.kernels.family import CoreTiming
+from npusim.kernels.kernel import CoreTiming
 
 Interval = tuple[float, float]
 WORKERS = {"build_send_masks": "aiv", "quantize_local_tokens": "aiv",

@@ -22,7 +22,8 @@ import numpy as np
 from npusim.kernels.cann_sample import family as cann
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
 from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import Arrays, Kernel, Misfit, Phase, TensorSpec, const
+from npusim.kernels.family import Misfit
+from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.mega_moe import sync as hw
 from npusim.kernels.mega_moe.cube import (
     first_projection_aic,

@@ -13,17 +13,8 @@ from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, w
 from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.common.padded import padded_dispatch, padded_specs
 from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
 from npusim.kernels.pypto_shmem.scheduler import stitch_fields

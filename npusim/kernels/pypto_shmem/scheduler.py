@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from npusim.hw.pipe import Op
-from npusim.kernels.family import CoreTiming
+from npusim.kernels.kernel import CoreTiming
 from npusim.runtime.conditions import Condition, Wait
 from npusim.runtime.context import KernelContext
 

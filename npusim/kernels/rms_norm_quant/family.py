@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.family import Arrays, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import Misfit, Option
+from npusim.kernels.kernel import Arrays, Phase, TensorSpec, const
 from npusim.kernels.rms_norm_quant.program import rnq_program
 from npusim.kernels.rms_norm_quant.tiling import RnqTiling, make_tiling
 from npusim.kernels.vector_sample import TaskKernel, Unwindowed, regbase_misfit

@@ -15,17 +15,8 @@ import numpy as np
 from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.common.padded import padded_specs
 from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import (
-    Arrays,
-    Call,
-    Kernel,
-    Misfit,
-    Option,
-    Phase,
-    TensorSpec,
-    Variant,
-    const,
-)
+from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
 from npusim.kernels.shmem_classic.data_gen import example_inputs

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from npusim.kernels.family import Call, Misfit, Phase
+from npusim.kernels.family import Misfit
+from npusim.kernels.kernel import Call, Phase
 from npusim.kernels.shmem_classic.combine import combine_classic
 from npusim.kernels.shmem_classic.dispatch import dispatch_classic
 from npusim.kernels.shmem_classic.family import CombineClassic, DispatchClassic, ShmemClassic

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from npusim.hw.host import capacity_problem, lone_path, path_problem
-from npusim.kernels.family import Arrays, Call, Kernel, Misfit, Option, Phase, TensorSpec, const
+from npusim.kernels.family import Misfit, Option
+from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.shmem_host.programs import (
     AIVS_PER_BLOCK,
     SDMA_UB_OFFSET,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.family import Arrays
+from npusim.kernels.kernel import Arrays
 from npusim.kernels.shmem_host.programs import HostTiling
 
 VALUE = 10  # pattern_value: pe + 10

@@ -14,7 +14,8 @@ from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, w
 from npusim.kernels.common.limits import kernel_limits
 from npusim.kernels.common.padded import padded_specs
 from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import Arrays, Kernel, Misfit, Option, Phase, TensorSpec, Variant, const
+from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
 from npusim.kernels.tilelang_shmem.dispatch import dispatch_program

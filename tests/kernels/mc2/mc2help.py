@@ -12,7 +12,7 @@ import numpy as np
 from npusim.engine.trace import Trace
 from npusim.hw.config import HardwareConfig
 from npusim.hw.machine import Machine
-from npusim.kernels.family import Kernel
+from npusim.kernels.kernel import Kernel
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2.family import COMBINE, DISPATCH, FAMILY
 from npusim.kernels.mc2.reference import DispatchInputs, DispatchOutputs
