@@ -79,8 +79,7 @@ def copy_in_host(ctx: KernelContext, dst: UBBuffer, src: Region, src_offset: int
     host read path (the socket's DRAM, its CPU port, the die's host port, then the die's
     L2 or HBM is not crossed: the bytes land in UB), the MTE2 latency plus the path's."""
     host = _host(ctx, src, name)
-    ctx.t += ctx.issue_ns
-    ctx.counters["SCALAR"] += 1
+    ctx._issue_transfer(nbytes, None, name)
     ctx._check_local(dst, name)
     ctx._check_ub(dst, dst_offset, nbytes, name)
     ctx._check_gm(host, src_offset, nbytes, name)
@@ -132,14 +131,9 @@ def _send(ctx: KernelContext, dst: HostRegion, dst_offset: int, src: UBBuffer,
     """An MTE3 write of UB bytes that lands in host memory (no die's L2 or HBM)."""
     from npusim.runtime.transfer import _Send
 
-    ctx.t += ctx.issue_ns
-    ctx.counters["SCALAR"] += 1
-    ctx._check_ub(src, src_offset, nbytes, name)
+    ctx._issue_transfer(nbytes, None, name)
     ctx._check_gm(dst, dst_offset, nbytes, name)
-    if src.write_ready > ctx.t:
-        raise ctx.error(f"{name} reads UB buffer {src.name!r} before its data is ready "
-                        f"({src.writer}): missing wait", address=src.offset, size=nbytes)
-    ctx._check_written(src, src_offset, nbytes, None, name)
+    ctx._check_source(src, src_offset, nbytes, None, name)
     src.read_busy = INF
     op = Op(ctx.env, name, "mte3")
     pipe = ctx.core.mte3

@@ -86,6 +86,16 @@ class Sanitiser:
             return
         local.mark_blocks(at, strided.count, strided.length, strided.length + gap)
 
+    def _check_source(self, src: UBBuffer, offset: int, span: int, strided: Strided | None,
+                      what: str) -> None:
+        """The UB bytes a write out of UB reads: in the buffer, their copy in complete and
+        every one of them written."""
+        self._check_ub(src, offset, span, what)
+        if src.write_ready > self.t:
+            raise self.error(f"{what} reads UB buffer {src.name!r} before its data is ready "
+                             f"({src.writer}): missing wait", address=src.offset, size=span)
+        self._check_written(src, offset, span, strided, what)
+
     def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
                        strided: Strided | None, what: str) -> None:
         """A transfer or scalar load must not read UB bytes this call never wrote."""

@@ -168,6 +168,19 @@ class TransferPath:
 
     __slots__ = ()
 
+    def _issue_transfer(self, nbytes: int, strided: Strided | None, name: str
+                        ) -> tuple[int, int]:
+        """The scalar unit issues one MTE instruction: a slot on the core's clock (held to
+        the launch's time limit); the bytes it spans at its source and its destination."""
+        self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
+        self.counters["SCALAR"] += 1
+        if strided is None:
+            return nbytes, nbytes
+        self._check_strided(strided, name)
+        return strided.src_span(), strided.dst_span()
+
     def copy_in(self, dst: UBBuffer, src: Region, src_offset: int, nbytes: int,
                 dst_offset: int = 0, name: str = "copy_in", strided: Strided | None = None
                 ) -> Op:
@@ -176,14 +189,7 @@ class TransferPath:
         pull: the read crosses the fabric from that rank to this one (the reverse of a put's
         path), at the pipe's remote cap (`mte.put_gbps`), with the read latency plus the
         level's latency both ways (request out, data back)."""
-        self.t += self.issue_ns
-        if self.t > self.t_limit:
-            raise past_time_limit(self)
-        self.counters["SCALAR"] += 1
-        if strided is not None:
-            self._check_strided(strided, name)
-        src_span = strided.src_span() if strided else nbytes
-        dst_span = strided.dst_span() if strided else nbytes
+        src_span, dst_span = self._issue_transfer(nbytes, strided, name)
         moved = strided.charged(self._burst) if strided else nbytes
         self._check_local(dst, name)
         self._check_ub(dst, dst_offset, dst_span, name)
@@ -285,20 +291,9 @@ class TransferPath:
     def _send(self, dst: Region, dst_offset: int, src: UBBuffer, src_offset: int, nbytes: int,
               name: str, route: Route, strided: Strided | None = None, remote: bool = False,
               claim: bool = False) -> Op:
-        self.t += self.issue_ns
-        if self.t > self.t_limit:
-            raise past_time_limit(self)
-        self.counters["SCALAR"] += 1
-        if strided is not None:
-            self._check_strided(strided, name)
-        src_span = strided.src_span() if strided else nbytes
-        dst_span = strided.dst_span() if strided else nbytes
-        self._check_ub(src, src_offset, src_span, name)
+        src_span, dst_span = self._issue_transfer(nbytes, strided, name)
         self._check_gm(dst, dst_offset, dst_span, name)
-        if src.write_ready > self.t:
-            raise self.error(f"{name} reads UB buffer {src.name!r} before its data is ready "
-                             f"({src.writer}): missing wait", address=src.offset, size=src_span)
-        self._check_written(src, src_offset, src_span, strided, name)
+        self._check_source(src, src_offset, src_span, strided, name)
         atomic = self._atomic
         if atomic is not None:
             claim = False  # adds from many writers onto the same bytes are the point

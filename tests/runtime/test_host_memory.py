@@ -227,3 +227,25 @@ def test_huge_pages_cost_no_walk_where_base_pages_do():
     assert ends[True] == (pytest.approx(BELL + 2000.0 + MIB / 40.0 + 1000.0), 0)
     assert ends[False][1] == 254
     assert ends[False][0] - ends[True][0] == pytest.approx(127 * 700.0)
+
+
+
+@pytest.mark.parametrize("direction", ["in", "out"])
+def test_a_host_transfer_loop_that_never_yields_stops_at_the_time_limit(direction):
+    from npusim.errors import SimTimeLimitError
+
+    def program(ctx):
+        if ctx.core_id == 0 and ctx.rank_id == 0:
+            heap = hostmem.host_tensor(ctx, "heap")
+            bufs = [ctx.alloc(f"b{i}", 64) for i in range(64)]
+            ctx.ub_write(bufs[0], 0, np.zeros(64, np.uint8))
+            for b in bufs:  # 100 ns an issue slot: the 1 us limit passes at the 11th
+                if direction == "in":
+                    hostmem.copy_in_host(ctx, b, heap, 0, 64)
+                else:
+                    hostmem.copy_out_host(ctx, heap, 0, bufs[0], 0, 64)
+        yield from ()
+
+    m = _machine(**{"scalar.cycles_per_op": 100.0})
+    with pytest.raises(SimTimeLimitError, match="without yielding"):
+        launch(m, program, launch_ns=0.0, cores=1, time_limit_ns=1000.0)
