@@ -17,6 +17,8 @@ the large-EP runs of benchmarks/run.py's scale group). Each runs in this process
 worker, so the fingerprints are those of `simulate(..., workers=1)`. With --all the set also
 takes every family folder's scenarios (scenarios/<family>/*.yaml, named <family>/<stem>):
 some run for minutes (deepep's normal mode at 4096 tokens), so narrow it with --only.
+Each line also gives the scenario's wall and CPU seconds and the process's peak RSS so far
+(the scenario's own when --only names it alone).
 """
 
 from __future__ import annotations
@@ -116,6 +118,14 @@ def parts(result: Any) -> dict[str, str]:
     return {k: d.hexdigest()[:16] for k, d in digests.items()}
 
 
+def _peak_mib() -> int:
+    """The process's peak resident memory so far (MiB): a scenario's own when it runs
+    first in the process (--only naming it alone)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="scenarios whose name contains this text")
@@ -138,13 +148,14 @@ def main() -> int:
     for name, sc, detailed in scenarios(args.all):
         if args.only and args.only not in name:
             continue
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = simulate(sc, detailed_trace=detailed, workers=1)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         digest = parts(result)
         lat = [round((op.end_ns - op.start_ns) / 1000, 3) for op in result.ops]
         found[name] = {"parts": digest, "latency_us": lat, "events": result.events}
-        line = f"{name:<36}{wall:>7.2f} s {result.events:>9} ev  latency {lat}"
+        line = (f"{name:<36}{wall:>7.2f} s {cpu:>7.1f} CPU s {_peak_mib():>6} MiB "
+                f"{result.events:>9} ev  latency {lat}")
         if ref is not None:
             old = ref.get(name)
             if old is None:
