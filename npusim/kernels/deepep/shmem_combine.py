@@ -66,13 +66,17 @@ def read_buffer_and_weighted_sum(ctx: KernelContext, t: DeepepTiling, ub: dict, 
     acc, x_out = ub["sum_float"], ub["x_out"]
     functional = not t.timing_only
     ctx.vector("duplicate", H, F32, writes=[acc], fn=lambda: acc.bytes_at(0, 4 * H).fill(0))
+    used: list = [None, None]  # the vector run that last read each queue buffer
     for k in range(t.K):
         ctx.scalar(6)  # w, e, the row, dst, the address
         e = int(ids[k])
         row = int(put_offset[e * W + ctx.rank_id]) + int(slots[k])
         src, at = ctx.shmem.ptr("x", e // L)
-        buf = ub[f"weighted_sum{k & 1}"]
-        yield from ctx.pipe_barrier("vector")  # FreeTensor: the queue buffer's Cast is done
+        p = k & 1
+        buf = ub[f"weighted_sum{p}"]
+        if used[p] is not None:  # AllocTensor: FreeTensor came after that buffer's Cast
+            yield from ctx.wait(used[p])
+        # EnQue / DeQue: the vector waits for the read; the next read overlaps its work
         yield from ctx.wait(ctx.copy_in(buf, src, at + row * 2 * H, 2 * H, name="read_row"))
         w = F32(weights[k])
 
@@ -80,9 +84,10 @@ def read_buffer_and_weighted_sum(ctx: KernelContext, t: DeepepTiling, ub: dict, 
             s = acc.bytes_at(0, 4 * H).view(F32)
             s[:] = s + q.bytes_at(0, 2 * H).view(dt).astype(F32) * w
 
-        ctx.vector_seq("weighted_sum", [("cast", H, F32), ("muls", H, F32), ("add", H, F32)],
-                       reads=[buf], writes=[ub["token_float"], ub["weighted_mul"], acc],
-                       fn=add if functional else None)
+        used[p] = ctx.vector_seq("weighted_sum", [("cast", H, F32), ("muls", H, F32),
+                                                  ("add", H, F32)],
+                                 reads=[buf], writes=[ub["token_float"], ub["weighted_mul"], acc],
+                                 fn=add if functional else None)
 
     def cast() -> None:
         x_out.bytes_at(0, 2 * H)[:] = acc.bytes_at(0, 4 * H).view(F32).astype(dt).view(np.uint8)
