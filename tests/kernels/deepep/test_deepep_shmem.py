@@ -183,3 +183,14 @@ def test_refusals(tmp_path: Path) -> None:
     # R E 4 of counts in UB: 384 ranks of 1 expert need 576 KiB in the notify's builders
     msg = _refused(tmp_path, ep_world_size=384, experts_per_rank=1, bs=1, k=1, op="dispatch")
     assert "UB" in msg and "workload.experts_per_rank" in msg
+
+
+def test_two_workers_give_the_same_run(tmp_path: Path) -> None:
+    """--workers 2 runs the later kernels on the reference's notify and dispatch: the same
+    outputs and times as one worker."""
+    sc = _scenario(tmp_path, quant="int8", bs=16)
+    one, two = simulate(sc, workers=1), simulate(sc, workers=2)
+    for a, b in zip(one.ops, two.ops, strict=True):
+        assert (a.op, a.start_ns, a.end_ns) == (b.op, b.start_ns, b.end_ns)
+        for x, y in zip(a.outputs, b.outputs, strict=True):
+            assert all(x[n].tobytes() == y[n].tobytes() for n in x)
