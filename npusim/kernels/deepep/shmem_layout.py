@@ -52,7 +52,7 @@ MOE_EXPERT_MAX_NUM = 512
 DISPATCH_STATUS_MAX_SUPPORT_NUM = 1280
 K_MAX = 16
 H_MIN, H_MAX = 1024, 7168
-UB_HEAD_OFFSET = 96  # comm_args.h: notify's ping-pong halves start here
+FP32_EXACT = 1 << 24  # the largest count notify's Cast + ReduceSum (fp32) sums exactly
 
 
 def pe_stride(heap: int = LOCAL_MEM_SIZE) -> int:

@@ -187,6 +187,12 @@ class NormalShmem(Normal):
                     _limit("workload.h", shape.H, sl.H_MIN, sl.H_MAX, "H (H_MIN, H_MAX)")):
             if bad is not None:
                 return bad
+        most = shape.W * shape.BS * min(shape.K, shape.L)
+        if most > sl.FP32_EXACT:
+            return Misfit("workload.bs", f"{shape.BS}: a rank can receive up to {most} rows, "
+                          "and ShmemNotifyDispatch sums its counts with Cast to fp32 and "
+                          f"ReduceSum, exact only up to {sl.FP32_EXACT}; allowed: ep_world_size "
+                          f"* bs * min(k, experts_per_rank) <= {sl.FP32_EXACT}")
         # the dispatch's rows are Align32(H item) B apart in the [rows, H] expandx_out and
         # the combine reads them 2H B apart: they agree only for H a multiple of 32 (INT8;
         # 16 for BF16), which npusim's H limit (multiples of 32) already requires

@@ -180,6 +180,9 @@ def test_refusals(tmp_path: Path) -> None:
     assert "[1024, 7168]" in _refused(tmp_path, h=7200)
     assert "allowed: 1" in _refused(tmp_path, long_seq_round=2, per_round_tokens=32)
     assert "top-k" in _refused(tmp_path, experts_per_rank=1)  # K 8 > E 4
+    # 384 ranks x 65536 tokens x top-1: a rank may receive 2^24 + 2^24 / 2 rows, past fp32
+    msg = _refused(tmp_path, ep_world_size=384, experts_per_rank=1, bs=65536, k=1)
+    assert "ReduceSum" in msg and "workload.bs" in msg
     # R E 4 of counts in UB: 384 ranks of 1 expert need 576 KiB in the notify's builders
     msg = _refused(tmp_path, ep_world_size=384, experts_per_rank=1, bs=1, k=1, op="dispatch")
     assert "UB" in msg and "workload.experts_per_rank" in msg
