@@ -154,6 +154,18 @@ def _limit(key: str, value: int, lo: int, hi: int, what: str) -> Misfit | None:
                   f"(shmem_ver op_host tilings); allowed: {lo}..{hi}")
 
 
+def _counts_misfit(shape: MoeShape) -> Misfit | None:
+    """ShmemNotifyDispatch sums counts as fp32 (Cast, ReduceSum): a rank's rows must stay
+    within fp32's exact integers."""
+    most = shape.W * shape.BS * min(shape.K, shape.L)
+    if most <= sl.FP32_EXACT:
+        return None
+    return Misfit("workload.bs", f"{shape.BS}: a rank can receive up to {most} rows, and "
+                  "ShmemNotifyDispatch sums its counts with Cast to fp32 and ReduceSum, exact "
+                  f"only up to {sl.FP32_EXACT}; allowed: ep_world_size * bs * min(k, "
+                  f"experts_per_rank) <= {sl.FP32_EXACT}")
+
+
 class NormalShmem(Normal):
     help = ("DeepEP-Ascend's normal mode with SHMEM (sgl-kernel-npu shmem_ver, A3): "
             "dispatch_layout, then the Shmem notify, dispatch and combine normal kernels")
@@ -184,15 +196,10 @@ class NormalShmem(Normal):
                            "experts (MOE_EXPERT_MAX_NUM)"),
                     _limit("workload.k", shape.K, 1, min(sl.K_MAX, shape.E),
                            "top-k (K_MAX, at most the experts)"),
-                    _limit("workload.h", shape.H, sl.H_MIN, sl.H_MAX, "H (H_MIN, H_MAX)")):
+                    _limit("workload.h", shape.H, sl.H_MIN, sl.H_MAX, "H (H_MIN, H_MAX)"),
+                    _counts_misfit(shape)):
             if bad is not None:
                 return bad
-        most = shape.W * shape.BS * min(shape.K, shape.L)
-        if most > sl.FP32_EXACT:
-            return Misfit("workload.bs", f"{shape.BS}: a rank can receive up to {most} rows, "
-                          "and ShmemNotifyDispatch sums its counts with Cast to fp32 and "
-                          f"ReduceSum, exact only up to {sl.FP32_EXACT}; allowed: ep_world_size "
-                          f"* bs * min(k, experts_per_rank) <= {sl.FP32_EXACT}")
         # the dispatch's rows are Align32(H item) B apart in the [rows, H] expandx_out and
         # the combine reads them 2H B apart: they agree only for H a multiple of 32 (INT8;
         # 16 for BF16), which npusim's H limit (multiples of 32) already requires
