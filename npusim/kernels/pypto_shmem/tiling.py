@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
 from npusim.units import align_up
@@ -33,19 +34,11 @@ STITCH_DEFAULT, STITCH_MAX = 128, 1024
 
 
 @dataclass(frozen=True)
-class PyptoTiling(OnShape):
+class PyptoTiling(MixLaunch, OnShape):
     shape: MoeShape
-    blocks: int  # MIX blocks (1 AIC + 2 AIV)
+    block_dim: int  # MIX blocks (1 AIC + 2 AIV)
     timing_only: bool = False
     stitch: int = STITCH_DEFAULT  # stitch_function_max_num: root functions per device task
-
-    @property
-    def cores(self) -> int:
-        return self.blocks
-
-    @property
-    def aiv_num(self) -> int:
-        return 2 * self.blocks
 
     @property
     def max_recv(self) -> int:

@@ -176,7 +176,7 @@ class TileLangShmem(ArticleInputs, ExchangeFamily):
         if need > ub:
             def fits(h: int) -> bool:
                 s = MoeShape(shape.W, shape.BS, h, shape.K, shape.L, dtype=shape.dtype)
-                u = TileLangTiling(s, t.ai_core_num, max(_ub_size(s, {}), h + 22))
+                u = TileLangTiling(s, t.block_dim, max(_ub_size(s, {}), h + 22))
                 return max(u.dispatch_ub(), u.combine_ub() if op != "dispatch" else 0) <= ub
             return Misfit("workload.h", f"{shape.H}: the kernels' alloc_ub buffers (x_ub of "
                           f"H + 22 bf16, the combine's bf16 and fp32 rows) need {need} B of "

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
 from npusim.units import align32, align512, align_up, ceil_div
@@ -47,20 +48,11 @@ def ub_bytes(sizes: list[int]) -> int:
 
 
 @dataclass(frozen=True)
-class TileLangTiling(OnShape):
+class TileLangTiling(MixLaunch, OnShape):
     shape: MoeShape
-    ai_core_num: int
+    block_dim: int  # ai_core_num: the blocks of T.Kernel(ai_core_num, is_npu=True)
     ub_size: int  # bf16 elements of a win_data row
     timing_only: bool = False
-
-    @property
-    def cores(self) -> int:
-        """Blocks of the MIX launch: T.Kernel(ai_core_num, is_npu=True)."""
-        return self.ai_core_num
-
-    @property
-    def aiv_num(self) -> int:
-        return 2 * self.ai_core_num
 
     @property
     def total_expert_num(self) -> int:
