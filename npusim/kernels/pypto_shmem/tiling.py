@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.kernels.common.heap import Heap
 from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
@@ -60,17 +61,19 @@ class PyptoTiling(MixLaunch, OnShape):
         return PyptoWindow(self)
 
 
-class PyptoWindow:
+class PyptoWindow(Heap):
+    """The six tensors in the table's order, nothing between them."""
+
     def __init__(self, t: PyptoTiling) -> None:
         s = t.shape
         self.t = t
-        self.data = 0
-        self.info = self.data + t.E * s.BS * s.token_bytes
-        self.count = self.info + t.E * s.BS * BLOCK
-        self.signal = self.count + (t.E + 1) * BLOCK
-        self.combine_data = self.signal + BLOCK
-        self.combine_signal = self.combine_data + s.BS * s.K * s.token_bytes
-        self.end = self.combine_signal + s.BS * BLOCK
+        super().__init__((("shmemData", t.E * s.BS * s.token_bytes),
+                          ("shmemInfo", t.E * s.BS * BLOCK), ("shmemCount", (t.E + 1) * BLOCK),
+                          ("shmemSignal", BLOCK),
+                          ("combineData", s.BS * s.K * s.token_bytes),
+                          ("combineSignal", s.BS * BLOCK)))
+        (self.data, self.info, self.count, self.signal, self.combine_data,
+         self.combine_signal) = self.start.values()
 
     def data_at(self, slot: int, offset: int) -> int:
         return self.data + (slot * self.t.shape.BS + offset) * self.t.shape.token_bytes
@@ -86,10 +89,3 @@ class PyptoWindow:
 
     def combine_sig(self, token: int) -> int:
         return self.combine_signal + token * BLOCK
-
-    def regions(self) -> dict[str, tuple[int, int]]:
-        return {"shmemData": (self.data, self.info), "shmemInfo": (self.info, self.count),
-                "shmemCount": (self.count, self.signal),
-                "shmemSignal": (self.signal, self.combine_data),
-                "combineData": (self.combine_data, self.combine_signal),
-                "combineSignal": (self.combine_signal, self.end)}
