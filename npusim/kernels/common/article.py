@@ -49,6 +49,13 @@ class ArticleInputs:
                     payload: bool) -> list[Arrays]:
         return article_inputs(shape, routing, payload)
 
+    def bf16_misfit(self, shape: MoeShape, built: str) -> Misfit | None:
+        """The worker's x is bf16 (X): kernels `built` for it take no other token dtype."""
+        if shape.dtype == "bfloat16":
+            return None
+        return Misfit("workload.dtype", f"{shape.dtype}: {built} for bfloat16 tokens; "
+                      "allowed: bfloat16")
+
 
 def window_misfit(need: int, hardware: Any, held: str) -> Misfit | None:
     """The worker's aclshmem tensors (`held` says which) against the preset's window."""
