@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.kernels.common.article import ArticleTiling
 from npusim.kernels.common.heap import Heap
-from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import OnShape
 from npusim.units import align_up
 from npusim.workload.shape import MoeShape
 
@@ -35,16 +34,11 @@ STITCH_DEFAULT, STITCH_MAX = 128, 1024
 
 
 @dataclass(frozen=True)
-class PyptoTiling(MixLaunch, OnShape):
+class PyptoTiling(ArticleTiling):
     shape: MoeShape
     block_dim: int  # MIX blocks (1 AIC + 2 AIV)
     timing_only: bool = False
     stitch: int = STITCH_DEFAULT  # stitch_function_max_num: root functions per device task
-
-    @property
-    def max_recv(self) -> int:
-        """expandX's rows: every source's BS tokens for each local expert."""
-        return self.W * self.BS * self.L
 
     @property
     def k_tile(self) -> int:

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.common.article import ArticleTiling
 from npusim.kernels.common.heap import Heap
-from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import OnShape
 from npusim.units import align32, align512, ceil_div
 from npusim.workload.shape import MoeShape
 
@@ -49,7 +48,7 @@ def ub_bytes(sizes: list[int]) -> int:
 
 
 @dataclass(frozen=True)
-class TileLangTiling(MixLaunch, OnShape):
+class TileLangTiling(ArticleTiling):
     shape: MoeShape
     block_dim: int  # ai_core_num: the blocks of T.Kernel(ai_core_num, is_npu=True)
     ub_size: int  # bf16 elements of a win_data row
@@ -66,11 +65,6 @@ class TileLangTiling(MixLaunch, OnShape):
     @property
     def row_bytes(self) -> int:
         return self.ub_size * 2
-
-    @property
-    def max_recv(self) -> int:
-        """Rows of expandXOut: ep_world_size * Bs * local_expert_num."""
-        return self.W * self.BS * self.L
 
     @property
     def x_ub_elems(self) -> int:
