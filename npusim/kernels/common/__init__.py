@@ -6,6 +6,8 @@
 - :mod:`.drain`: the flag-drain round robin of LocalWindowCopy;
 - :mod:`.chain`: the dispatch -> combine chain and the digest of what combine reads.
 - :mod:`.limits`: the DispatchV3 / CombineV3 shape limits (DISPATCH_V3_LIMITS).
+- :mod:`.mix`: a MIX launch's blocks, cores and AIVs (block_dim, aiv_num).
+- :mod:`.heap`: tensors stacked in a rank's symmetric window, and their regions.
 
 The typed routing draw a family's make_inputs receives is :class:`npusim.workload.routing.Routing`.
 
