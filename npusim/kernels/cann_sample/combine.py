@@ -26,6 +26,7 @@ import numpy as np
 
 from npusim.kernels import quant as q
 from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.int8_quant import int8_quant_process
 from npusim.kernels.common.split import split_to_core
 from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
@@ -133,8 +134,6 @@ def _int8_quantise(
     """Int8QuantProcess: blocks of 8 fp32, scale = max * (1/127), int8 + token-dtype scales."""
     h = t.h
     crec = t.combine_record
-    n_scales = crec.scale_count
-    n_out = crec.scale_offset + 2 * n_scales
 
     def effect() -> None:
         row = slot.bytes_at(0, 2 * h)
@@ -142,30 +141,13 @@ def _int8_quantise(
         packed = memo.get(key)
         if packed is None:
             qv, scales = q.int8_block_quantize(row.view(dt), recip=t.combine_recip, scale_dtype=dt)
-            packed = np.empty(n_out, np.uint8)
+            packed = np.empty(crec.send_bytes, np.uint8)
             packed[: crec.scale_offset] = qv[0, : crec.scale_offset].view(np.uint8)
             packed[crec.scale_offset :] = scales[0].view(np.uint8)
             memo[key] = packed
-        out.view(np.uint8)[:n_out] = packed
+        out.view(np.uint8)[: crec.send_bytes] = packed
 
-    f32 = np.float32
-    ctx.vector_seq(
-        "int8_quant",
-        [
-            ("cast_f32", h, f32),
-            ("abs", h, f32),
-            ("block_reduce_max", h, f32),
-            ("muls_recip", n_scales, f32),
-            ("cast_scale", n_scales, f32),
-            ("brcb", h, f32),
-            ("div", h, f32),
-            ("cast_f16", h, f32),
-            ("cast_i8", h, np.float16),
-        ],
-        reads=[slot],
-        writes=[out],
-        fn=None if t.timing_only else effect,
-    )
+    int8_quant_process(ctx, slot, out, h, crec.scale_count, None if t.timing_only else effect)
 
 
 # --------------------------------------------------------------------------- receive
@@ -350,8 +332,7 @@ def _int8_dequantise(
     """Int8 dequant in place: fp16(fp32(q) * fp32(scale)) per block of 8."""
     h = t.h
     crec = t.combine_record
-    n_scales = crec.scale_count
-    n_in = crec.scale_offset + 2 * n_scales
+    n_in = crec.send_bytes  # the INT8 row and its scales in the token dtype
 
     def effect() -> None:
         raw = buf.view(np.uint8)
@@ -369,7 +350,7 @@ def _int8_dequantise(
     ctx.vector_seq(
         "int8_dequant",
         [
-            ("cast_scales", n_scales, f32),
+            ("cast_scales", crec.scale_count, f32),
             ("cast_i8_f16", h, np.float16),
             ("cast_f16_f32", h, f32),
             ("brcb", h, f32),

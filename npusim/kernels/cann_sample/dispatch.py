@@ -34,6 +34,7 @@ from npusim.kernels.cann_sample.layout import (
     SPLIT_BLOCK_DATA,
 )
 from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.int8_quant import token_cast_instrs, token_max_instrs
 from npusim.kernels.common.split import split_to_core
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
@@ -325,25 +326,9 @@ def _quant_mxfp8(ctx: KernelContext, t: MoeTiling, slot, record, fn) -> None:
 def _quant_dynamic_per_token(ctx: KernelContext, t: MoeTiling, slot, record, fn) -> None:
     """Per-token dynamic INT8 (ops-transformer QuantDynamicPerToken): the row's max, then
     d = 127 / max on the scalar unit, then the scaled casts down to int8."""
-    h, f32 = t.h, np.float32
-    ctx.vector_seq(
-        "int8_max",
-        [("cast_f32", h, f32), ("abs", h, f32), ("reduce_max", h, f32)],
-        reads=[slot],
-    )
+    ctx.vector_seq("int8_max", token_max_instrs(t.h), reads=[slot])
     ctx.scalar(12)  # SyncFunc<V_S>, d = 127 / max
-    ctx.vector_seq(
-        "int8_scale",
-        [
-            ("muls", h, f32),
-            ("cast_i32", h, f32),
-            ("cast_f16", h, f32),
-            ("cast_i8", h, np.float16),
-        ],
-        reads=[slot],
-        writes=[record],
-        fn=fn,
-    )
+    ctx.vector_seq("int8_scale", token_cast_instrs(t.h), reads=[slot], writes=[record], fn=fn)
 
 
 def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.int8_quant import to_f32_instrs, token_cast_instrs, token_max_instrs
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
@@ -138,18 +139,14 @@ def _quantise(
             fn=fn,
         )
         return
-    seq = [("cast_f32", h, F32)]
-    if t.smooth_scales:
-        seq.append(("mul_scales", h, F32))
-    if t.dispatch_quant == "int8":
-        seq += [("abs", h, F32), ("reduce_max", h, F32)]
-        ctx.vector_seq("int8_max", seq, reads=[src])
+    if t.dispatch_quant == "int8":  # QuantDynamicPerToken
+        ctx.vector_seq("int8_max", token_max_instrs(h, t.smooth_scales), reads=[src])
         ctx.scalar(4)  # SyncFunc<V_S>, 127 / max
-        seq = [("muls", h, F32)]
-    seq += [("cast_i32", h, F32), ("cast_f16", h, F32), ("cast_i8", h, np.float16)]
-    ctx.vector_seq("quant", seq, reads=[src], writes=[out], fn=fn)
-    if t.dispatch_quant == "int8":
+        ctx.vector_seq("quant", token_cast_instrs(h), reads=[src], writes=[out], fn=fn)
         ctx.scalar(2)  # SetValue of the scale
+        return
+    seq = to_f32_instrs(h, t.smooth_scales) + token_cast_instrs(h, scaled=False)  # QuantStatic
+    ctx.vector_seq("quant", seq, reads=[src], writes=[out], fn=fn)
 
 
 def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
