@@ -19,7 +19,7 @@ from npusim.kernels.cann_sample.dispatch import dispatch_program
 from npusim.kernels.cann_sample.layout import WindowLayout
 from npusim.kernels.cann_sample.tiling import MoeTiling
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
-from npusim.kernels.exchange import Chain, ExchangeFamily
+from npusim.kernels.common.moe_distribute import MoeDistributeFamily
 from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.options import option_values
@@ -132,19 +132,14 @@ OPTIONS = (
 """The workload options, declared once: the tiling takes their defaults."""
 
 
-class CannSample(ExchangeFamily):
+class CannSample(MoeDistributeFamily):
     name = "cann_sample"
     help = ("the CANN sample moe_dispatch_and_combine_story (MXFP8/INT8 dispatch, INT8 "
             "combine), with ops-transformer V2's shared experts")
     ops = (DISPATCH, COMBINE)
-    references = chains = True
-    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
-                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count")
     shape_limits = DISPATCH_V3_LIMITS  # the sample implements the V3 operators' algorithm
     options = OPTIONS
     variants = (Variant(""),)
-    dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
-    combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
     case_format = ("CANN sample case directory: input/, golden/, output/chip_<r>/"
                    "<name>_<r>.bin (gen_data.py, verify_result.py)")
 
