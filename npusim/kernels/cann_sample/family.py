@@ -32,7 +32,7 @@ def _token(t: MoeTiling) -> np.dtype:
 
 
 def _rows(t: MoeTiling, r: int) -> int:
-    return t.max_rows_of(r)
+    return t.shape.rows_of(r)
 
 
 def _expand_dtype(t: MoeTiling) -> Any:
@@ -52,8 +52,8 @@ def _scales_shape(t: MoeTiling, r: int) -> tuple[int, ...]:
     return (a,) if t.dispatch_quant == "int8" else (a, 0)
 
 
-X_IN = TensorSpec("x", _token, lambda t, r: (t.bs, t.h), "[BS, H] tokens")
-IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.bs, t.k), "[BS, K] routing")
+X_IN = TensorSpec("x", _token, lambda t, r: (t.BS, t.H), "[BS, H] tokens")
+IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.BS, t.K), "[BS, K] routing")
 ASSIST = TensorSpec("assist_info_for_combine", const(np.int32), lambda t, r: (_rows(t, r), 3),
                     "[A, 3] (source rank, token, k) of every received row")
 RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.status_count(r),),
@@ -71,7 +71,7 @@ class Dispatch(Kernel):
     inputs = (X_IN, IDS)
     variant = "dispatch_quant"
     outputs = (
-        TensorSpec("expand_x", _expand_dtype, lambda t, r: (_rows(t, r), t.h),
+        TensorSpec("expand_x", _expand_dtype, lambda t, r: (_rows(t, r), t.H),
                    "[A, H] received rows, grouped by local expert"),
         TensorSpec("dynamic_scales", _scales_dtype, _scales_shape, "per-row scales"),
         ASSIST,
@@ -95,14 +95,14 @@ class Combine(Kernel):
         Phase("combine", "every core"),
     )
     inputs = (
-        TensorSpec("expand_x", _token, lambda t, r: (_rows(t, r), t.h),
+        TensorSpec("expand_x", _token, lambda t, r: (_rows(t, r), t.H),
                    "[A, H] expert outputs of the received rows"),
         ASSIST, RECV, IDS,
-        TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.bs, t.k),
+        TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.BS, t.K),
                    "[BS, K] routing weights"),
     )
     variant = "combine_quant"
-    outputs = (TensorSpec("x", _token, lambda t, r: (t.bs, t.h), "[BS, H] combined tokens"),)
+    outputs = (TensorSpec("x", _token, lambda t, r: (t.BS, t.H), "[BS, H] combined tokens"),)
 
     def program(self, tiling: MoeTiling) -> Any:
         return combine_program(tiling)
@@ -205,7 +205,7 @@ class CannSample(MoeDistributeFamily):
         if COMBINE.name in kernels:
             combine = t.combine_record.slot_bytes  # the combine slot in the source's window
             if not timing_only:
-                combine += 2 * t.h  # combine's expand_x input row in the token dtype
+                combine += 2 * t.H  # combine's expand_x input row in the token dtype
         if not dispatch or not combine:
             return dispatch + combine
         if workers >= 2:  # the forked combine also holds the reference dispatch's rows
