@@ -13,10 +13,11 @@ from npusim.kernels.common.int8_quant import to_f32_instrs, token_cast_instrs, t
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
+from npusim.kernels.mc2.active_mask import active_token_count, copy_mask_rows, row_sum_instrs
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.quant import int8_token_quantize, token_dtype
 from npusim.runtime.conditions import Wait
-from npusim.runtime.context import KernelContext, Strided
+from npusim.runtime.context import KernelContext
 from npusim.units import align32
 
 F32, I32 = np.float32, np.int32
@@ -163,19 +164,12 @@ def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
     if t.x_active_mask != "none" or t.shape.special_experts:
         scratch = ctx.alloc("mask_scratch", align32(max(bs * align32(K), n)) * 2)
     if t.x_active_mask != "none":
-        mt = ctx.tensor("x_active_mask")
-        raw = mt.as_array(np.uint8).astype(bool)
         if t.x_active_mask == "1d":  # TokenActiveMaskCal: Cast + Sum
-            yield from ctx.wait(ctx.copy_in(scratch, mt, 0, bs, name="copy_mask"))
-            ctx.vector_seq(
-                "token_mask", [("cast", bs, np.float16), ("sum", bs, np.float16)], reads=[scratch]
-            )
-            yield from ctx.pipe_barrier("vector")
-            a = int(np.count_nonzero(raw))
+            a = yield from active_token_count(ctx, scratch, bs)
             tokens = np.arange(a)
             pair[a:] = False
         else:  # ExpertActiveMaskCal
-            m = yield from expert_active_mask_cal(ctx, scratch, mt, bs, K)
+            m = yield from expert_active_mask_cal(ctx, scratch, bs, K)
             pair &= m
             tokens = np.flatnonzero(m.any(axis=1))
     if t.shape.special_experts:
@@ -184,25 +178,16 @@ def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
     return tokens, np.flatnonzero(pair.reshape(-1))
 
 
-def expert_active_mask_cal(ctx: KernelContext, scratch, mt, bs: int, K: int) -> Wait:
+def expert_active_mask_cal(ctx: KernelContext, scratch, bs: int, K: int) -> Wait:
     """ExpertActiveMaskCal: strided + dense reads of the 2-D mask, Sum over K, GatherMask
     twice. Returns the live pairs (BS, K)."""
     n = bs * K
-    yield from ctx.wait(
-        ctx.copy_in(
-            scratch,
-            mt,
-            0,
-            0,
-            name="copy_mask_rows",
-            strided=Strided(bs, K, dst_gap=align32(K) - K),
-        )
-    )
+    mt = ctx.tensor("x_active_mask")
+    yield from copy_mask_rows(ctx, scratch, bs, K, "copy_mask_rows")
     ctx.vector_seq(
         "valid_bs",
         [
-            ("cast", bs * align32(K), np.float16),
-            ("sum_k", bs * align32(K), np.float16),
+            *row_sum_instrs(bs, K),
             ("mins", bs, np.float16),
             ("compare", bs, np.float16),
             ("vec_index", bs, I32),
