@@ -5,7 +5,7 @@ its shared experts'. CalTokenSendExpertCnt's five instructions run over every ea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,20 +49,24 @@ class SendQueues:
         self.i = 0
 
 
-def process_token(
-    ctx: KernelContext,
-    t: Mc2Tiling,
-    q: SendQueues,
-    memo: dict,
-    token: int,
-    k: int,
-    scale_row: int,
-    dst: int,
-    offset: int,
-    expert_scale: float | None,
-) -> Wait:
+class TokenSend(NamedTuple):
+    """One row a send core puts (ProcessToken's, TokenToExpert's arguments): the token, its
+    k (K + j for shared expert j), the row of the smooth scales its quantisation takes,
+    the destination rank, the window offset of the slot and the pair's expert scale."""
+
+    token: int
+    k: int
+    scale_row: int
+    dst: int
+    offset: int
+    expert_scale: float | None = None
+
+
+def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict,
+                  item: TokenSend) -> Wait:
     """ProcessToken: load the row, [quantise], FillTriple ([wait for the core's puts],
     the triplet), one put of the slot's bytes."""
+    token, k, scale_row, dst, offset, expert_scale = item
     slot = t.window.dispatch
     p = q.i % len(q.outs)
     q.i += 1
@@ -250,18 +254,9 @@ def _send_to_moe_experts(ctx: KernelContext, t: Mc2Tiling, state: int, q: SendQu
         cnt = int(np.count_nonzero(ids[:index] == e)) if index else 0
         block = rank * t.L + e % t.L
         off = win.dispatch_slot_offset(state, block, cnt)
-        yield from process_token(
-            ctx,
-            t,
-            q,
-            memo,
-            token,
-            k,
-            e + (t.S if t.shape.S_r else 0),
-            t.expert_rank(e),
-            off,
-            None if es is None else float(es[flat]),
-        )
+        scale = None if es is None else float(es[flat])
+        yield from process_token(ctx, t, q, memo, TokenSend(
+            token, k, e + (t.S if t.shape.S_r else 0), t.expert_rank(e), off, scale))
 
 
 def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict) -> Wait:
@@ -316,31 +311,23 @@ def send_to_shared(
 ) -> Wait:
     """SendToSharedExpert: item v -> active token v % activeBS to shared expert v // activeBS,
     into slot v % activeBS of this rank's block."""
-    for token, k, j, dst, off in shared_items(
-        t, state, ctx.rank_id, tokens, t.shared_send_cores, c
-    ):
+    for item in shared_items(t, state, ctx.rank_id, tokens, t.shared_send_cores, c):
         ctx.scalar(4)
-        yield from process_token(ctx, t, q, memo, token, k, j, dst, off, None)
+        yield from process_token(ctx, t, q, memo, item)
     yield from ctx.pipe_barrier("mte3")
 
 
 def shared_items(
     t: Mc2Tiling, state: int, rank: int, tokens: np.ndarray, cores: int, c: int
-) -> list[tuple[int, int, int, int, int]]:
-    """Shared-send core c's contiguous share of the activeBS * S items: (token, k = K + j,
-    shared expert j, destination rank, window offset) of item v = j * activeBS + slot."""
+) -> list[TokenSend]:
+    """Shared-send core c's contiguous share of the activeBS * S items: item v =
+    j * activeBS + slot sends token tokens[slot] as k = K + j (scales row j) to shared
+    expert j's rank, into slot `slot` of this rank's block."""
     a = tokens.size
     v0, v1 = split_to_core(a * t.S, cores, c)
     out = []
     for v in range(v0, v1):
         slot, j = v % a, v // a
-        out.append(
-            (
-                int(tokens[slot]),
-                t.K + j,
-                j,
-                t.shared_dst(rank, j),
-                t.window.dispatch_slot_offset(state, rank, slot),
-            )
-        )
+        off = t.window.dispatch_slot_offset(state, rank, slot)
+        out.append(TokenSend(int(tokens[slot]), t.K + j, j, t.shared_dst(rank, j), off))
     return out
