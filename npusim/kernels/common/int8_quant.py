@@ -1,6 +1,6 @@
-"""The INT8 quantisations of the MoE kernels as their vector instructions, once for the
-families that run them (the CANN sample and ops-transformer's MoeDistributeDispatch /
-Combine): lists of (instruction, elements, dtype) for ``KernelContext.vector_seq``.
+"""The INT8 quantisations of ops-transformer's MoeDistributeDispatch / Combine as their
+vector instructions, once for every kernel that runs them: lists of (instruction,
+elements, dtype) for ``KernelContext.vector_seq``.
 
 - per token (``QuantDynamicPerToken`` of dispatch): the row's max, a scalar 127 / max,
   then the scaled casts down; ``QuantStatic`` is the casts alone;
