@@ -11,7 +11,12 @@
 - :mod:`.moe_distribute`: the MoeDistributeDispatch / Combine operators' chain and
   quantisation options, for the families that take their tensor names;
 - :mod:`.mix`: a MIX launch's blocks, cores and AIVs (block_dim, aiv_num);
-- :mod:`.heap`: tensors stacked in a rank's symmetric window, and their regions.
+- :mod:`.heap`: tensors stacked in a rank's symmetric window, and their regions;
+- :mod:`.cumsum`: GetCumSum's last step, the cum-sum columns re-armed;
+- :mod:`.padded`: a dispatch's padded outputs as the SHMEM ports write them, their chain
+  to combine and their goldens;
+- :mod:`.article`: the cann-recipes-infer SHMEM article's inputs and what its two
+  tilings share.
 
 The typed routing draw a family's make_inputs receives is :class:`npusim.workload.routing.Routing`.
 
