@@ -3,7 +3,14 @@ names its sizes the way the sources' formulas and the launcher do."""
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
+
+
+def _size(name: str) -> Any:
+    """A size read off the tiling's shape: a property whose getter is C code (kernels read
+    these in their inner loops)."""
+    return property(attrgetter(f"shape.{name}"))
 
 
 class OnShape:
@@ -14,37 +21,13 @@ class OnShape:
 
     shape: Any
 
-    @property
-    def W(self) -> int:
-        return self.shape.W
-
-    @property
-    def world(self) -> int:
-        return self.shape.W
-
-    @property
-    def BS(self) -> int:
-        return self.shape.BS
-
-    @property
-    def H(self) -> int:
-        return self.shape.H
-
-    @property
-    def K(self) -> int:
-        return self.shape.K
-
-    @property
-    def L(self) -> int:
-        return self.shape.L
-
-    @property
-    def S(self) -> int:
-        return self.shape.S
-
-    @property
-    def E(self) -> int:
-        return self.shape.E
+    W = world = _size("W")
+    BS = _size("BS")
+    H = _size("H")
+    K = _size("K")
+    L = _size("L")
+    S = _size("S")
+    E = _size("E")
 
     # ---- the ranks of a shape with shared experts (ops-transformer V2)
     def is_shared_rank(self, rank: int) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from npusim.kernels.common.chain import next_reads_digest
+from npusim.kernels.common.heap import Heap
+from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.common.status import StatusLayout
 from npusim.units import align32, align256, align512, align_up, ceil_div
@@ -23,6 +25,20 @@ def test_split_to_core_hands_the_remainder_to_the_first_parts():
     # 10 items over 4 cores: 3, 3, 2, 2
     assert [split_to_core(10, 4, i) for i in range(4)] == [(0, 3), (3, 6), (6, 8), (8, 10)]
     assert split_to_core(2, 4, 3) == (2, 2)
+
+
+def test_heap_stacks_aligned_starts_and_regions_run_to_the_next_start():
+    h = Heap((("a", 100), ("b", 512), ("c", 8)), 512)
+    assert h.start == {"a": 0, "b": 512, "c": 1024} and h.end == 1032
+    assert h.regions() == {"a": (0, 512), "b": (512, 1024), "c": (1024, 1032)}
+    assert Heap((("a", 3), ("b", 5))).regions() == {"a": (0, 3), "b": (3, 8)}
+
+
+def test_mix_launch_has_two_aivs_per_block():
+    class Launch(MixLaunch):
+        block_dim = 24
+
+    assert Launch().cores == 24 and Launch().aiv_num == 48
 
 
 def test_status_offsets_from_the_base():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.common.padded import padded_dispatch, returned
+from npusim.kernels.common.padded import padded_chain, padded_dispatch, padded_specs, returned
+from npusim.kernels.kernel import Kernel, TensorSpec, const
 
 # ids[src][token] = the token's two experts
 IDS = [np.array([[0, 3], [1, 0]], np.int32), np.array([[2, 0], [3, 1]], np.int32)]
@@ -37,3 +38,20 @@ def test_each_row_comes_back_to_its_triples_slot():
         for t in range(2):
             for k in range(2):
                 assert back[s, t, k].tolist() == X[s][t].tolist()  # every pair was routed
+
+
+def test_combine_reads_back_the_three_padded_outputs_under_its_own_names():
+    out = padded_specs(const(np.float32), ("rows_out", "ids_out", "count_out"), "M")
+    back = padded_specs(const(np.float32), ("rows_in", "ids_in", "count_in"), "M")
+    scales = TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.BS, t.K), "")
+
+    class Dispatch(Kernel):
+        name, outputs = "dispatch", out
+
+    class Combine(Kernel):
+        name, inputs = "combine", (*back, scales)
+
+    chain = padded_chain(Dispatch(), Combine())
+    assert dict(chain.links) == {"rows_in": "rows_out", "ids_in": "ids_out",
+                                 "count_in": "count_out"}
+    assert chain.counts == "count_out" and chain.rows == ("rows_out", "ids_out")

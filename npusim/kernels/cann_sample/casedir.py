@@ -36,8 +36,17 @@ def chip_file(case_dir: str | Path, kind: str, rank: int, name: str) -> Path:
     return Path(case_dir) / kind / f"chip_{rank}" / f"{name}_{rank}.bin"
 
 
-def _count_chips(d: Path) -> int:
-    return sum(1 for p in d.glob("chip_*") if p.is_dir() and p.name[5:].isdigit())
+def _chips_dir(case_dir: str | Path, kind: str, W: int, what: str) -> Path:
+    """CASE/<kind>, which must exist and hold one chip_<r> directory per rank (InputError
+    naming the directory otherwise)."""
+    d = Path(case_dir) / kind
+    if not d.is_dir():
+        raise InputError(source=str(d), key=None, message=f"{what} not found")
+    chips = sum(1 for p in d.glob("chip_*") if p.is_dir() and p.name[5:].isdigit())
+    if chips != W:
+        raise InputError(source=str(d), key=None,
+                         message=f"found {chips} chip_* directories but the run has W={W} ranks")
+    return d
 
 
 def read_bin(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -73,16 +82,7 @@ def read_case_inputs(case_dir: str | Path, shape: MoeShape, op: str
         raise ValueError(f"op {op!r} not one of {OPS}")
     W, BS, H, K, L = shape.W, shape.BS, shape.H, shape.K, shape.L
     dt = shape.np_dtype
-    in_dir = Path(case_dir) / INPUT_DIR
-    if not in_dir.is_dir():
-        raise InputError(source=str(in_dir), key=None, message="case input directory not found")
-    chips = _count_chips(in_dir)
-    if chips != W:
-        raise InputError(
-            source=str(in_dir),
-            key=None,
-            message=f"found {chips} chip_* directories but the run has W={W} ranks",
-        )
+    _chips_dir(case_dir, INPUT_DIR, W, "case input directory")
     A, E = shape.A, W * L
     out = []
     for r in range(W):
@@ -173,14 +173,7 @@ def compare_with_golden(case_dir: str | Path, W: int) -> list[Mismatch]:
 
     Golden files of chips 0..W-1 are checked; an empty list means "accuracy test success".
     """
-    gdir = Path(case_dir) / GOLDEN_DIR
-    if not gdir.is_dir():
-        raise InputError(source=str(gdir), key=None, message="golden directory not found")
-    chips = _count_chips(gdir)
-    if chips != W:
-        raise InputError(
-            source=str(gdir), key=None, message=f"found {chips} chip_* directories, expected W={W}"
-        )
+    gdir = _chips_dir(case_dir, GOLDEN_DIR, W, "golden directory")
     odir = Path(case_dir) / OUTPUT_DIR
     result = []
     for r in range(W):

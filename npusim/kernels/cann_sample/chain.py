@@ -22,8 +22,8 @@ def expert_rows(t: MoeTiling, dispatch_out: list[dict[str, np.ndarray]]
     """Combine's expand_x: the identity experts' outputs of dispatch's rows (zero rows in
     a timing-only run, which moves no payload)."""
     if t.timing_only:
-        row_bytes = t.h * token_dtype(t.dtype).itemsize
-        return [RowTable.zeros(t.max_rows_of(r), row_bytes) for r in range(t.world)]
+        row_bytes = t.H * token_dtype(t.dtype).itemsize
+        return [RowTable.zeros(t.shape.rows_of(r), row_bytes) for r in range(t.world)]
     return expert_outputs(dispatch_out, t)
 
 
@@ -34,9 +34,9 @@ def reference_dispatch_outputs(t: MoeTiling, inputs: list[dict[str, np.ndarray]]
     if t.timing_only:
         return routing_meta(t, inputs)
     return reference_dispatch(
-        [r["x"] for r in inputs], [r["expert_ids"] for r in inputs], t.experts_per_rank,
+        [r["x"] for r in inputs], [r["expert_ids"] for r in inputs], t.L,
         t.dispatch_quant, t.expert_token_nums_type, saturate=t.mxfp8_saturate,
-        shared_experts=t.shared_experts, shared_expert_ranks=t.shared_expert_ranks)
+        shared_experts=t.S, shared_expert_ranks=t.shape.S_r)
 
 
 def dispatch_digest(dispatch_out: list[dict[str, np.ndarray]] | None, t: MoeTiling) -> bytes:
@@ -85,19 +85,18 @@ def expert_outputs(dispatch_out: list[dict[str, np.ndarray]], t: MoeTiling
         else:
             distinct = int8_token_dequantize(data, scales, out_dtype=dt)
     else:
-        distinct = np.zeros((0, t.h), dtype=dt)
-    table = np.ascontiguousarray(distinct).view(np.uint8).reshape(len(firsts), t.h * dt.itemsize)
-    return [RowTable(table, pick, t.max_rows_of(r)) for r, pick in enumerate(picks)]
+        distinct = np.zeros((0, t.H), dtype=dt)
+    table = np.ascontiguousarray(distinct).view(np.uint8).reshape(len(firsts), t.H * dt.itemsize)
+    return [RowTable(table, pick, t.shape.rows_of(r)) for r, pick in enumerate(picks)]
 
 
 def routing_meta(t: MoeTiling, inputs: list[dict[str, np.ndarray]]
                  ) -> list[dict[str, np.ndarray]]:
     """Dispatch's assist info and receive counts as the routing determines them."""
-    plans = dispatch_plan([inp["expert_ids"] for inp in inputs], t.experts_per_rank,
-                          t.shared_experts, t.shared_expert_ranks)
+    plans = dispatch_plan([inp["expert_ids"] for inp in inputs], t.L, t.S, t.shape.S_r)
     meta = []
     for r, plan in enumerate(plans):
-        assist = np.zeros((t.max_rows_of(r), 3), np.int32)
+        assist = np.zeros((t.shape.rows_of(r), 3), np.int32)
         assist[:plan.n] = plan.triples()
         meta.append({"assist_info_for_combine": assist, "ep_recv_count": plan.running()})
     return meta

@@ -26,6 +26,7 @@ import numpy as np
 
 from npusim.kernels import quant as q
 from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.int8_quant import int8_quant_process
 from npusim.kernels.common.split import split_to_core
 from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
@@ -53,7 +54,7 @@ def _init_send(ctx: KernelContext, t: MoeTiling) -> tuple[int, int, Any, list, l
     """Init: one scalar GM read of the received row count ep_recv_count[W*L - 1]
     (ep_recv_count[W - 1] on a shared rank), this core's rows of it, and the UB buffers
     (the flag, two row slots, with INT8 two send slots and the quantisation's scratch)."""
-    h = t.h
+    h = t.H
     wl = t.status_count(ctx.rank_id)
     n = int(ctx.gm_read_scalar(ctx.tensor("ep_recv_count"), 4 * (wl - 1), np.int32))
     r0, r1 = split_to_core(n, ctx.num_cores, ctx.core_id)
@@ -73,7 +74,7 @@ def _init_send(ctx: KernelContext, t: MoeTiling) -> tuple[int, int, Any, list, l
 def send_rows(ctx: KernelContext, t: MoeTiling, memo: dict[bytes, np.ndarray]) -> Wait:
     """Every received row back to its source's combine slot, then its flag (the rows of
     this core, from a rank-staggered start, double-buffered)."""
-    h = t.h
+    h = t.H
     lay = t.window
     crec = t.combine_record
     dt = q.token_dtype(t.dtype)
@@ -131,10 +132,8 @@ def _int8_quantise(
     ctx: KernelContext, t: MoeTiling, slot, out, dt: np.dtype, memo: dict[bytes, np.ndarray]
 ) -> None:
     """Int8QuantProcess: blocks of 8 fp32, scale = max * (1/127), int8 + token-dtype scales."""
-    h = t.h
+    h = t.H
     crec = t.combine_record
-    n_scales = crec.scale_count
-    n_out = crec.scale_offset + 2 * n_scales
 
     def effect() -> None:
         row = slot.bytes_at(0, 2 * h)
@@ -142,30 +141,13 @@ def _int8_quantise(
         packed = memo.get(key)
         if packed is None:
             qv, scales = q.int8_block_quantize(row.view(dt), recip=t.combine_recip, scale_dtype=dt)
-            packed = np.empty(n_out, np.uint8)
+            packed = np.empty(crec.send_bytes, np.uint8)
             packed[: crec.scale_offset] = qv[0, : crec.scale_offset].view(np.uint8)
             packed[crec.scale_offset :] = scales[0].view(np.uint8)
             memo[key] = packed
-        out.view(np.uint8)[:n_out] = packed
+        out.view(np.uint8)[: crec.send_bytes] = packed
 
-    f32 = np.float32
-    ctx.vector_seq(
-        "int8_quant",
-        [
-            ("cast_f32", h, f32),
-            ("abs", h, f32),
-            ("block_reduce_max", h, f32),
-            ("muls_recip", n_scales, f32),
-            ("cast_scale", n_scales, f32),
-            ("brcb", h, f32),
-            ("div", h, f32),
-            ("cast_f16", h, f32),
-            ("cast_i8", h, np.float16),
-        ],
-        reads=[slot],
-        writes=[out],
-        fn=None if t.timing_only else effect,
-    )
+    int8_quant_process(ctx, slot, out, h, crec.scale_count, None if t.timing_only else effect)
 
 
 # --------------------------------------------------------------------------- receive
@@ -173,15 +155,15 @@ def receive_and_combine(ctx: KernelContext, t: MoeTiling, memo: dict[bytes, np.n
     """Each core's tokens in order: wait for a token's K + S slot flags (reset them), then
     the weighted fp32 sum of its rows, cast and written to x."""
     rx = _Receive(ctx, t, memo)
-    t0, t1 = split_to_core(t.bs, ctx.num_cores, ctx.core_id)
+    t0, t1 = split_to_core(t.BS, ctx.num_cores, ctx.core_id)
     if t1 <= t0:
         return
     yield from ctx.wait(
         ctx.copy_in(
-            rx.scales_buf, ctx.tensor("expert_scales"), 0, 4 * t.bs * t.k, name="load_scales"
+            rx.scales_buf, ctx.tensor("expert_scales"), 0, 4 * t.BS * t.K, name="load_scales"
         )
     )
-    rx.weights = ctx.ub_read(rx.scales_buf, np.float32, t.bs * t.k, ops=0)
+    rx.weights = ctx.ub_read(rx.scales_buf, np.float32, t.BS * t.K, ops=0)
     for token in range(t0, t1):
         with ctx.phase("wait_status"):
             yield from rx.wait_dispatch(token)
@@ -196,10 +178,10 @@ class _Receive:
 
     def __init__(self, ctx: KernelContext, t: MoeTiling, memo: dict[bytes, np.ndarray]) -> None:
         self.ctx, self.t, self.memo = ctx, t, memo
-        h = t.h
+        h = t.H
         self.dt = q.token_dtype(t.dtype)
         self.n_slots = n_slots = t.window.slots_per_token  # K + S
-        self.scales_buf = ctx.alloc("expert_scales", 4 * t.bs * t.k)
+        self.scales_buf = ctx.alloc("expert_scales", 4 * t.BS * t.K)
         self.token_buf = ctx.alloc("token", align32(2 * h))
         self.row_f32 = ctx.alloc("row_f32", align32(4 * h))
         self.mul_buf = ctx.alloc("mul", align32(4 * h))
@@ -242,11 +224,11 @@ class _Receive:
         ctx, t = self.ctx, self.t
         ids_gm = ctx.tensor("expert_ids")
         valid: list[tuple[int, float | None]] = []
-        widx = token * t.k
+        widx = token * t.K
         for k in range(self.n_slots):
-            if k < t.k:  # MoE slot: id check, weight
-                eid = int(ctx.gm_read_scalar(ids_gm, 4 * (token * t.k + k), np.int32))
-                if 0 <= eid < t.n_experts:
+            if k < t.K:  # MoE slot: id check, weight
+                eid = int(ctx.gm_read_scalar(ids_gm, 4 * (token * t.K + k), np.int32))
+                if 0 <= eid < t.E:
                     valid.append((k, self.weights[widx]))
                     widx += 1
             else:  # shared expert k - K: weight 1, a plain Add
@@ -270,7 +252,7 @@ class _Receive:
     def combine_token(self, token: int) -> Wait:
         """The token's rows loaded two ahead, dequantised (INT8), weighted and summed in
         fp32; the sum cast to the token dtype and written to x."""
-        ctx, t, h, dt = self.ctx, self.t, self.t.h, self.dt
+        ctx, t, h, dt = self.ctx, self.t, self.t.H, self.dt
         acc, token_buf = self.acc, self.token_buf
         functional = not t.timing_only
         if self.out_op is not None:
@@ -348,10 +330,9 @@ def _int8_dequantise(
     ctx: KernelContext, t: MoeTiling, buf, dt: np.dtype, memo: dict[bytes, np.ndarray]
 ) -> None:
     """Int8 dequant in place: fp16(fp32(q) * fp32(scale)) per block of 8."""
-    h = t.h
+    h = t.H
     crec = t.combine_record
-    n_scales = crec.scale_count
-    n_in = crec.scale_offset + 2 * n_scales
+    n_in = crec.send_bytes  # the INT8 row and its scales in the token dtype
 
     def effect() -> None:
         raw = buf.view(np.uint8)
@@ -369,7 +350,7 @@ def _int8_dequantise(
     ctx.vector_seq(
         "int8_dequant",
         [
-            ("cast_scales", n_scales, f32),
+            ("cast_scales", crec.scale_count, f32),
             ("cast_i8_f16", h, np.float16),
             ("cast_f16_f32", h, f32),
             ("brcb", h, f32),

@@ -34,6 +34,7 @@ from npusim.kernels.cann_sample.layout import (
     SPLIT_BLOCK_DATA,
 )
 from npusim.kernels.cann_sample.tiling import MoeTiling
+from npusim.kernels.common.int8_quant import token_cast_instrs, token_max_instrs
 from npusim.kernels.common.split import split_to_core
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
@@ -91,7 +92,7 @@ def init_win_state(ctx: KernelContext, t: MoeTiling) -> Wait:
 def owned_experts(t: MoeTiling, core: int) -> list[tuple[int, int, int]]:
     """SplitExpertNumToCore: (expert, group_size, place_in_group) for each owned expert."""
     n = t.n_all_to_all
-    base, r = divmod(t.n_experts, n)
+    base, r = divmod(t.E, n)
     out = [(core * base + i, 1, 0) for i in range(base)]
     if r:
         extra = core % r + n * base
@@ -105,7 +106,7 @@ class SendBuffers:
 
     def __init__(self, ctx: KernelContext, t: MoeTiling) -> None:
         rec = t.record
-        h = t.h
+        h = t.H
         # UB, in the sample's order: input queue, output halves (then the caller's ids),
         # record, scratch.
         if t.dispatch_quant == "none":
@@ -152,7 +153,7 @@ def send_token(
 ) -> Wait:
     """One token to one expert: (zero-fill,) load, (quantise,) triplet (rank, token, k)
     once the previous put has read the record, pack 480/512, put to ``dst`` at ``offset``."""
-    h = t.h
+    h = t.H
     x = ctx.tensor("x")
     slot_in, trip_in = b.in_slots[b.parity]
     out = b.outs[b.parity]
@@ -194,11 +195,11 @@ def all_to_all_dispatch(
     ids_buf, ids = yield from load_expert_ids(ctx, t, "expert_ids")
     b.alloc_record(ctx, t)
     owned = owned_experts(t, ctx.core_id)
-    mask_bytes = align32(align256(4 * t.bs * t.k) // 4 // 8)
+    mask_bytes = align32(align256(4 * t.BS * t.K) // 4 // 8)
     mask = ctx.alloc("expert_mask", mask_bytes * max(1, len(owned)))
 
     # CalExpertSendNum: a bit mask and a count per owned expert.
-    compare_count = align256(4 * t.bs * t.k) // 4
+    compare_count = align256(4 * t.BS * t.K) // 4
     ctx.vector(
         "dup_mask", mask.nbytes, np.uint8, writes=[mask], fn=lambda: mask.view(np.uint8).fill(0)
     )
@@ -206,14 +207,14 @@ def all_to_all_dispatch(
     positions = []
     for e, _, _ in owned:
         ctx.vector("compare_scalar", compare_count, np.int32, reads=[ids_buf], writes=[mask])
-        ctx.vector("gather_mask", t.bs * t.k, np.int32, reads=[ids_buf, mask])
+        ctx.vector("gather_mask", t.BS * t.K, np.int32, reads=[ids_buf, mask])
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
         ctx.scalar(1)
         positions.append(np.flatnonzero(ids == e))
     b.dup_flags(ctx, t)
     yield from ctx.pipe_barrier("vector")
 
-    words = ceil_div(t.bs * t.k, 64)
+    words = ceil_div(t.BS * t.K, 64)
     n_owned = len(owned)
     for idx in range(n_owned):
         i = (idx + ctx.rank_id % n_owned) % n_owned if n_owned else 0
@@ -222,13 +223,13 @@ def all_to_all_dispatch(
         if flat_ids.size == 0:
             continue
         dst = t.expert_rank(e)
-        block = lay.dispatch_block(state, ctx.rank_id, e % t.experts_per_rank)
+        block = lay.dispatch_block(state, ctx.rank_id, e % t.L)
         ctx.loop(words)
         for j, flat in enumerate(flat_ids.tolist()):
             ctx.scalar(8)  # ScalarGetSFFValue, token/k, slot offset, group test
             if j % group != place:
                 continue
-            token, k = divmod(flat, t.k)
+            token, k = divmod(flat, t.K)
             yield from send_token(ctx, t, b, memo, token, k, dst, block + j * rec.slot_bytes)
     yield from ctx.pipe_barrier("mte3")
 
@@ -246,10 +247,10 @@ def send_to_shared_expert(
     b.alloc_record(ctx, t)
     b.dup_flags(ctx, t)
     yield from ctx.pipe_barrier("vector")
-    v0, v1 = split_to_core(t.bs * t.shared_experts, t.n_shared_send_cores, c)
+    v0, v1 = split_to_core(t.BS * t.S, t.n_shared_send_cores, c)
     block = t.window.shared_block(state, ctx.rank_id)
     for v in range(v0, v1):
-        j, token = divmod(v, t.bs)
+        j, token = divmod(v, t.BS)
         ctx.scalar(4)  # token / expert index, destination rank, slot offset
         yield from send_token(
             ctx,
@@ -257,7 +258,7 @@ def send_to_shared_expert(
             b,
             memo,
             token,
-            t.k + j,
+            t.K + j,
             t.shared_dst(ctx.rank_id, j),
             block + token * t.record.slot_bytes,
         )
@@ -275,7 +276,7 @@ def _quantise(
     payload = rec.scale_offset + rec.scale_bytes
 
     def effect() -> None:
-        row = slot.bytes_at(0, 2 * t.h)
+        row = slot.bytes_at(0, 2 * t.H)
         key = row.tobytes()
         out = memo.get(key)
         if out is None:
@@ -291,7 +292,7 @@ def _quantise(
 
 def _quantised_record(t: MoeTiling, row: np.ndarray) -> np.ndarray:
     """A token's record payload: its quantised data, then its scales at scale_offset."""
-    h, rec = t.h, t.record
+    h, rec = t.H, t.record
     payload = rec.scale_offset + rec.scale_bytes
     out = np.zeros(payload, np.uint8)
     x = row.view(q.token_dtype(t.dtype))
@@ -308,7 +309,7 @@ def _quantised_record(t: MoeTiling, row: np.ndarray) -> np.ndarray:
 
 def _quant_mxfp8(ctx: KernelContext, t: MoeTiling, slot, record, fn) -> None:
     """Three VFs back to back: the block max exponents, the E8M0 scales, the data."""
-    iters = ceil_div(t.h, 256)
+    iters = ceil_div(t.H, 256)
     ctx.vector_function(
         "mxfp8_quant",
         [
@@ -325,25 +326,9 @@ def _quant_mxfp8(ctx: KernelContext, t: MoeTiling, slot, record, fn) -> None:
 def _quant_dynamic_per_token(ctx: KernelContext, t: MoeTiling, slot, record, fn) -> None:
     """Per-token dynamic INT8 (ops-transformer QuantDynamicPerToken): the row's max, then
     d = 127 / max on the scalar unit, then the scaled casts down to int8."""
-    h, f32 = t.h, np.float32
-    ctx.vector_seq(
-        "int8_max",
-        [("cast_f32", h, f32), ("abs", h, f32), ("reduce_max", h, f32)],
-        reads=[slot],
-    )
+    ctx.vector_seq("int8_max", token_max_instrs(t.H), reads=[slot])
     ctx.scalar(12)  # SyncFunc<V_S>, d = 127 / max
-    ctx.vector_seq(
-        "int8_scale",
-        [
-            ("muls", h, f32),
-            ("cast_i32", h, f32),
-            ("cast_f16", h, f32),
-            ("cast_i8", h, np.float16),
-        ],
-        reads=[slot],
-        writes=[record],
-        fn=fn,
-    )
+    ctx.vector_seq("int8_scale", token_cast_instrs(t.H), reads=[slot], writes=[record], fn=fn)
 
 
 def _pack(ctx: KernelContext, t: MoeTiling, src_bufs: list, out) -> None:

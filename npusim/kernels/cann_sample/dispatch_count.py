@@ -19,7 +19,7 @@ ONE_F32 = np.float32(1.0)
 
 def load_expert_ids(ctx: KernelContext, t: MoeTiling, name: str) -> Wait:
     """ExpIdsCopy: pad with -1 on V, then DataCopyPad the BS*K ids GM -> UB."""
-    n = t.bs * t.k
+    n = t.BS * t.K
     buf = ctx.alloc(name, align256(4 * n))
     count = align256(4 * n) // 4
     ctx.vector("dup_ids", count, np.int32, writes=[buf], fn=lambda: buf.view(np.int32).fill(-1))
@@ -38,10 +38,10 @@ def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wa
     it (i mod R == r mod R) and 0 otherwise, at its status entry of source r; index
     S_r + e is MoE expert e as in the sample."""
     ids_buf, ids = yield from load_expert_ids(ctx, t, "cs_expert_ids")
-    n_sr = t.shared_expert_ranks
-    e0, e1 = split_to_core(n_sr + t.n_experts, t.n_cumsum, m)
+    n_sr = t.shape.S_r
+    e0, e1 = split_to_core(n_sr + t.E, t.n_cumsum, m)
     entries = [ctx.alloc(f"status{e}", 32) for e in range(e0, e1)]
-    n_entries = ceil_div(n_sr + t.n_experts, 8) * 8  # Align8(S_r + E)
+    n_entries = ceil_div(n_sr + t.E, 8) * 8  # Align8(S_r + E)
 
     def flags() -> None:
         for b in entries:
@@ -51,12 +51,12 @@ def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wa
     ctx.vector("dup_status", n_entries * 8, np.int32, writes=entries)
     ctx.vector("dup_flag", repeats=n_entries // 8, writes=entries, fn=flags)
     yield from ctx.drain()  # PipeBarrier<PIPE_ALL>
-    n = t.bs * t.k
+    n = t.BS * t.K
     for i, buf in zip(range(e0, e1), entries, strict=True):
         if i < n_sr:  # a shared rank: every token of mine, or none
-            R = t.ranks_per_shared_expert
+            R = t.shape.R
             ctx.scalar(2)
-            count = t.bs if i % R == ctx.rank_id % R else 0
+            count = t.BS if i % R == ctx.rank_id % R else 0
             dst, le = i, 0
         else:
             e = i - n_sr
@@ -65,7 +65,7 @@ def cal_and_send_cnt(ctx: KernelContext, t: MoeTiling, state: int, m: int) -> Wa
             ctx.vector("reduce_sum", n, np.float32, reads=[ids_buf])
             yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
             count = int(np.count_nonzero(ids == e))
-            dst, le = t.expert_rank(e), e % t.experts_per_rank
+            dst, le = t.expert_rank(e), e % t.L
         ctx.ub_write(buf, 4, np.array([count], np.int32))
         off = t.window.dispatch_status_entry(state, le, ctx.rank_id)
         ctx.put(dst, off, buf, 32, name="put_status")

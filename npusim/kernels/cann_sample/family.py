@@ -19,7 +19,7 @@ from npusim.kernels.cann_sample.dispatch import dispatch_program
 from npusim.kernels.cann_sample.layout import WindowLayout
 from npusim.kernels.cann_sample.tiling import MoeTiling
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
-from npusim.kernels.exchange import Chain, ExchangeFamily
+from npusim.kernels.common.moe_distribute import MoeDistributeFamily
 from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.options import option_values
@@ -32,7 +32,7 @@ def _token(t: MoeTiling) -> np.dtype:
 
 
 def _rows(t: MoeTiling, r: int) -> int:
-    return t.max_rows_of(r)
+    return t.shape.rows_of(r)
 
 
 def _expand_dtype(t: MoeTiling) -> Any:
@@ -52,8 +52,8 @@ def _scales_shape(t: MoeTiling, r: int) -> tuple[int, ...]:
     return (a,) if t.dispatch_quant == "int8" else (a, 0)
 
 
-X_IN = TensorSpec("x", _token, lambda t, r: (t.bs, t.h), "[BS, H] tokens")
-IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.bs, t.k), "[BS, K] routing")
+X_IN = TensorSpec("x", _token, lambda t, r: (t.BS, t.H), "[BS, H] tokens")
+IDS = TensorSpec("expert_ids", const(np.int32), lambda t, r: (t.BS, t.K), "[BS, K] routing")
 ASSIST = TensorSpec("assist_info_for_combine", const(np.int32), lambda t, r: (_rows(t, r), 3),
                     "[A, 3] (source rank, token, k) of every received row")
 RECV = TensorSpec("ep_recv_count", const(np.int32), lambda t, r: (t.status_count(r),),
@@ -71,7 +71,7 @@ class Dispatch(Kernel):
     inputs = (X_IN, IDS)
     variant = "dispatch_quant"
     outputs = (
-        TensorSpec("expand_x", _expand_dtype, lambda t, r: (_rows(t, r), t.h),
+        TensorSpec("expand_x", _expand_dtype, lambda t, r: (_rows(t, r), t.H),
                    "[A, H] received rows, grouped by local expert"),
         TensorSpec("dynamic_scales", _scales_dtype, _scales_shape, "per-row scales"),
         ASSIST,
@@ -95,14 +95,14 @@ class Combine(Kernel):
         Phase("combine", "every core"),
     )
     inputs = (
-        TensorSpec("expand_x", _token, lambda t, r: (_rows(t, r), t.h),
+        TensorSpec("expand_x", _token, lambda t, r: (_rows(t, r), t.H),
                    "[A, H] expert outputs of the received rows"),
         ASSIST, RECV, IDS,
-        TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.bs, t.k),
+        TensorSpec("expert_scales", const(np.float32), lambda t, r: (t.BS, t.K),
                    "[BS, K] routing weights"),
     )
     variant = "combine_quant"
-    outputs = (TensorSpec("x", _token, lambda t, r: (t.bs, t.h), "[BS, H] combined tokens"),)
+    outputs = (TensorSpec("x", _token, lambda t, r: (t.BS, t.H), "[BS, H] combined tokens"),)
 
     def program(self, tiling: MoeTiling) -> Any:
         return combine_program(tiling)
@@ -132,19 +132,14 @@ OPTIONS = (
 """The workload options, declared once: the tiling takes their defaults."""
 
 
-class CannSample(ExchangeFamily):
+class CannSample(MoeDistributeFamily):
     name = "cann_sample"
     help = ("the CANN sample moe_dispatch_and_combine_story (MXFP8/INT8 dispatch, INT8 "
             "combine), with ops-transformer V2's shared experts")
     ops = (DISPATCH, COMBINE)
-    references = chains = True
-    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
-                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count")
     shape_limits = DISPATCH_V3_LIMITS  # the sample implements the V3 operators' algorithm
     options = OPTIONS
     variants = (Variant(""),)
-    dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
-    combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
     case_format = ("CANN sample case directory: input/, golden/, output/chip_<r>/"
                    "<name>_<r>.bin (gen_data.py, verify_result.py)")
 
@@ -210,7 +205,7 @@ class CannSample(ExchangeFamily):
         if COMBINE.name in kernels:
             combine = t.combine_record.slot_bytes  # the combine slot in the source's window
             if not timing_only:
-                combine += 2 * t.h  # combine's expand_x input row in the token dtype
+                combine += 2 * t.H  # combine's expand_x input row in the token dtype
         if not dispatch or not combine:
             return dispatch + combine
         if workers >= 2:  # the forked combine also holds the reference dispatch's rows

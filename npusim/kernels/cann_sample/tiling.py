@@ -35,68 +35,24 @@ class MoeTiling(OnShape):
     timing_only: bool = False  # move no payload bytes (flags and counts still move)
 
     def __post_init__(self) -> None:
-        if self.shared_experts and self.n_all_to_all < 1:
+        if self.S and self.n_all_to_all < 1:
             raise ValueError(f"{self.cores} cores leave no MoE-send core next to "
                              f"{self.n_shared_send_cores} shared-send and {self.n_cumsum} "
                              "cum-sum cores")
 
-    # ---- the shape under the kernels' names
-    @property
-    def bs(self) -> int:
-        return self.shape.BS
-
-    @property
-    def h(self) -> int:
-        return self.shape.H
-
-    @property
-    def k(self) -> int:
-        return self.shape.K
-
-    @property
-    def experts_per_rank(self) -> int:
-        return self.shape.L
-
     @property
     def dtype(self) -> str:
+        """The token dtype's name (float16, bfloat16)."""
         return self.shape.dtype
-
-    @property
-    def shared_experts(self) -> int:
-        return self.shape.S
-
-    @property
-    def shared_expert_ranks(self) -> int:
-        return self.shape.S_r
-
-    # ---- shared experts (ops-transformer MoeDistributeDispatchV2 / CombineV2)
-    @property
-    def moe_ranks(self) -> int:
-        return self.shape.moe_ranks
-
-    @property
-    def n_experts(self) -> int:
-        return self.shape.E
-
-    @property
-    def ranks_per_shared_expert(self) -> int:
-        return self.shape.R
-
-    def max_rows_of(self, rank: int) -> int:
-        return self.shape.rows_of(rank)
 
     @property
     def n_shared_send_cores(self) -> int:
         """The last max(1, C*S // (K+S)) cores send to the shared experts (V2), 0 if S = 0."""
-        return shared_send_core_count(self.cores, self.k, self.shared_experts)
-
-    @property
-    def max_rows(self) -> int:
-        return self.shape.A
+        return shared_send_core_count(self.cores, self.K, self.S)
 
     @cached_property
     def record(self) -> DispatchRecordLayout:
-        return dispatch_record_layout(self.h, self.dispatch_quant, self.dtype)
+        return dispatch_record_layout(self.H, self.dispatch_quant, self.dtype)
 
     @cached_property
     def window(self) -> WindowLayout:
@@ -114,8 +70,4 @@ class MoeTiling(OnShape):
 
     @cached_property
     def combine_record(self):
-        return combine_record_layout(self.h, self.combine_quant, self.dtype)
-
-    @property
-    def token_bytes(self) -> int:
-        return self.shape.token_bytes
+        return combine_record_layout(self.H, self.combine_quant, self.dtype)

@@ -6,7 +6,8 @@ the source's (token, k) order) into a fixed-capacity buffer whose rows past the 
 ones stay zero, a (source rank, token, k) triple per row and the running count per
 (local expert, source) entry; their combines send each row back to the triple's slot.
 Only the names, the capacity and the per-expert dtype differ, so the families name the
-fields of `Padded` and the sums of `returned` their own way.
+fields of `Padded` and the sums of `returned` their own way. The three move the tokens as
+they are, with one kernel each way: `PaddedExchange` is what their families declare alike.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.exchange import received
-from npusim.kernels.kernel import TensorSpec, const
+from npusim.kernels.exchange import Chain, ExchangeFamily, received
+from npusim.kernels.family import Variant
+from npusim.kernels.kernel import Kernel, TensorSpec, const
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,35 @@ def padded_specs(dtype: Any, names: tuple[str, str, str], capacity: str
                        f"[{capacity}, 3] (source rank, token, k) of each row"),
             TensorSpec(running, const(np.int32), lambda t, r: (t.W * t.L,),
                        "[W*L] running row count after entry le*W + src"))
+
+
+def per_expert_spec(name: str, dtype: Any, help: str) -> TensorSpec:
+    """`Padded.per_expert` as a family's [L] tensor of the integer `dtype`."""
+    return TensorSpec(name, const(dtype), lambda t, r: (t.L,), help)
+
+
+def padded_chain(dispatch: Kernel, combine: Kernel) -> Chain:
+    """Combine reads dispatch's `Padded` back: its first three inputs are dispatch's first
+    three outputs (the rows, the triples, the running counts, as `padded_specs` declares
+    them), up to the last running count."""
+    outs = [spec.name for spec in dispatch.outputs[:3]]
+    return Chain({spec.name: out for spec, out in zip(combine.inputs[:3], outs, strict=True)},
+                 counts=outs[2])
+
+
+class PaddedExchange(ExchangeFamily):
+    """A SHMEM port's family: it moves the tokens as they are (one variant, no
+    quantisation either way), its reference_dispatch gives `Padded`'s fields, its combine
+    reads them back (`padded_chain`) and its tiling holds its window."""
+
+    references = True  # reference_dispatch
+    chains = True
+    variants = (Variant(""),)
+    dispatch_quants = {"none": {}}
+    combine_quants = {"none": {}}
+
+    def window(self, tiling: Any) -> Any:
+        return tiling.window
 
 
 def padded_dispatch(x: Sequence[np.ndarray], ids: Sequence[np.ndarray], L: int,

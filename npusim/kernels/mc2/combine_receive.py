@@ -8,6 +8,7 @@ import numpy as np
 
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.common.status import SPLIT_BLOCK_DATA_SIZE, WIN_ADDR_ALIGN
+from npusim.kernels.mc2.active_mask import active_token_count, copy_mask_rows, row_sum_instrs
 from npusim.kernels.mc2.combine_expert import process_expert
 from npusim.kernels.mc2.combine_perf import PerfInfo
 from npusim.kernels.mc2.combine_send import int8_send_bytes
@@ -237,37 +238,17 @@ def _active_tokens(ctx: KernelContext, t: Mc2Tiling, bs: int) -> Wait:
     live = np.ones((bs, K), bool)
     if t.x_active_mask == "none":
         return live, np.arange(bs)
-    raw = ctx.tensor("x_active_mask").as_array(np.uint8).astype(bool)
     buf = ctx.alloc("mask", align32(bs * align32(K)) * 2)
     if t.x_active_mask == "1d":
-        yield from ctx.wait(ctx.copy_in(buf, ctx.tensor("x_active_mask"), 0, bs, name="copy_mask"))
-        ctx.vector_seq(
-            "token_mask", [("cast", bs, np.float16), ("sum", bs, np.float16)], reads=[buf]
-        )
-        yield from ctx.pipe_barrier("vector")
-        a = int(np.count_nonzero(raw))
+        a = yield from active_token_count(ctx, buf, bs)
         live[a:] = False
         return live, np.arange(a)
-    yield from ctx.wait(
-        ctx.copy_in(
-            buf,
-            ctx.tensor("x_active_mask"),
-            0,
-            0,
-            name="copy_mask",
-            strided=Strided(bs, K, dst_gap=align32(K) - K),
-        )
-    )
+    yield from copy_mask_rows(ctx, buf, bs, K, "copy_mask")
     ctx.vector_seq(
         "expert_mask",
-        [
-            ("cast", bs * align32(K), np.float16),
-            ("sum_k", bs * align32(K), np.float16),
-            ("compare", bs, np.float16),
-            ("gather_mask", bs, np.int32),
-        ],
+        [*row_sum_instrs(bs, K), ("compare", bs, np.float16), ("gather_mask", bs, np.int32)],
         reads=[buf],
     )
     yield from ctx.pipe_barrier("vector")
-    live = raw.reshape(bs, K)
+    live = ctx.tensor("x_active_mask").as_array(np.uint8).astype(bool).reshape(bs, K)
     return live, np.flatnonzero(live.any(axis=1))

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.int8_quant import int8_quant_process
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.common.status import SPLIT_BLOCK_DATA_SIZE, WIN_ADDR_ALIGN
 from npusim.kernels.mc2 import quant_modes as qm
@@ -197,24 +198,7 @@ def _quant_int8(ctx: KernelContext, t: Mc2Tiling, src, out, nbytes: int) -> None
         o[align32(h) : align32(h) + sb.size] = sb
         o[align32(h) + sb.size :] = 0
 
-    nb = ceil_div(h, 8)
-    ctx.vector_seq(
-        "int8_quant",
-        [
-            ("cast_f32", h, F32),
-            ("abs", h, F32),
-            ("block_reduce_max", h, F32),
-            ("muls", nb, F32),
-            ("cast_scale", nb, F32),
-            ("brcb", h, F32),
-            ("div", h, F32),
-            ("cast_f16", h, F32),
-            ("cast_i8", h, np.float16),
-        ],
-        reads=[src],
-        writes=[out],
-        fn=None if t.timing_only else effect,
-    )
+    int8_quant_process(ctx, src, out, h, ceil_div(h, 8), None if t.timing_only else effect)
 
 
 def _quant_mx(ctx: KernelContext, t: Mc2Tiling, src, out, fp8: str) -> None:

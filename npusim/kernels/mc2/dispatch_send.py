@@ -5,17 +5,19 @@ its shared experts'. CalTokenSendExpertCnt's five instructions run over every ea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from npusim.kernels.common.int8_quant import to_f32_instrs, token_cast_instrs, token_max_instrs
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import reference as ref
+from npusim.kernels.mc2.active_mask import active_token_count, copy_mask_rows, row_sum_instrs
 from npusim.kernels.mc2.tiling import Mc2Tiling
 from npusim.kernels.quant import int8_token_quantize, token_dtype
 from npusim.runtime.conditions import Wait
-from npusim.runtime.context import KernelContext, Strided
+from npusim.runtime.context import KernelContext
 from npusim.units import align32
 
 F32, I32 = np.float32, np.int32
@@ -47,20 +49,24 @@ class SendQueues:
         self.i = 0
 
 
-def process_token(
-    ctx: KernelContext,
-    t: Mc2Tiling,
-    q: SendQueues,
-    memo: dict,
-    token: int,
-    k: int,
-    scale_row: int,
-    dst: int,
-    offset: int,
-    expert_scale: float | None,
-) -> Wait:
+class TokenSend(NamedTuple):
+    """One row a send core puts (ProcessToken's, TokenToExpert's arguments): the token, its
+    k (K + j for shared expert j), the row of the smooth scales its quantisation takes,
+    the destination rank, the window offset of the slot and the pair's expert scale."""
+
+    token: int
+    k: int
+    scale_row: int
+    dst: int
+    offset: int
+    expert_scale: float | None = None
+
+
+def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict,
+                  item: TokenSend) -> Wait:
     """ProcessToken: load the row, [quantise], FillTriple ([wait for the core's puts],
     the triplet), one put of the slot's bytes."""
+    token, k, scale_row, dst, offset, expert_scale = item
     slot = t.window.dispatch
     p = q.i % len(q.outs)
     q.i += 1
@@ -138,18 +144,14 @@ def _quantise(
             fn=fn,
         )
         return
-    seq = [("cast_f32", h, F32)]
-    if t.smooth_scales:
-        seq.append(("mul_scales", h, F32))
-    if t.dispatch_quant == "int8":
-        seq += [("abs", h, F32), ("reduce_max", h, F32)]
-        ctx.vector_seq("int8_max", seq, reads=[src])
+    if t.dispatch_quant == "int8":  # QuantDynamicPerToken
+        ctx.vector_seq("int8_max", token_max_instrs(h, t.smooth_scales), reads=[src])
         ctx.scalar(4)  # SyncFunc<V_S>, 127 / max
-        seq = [("muls", h, F32)]
-    seq += [("cast_i32", h, F32), ("cast_f16", h, F32), ("cast_i8", h, np.float16)]
-    ctx.vector_seq("quant", seq, reads=[src], writes=[out], fn=fn)
-    if t.dispatch_quant == "int8":
+        ctx.vector_seq("quant", token_cast_instrs(h), reads=[src], writes=[out], fn=fn)
         ctx.scalar(2)  # SetValue of the scale
+        return
+    seq = to_f32_instrs(h, t.smooth_scales) + token_cast_instrs(h, scaled=False)  # QuantStatic
+    ctx.vector_seq("quant", seq, reads=[src], writes=[out], fn=fn)
 
 
 def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
@@ -166,19 +168,12 @@ def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
     if t.x_active_mask != "none" or t.shape.special_experts:
         scratch = ctx.alloc("mask_scratch", align32(max(bs * align32(K), n)) * 2)
     if t.x_active_mask != "none":
-        mt = ctx.tensor("x_active_mask")
-        raw = mt.as_array(np.uint8).astype(bool)
         if t.x_active_mask == "1d":  # TokenActiveMaskCal: Cast + Sum
-            yield from ctx.wait(ctx.copy_in(scratch, mt, 0, bs, name="copy_mask"))
-            ctx.vector_seq(
-                "token_mask", [("cast", bs, np.float16), ("sum", bs, np.float16)], reads=[scratch]
-            )
-            yield from ctx.pipe_barrier("vector")
-            a = int(np.count_nonzero(raw))
+            a = yield from active_token_count(ctx, scratch, bs)
             tokens = np.arange(a)
             pair[a:] = False
         else:  # ExpertActiveMaskCal
-            m = yield from expert_active_mask_cal(ctx, scratch, mt, bs, K)
+            m = yield from expert_active_mask_cal(ctx, scratch, bs, K)
             pair &= m
             tokens = np.flatnonzero(m.any(axis=1))
     if t.shape.special_experts:
@@ -187,25 +182,16 @@ def active_set(ctx: KernelContext, t: Mc2Tiling) -> Wait:
     return tokens, np.flatnonzero(pair.reshape(-1))
 
 
-def expert_active_mask_cal(ctx: KernelContext, scratch, mt, bs: int, K: int) -> Wait:
+def expert_active_mask_cal(ctx: KernelContext, scratch, bs: int, K: int) -> Wait:
     """ExpertActiveMaskCal: strided + dense reads of the 2-D mask, Sum over K, GatherMask
     twice. Returns the live pairs (BS, K)."""
     n = bs * K
-    yield from ctx.wait(
-        ctx.copy_in(
-            scratch,
-            mt,
-            0,
-            0,
-            name="copy_mask_rows",
-            strided=Strided(bs, K, dst_gap=align32(K) - K),
-        )
-    )
+    mt = ctx.tensor("x_active_mask")
+    yield from copy_mask_rows(ctx, scratch, bs, K, "copy_mask_rows")
     ctx.vector_seq(
         "valid_bs",
         [
-            ("cast", bs * align32(K), np.float16),
-            ("sum_k", bs * align32(K), np.float16),
+            *row_sum_instrs(bs, K),
             ("mins", bs, np.float16),
             ("compare", bs, np.float16),
             ("vec_index", bs, I32),
@@ -268,18 +254,9 @@ def _send_to_moe_experts(ctx: KernelContext, t: Mc2Tiling, state: int, q: SendQu
         cnt = int(np.count_nonzero(ids[:index] == e)) if index else 0
         block = rank * t.L + e % t.L
         off = win.dispatch_slot_offset(state, block, cnt)
-        yield from process_token(
-            ctx,
-            t,
-            q,
-            memo,
-            token,
-            k,
-            e + (t.S if t.shape.S_r else 0),
-            t.expert_rank(e),
-            off,
-            None if es is None else float(es[flat]),
-        )
+        scale = None if es is None else float(es[flat])
+        yield from process_token(ctx, t, q, memo, TokenSend(
+            token, k, e + (t.S if t.shape.S_r else 0), t.expert_rank(e), off, scale))
 
 
 def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict) -> Wait:
@@ -334,31 +311,23 @@ def send_to_shared(
 ) -> Wait:
     """SendToSharedExpert: item v -> active token v % activeBS to shared expert v // activeBS,
     into slot v % activeBS of this rank's block."""
-    for token, k, j, dst, off in shared_items(
-        t, state, ctx.rank_id, tokens, t.shared_send_cores, c
-    ):
+    for item in shared_items(t, state, ctx.rank_id, tokens, t.shared_send_cores, c):
         ctx.scalar(4)
-        yield from process_token(ctx, t, q, memo, token, k, j, dst, off, None)
+        yield from process_token(ctx, t, q, memo, item)
     yield from ctx.pipe_barrier("mte3")
 
 
 def shared_items(
     t: Mc2Tiling, state: int, rank: int, tokens: np.ndarray, cores: int, c: int
-) -> list[tuple[int, int, int, int, int]]:
-    """Shared-send core c's contiguous share of the activeBS * S items: (token, k = K + j,
-    shared expert j, destination rank, window offset) of item v = j * activeBS + slot."""
+) -> list[TokenSend]:
+    """Shared-send core c's contiguous share of the activeBS * S items: item v =
+    j * activeBS + slot sends token tokens[slot] as k = K + j (scales row j) to shared
+    expert j's rank, into slot `slot` of this rank's block."""
     a = tokens.size
     v0, v1 = split_to_core(a * t.S, cores, c)
     out = []
     for v in range(v0, v1):
         slot, j = v % a, v // a
-        out.append(
-            (
-                int(tokens[slot]),
-                t.K + j,
-                j,
-                t.shared_dst(rank, j),
-                t.window.dispatch_slot_offset(state, rank, slot),
-            )
-        )
+        off = t.window.dispatch_slot_offset(state, rank, slot)
+        out.append(TokenSend(int(tokens[slot]), t.K + j, j, t.shared_dst(rank, j), off))
     return out

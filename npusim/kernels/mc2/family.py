@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS as _V3
-from npusim.kernels.exchange import Chain, ExchangeFamily
+from npusim.kernels.common.moe_distribute import MOE_DISTRIBUTE_CHAIN, MoeDistributeFamily
 from npusim.kernels.family import Misfit, Variant
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.mc2 import quant_modes as qm
@@ -244,20 +244,15 @@ def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
     return None
 
 
-class Mc2(ExchangeFamily):
+class Mc2(MoeDistributeFamily):
     name = "mc2"
     help = ("ops-transformer MoeDistributeDispatchV3 / CombineV3, comm_alg fullmesh_v1 "
             "(the default of vllm-ascend, DeepEP-Ascend, cann-recipes-infer) or fullmesh_v2")
     ops = (DISPATCH, COMBINE)
-    references = chains = True
-    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
-                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count",
-                  also=("dynamic_scales",))
+    chain = replace(MOE_DISTRIBUTE_CHAIN, also=("dynamic_scales",))
     runs = {"dispatch": ("dispatch",), "dispatch_combine": ("dispatch", "combine")}
     shape_limits = _V3
     variants = tuple(Variant(a, {"comm_alg": a}) for a in ("fullmesh_v1", "fullmesh_v2"))
-    dispatch_quants = {q: {"dispatch_quant": q} for q in ("none", "int8", "mxfp8")}
-    combine_quants = {q: {"combine_quant": q} for q in ("none", "int8")}
     options = OPTIONS
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,

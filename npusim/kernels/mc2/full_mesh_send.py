@@ -5,6 +5,7 @@ flag of 1.0."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy as np
 from npusim.kernels.mc2 import quant_modes as qm
 from npusim.kernels.mc2 import tiling as tl
 from npusim.kernels.mc2.dispatch_send import (
+    TokenSend,
     _cal_token_send_expert_cnt,
     _quantise,
     active_set,
@@ -48,19 +50,32 @@ def exp_ids_copy_and_mask_cal(ctx: KernelContext, t: Mc2Tiling) -> Wait:
     return ids_buf, flat, tokens
 
 
+@dataclass(frozen=True)
+class SendIds:
+    """What the MoE send paths read of ExpIdsCopyAndMaskCal: the ids in UB, their values
+    (-1 where a pair does not travel) and the pairs' expert scales (None without)."""
+
+    buf: Any
+    flat: np.ndarray
+    scales: np.ndarray | None
+
+    def scale(self, index: int) -> float | None:
+        """Pair `index`'s expert scale, as FillTriple writes it."""
+        return None if self.scales is None else float(self.scales[index])
+
+
 def expert_cnt(flat: np.ndarray, e: int, index: int, K: int) -> int:
     """What CalTokenSendExpertCnt(e, index) returns: the pairs before `index` that name e
     (0 for index < K, the first token's K distinct experts)."""
     return 0 if index < K else int(np.count_nonzero(flat[:index] == e))
 
 
-def cal_token_send_expert_cnt(
-    ctx: KernelContext, ids_buf, flat: np.ndarray, e: int, index: int, K: int
-) -> Wait:
+def cal_token_send_expert_cnt(ctx: KernelContext, ids: SendIds, e: int, index: int, K: int
+                              ) -> Wait:
     """CalTokenSendExpertCnt: its five vector instructions over `index` ids, unless index < K."""
     if index >= K:
-        yield from _cal_token_send_expert_cnt(ctx, ids_buf, index)
-    return expert_cnt(flat, e, index, K)
+        yield from _cal_token_send_expert_cnt(ctx, ids.buf, index)
+    return expert_cnt(ids.flat, e, index, K)
 
 
 # --------------------------------------------------------------------------- send
@@ -135,22 +150,13 @@ def fill_triple(
         ctx.ub_write(buf, at(slot.expert_scale_offset), np.array([expert_scale], F32))
 
 
-def token_to_expert(
-    ctx: KernelContext,
-    t: Mc2Tiling,
-    s: SendSlots,
-    memo: dict,
-    token: int,
-    k: int,
-    scale_row: int,
-    dst: int,
-    offset: int,
-    expert_scale: float | None,
-) -> Wait:
+def token_to_expert(ctx: KernelContext, t: Mc2Tiling, s: SendSlots, memo: dict,
+                    item: TokenSend) -> Wait:
     """TokenToExpert / TokenToExpertInQuant: load the row, [quantise], FillTriple, pack into
     an out slot, one put of the whole slot. A3 alternates two slots and waits for the last
     put before FillTriple (SyncFunc<MTE3_S>); the 950 cycles its slots, each waiting for
     its own previous put (WaitFlag<MTE3_V>)."""
+    token, k, scale_row, dst, offset, expert_scale = item
     a3 = t.arch == "arch22"
     p = s.i % len(s.outs)
     xin = s.ins[s.i % 2]
@@ -199,15 +205,16 @@ def all_to_all_dispatch(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict
             es = ctx.ub_read(es_buf, F32, n, ops=0)
     if tokens.size == 0:
         return
+    ids = SendIds(ids_buf, flat, es)
     moe = tl.full_mesh_moe_cores(t, rank)
     if core >= moe and t.shape.S_r:
         yield from send_to_shared_expert(ctx, t, state, memo, core - moe, tokens)
     elif t.arch == "arch35":
-        yield from send_to_moe_expert_by_token(ctx, t, state, memo, ids_buf, flat, es, tokens.size)
+        yield from send_to_moe_expert_by_token(ctx, t, state, memo, ids, tokens.size)
     elif tl.bs_mode(t, rank, tokens.size):
-        yield from send_to_moe_expert_by_bs(ctx, t, state, memo, ids_buf, flat, tokens.size)
+        yield from send_to_moe_expert_by_bs(ctx, t, state, memo, ids, tokens.size)
     else:
-        yield from send_to_moe_expert(ctx, t, state, memo, ids_buf, flat, es)
+        yield from send_to_moe_expert(ctx, t, state, memo, ids)
     yield from ctx.pipe_barrier("mte3")
 
 
@@ -225,19 +232,17 @@ def send_to_shared_expert(
     rank = ctx.rank_id
     s = SendSlots(ctx, t, _slots(t, rank, False))
     yield from ctx.pipe_barrier("vector")
-    for token, k, j, dst, off in shared_items(
-        t, state, rank, tokens, tl.full_mesh_shared_cores(t, rank), c
-    ):
+    for item in shared_items(t, state, rank, tokens, tl.full_mesh_shared_cores(t, rank), c):
         ctx.scalar(4)
-        yield from token_to_expert(ctx, t, s, memo, token, k, j, dst, off, None)
+        yield from token_to_expert(ctx, t, s, memo, item)
     yield from s.wait_all(ctx)
 
 
-def _cal_expert_send_num(ctx: KernelContext, t: Mc2Tiling, ids_buf: Any, flat: np.ndarray,
-                         owned: list, moe: int) -> Wait:
+def _cal_expert_send_num(ctx: KernelContext, t: Mc2Tiling, ids: SendIds, owned: list, moe: int
+                         ) -> Wait:
     """CalExpertSendNum: per owned expert a CompareScalar and a GatherMask over the ids;
     returns each owned expert's pairs (flat indices)."""
-    n = flat.size
+    n, ids_buf = ids.flat.size, ids.buf
     mask_bytes = align32(align_up(4 * n, 256) // 4 // 8)
     mask = ctx.alloc("expert_mask", mask_bytes * max(1, ceil_div(t.shape.E, moe)))
     ctx.alloc("token_num_to_expert", align32(4 * t.shape.E))
@@ -251,19 +256,12 @@ def _cal_expert_send_num(ctx: KernelContext, t: Mc2Tiling, ids_buf: Any, flat: n
         ctx.vector("gather_mask", n, I32, reads=[ids_buf, mask])
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>
         ctx.scalar(1)
-        pairs.append(np.flatnonzero(flat == e))
+        pairs.append(np.flatnonzero(ids.flat == e))
     return pairs
 
 
-def send_to_moe_expert(
-    ctx: KernelContext,
-    t: Mc2Tiling,
-    state: int,
-    memo: dict,
-    ids_buf,
-    flat: np.ndarray,
-    es: np.ndarray | None,
-) -> Wait:
+def send_to_moe_expert(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict, ids: SendIds
+                       ) -> Wait:
     """A3 SendToMoeExpert by expert: SplitExpertNumToCore, CalExpertSendNum (a CompareScalar
     and a GatherMask per owned expert), then per owned expert from (i + rank % n) % n every
     set bit of its mask (ScalarGetSFFValue), the remainder expert's pairs dealt round robin
@@ -271,8 +269,8 @@ def send_to_moe_expert(
     rank, K = ctx.rank_id, t.K
     moe = tl.full_mesh_moe_cores(t, rank)
     owned = tl.split_expert_num_to_core(t.shape.E, moe, ctx.core_id)
-    pairs = yield from _cal_expert_send_num(ctx, t, ids_buf, flat, owned, moe)
-    n = flat.size
+    pairs = yield from _cal_expert_send_num(ctx, t, ids, owned, moe)
+    n = ids.flat.size
     s = SendSlots(ctx, t, 2)
     yield from ctx.pipe_barrier("vector")
     words = ceil_div(n, 64)
@@ -290,62 +288,44 @@ def send_to_moe_expert(
                 continue
             token, k = divmod(f, K)
             off = t.window.dispatch_slot_offset(state, block, j)
-            yield from token_to_expert(
-                ctx,
-                t,
-                s,
-                memo,
-                token,
-                k,
-                e + t.S,
-                t.expert_rank(e),
-                off,
-                None if es is None else float(es[f]),
-            )
+            item = TokenSend(token, k, e + t.S, t.expert_rank(e), off, ids.scale(f))
+            yield from token_to_expert(ctx, t, s, memo, item)
     yield from s.wait_all(ctx)
 
 
-def send_to_moe_expert_by_token(
-    ctx: KernelContext,
-    t: Mc2Tiling,
-    state: int,
-    memo: dict,
-    ids_buf,
-    flat: np.ndarray,
-    es: np.ndarray | None,
-    active: int,
-) -> Wait:
+def send_to_moe_expert_by_token(ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict,
+                                ids: SendIds, active: int) -> Wait:
     """The 950's SendToMoeExpert by token: items core, core + moe, ...; per item its slot by
     CalTokenSendExpertCnt and the rotated block ((src + dst) % W) * L + e % L."""
     rank, K = ctx.rank_id, t.K
     moe = tl.full_mesh_moe_cores(t, rank)
     s = SendSlots(ctx, t, _slots(t, rank, False))
-    valid_n = active * K if t.x_active_mask == "1d" else flat.size  # validTokenNum
+    valid_n = active * K if t.x_active_mask == "1d" else ids.flat.size  # validTokenNum
     for index in range(ctx.core_id, valid_n, moe):
-        e = int(flat[index])
+        e = int(ids.flat[index])
         ctx.scalar(4)
         if e < 0 or e >= t.shape.E:
             continue
         dst = t.expert_rank(e)
-        cnt = yield from cal_token_send_expert_cnt(ctx, ids_buf, flat, e, index, K)
+        cnt = yield from cal_token_send_expert_cnt(ctx, ids, e, index, K)
         block = tl.rotated_block(rank, dst, e, t.W, t.L)
         off = t.window.dispatch_slot_offset(state, block, cnt)
         token, k = divmod(index, K)
         yield from token_to_expert(
-            ctx, t, s, memo, token, k, e + t.S, dst, off, None if es is None else float(es[index])
+            ctx, t, s, memo, TokenSend(token, k, e + t.S, dst, off, ids.scale(index))
         )
     yield from s.wait_all(ctx)
 
 
 def send_to_moe_expert_by_bs(
-    ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict, ids_buf, flat: np.ndarray, active: int
+    ctx: KernelContext, t: Mc2Tiling, state: int, memo: dict, ids: SendIds, active: int
 ) -> Wait:
     """SendToMoeExpertByBS (A3, canUseBSMode): CalcBSTokenRange, then per token one load and
     one quantisation, and SendBSExpertLoop: its K (or its share of K) destinations in
     batches of sendTokenBufNum_ slots, k = (ki + token) % K unless cores share the token;
     each a CalTokenSendExpertCnt, the pack Copy pair, the triplet by scalar stores, a put;
     the batch's puts done before the next batch reuses the slots."""
-    rank, K = ctx.rank_id, t.K
+    rank, K, flat = ctx.rank_id, t.K, ids.flat
     t0, t1, k0, k1, multi = tl.bs_token_range(t, rank, ctx.core_id, active)
     nslots = tl.send_token_buf_num(t, rank, True)
     if t.dispatch_quant == "none" and t.x_active_mask == "none" and not t.shape.special_experts:
@@ -383,7 +363,7 @@ def send_to_moe_expert_by_bs(
                     continue
                 cnt = 0
                 if flat_idx > 0:
-                    cnt = yield from cal_token_send_expert_cnt(ctx, ids_buf, flat, e, flat_idx, K)
+                    cnt = yield from cal_token_send_expert_cnt(ctx, ids, e, flat_idx, K)
                 out = s.outs[ki - b0]
                 pack(ctx, t, rec, out)
                 yield from ctx.pipe_barrier("vector")  # SyncFunc<V_S>

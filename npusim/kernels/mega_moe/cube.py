@@ -41,8 +41,8 @@ CHUNKS = TILE_K // L0_K
 def tiles(t: MegaTiling, b: int, m_loops: int, n_loops: int, start: int
           ) -> list[tuple[int, int]]:
     """This block's tiles: from (b - start) mod AIC, every AIC-th of the swizzled order."""
-    first = b + t.aic - start if b < start else b - start
-    return [swizzle(i, m_loops, n_loops) for i in range(first, m_loops * n_loops, t.aic)]
+    first = b + t.block_dim - start if b < start else b - start
+    return [swizzle(i, m_loops, n_loops) for i in range(first, m_loops * n_loops, t.block_dim)]
 
 
 def block_tiles(t: MegaTiling, b: int, st: Any, m: int, tile_m: int, n: int
@@ -53,7 +53,7 @@ def block_tiles(t: MegaTiling, b: int, st: Any, m: int, tile_m: int, n: int
     m_loops, n_loops = ceil_div(m, tile_m), ceil_div(n, TILE_N)
     for mi, ni in tiles(t, b, m_loops, n_loops, st.start_block):
         yield mi, ni, min(tile_m, m - mi * tile_m), min(TILE_N, n - ni * TILE_N)
-    st.start_block = (st.start_block + m_loops * n_loops) % t.aic
+    st.start_block = (st.start_block + m_loops * n_loops) % t.block_dim
 
 
 class BlockMmad:

@@ -53,7 +53,7 @@ SCRATCH = (
     _spec("received_token_scales", U8, lambda t, r: (t.max_recv, t.H // 32), "their E8M0"),
     _spec("activated_token_data", U8, lambda t, r: (t.max_recv, t.F2), "SwiGLU, FP8"),
     _spec("activated_token_scales", U8, lambda t, r: (t.max_recv, t.F2 // 32), "their E8M0"),
-    _spec("received_token_counts", I32, lambda t, r: (t.L * 8 * t.aic,),
+    _spec("received_token_counts", I32, lambda t, r: (t.L * 8 * t.block_dim,),
           "per expert and AIC, 32 B: the expert's row count"),
     _spec("routing_metadata", I32, lambda t, r: (t.max_recv * 8,),
           "32 B per row: source rank, token, k"),

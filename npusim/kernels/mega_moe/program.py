@@ -117,7 +117,7 @@ def _aic(ctx: KernelContext, t: MegaTiling, b: int) -> Wait:
     for e in range(t.L):
         with ctx.phase("count_received_tokens"):
             yield from hw.wait_flag(ctx, 2 + 16)
-            m = yield from hw.read_bypass(ctx, counts, (e * t.aic + b) * 32)
+            m = yield from hw.read_bypass(ctx, counts, (e * t.block_dim + b) * 32)
             hw.set_flag(ctx, 3)
         ms.append(m)
         if m:
@@ -158,7 +158,7 @@ def _aiv(ctx: KernelContext, t: MegaTiling, b: int, sub: int) -> Wait:
         else:
             with ctx.phase("count_received_tokens"):
                 yield from hw.wait_flag(ctx, 3)
-                m = yield from hw.read_bypass(ctx, counts, (e * t.aic + b) * 32)
+                m = yield from hw.read_bypass(ctx, counts, (e * t.block_dim + b) * 32)
         ms.append(m)
         if not m:
             continue
@@ -189,7 +189,7 @@ def _build_send_masks(ctx: KernelContext, t: MegaTiling, vid: int) -> Wait:
     """Expert e = vid, vid + 2*AIC, ...: CompareScalar(ids == e) as a bitmask over the
     padded routes, GatherMask's count after it, one MTE3 store of mask + count straight
     into inboundMask[le * W + me] of the expert's rank (double-buffered)."""
-    experts = range(vid, t.W * t.L, t.aiv)
+    experts = range(vid, t.W * t.L, t.aiv_num)
     if not experts:
         return
     ids_buf = ctx.alloc("expert_ids", t.pad_routes * 4)
@@ -226,7 +226,7 @@ def _quantize_local_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Wait:
     """Tokens split over the AIV cores; per token MTE2 loads the bf16 row, ComputeMaxExp,
     ComputeScale and ComputeFp8Data make the FP8 row and its E8M0 scales, MTE3 stores
     them to the local quantizedTokens (double-buffered)."""
-    first, count = split_share(t.BS, t.aiv, vid)
+    first, count = split_share(t.BS, t.aiv_num, vid)
     if not count:
         return
     x = ctx.tensor("x")
@@ -288,7 +288,7 @@ def _count_received_tokens(ctx: KernelContext, t: MegaTiling, b: int, e: int,
         st.routes[src] = np.flatnonzero(bits[:t.routes])
     cnt = st.scratch(ctx)
     ctx.ub_write(cnt, 0, np.array([m] + [0] * 7, np.int32))
-    store = ctx.copy_out(ctx.tensor("received_token_counts"), (e * t.aic + b) * 32, cnt, 32)
+    store = ctx.copy_out(ctx.tensor("received_token_counts"), (e * t.block_dim + b) * 32, cnt, 32)
     yield from ctx.wait(store)
     hw.set_flag(ctx, 2)
     return m
@@ -304,7 +304,7 @@ def _dispatch(ctx: KernelContext, t: MegaTiling, b: int, e: int, st: ExpertState
     data, scales = ctx.tensor("received_token_data"), ctx.tensor("received_token_scales")
     meta_t, ready = ctx.tensor("routing_metadata"), ctx.tensor("input_ready")
     ring = st.ring(ctx)
-    for idx in range(b, t.W * cbpr, t.aic):
+    for idx in range(b, t.W * cbpr, t.block_dim):
         src, part = divmod(idx, cbpr)
         ctx.vector("gather_mask", t.routes, np.int32)
         start = st.prefix[e * t.W + src - 1] if (src or e) else 0
@@ -357,7 +357,7 @@ def _copy_expert_token_counts(ctx: KernelContext, t: MegaTiling, ms: list[int]) 
 def _combine_routed_tokens(ctx: KernelContext, t: MegaTiling, vid: int) -> Wait:
     """Tokens split over the AIV cores; per token and k, MTE2 loads the returned bf16 row,
     Cast to fp32, Muls by the routing weight and Add; Cast (RINT) to bf16, MTE3 to y."""
-    first, count = split_share(t.BS, t.aiv, vid)
+    first, count = split_share(t.BS, t.aiv_num, vid)
     if not count:
         return
     row = t.H * 2

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.shape import OnShape
 from npusim.units import KiB, align512, align_up, ceil_div
 from npusim.workload.shape import MoeShape
@@ -36,24 +37,16 @@ SWIZZLE = 3  # GemmIdentityBlockSwizzle<3, 1>
 
 
 @dataclass(frozen=True)
-class MegaTiling(OnShape):
+class MegaTiling(MixLaunch, OnShape):
     shape: MoeShape
     F: int  # ffn_dim (gate + up)
     mode: str  # e4m3 | e5m2
     max_recv: int  # max_received_tokens (0 in the scenario: the auto capacity)
     harness: bool
-    aic: int  # cube blocks launched (1 AIC : 2 AIV each)
+    block_dim: int  # cube blocks launched (1 AIC : 2 AIV each)
     timing_only: bool = False
 
     # ---- sizes
-    @property
-    def cores(self) -> int:
-        return self.aic
-
-    @property
-    def aiv(self) -> int:
-        return 2 * self.aic
-
     @property
     def F2(self) -> int:
         return self.F // 2
@@ -89,7 +82,7 @@ class MegaTiling(OnShape):
 
     @property
     def cube_blocks_per_rank(self) -> int:
-        return max(1, self.aic // self.W)
+        return max(1, self.block_dim // self.W)
 
     @property
     def waves(self) -> int:

@@ -60,7 +60,7 @@ class UnfusedTiling:
 
     @property
     def cores(self) -> int:
-        return self.mega.aic
+        return self.mega.cores
 
 
 def _wrapped(spec: TensorSpec) -> TensorSpec:

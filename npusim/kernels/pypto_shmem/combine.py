@@ -38,7 +38,7 @@ FRACTAL_MACS = 16 * 16 * 8  # one fp32 fractal: 16 x 16 x K0 (32 B of fp32)
 
 
 def combine_program(t: PyptoTiling):
-    sched = Scheduler(t.stitch, 3 * t.blocks)  # every core of the MIX launch
+    sched = Scheduler(t.stitch, 3 * t.block_dim)  # every core of the MIX launch
 
     def program(ctx: KernelContext) -> Wait:
         yield from combine(ctx, t, sched)
@@ -61,7 +61,7 @@ def combine(ctx: KernelContext, t: PyptoTiling, sched: Scheduler) -> Wait:
             yield from send(ctx, t, sched, M)
     with ctx.phase("receive"):
         bufs = CubeBufs(ctx, t) if aic else None
-        for token in range(ctx.block_idx, s.BS, t.blocks):
+        for token in range(ctx.block_idx, s.BS, t.block_dim):
             if aic:
                 yield from matmul(ctx, t, sched, M + token, token, bufs)
             else:

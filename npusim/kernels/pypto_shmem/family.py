@@ -11,9 +11,8 @@ import numpy as np
 
 from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
 from npusim.kernels.common.limits import kernel_limits
-from npusim.kernels.common.padded import padded_dispatch, padded_specs
-from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.common.padded import PaddedExchange, padded_chain, padded_dispatch, padded_specs
+from npusim.kernels.family import Misfit, Option
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.pypto_shmem.combine import combine_program
 from npusim.kernels.pypto_shmem.dispatch import dispatch_program
@@ -99,16 +98,13 @@ PYPTO_LIMITS = kernel_limits("pyPTO's MoE dispatch: no shared experts; the rest 
                              shared_experts=(0, 0))
 
 
-class PyptoShmem(ArticleInputs, ExchangeFamily):
+class PyptoShmem(ArticleInputs, PaddedExchange):
     name = "pypto_shmem"
     help = ("pyPTO SHMEM dispatch / combine (cann-recipes-infer's SHMEM article): LOOP "
             "subgraphs as tile tasks that scheduling AICPUs place on AIV/AIC cores; "
             "WaitUntil polled by the AICPU; the combine's weighted sum a cube Matmul")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_dispatch
-    chains = True
-    chain = Chain({"expand_x": "expand_x", "assist_info_for_combine": "assist_info_for_combine",
-                   "recv_counts": "ep_recv_counts"}, counts="ep_recv_counts")
+    chain = padded_chain(DISPATCH, COMBINE)
     shape_limits = PYPTO_LIMITS
     options = (
         Option("stitch_function_max_num", "int", STITCH_DEFAULT,
@@ -116,9 +112,6 @@ class PyptoShmem(ArticleInputs, ExchangeFamily):
                "iterations) the control-flow AICPU stitches into one device task; the "
                "scheduling AICPUs synchronise between device tasks", lo=1, hi=STITCH_MAX),
     )
-    variants = (Variant(""),)
-    dispatch_quants = {"none": {}}  # the subgraphs move bf16 rows, both ways
-    combine_quants = {"none": {}}
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> PyptoTiling:
@@ -127,14 +120,11 @@ class PyptoShmem(ArticleInputs, ExchangeFamily):
         return PyptoTiling(shape, blocks, timing_only,
                            int(options.get("stitch_function_max_num", STITCH_DEFAULT)))
 
-    def window(self, tiling: PyptoTiling) -> Any:
-        return tiling.window
-
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        if shape.dtype != "bfloat16":
-            return Misfit("workload.dtype", f"{shape.dtype}: the pyPTO subgraphs are built "
-                          "for bfloat16 tokens; allowed: bfloat16")
+        bad = self.bf16_misfit(shape, "the pyPTO subgraphs are built")
+        if bad is not None:
+            return bad
         for section, what in (("aic", "the AIC cores the Matmul runs on"),
                               ("aicpu", "the scheduling AICPUs that place the tile tasks")):
             if getattr(hardware, section, None) is None:

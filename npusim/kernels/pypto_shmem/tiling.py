@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npusim.kernels.common.article import ArticleTiling
+from npusim.kernels.common.heap import Heap
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import OnShape
 from npusim.units import align_up
 from npusim.workload.shape import MoeShape
 
@@ -33,24 +34,11 @@ STITCH_DEFAULT, STITCH_MAX = 128, 1024
 
 
 @dataclass(frozen=True)
-class PyptoTiling(OnShape):
+class PyptoTiling(ArticleTiling):
     shape: MoeShape
-    blocks: int  # MIX blocks (1 AIC + 2 AIV)
+    block_dim: int  # MIX blocks (1 AIC + 2 AIV)
     timing_only: bool = False
     stitch: int = STITCH_DEFAULT  # stitch_function_max_num: root functions per device task
-
-    @property
-    def cores(self) -> int:
-        return self.blocks
-
-    @property
-    def aiv_num(self) -> int:
-        return 2 * self.blocks
-
-    @property
-    def max_recv(self) -> int:
-        """expandX's rows: every source's BS tokens for each local expert."""
-        return self.W * self.BS * self.L
 
     @property
     def k_tile(self) -> int:
@@ -67,17 +55,19 @@ class PyptoTiling(OnShape):
         return PyptoWindow(self)
 
 
-class PyptoWindow:
+class PyptoWindow(Heap):
+    """The six tensors in the table's order, nothing between them."""
+
     def __init__(self, t: PyptoTiling) -> None:
         s = t.shape
         self.t = t
-        self.data = 0
-        self.info = self.data + t.E * s.BS * s.token_bytes
-        self.count = self.info + t.E * s.BS * BLOCK
-        self.signal = self.count + (t.E + 1) * BLOCK
-        self.combine_data = self.signal + BLOCK
-        self.combine_signal = self.combine_data + s.BS * s.K * s.token_bytes
-        self.end = self.combine_signal + s.BS * BLOCK
+        super().__init__((("shmemData", t.E * s.BS * s.token_bytes),
+                          ("shmemInfo", t.E * s.BS * BLOCK), ("shmemCount", (t.E + 1) * BLOCK),
+                          ("shmemSignal", BLOCK),
+                          ("combineData", s.BS * s.K * s.token_bytes),
+                          ("combineSignal", s.BS * BLOCK)))
+        (self.data, self.info, self.count, self.signal, self.combine_data,
+         self.combine_signal) = self.start.values()
 
     def data_at(self, slot: int, offset: int) -> int:
         return self.data + (slot * self.t.shape.BS + offset) * self.t.shape.token_bytes
@@ -93,10 +83,3 @@ class PyptoWindow:
 
     def combine_sig(self, token: int) -> int:
         return self.combine_signal + token * BLOCK
-
-    def regions(self) -> dict[str, tuple[int, int]]:
-        return {"shmemData": (self.data, self.info), "shmemInfo": (self.info, self.count),
-                "shmemCount": (self.count, self.signal),
-                "shmemSignal": (self.signal, self.combine_data),
-                "combineData": (self.combine_data, self.combine_signal),
-                "combineSignal": (self.combine_signal, self.end)}

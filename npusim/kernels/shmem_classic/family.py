@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import kernel_limits
-from npusim.kernels.common.padded import padded_specs
-from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.common.padded import PaddedExchange, padded_chain, padded_specs, per_expert_spec
+from npusim.kernels.family import Misfit, Option
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.shmem_classic import reference as ref
 from npusim.kernels.shmem_classic.combine import combine_program
@@ -61,9 +60,8 @@ class DispatchClassic(Kernel):
               "scalar GM loads/stores, the flags re-armed; barrier"),
     )
     inputs = (X, IDS)
-    outputs = (*DISPATCHED,
-               TensorSpec("expert_token_nums", const(np.int32), lambda t, r: (t.L,),
-                          "[L] rows per local expert"))
+    outputs = (*DISPATCHED, per_expert_spec("expert_token_nums", np.int32,
+                                            "[L] rows per local expert"))
 
     def program(self, tiling: ClassicTiling) -> Any:
         return dispatch_program(tiling)
@@ -121,32 +119,23 @@ def dtype_name(shape: MoeShape, options: Mapping[str, Any]) -> str:
     return WORKLOAD_DTYPE[shape.dtype] if name == "auto" else name
 
 
-class ShmemClassic(ExchangeFamily):
+class ShmemClassic(PaddedExchange):
     name = "shmem_classic"
     help = ("hicann/shmem's dispatch_classic / combine_classic examples: one core per peer, "
             "a put and a quiet per token, scalar element-by-element compaction and reduction")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_dispatch
-    chains = True
-    chain = Chain({"expand_x": "expand_x", "assist_info": "assist_info",
-                   "ep_recv_count": "ep_recv_count"}, counts="ep_recv_count")
+    chain = padded_chain(DISPATCH, COMBINE)
     options = (
         Option("data_type", "choice", "auto", "the examples' --dtype: int32_t, float16_t or "
                "bfloat16_t (dispatch only); auto: workload.dtype (float16 -> float16_t, "
                "bfloat16 -> bfloat16_t)", choices=("auto", *DTYPE_NAMES)),
     )
     shape_limits = CLASSIC_LIMITS
-    variants = (Variant(""),)
-    dispatch_quants = {"none": {}}  # the examples move the tokens as they are
-    combine_quants = {"none": {}}
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> ClassicTiling:
         return ClassicTiling(shape, dtype_name(shape, options), hardware.chip.system_counter_mhz,
                              timing_only)
-
-    def window(self, tiling: ClassicTiling) -> Any:
-        return tiling.window
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:

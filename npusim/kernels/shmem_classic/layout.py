@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.common.heap import Heap
 from npusim.kernels.quant import token_dtype
 from npusim.kernels.shape import OnShape
 from npusim.units import KiB, align32
@@ -81,24 +82,23 @@ class ClassicTiling(OnShape):
         return ClassicWindow(self)
 
 
-class ClassicWindow:
-    """Every window offset the two kernels use."""
+class ClassicWindow(Heap):
+    """Every window offset the two kernels use: dispatch's five tensors, then combine's
+    two."""
 
     def __init__(self, t: ClassicTiling) -> None:
         s = t.shape
         self.t = t
         self.per_segment = s.BS * s.K  # max_tokens_per_segment
-        self.segments = s.W * s.L
-        self.slots = self.segments * self.per_segment
-        self.payload = 0
-        self.assist = self.slots * t.stride
-        self.ready = self.assist + self.slots * ALIGN
-        self.count = self.ready + self.slots * ALIGN
-        self.unused = self.count + self.segments * ALIGN
-        self.dispatch_end = self.unused + self.segments * ALIGN
-        self.combine_data = self.dispatch_end
-        self.combine_status = self.combine_data + s.BS * s.K * t.stride
-        self.end = self.combine_status + s.BS * s.K * ALIGN
+        segments = s.W * s.L
+        slots = segments * self.per_segment
+        super().__init__((("payload", slots * t.stride), ("assist", slots * ALIGN),
+                          ("ready", slots * ALIGN), ("count", segments * ALIGN),
+                          ("unused", segments * ALIGN),
+                          ("combine_data", s.BS * s.K * t.stride),
+                          ("combine_status", s.BS * s.K * ALIGN)))
+        (self.payload, self.assist, self.ready, self.count, self.unused, self.combine_data,
+         self.combine_status) = self.start.values()
 
     # dispatch
     def global_slot(self, src: int, le: int, i: int) -> int:
@@ -122,10 +122,3 @@ class ClassicWindow:
 
     def status_at(self, slot: int) -> int:
         return self.combine_status + slot * ALIGN
-
-    def regions(self) -> dict[str, tuple[int, int]]:
-        return {"payload": (self.payload, self.assist), "assist": (self.assist, self.ready),
-                "ready": (self.ready, self.count), "count": (self.count, self.unused),
-                "unused": (self.unused, self.dispatch_end),
-                "combine_data": (self.combine_data, self.combine_status),
-                "combine_status": (self.combine_status, self.end)}

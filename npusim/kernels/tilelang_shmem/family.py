@@ -12,9 +12,8 @@ import numpy as np
 
 from npusim.kernels.common.article import BF16, IDS, SCALES, ArticleInputs, X, window_misfit
 from npusim.kernels.common.limits import kernel_limits
-from npusim.kernels.common.padded import padded_specs
-from npusim.kernels.exchange import Chain, ExchangeFamily
-from npusim.kernels.family import Misfit, Option, Variant
+from npusim.kernels.common.padded import PaddedExchange, padded_chain, padded_specs, per_expert_spec
+from npusim.kernels.family import Misfit, Option
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.tilelang_shmem import reference as ref
 from npusim.kernels.tilelang_shmem.combine import combine_program
@@ -46,9 +45,8 @@ class Dispatch(Kernel):
               "loads between dcci's"),
     )
     inputs = (X, IDS)
-    outputs = (*DISPATCHED,
-               TensorSpec("expert_token_nums_out", const(np.int64), lambda t, r: (t.L,),
-                          "[L] int64 rows per local expert"))
+    outputs = (*DISPATCHED, per_expert_spec("expert_token_nums_out", np.int64,
+                                            "[L] int64 rows per local expert"))
     scratch = (TensorSpec("workspace", I32, lambda t, r: (t.aiv_num, 8),
                           "[aiv_num, 8] per-core row totals"),)
 
@@ -110,20 +108,14 @@ TILELANG_LIMITS = kernel_limits("tilelang-ascend dispatch_combine_shmem.py: no s
                                 "the rest npusim's default", shared_experts=(0, 0))
 
 
-class TileLangShmem(ArticleInputs, ExchangeFamily):
+class TileLangShmem(ArticleInputs, PaddedExchange):
     name = "tilelang_shmem"
     help = ("TileLang-Ascend SHMEM dispatch / combine (cann-recipes-infer's SHMEM "
             "article; tilelang-ascend examples/dispatch_combine): every AIV sends its share "
             "of pairs as UB -> remote puts, float status flags, row-by-row window copies")
     ops = (DISPATCH, COMBINE)
-    references = True  # reference_dispatch
-    chains = True
-    chain = Chain({"expand_x": "expand_x_out", "assist_info_combine": "expand_ids",
-                   "ep_send_counts": "ep_receive_count"}, counts="ep_receive_count")
+    chain = padded_chain(DISPATCH, COMBINE)
     shape_limits = TILELANG_LIMITS
-    variants = (Variant(""),)
-    dispatch_quants = {"none": {}}  # the example moves bf16 rows, both ways
-    combine_quants = {"none": {}}
     options = (
         Option("ai_core_num", "int", 0, "ai_core_num: blocks of T.Kernel (1 AIC + 2 AIV "
                "each), aiv_num = 2 x ai_core_num; 0: the preset's aic.cores", lo=0, hi=128),
@@ -137,14 +129,11 @@ class TileLangShmem(ArticleInputs, ExchangeFamily):
         return TileLangTiling(shape, _ai_core_num(options, hardware), _ub_size(shape, options),
                               timing_only)
 
-    def window(self, tiling: TileLangTiling) -> Any:
-        return tiling.window
-
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
-        if shape.dtype != "bfloat16":
-            return Misfit("workload.dtype", f"{shape.dtype}: the TileLang kernels are "
-                          "written for bfloat16 tokens; allowed: bfloat16")
+        bad = self.bf16_misfit(shape, "the TileLang kernels are written")
+        if bad is not None:
+            return bad
         if getattr(hardware, "aic", None) is None:
             return Misfit("hardware", "the TileLang kernels run a MIX launch (1 AIC : 2 AIV "
                           "per block); the preset has no aic section")
@@ -176,7 +165,7 @@ class TileLangShmem(ArticleInputs, ExchangeFamily):
         if need > ub:
             def fits(h: int) -> bool:
                 s = MoeShape(shape.W, shape.BS, h, shape.K, shape.L, dtype=shape.dtype)
-                u = TileLangTiling(s, t.ai_core_num, max(_ub_size(s, {}), h + 22))
+                u = TileLangTiling(s, t.block_dim, max(_ub_size(s, {}), h + 22))
                 return max(u.dispatch_ub(), u.combine_ub() if op != "dispatch" else 0) <= ub
             return Misfit("workload.h", f"{shape.H}: the kernels' alloc_ub buffers (x_ub of "
                           f"H + 22 bf16, the combine's bf16 and fp32 rows) need {need} B of "

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.kernels.common.article import ArticleTiling
+from npusim.kernels.common.heap import Heap
 from npusim.kernels.quant import token_dtype
-from npusim.kernels.shape import OnShape
-from npusim.units import align32, align512, align_up, ceil_div
+from npusim.units import align32, align512, ceil_div
 from npusim.workload.shape import MoeShape
 
 BF16 = token_dtype("bfloat16")
@@ -47,20 +48,11 @@ def ub_bytes(sizes: list[int]) -> int:
 
 
 @dataclass(frozen=True)
-class TileLangTiling(OnShape):
+class TileLangTiling(ArticleTiling):
     shape: MoeShape
-    ai_core_num: int
+    block_dim: int  # ai_core_num: the blocks of T.Kernel(ai_core_num, is_npu=True)
     ub_size: int  # bf16 elements of a win_data row
     timing_only: bool = False
-
-    @property
-    def cores(self) -> int:
-        """Blocks of the MIX launch: T.Kernel(ai_core_num, is_npu=True)."""
-        return self.ai_core_num
-
-    @property
-    def aiv_num(self) -> int:
-        return 2 * self.ai_core_num
 
     @property
     def total_expert_num(self) -> int:
@@ -73,11 +65,6 @@ class TileLangTiling(OnShape):
     @property
     def row_bytes(self) -> int:
         return self.ub_size * 2
-
-    @property
-    def max_recv(self) -> int:
-        """Rows of expandXOut: ep_world_size * Bs * local_expert_num."""
-        return self.W * self.BS * self.L
 
     @property
     def x_ub_elems(self) -> int:
@@ -110,19 +97,18 @@ class TileLangTiling(OnShape):
         return TileLangWindow(self)
 
 
-class TileLangWindow:
+class TileLangWindow(Heap):
     """Offsets of the four aclshmem tensors in the symmetric window."""
 
     def __init__(self, t: TileLangTiling) -> None:
         s = t.shape
         self.t = t
-        self.win_data = 0
-        self.win_status = align_up(t.total_expert_num * s.BS * t.row_bytes, HEAP_ALIGN)
-        self.combine_data = align_up(self.win_status + t.total_expert_num * STATUS_BYTES,
-                                  HEAP_ALIGN)
-        self.combine_status = align_up(self.combine_data + s.BS * s.K * s.token_bytes,
-                                    HEAP_ALIGN)
-        self.end = self.combine_status + s.BS * s.K * STATUS_BYTES
+        super().__init__((("win_data", t.total_expert_num * s.BS * t.row_bytes),
+                          ("win_status", t.total_expert_num * STATUS_BYTES),
+                          ("combine_data", s.BS * s.K * s.token_bytes),
+                          ("combine_status", s.BS * s.K * STATUS_BYTES)), HEAP_ALIGN)
+        self.win_data, self.win_status, self.combine_data, self.combine_status = \
+            self.start.values()
 
     def data_row(self, row: int) -> int:
         return self.win_data + row * self.t.row_bytes
@@ -135,12 +121,6 @@ class TileLangWindow:
 
     def combine_flag(self, row: int) -> int:
         return self.combine_status + row * STATUS_BYTES
-
-    def regions(self) -> dict[str, tuple[int, int]]:
-        return {"win_data": (self.win_data, self.win_status),
-                "win_status": (self.win_status, self.combine_data),
-                "combine_data": (self.combine_data, self.combine_status),
-                "combine_status": (self.combine_status, self.end)}
 
 
 def f32_bits(n: int) -> float:

@@ -111,7 +111,7 @@ def test_an_aicpu_serves_requests_in_the_first_gap_that_fits_whatever_their_orde
 def test_the_dispatch_root_functions_and_the_submissions_a_stitch_bound_makes():
     # the public test's shape: W 16, 160 experts (10 a rank), BS 8, K 8: Prepare, 64
     # send_token iterations, 160 send_signal, the CumSum, 160 receive slots
-    t = PyptoTiling(MoeShape(W=16, BS=8, H=5120, K=8, L=10), blocks=24)
+    t = PyptoTiling(MoeShape(W=16, BS=8, H=5120, K=8, L=10), block_dim=24)
     r = Roots(t)
     assert (r.send_token, r.send_signal, r.counts, r.receive, r.total) == (1, 65, 225, 226, 386)
     for stitch, submissions in ((1, 386), (128, math.ceil(386 / 128)), (1024, 1)):
