@@ -123,9 +123,11 @@ def test_ep4_outputs_match_reference(tmp_path: Path, quant: str) -> None:
 
 
 def test_token_index_survives_dispatch(tmp_path: Path) -> None:
-    """x[:, -128:] = the token index (test_low_latency.py's x, and the check_data of the
-    normal test): every received row ends with its source token's index, and with
-    weights 1/K the combine gives each token back (EP 4, 256 tokens, BF16)."""
+    """x[:, -128:] = the token index (test_low_latency.py's and
+    test_normal_and_low_latency.py's x; test_intranode.py fills x with the rank and leaves
+    its check_data commented out): every received row ends with its source token's index
+    (its expand_idx), and with weights 1/K the combine gives each token back (EP 4, 256
+    tokens, BF16)."""
     base = {**SMALL, "bs": 256, "ep_world_size": 4, "experts_per_rank": 2}
     sc = _scenario(tmp_path, base=base)
     inputs = _inputs(sc)
