@@ -89,7 +89,7 @@ def _status_range(ctx: KernelContext, t: DeepepTiling) -> tuple[int, int]:
 
 
 def _share_queues(ctx: KernelContext, t: DeepepTiling) -> tuple[list[Any], list[Any]]:
-    """InputToShare's two-deep UB queues: (token loads, INT8 only; the records)."""
+    """InputToShare's two-deep UB queues: (token loads, quantised only; the records)."""
     row_ub = align_up(t.record_bytes, 32)
     xin = []
     if t.quant != "bf16":

@@ -1,8 +1,9 @@
 """DeepEP-Ascend's normal mode (``mode: normal``): Buffer.get_dispatch_layout -> dispatch ->
 combine as the four kernels it launches (dispatch_layout, notify_dispatch,
-cam_moe_dispatch_normal, cam_moe_combine_normal; csrc/deepep/ops on the A3, the ops2 build on
-an A2 inside one server of 8 ranks: with more DeepEP switches to its internode kernels
-notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2, not modelled).
+cam_moe_dispatch_normal, cam_moe_combine_normal; csrc/deepep/ops on the A3 and, built for the
+Ascend 950, its *_a5 variants; the ops2 build on an A2 inside one server of 8 ranks: with
+more DeepEP switches to its internode kernels notify_dispatch_a2, dispatch_normal_a2,
+moe_distribute_combine_a2, not modelled).
 
 Between notify_dispatch and the dispatch kernel DeepEP's host reads max_bs and
 total_recv_token with `.item()` to size recv_x: a host sync that is not device kernel time
@@ -214,7 +215,8 @@ LAYOUT, NOTIFY, DISPATCH, COMBINE = (DispatchLayout(), NotifyDispatch(), CamMoeD
 
 
 class Normal(DeepepMode):
-    help = ("DeepEP-Ascend's normal mode (csrc/deepep/ops on A3, ops2 on one A2 server): "
+    help = ("DeepEP-Ascend's normal mode (csrc/deepep/ops on A3 and the Ascend 950, ops2 on "
+            "one A2 server): "
             "dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
             "cam_moe_combine_normal")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
