@@ -83,11 +83,20 @@ def _check_dispatch_combine(sc, inputs, res, quant: str) -> None:
     h, W = sc.workload.shape.H, s.W
     lay, note, disp, comb = (r.outputs for r in res.ops)
     triples = ref.source_triples([a["topk_idx"] for a in inputs], s)
+    want_lay = [ref.layout(a["topk_idx"], s) for a in inputs]
+    bs = [a["topk_idx"].shape[0] for a in inputs]
+    want_note = ref.notify([o["num_tokens_per_expert"] for o in want_lay], bs, s)
+    per_expert = np.zeros(s.E, np.int64)  # the test script's all-reduced expert counts
+    for a in inputs:
+        np.add.at(per_expert, a["topk_idx"].reshape(-1), 1)
     back = []
     for r in range(W):
-        want_lay = ref.layout(inputs[r]["topk_idx"], s)
-        for name, want in want_lay.items():
+        for name, want in want_lay[r].items():
             assert np.array_equal(lay[r][name], want), (r, name)
+        for name, want in want_note[r].items():
+            assert np.array_equal(note[r][name].reshape(-1), want.reshape(-1)), (r, name)
+        got_list = note[r]["recv_tokens_per_expert"].reshape(s.round, s.L).sum(axis=0)
+        assert got_list.tolist() == per_expert.reshape(W, -1)[r].tolist(), r
         n = triples[r].shape[0]
         assert int(note[r]["total_recv_token"][0]) == n
         assert np.array_equal(disp[r]["expand_idx"][:3 * n], triples[r].reshape(-1))
