@@ -1,4 +1,4 @@
-"""The number formats of the MoE kernels: token dtypes, FP8 (E5M2, E4M3) and E8M0.
+"""The number formats of the MoE kernels: token dtypes, FP8 (E5M2, E4M3), FP4 (E2M1) and E8M0.
 
 One table for every family, the kernels' recipes and the goldens alike. It holds facts of
 the formats (OCP MX v1.0, as ml_dtypes implements them), not a way of quantising: the
@@ -24,6 +24,10 @@ E8M0_NAN = 0xFF
 E8M0_PAD = 0x00
 """E8M0 byte for 2^-127: the value the sample pads the scale row with to an even count."""
 
+FP4_E2M1_MAX = 6.0
+FP4_E2M1_EMAX = 2
+"""FP4 E2M1's largest value (1.5 * 2^2) and its exponent; it has no inf or NaN."""
+
 FP8_NAN_BYTE = {"e5m2": 0x7E, "e4m3": 0x7F}
 """The positive quiet NaN byte of each format (what ml_dtypes casts a +NaN to)."""
 
@@ -48,6 +52,7 @@ class Tables(NamedTuple):
     emax: 57344 = 1.75 * 2^15, 448 = 1.75 * 2^8)."""
     fp8_f32: dict[str, np.ndarray]  # fp32 value of every byte of each FP8 format
     e8m0: np.dtype
+    fp4_e2m1: np.dtype  # one element per byte, the code in the low nibble
 
 
 @functools.cache
@@ -60,7 +65,7 @@ def tables() -> Tables:
     f32 = {k: np.arange(256, dtype=np.uint8).view(v[0]).astype(np.float32)
            for k, v in fp8.items()}
     return Tables(ml, bf16, {"float16": _F16, "bfloat16": bf16}, fp8, f32,
-                  np.dtype(ml.float8_e8m0fnu))
+                  np.dtype(ml.float8_e8m0fnu), np.dtype(ml.float4_e2m1fn))
 
 
 def may_need_tables(dtype: str, options: Mapping[str, Any]) -> bool:

@@ -1,12 +1,14 @@
 """CamMoeCombineNormalMultiRound (csrc/deepep/ops/op_kernel/cam_moe_combine_normal_multi_round.h,
-tiling key 13001 on the A3; ops2's copy, key 10001, on the A2) as a per-core program. The host
-tiling picks it whenever maxRound (DEEPEP_NORMAL_LONG_SEQ_ROUND) is above 1, whatever the
+tiling key 13001 on the A3; ops2's copy, key 10001, on the A2; 15001 on the 950) as a
+per-core program. The host tiling picks it whenever the maxRound deep_ep.cpp passes is above
+1 (DEEPEP_NORMAL_LONG_SEQ_ROUND with DEEPEP_NORMAL_COMBINE_ENABLE_LONG_SEQ=1), whatever the
 tokens; it runs realRound = ceil(realMaxBs / perRoundTokens) rounds.
 
 Init: InitMagic (as the one-round kernel), the DCCI of ep_recv_count[E - 1], then
 - InitRoundSendData: the E (local expert, source rank) blocks of ep_recv_count split over the
-  cores (SplitCoreCal); per block its first row (roundSendOffset) and its rows
-  (roundNeedSendCnt); a 128-entry srcInfo batch buffer, the 1.0 state entry, two row buffers;
+  cores (SplitCoreCal; the 950 splits the rows instead, combine_rounds_a5.py); per block its
+  first row (roundSendOffset) and its rows (roundNeedSendCnt); a 128-entry srcInfo batch
+  buffer, the 1.0 state entry, two row buffers;
 - InitRoundRecvData: the receive buffers, the round flag buffers, the weights and ids of at
   most perRoundTokens / aivNum + 1 tokens.
 
@@ -35,6 +37,7 @@ import numpy as np
 
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep.combine import RecvBuffers, init_magic, receive_token, recv_buffers
+from npusim.kernels.deepep.combine_rounds_a5 import token_balanced_blocks
 from npusim.kernels.deepep.dispatch import round_status
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.runtime.conditions import Wait
@@ -76,7 +79,11 @@ def combine_rounds_program(t: DeepepTiling):
         half = init_magic(ctx, t)
         ctx.dcache.dcci_line(ctx.tensor("ep_recv_count"), 4 * (t.E - 1))
         ctx.ub.reset()
-        send = yield from init_round_send_data(ctx, t)
+        if t.platform == "a5":  # InitTokenBalancedRoundSendDataA5
+            blocks = yield from token_balanced_blocks(ctx, t)
+            send = None if blocks is None else send_state(ctx, t, *blocks)
+        else:
+            send = yield from init_round_send_data(ctx, t)
         recv = init_round_recv_data(ctx, t)
         win = t.window
         rounds = t.real_round
@@ -115,13 +122,20 @@ def init_round_send_data(ctx: KernelContext, t: DeepepTiling) -> Wait:
     ctx.scalar(4 + 4 * n)  # preRecvCount_, needSendTokenCnt_, the blocks' offsets and counts
     offsets = [pre, *ends[:-1]]
     counts = [e - o for e, o in zip(ends, offsets, strict=True)]
+    return send_state(ctx, t, offsets, counts, ends[-1] - pre)
+
+
+def send_state(ctx: KernelContext, t: DeepepTiling, offsets: list[int], counts: list[int],
+               need: int) -> SendState:
+    """The core's blocks and the sends' UB: the 128-entry srcInfo batch buffer, the 1.0
+    state entry, two row buffers."""
     src_info = ctx.alloc("src_info", align_up(BATCH_SRC_INFO_CNT * TOKEN_SRC_INFO_LEN * 4, 32))
     set_state = ctx.alloc("set_state", 32)
     ctx.vector("duplicate", 8, I32, writes=[set_state],
                fn=lambda: set_state.bytes_at(0, 32).view(F32).fill(1.0))
     row = align_up(2 * t.H, 32)
     local_copy = (ctx.alloc("local_copy0", row), ctx.alloc("local_copy1", row))
-    return SendState(offsets, counts, ends[-1] - pre, src_info, set_state, local_copy)
+    return SendState(offsets, counts, need, src_info, set_state, local_copy)
 
 
 def init_round_recv_data(ctx: KernelContext, t: DeepepTiling) -> RecvState:

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.limits import DEFAULT_LIMITS
+from npusim.kernels.deepep.misfit_a5 import a5_misfit
 from npusim.kernels.deepep.window import DEFAULT_HCCL_BUFFSIZE_MB, needed_buffsize
+from npusim.kernels.deepep.window_a5 import A5_MTE_STATE_WIN_SIZE
 from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays
@@ -30,7 +32,7 @@ PER_ROUND_RANGE = (32, 8192)
 A5_ONLY = ("mx_fp8_e4m3", "mx_fp8_e5m2", "mx_fp4_e2m1", "pertoken_fp8_e4m3")
 # DeepEP's platform of a chip (the preset's chip.arch, a CANN SoC name)
 PLATFORM_OF_CHIP = {"ascend910_93": "a3", "ascend910b": "a2", "ascend950": "a5"}
-MODELLED = ("a3", "a2")
+MODELLED = ("a3", "a2", "a5")
 A2_MAX_HCCS_PEERS = 8  # deep_ep.cpp: ranks per A2 server; more go over RDMA
 # ops2 tiling (cam_moe_dispatch_normal_tiling.cc): the A2 build's shape limits, as
 # (workload key, what, the shape's value, lo, hi, the tiling's constant)
@@ -47,7 +49,8 @@ OPTIONS = (
            "or low_latency (decode: low_latency_dispatch, low_latency_combine)",
            choices=("normal", "low_latency")),
     Option("quant", "choice", "bf16", "dispatch's quant_mode: bf16, int8 (per-token dynamic); "
-           "the A5-only modes are refused on A2 and A3 as DeepEP refuses them",
+           "on the Ascend 950 (normal mode) also mx_fp8_e4m3, mx_fp8_e5m2, mx_fp4_e2m1 "
+           "(E8M0 per 32) and pertoken_fp8_e4m3, which DeepEP refuses on A2 and A3",
            choices=("bf16", "int8", *A5_ONLY)),
     Option("context", "choice", "hccl", "hccl: the HCCL kernels on HCCL's windows "
            "(windowsIn + windowsExp; on the A2 the status in windowsIn's last 8 MiB); "
@@ -59,6 +62,10 @@ OPTIONS = (
     Option("long_seq_round", "int", 1, "DEEPEP_NORMAL_LONG_SEQ_ROUND", lo=1, hi=MAX_ROUNDS),
     Option("per_round_tokens", "int", 8192, "DEEPEP_NORMAL_LONG_SEQ_PER_ROUND_TOKENS",
            lo=PER_ROUND_RANGE[0], hi=PER_ROUND_RANGE[1]),
+    Option("combine_enable_long_seq", "int", 0, "DEEPEP_NORMAL_COMBINE_ENABLE_LONG_SEQ: 1 "
+           "hands the combine long_seq_round and per_round_tokens (the multi-round kernel "
+           "when long_seq_round > 1); 0 (DeepEP's default): one round of up to 8192",
+           lo=0, hi=1),
     Option("comm_alg", "choice", "fullmesh", "low_latency on an A2 with more than 8 "
            "ranks: hierarchy runs the layered kernels (DeepEP with "
            "HCCL_INTRA_PCIE_ENABLE=1 and HCCL_INTRA_ROCE_ENABLE=0: RDMA between servers, "
@@ -77,12 +84,15 @@ def platform(hardware: Any) -> str | None:
 
 
 def buffsize_mb(shape: MoeShape, options: Mapping[str, Any], platform: str = "a3") -> int:
-    """hccl_buffsize, or 0: the smallest DeepEP's check accepts."""
+    """hccl_buffsize, or 0: the smallest DeepEP's check accepts (on the 950 plus the 4 MiB
+    state zone the check does not count, which the data halves follow)."""
     if options["hccl_buffsize"]:
         return options["hccl_buffsize"]
     per_round = options["per_round_tokens"]
     need = needed_buffsize(min(shape.BS, per_round), shape.H, shape.K,
                            options["long_seq_round"], platform)
+    if platform == "a5":
+        need += A5_MTE_STATE_WIN_SIZE
     return max(DEFAULT_HCCL_BUFFSIZE_MB, need // MiB + 1)
 
 
@@ -120,13 +130,17 @@ class DeepepMode(ExchangeFamily):
                           "A3); allowed: hccl")
         if p not in MODELLED:
             return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
-                          "kernels (csrc/deepep/ops) and the A2's (ops2) inside one server; "
-                          "the A5 variants are not modelled yet; allowed: atlas_a3, atlas_a2")
+                          "kernels (csrc/deepep/ops), the A2's (ops2) inside one server and "
+                          "the Ascend 950's normal mode; allowed: atlas_a3, atlas_a2, ascend950")
         if p == "a2" and options["mode"] == "normal":
             bad = a2_misfit(shape)
             if bad is not None:
                 return bad
-        if options["quant"] in A5_ONLY:
+        if p == "a5":
+            bad = a5_misfit(shape, options)
+            if bad is not None:
+                return bad
+        elif options["quant"] in A5_ONLY:
             return Misfit("workload.quant", f"{options['quant']} is not supported on this "
                           "device, please use int8 or bf16 instead (deep_ep.cpp, A2 and A3 "
                           "builds); allowed: bf16, int8")

@@ -5,7 +5,8 @@ Init reads and flips the core's dataState (windowsExp + 950 KiB + core * 512); t
 window is half dataState, after the combine area. Per round (Process 764-786):
 
 - InputToShare (378-475): the round's BS * K pairs split over the cores; per pair the token
-  row GM -> UB (INT8: Cast, Abs, ReduceMax, Muls, the casts; the scale after Align32(H)),
+  row GM -> UB (INT8: Cast, Abs, ReduceMax, Muls, the casts; the scale after Align32(H);
+  the 950 first sets FP overflow to saturate and has its own quantisers),
   FillTriple (rank, token, k), one DataCopyPad of the record into the **own** window at slot
   sendOffset[e] + sendTokenIdx (two queue buffers);
 - SetStatus (477-505): PipeBarrier, SyncAll, then the core's experts: a 32 B entry with 1.0
@@ -28,6 +29,8 @@ import numpy as np
 
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.deepep import reference as ref
+from npusim.kernels.deepep.dispatch_quant_a5 import quantise_a5
+from npusim.kernels.deepep.quant_process import INT8_CASTS, quant_process
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import STATE_OFFSET
 from npusim.runtime.conditions import SumEquals, Wait
@@ -86,10 +89,10 @@ def _status_range(ctx: KernelContext, t: DeepepTiling) -> tuple[int, int]:
 
 
 def _share_queues(ctx: KernelContext, t: DeepepTiling) -> tuple[list[Any], list[Any]]:
-    """InputToShare's two-deep UB queues: (token loads, INT8 only; the records)."""
+    """InputToShare's two-deep UB queues: (token loads, quantised only; the records)."""
     row_ub = align_up(t.record_bytes, 32)
     xin = []
-    if t.quant == "int8":
+    if t.quant != "bf16":
         xin = [ctx.alloc(f"x_in{p}", align_up(t.H * t.shape.np_dtype.itemsize, 32))
                for p in range(2)]
         outs = [ctx.alloc(f"x_out{p}", row_ub) for p in range(2)]
@@ -104,9 +107,11 @@ def _share_queues(ctx: KernelContext, t: DeepepTiling) -> tuple[list[Any], list[
 
 def input_to_share(ctx: KernelContext, t: DeepepTiling, state: int, r: int) -> Wait:
     ctx.ub.reset()
+    if t.platform == "a5":
+        ctx.scalar(1)  # SetCtrlSpr<60, 60>(0): FP overflow saturates
     E, K, H = t.E, t.K, t.H
     item = t.shape.np_dtype.itemsize
-    quant = t.quant == "int8"
+    quant = t.quant != "bf16"
     rec = t.record_bytes
     xin, outs = _share_queues(ctx, t)
     off_buf = ctx.alloc("send_offset", align_up(4 * E, 32))
@@ -167,23 +172,12 @@ def fill_triple(t: DeepepTiling, rank: int, token: int, k: int) -> np.ndarray:
 
 
 def quantise(ctx: KernelContext, t: DeepepTiling, xin: Any, out: Any) -> None:
-    """QuantProcess: Cast, Abs, ReduceMaxInplace, 127 / (max + 1e-12), Muls, the three casts;
-    the fp32 scale 1 / d after Align32(H)."""
-    H = t.H
-    dt = t.shape.np_dtype
-
-    def effect() -> None:
-        q, s = ref.int8_quantize(xin.bytes_at(0, H * dt.itemsize).view(dt))
-        out.bytes_at(0, H)[:] = q.view(np.uint8)
-        out.bytes_at(t.scale_offset, 4)[:] = np.array([s], F32).view(np.uint8)
-
-    ctx.vector_seq("reduce_max", [("cast_f32", H, F32), ("abs", H, F32), ("max", H, F32),
-                                  ("whole_reduce_max", 64, F32)], reads=[xin])
-    ctx.scalar(4)  # SyncFunc<V_S>, the scale, SyncFunc<S_V>
-    ctx.vector_seq("quant", [("muls", H, F32), ("cast_i32", H, F32), ("cast_f16", H, F32),
-                             ("cast_i8", H, np.float16)], reads=[xin], writes=[out],
-                   fn=None if t.timing_only else effect)
-    ctx.scalar(1)  # SetValue of the scale
+    """QuantProcess: 127 / (max + 1e-12), the three casts (the 950: its own quantisers,
+    dispatch_quant_a5.py)."""
+    if t.platform == "a5":
+        quantise_a5(ctx, t, xin, out)
+        return
+    quant_process(ctx, t, xin, out, INT8_CASTS, ref.int8_quantize)
 
 
 def set_status(ctx: KernelContext, t: DeepepTiling, state: int) -> Wait:
@@ -240,7 +234,7 @@ def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, cou
     if counts is None:
         return
     recv_offset, recv_count = counts
-    W, L, E, H = t.W, t.L, t.E, t.H
+    W, L, E = t.W, t.L, t.E
     e0, e1 = _status_range(ctx, t)
     geo = ctx.alloc("expert_global_offset", align_up(4 * L, 32))
     sro = ctx.alloc("srcrank_in_expert_offset", align_up(4 * E, 32))
@@ -262,7 +256,7 @@ def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, cou
     g_off = ctx.ub_read(geo, I32, L, ops=0)
     s_off = ctx.ub_read(sro, I32, E, ops=0)
     rows = ctx.tensor("recv_x")
-    out_item = t.out_dtype.itemsize
+    payload, scale = t.payload_bytes, t.scale_bytes
     rec = t.record_bytes
     bufs = [ctx.alloc(f"x_queue{p}", align_up(rec, 32)) for p in range(2)]
     last: list[list[Any]] = [[], []]
@@ -288,10 +282,10 @@ def share_to_output(ctx: KernelContext, t: DeepepTiling, state: int, r: int, cou
             row = write + j
             ops = [ctx.copy_out(ctx.tensor("expand_idx"), 12 * row, buf, 12,
                                 src_offset=t.triple_offset, name="expand_idx")]
-            if t.quant == "int8":
-                ops.append(ctx.copy_out(ctx.tensor("dynamic_scales"), 4 * row, buf, 4,
+            if t.quant != "bf16":
+                ops.append(ctx.copy_out(ctx.tensor("dynamic_scales"), scale * row, buf, scale,
                                         src_offset=t.scale_offset, name="dynamic_scales"))
-            ops.append(ctx.copy_out(rows, row * H * out_item, buf, H * out_item, name="recv_x"))
+            ops.append(ctx.copy_out(rows, row * payload, buf, payload, name="recv_x"))
             last[p] = ops
 
 

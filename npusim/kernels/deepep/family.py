@@ -2,7 +2,7 @@
 csrc/deepep/ops for the Atlas A3, csrc/deepep/ops2 for the Atlas A2), a family of modes:
 
 - ``mode: normal`` (normal.py): dispatch_layout, notify_dispatch, cam_moe_dispatch_normal,
-  cam_moe_combine_normal;
+  cam_moe_combine_normal, also on the Ascend 950 (their A5 variants);
 - ``mode: low_latency`` (low_latency.py): low_latency_dispatch / low_latency_combine, mc2's V2
   programs on the A3 and on one A2 server;
 - ``mode: low_latency`` with ``comm_alg: hierarchy`` (layered.py): on 2+ A2 servers the
@@ -31,9 +31,10 @@ __all__ = ["FAMILY", "DeepEP", "buffer_dispatch_fields"]
 
 
 class DeepEP(DeepepMode):
-    help = ("DeepEP-Ascend (sgl-kernel-npu csrc/deepep/ops on A3, ops2 on one A2 server): "
-            "normal mode (dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
-            "cam_moe_combine_normal) or low latency (MoeLowLatencyDispatchV2 / CombineV2: "
+    help = ("DeepEP-Ascend (sgl-kernel-npu csrc/deepep/ops on A3 and the Ascend 950, ops2 on "
+            "one A2 server): normal mode (dispatch_layout, notify_dispatch, "
+            "cam_moe_dispatch_normal, cam_moe_combine_normal; with context shmem the shmem_ver "
+            "branch's SHMEM kernels) or low latency (MoeLowLatencyDispatchV2 / CombineV2: "
             "mc2's V2 programs on A3 and on one A2 server, the layered kernels on 2+ A2 "
             "servers)")
     modes = {"normal": NORMAL, "low_latency": LOW_LATENCY, "layered": LAYERED,

@@ -1,8 +1,9 @@
 """DeepEP-Ascend's normal mode (``mode: normal``): Buffer.get_dispatch_layout -> dispatch ->
 combine as the four kernels it launches (dispatch_layout, notify_dispatch,
-cam_moe_dispatch_normal, cam_moe_combine_normal; csrc/deepep/ops on the A3, the ops2 build on
-an A2 inside one server of 8 ranks: with more DeepEP switches to its internode kernels
-notify_dispatch_a2, dispatch_normal_a2, moe_distribute_combine_a2, not modelled).
+cam_moe_dispatch_normal, cam_moe_combine_normal; csrc/deepep/ops on the A3 and, built for the
+Ascend 950, its *_a5 variants; the ops2 build on an A2 inside one server of 8 ranks: with
+more DeepEP switches to its internode kernels notify_dispatch_a2, dispatch_normal_a2,
+moe_distribute_combine_a2, not modelled).
 
 Between notify_dispatch and the dispatch kernel DeepEP's host reads max_bs and
 total_recv_token with `.item()` to size recv_x: a host sync that is not device kernel time
@@ -20,6 +21,7 @@ import numpy as np
 
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
+from npusim.kernels.deepep import reference_a5 as ref_a5
 from npusim.kernels.deepep.combine import combine_program
 from npusim.kernels.deepep.combine_rounds import combine_rounds_program
 from npusim.kernels.deepep.common import (
@@ -30,6 +32,7 @@ from npusim.kernels.deepep.common import (
 )
 from npusim.kernels.deepep.dispatch import dispatch_program
 from npusim.kernels.deepep.dispatch_layout import dispatch_layout_program
+from npusim.kernels.deepep.misfit_a5 import a5_window_misfit
 from npusim.kernels.deepep.notify import BUILD_CORES, notify_program
 from npusim.kernels.deepep.tiling import DeepepTiling
 from npusim.kernels.deepep.window import WindowTooSmall, check_buffsize
@@ -159,10 +162,13 @@ class CamMoeDispatchNormal(Kernel):
               _notify_spec("send_data_offset"), SEND_IDX, _notify_spec("recv_offset"),
               _notify_spec("recv_count"), _notify_spec("expert_global_offset"),
               _notify_spec("srcrank_in_expert_offset"), _notify_spec("r_in_srcrank_offset"))
-    outputs = (TensorSpec("recv_x", lambda t: t.out_dtype, lambda t, r: (_rows(t, r), t.H),
-                          "[rows, H] received rows by (local expert, source, token)"),
-               TensorSpec("dynamic_scales", const(F32), lambda t, r: (_rows(t, r),),
-                          "[rows] int8 scales"),
+    outputs = (TensorSpec("recv_x", lambda t: t.out_dtype,
+                          lambda t, r: (_rows(t, r), t.recv_cols),
+                          "[rows, H] received rows by (local expert, source, token); MXFP4: "
+                          "[rows, H / 2] code pairs"),
+               TensorSpec("dynamic_scales", lambda t: t.scale_dtype,
+                          lambda t, r: (_rows(t, r) * t.scales_per_row,),
+                          "[rows] fp32 per-token scales; MX: [rows * H / 32] E8M0"),
                _i32("expand_idx", lambda t, r: (3 * _rows(t, r),),
                     "[rows*3] (source rank, token, k): the handle's recv_src_idx"))
 
@@ -211,7 +217,8 @@ def normal_runs(ops: tuple[Kernel, ...]) -> dict[str, tuple[str, ...]]:
 
 
 class Normal(DeepepMode):
-    help = ("DeepEP-Ascend's normal mode (csrc/deepep/ops on A3, ops2 on one A2 server): "
+    help = ("DeepEP-Ascend's normal mode (csrc/deepep/ops on A3 and the Ascend 950, ops2 on "
+            "one A2 server): "
             "dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
             "cam_moe_combine_normal")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
@@ -222,7 +229,8 @@ class Normal(DeepepMode):
         p = platform(hardware) or "a3"
         return DeepepTiling(shape, options["quant"], options["long_seq_round"],
                             options["per_round_tokens"], hardware.chip.aiv_cores,
-                            options["context"], buffsize_mb(shape, options, p), timing_only, p)
+                            options["context"], buffsize_mb(shape, options, p), timing_only, p,
+                            options["combine_enable_long_seq"])
 
     def run_fields(self, tiling: Any, runs: Any) -> list[dict[str, Any]]:
         return buffer_dispatch_fields(runs)
@@ -275,8 +283,13 @@ class Normal(DeepepMode):
                           f"own fixed core 0..{len(BUILD_CORES) - 1} (notify_dispatch.h); "
                           f"allowed: at least {len(BUILD_CORES)}")
         mb = buffsize_mb(shape, options, p)
+        if p == "a5":
+            bad = a5_window_misfit(t, mb)
+            if bad is not None:
+                return bad
         if t.window.end > hardware.window.bytes:
-            status = ("with its status inside" if p == "a2" else "plus the 1 MiB status window")
+            status = {"a2": "with its status inside", "a5": "with its 4 MiB state zone inside"
+                      }.get(p, "plus the 1 MiB status window")
             return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: HCCL_BUFFSIZE "
                           f"{mb} MB {status} needs {t.window.end} B; "
                           f"allowed: at least {t.window.end}")
@@ -287,7 +300,7 @@ class Normal(DeepepMode):
         combine: its window slot and, functional, its input row. Dispatch's machine is freed
         before combine's (a second worker runs notify_dispatch, which holds no rows)."""
         t, kernels = tiling, self.runs[op]
-        kept = t.H * t.out_dtype.itemsize + 4 + 12
+        kept = t.payload_bytes + t.scale_bytes + 12
         dispatch = t.window.disp + kept if DISPATCH.name in kernels else 0
         combine = 0
         if COMBINE.name in kernels:
@@ -362,19 +375,20 @@ class Normal(DeepepMode):
         if t.timing_only:  # the simulated records carry no triple (dispatch.fill_triple)
             triples = self._expand_idx(t, inputs)
             disp = previous if previous is not None else [
-                {"recv_x": np.zeros((t.rows_capacity, t.H), t.out_dtype)} for _ in inputs]
+                {"recv_x": np.zeros((t.rows_capacity, t.recv_cols), t.out_dtype)}
+                for _ in inputs]
         else:
             disp = previous if previous is not None else self._reference_dispatch(t, inputs)
             triples = [d["expand_idx"] for d in disp]
         res = []
         for a, n, d, idx in zip(inputs, note, disp, triples, strict=True):
             rows = d["recv_x"]
-            if t.quant == "int8":  # per_token_cast_back: fp32(q) * scale, to bf16
+            if t.quant != "bf16":  # per_token_cast_back: fp32(q) * scale, to bf16
                 full = np.zeros((t.rows_capacity, t.H), t.shape.np_dtype)
                 m = int(n["total_recv_token"][0])
                 if not t.timing_only:
-                    full[:m] = (rows[:m].astype(F32) * d["dynamic_scales"][:m, None]).astype(
-                        t.shape.np_dtype)
+                    full[:m] = ref_a5.cast_back(t.quant, rows[:m],
+                                                d["dynamic_scales"][:m * t.scales_per_row])
                 rows = full
             res.append({"x": rows, "expand_idx": idx,
                         "ep_recv_count": n["recv_count"].sum(axis=0).astype(I32),
@@ -382,11 +396,12 @@ class Normal(DeepepMode):
         return res
 
     def _reference_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
-        got = ref.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs],
+        mod = ref_a5 if t.platform == "a5" else ref
+        got = mod.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs],
                            self._sizes(t), t.quant)
         cap = t.rows_capacity
         return [{"recv_x": _padded(o["recv_x"], cap),
-                 "dynamic_scales": _padded(o["dynamic_scales"], cap),
+                 "dynamic_scales": _padded(o["dynamic_scales"], cap * t.scales_per_row),
                  "expand_idx": _padded(o["expand_idx"], 3 * cap)} for o in got]
 
     def _expand_idx(self, t: DeepepTiling, inputs: list[Arrays]) -> list[np.ndarray]:

@@ -58,11 +58,14 @@ class MagicReached(Condition):
 
 def batch_rounds(t: DeepepTiling) -> int:
     """batchRounds of Init: 1 with one round, else by the expert count; the A2 build (ops2)
-    takes 16 above 256 experts, else 32, whatever the rounds."""
+    takes 16 above 256 experts, else 32, whatever the rounds; the 950's (notify_dispatch_a5.h)
+    tests E > 512 before E / W >= 128."""
     if t.platform == "a2":
         return 16 if t.E > 256 else 32
     if t.round == 1:
         return 1
+    if t.platform == "a5" and t.E > 512:  # notify_dispatch_a5.h tests E first
+        return 8
     if t.L >= 512 // 4:
         return 16
     if t.E > 512:

@@ -31,6 +31,7 @@ from npusim.kernels.quant.recipes import (
     INT8_QMAX,
     MX_CLIP_FLOOR,
     PERGROUP_BLOCK,
+    fp8_token_quantize,
     int8_block_dequantize,
     int8_block_quantize,
     int8_block_round_trip,
@@ -39,6 +40,7 @@ from npusim.kernels.quant.recipes import (
     int8_token_quantize,
     mx_quantize_bf16,
     mx_values,
+    mxfp4_quantize_bf16,
     mxfp8_dequantize,
     mxfp8_quantize,
     mxfp8_scale_count,
@@ -50,11 +52,12 @@ from npusim.kernels.quant.recipes import (
 __all__ = [
     "BF16", "E8M0_NAN", "E8M0_PAD", "FP8_FORMATS", "INT8_BLOCK", "INT8_QMAX", "MXFP8_BLOCK",
     "MX_CLIP_FLOOR", "PERGROUP_BLOCK", "TOKEN_DTYPES", "dtype_name", "e8m0_bytes",
-    "e8m0_values", "fp8_format", "fp8_values", "int8_block_dequantize", "int8_block_quantize",
-    "int8_block_round_trip", "int8_block_scale_count", "int8_token_dequantize",
-    "int8_token_quantize", "mx_quantize_bf16", "mx_values", "mxfp8_dequantize",
-    "mxfp8_quantize", "mxfp8_scale_count", "pergroup_dequantize", "pergroup_quantize",
-    "pergroup_scale_count", "token_dtype", "TOKEN_DTYPE_NAMES",
+    "e8m0_values", "fp8_format", "fp8_token_quantize", "fp8_values", "int8_block_dequantize",
+    "int8_block_quantize", "int8_block_round_trip", "int8_block_scale_count",
+    "int8_token_dequantize", "int8_token_quantize", "mx_quantize_bf16", "mx_values",
+    "mxfp4_quantize_bf16", "mxfp8_dequantize", "mxfp8_quantize", "mxfp8_scale_count",
+    "pergroup_dequantize", "pergroup_quantize", "pergroup_scale_count", "token_dtype",
+    "TOKEN_DTYPE_NAMES",
 ]
 
 

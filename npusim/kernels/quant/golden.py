@@ -142,3 +142,40 @@ def mx_combine_row(x: np.ndarray, fp8: str) -> np.ndarray:
     b = sc[:ceil_div(q.size, 32)].astype(np.int64)
     scale = np.where(b == 0, 0.0, np.ldexp(1.0, b - 127)).astype(np.float32)
     return q.view(fp8_format(fp8)[0]).astype(np.float32) * np.repeat(scale, 32)[:q.size]
+
+
+def pertoken_row(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.float32]:
+    """Per-token dynamic quantisation of one finite, nonzero token to ``fmt`` ("int8",
+    "e4m3", "e5m2"): d = fp32(qmax) / max|fp32(x)| with qmax 127 or the format's largest
+    value, each element fp32(x) * d rounded to the nearest even code (FP8 saturated at
+    +-qmax), the scale fp32(1 / d). -> (codes as bytes, scale)."""
+    xf = np.asarray(x).astype(np.float32).reshape(-1)
+    qmax = 127.0 if fmt == "int8" else fp8_max(fmt)
+    d = np.float32(qmax) / np.float32(np.abs(xf).max())
+    y = np.float32(d) * xf
+    if fmt == "int8":
+        codes = np.rint(y).astype(np.int8).view(np.uint8)
+    else:
+        codes = np.clip(y, -qmax, qmax).astype(fp8_format(fmt)[0]).view(np.uint8)
+    return codes, np.float32(np.float32(1.0) / d)
+
+
+def mxfp4_row(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """OCP MXFP4 (E2M1) of one finite token: per block of 32 the power of two P =
+    2^(floor(log2 amax) - 2) (at least 2^-127; a block with amax < 2^-126 all zeros),
+    elements E2M1(clip(x / P, +-6)) nearest even, two per byte, the first in the low
+    nibble; scale byte E8M0(P). -> (packed (H/2,), scale bytes (H/32,))."""
+    xf = np.asarray(x).astype(np.float32).reshape(-1)
+    fp4 = tables().fp4_e2m1
+    h = xf.size
+    codes = np.zeros(h, np.uint8)
+    scales = np.zeros(h // MXFP8_BLOCK, np.uint8)
+    for b in range(h // MXFP8_BLOCK):
+        seg = xf[MXFP8_BLOCK * b:MXFP8_BLOCK * (b + 1)]
+        amax = float(np.abs(seg).max())
+        p = -127 if amax < 2.0 ** -126 else max(int(np.frexp(amax)[1]) - 1 - 2, -127)
+        if amax >= 2.0 ** -126:
+            y = np.clip(seg.astype(np.float64) / 2.0 ** p, -6.0, 6.0)
+            codes[MXFP8_BLOCK * b:MXFP8_BLOCK * (b + 1)] = y.astype(fp4).view(np.uint8)
+        scales[b] = p + 127
+    return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8), scales

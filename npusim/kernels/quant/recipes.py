@@ -22,6 +22,8 @@ import numpy as np
 from npusim.formats import (
     E8M0_NAN,
     E8M0_PAD,
+    FP4_E2M1_EMAX,
+    FP4_E2M1_MAX,
     FP8_NAN_BYTE,
     MXFP8_BLOCK,
     POW2_F32,
@@ -398,23 +400,66 @@ def int8_block_round_trip(
 # --------------------------------------------------------------------------- MXFP8 of bf16 rows
 
 
-def mx_quantize_bf16(x: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """The MegaMoE kernel's MXFP8 of bf16 rows [n, D] (D % 32 == 0), step by step as its
-    vector unit does it: ComputeMaxExp (per 32 elements the largest bf16 exponent field,
-    bits & 0x7F80); ComputeScale (E8M0 byte s = max(maxexp - emax, 0), the inverse scale
-    2^(127 - s) as bf16 bits (254 - s) << 7); ComputeFp8Data (x * inverse in fp32,
-    saturated, cast to FP8 round-to-nearest-even). -> (codes [n, D] uint8, E8M0 [n, D/32])."""
-    dt8, fmax, emax = fp8_format(mode)
+def _mx_bf16_blocks(x: np.ndarray, emax: int, zero_subnormal_blocks: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ComputeMaxExp and ComputeScale of bf16 rows [n, D] (D % 32 == 0): per 32 elements
+    the largest bf16 exponent field (bits & 0x7F80), the E8M0 byte s = max(maxexp - emax,
+    0) and the multiplier 2^(127 - s) as bf16 bits (254 - s) << 7 (0 for a block whose
+    exponent field is 0 when ``zero_subnormal_blocks``). -> (fp32 blocks [n, D/32, 32],
+    s, multiplier)."""
     n, d = x.shape
     bf16 = tables().bf16
     bits = np.ascontiguousarray(x, bf16).view(np.uint16).reshape(n, d // 32, 32)
     maxexp = ((bits & np.uint16(0x7F80)) >> np.uint16(7)).max(axis=-1).astype(np.int32)
     s = np.clip(maxexp - emax, 0, 253)
     inverse = ((254 - s).astype(np.uint16) << np.uint16(7)).view(bf16).astype(np.float32)
-    scaled = x.astype(np.float32).reshape(n, d // 32, 32) * inverse[..., None]
+    if zero_subnormal_blocks:
+        inverse[maxexp == 0] = 0
+    return x.astype(np.float32).reshape(n, d // 32, 32), s, inverse
+
+
+def mx_quantize_bf16(x: np.ndarray, mode: str, zero_subnormal_blocks: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The MegaMoE kernel's MXFP8 of bf16 rows [n, D] (D % 32 == 0), step by step as its
+    vector unit does it: ComputeMaxExp, ComputeScale (:func:`_mx_bf16_blocks`);
+    ComputeFp8Data (x * inverse in fp32, saturated, cast to FP8 round-to-nearest-even).
+    ``zero_subnormal_blocks``: the 950 DeepEP dispatch's quant::ComputeScale, whose
+    multiplier is 0 for a block of bf16 subnormals. -> (codes [n, D] uint8, E8M0 [n, D/32])."""
+    dt8, fmax, emax = fp8_format(mode)
+    n, d = x.shape
+    blocks, s, inverse = _mx_bf16_blocks(x, emax, zero_subnormal_blocks)
+    scaled = blocks * inverse[..., None]
     np.clip(scaled, -np.float32(fmax), np.float32(fmax), out=scaled)
     codes = scaled.astype(dt8).view(np.uint8).reshape(n, d)
     return codes, s.astype(np.uint8)
+
+
+def mxfp4_quantize_bf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """MXFP4 (E2M1) of bf16 rows [n, D] (D % 32 == 0) as the 950 DeepEP dispatch's
+    quant::ComputeFp4Data does it: the scales of :func:`_mx_bf16_blocks` with E2M1's emax
+    2 (a subnormal block zeroed), x * multiplier (exact), cast round-to-nearest-even and
+    saturated to +-6 (overflow mode 0), element 2i in the low nibble of byte i, 2i + 1 in
+    the high. -> (packed [n, D/2] uint8, E8M0 [n, D/32])."""
+    n, d = x.shape
+    blocks, s, inverse = _mx_bf16_blocks(x, FP4_E2M1_EMAX, True)
+    scaled = blocks * inverse[..., None]
+    np.clip(scaled, -np.float32(FP4_E2M1_MAX), np.float32(FP4_E2M1_MAX), out=scaled)
+    codes = scaled.astype(tables().fp4_e2m1).view(np.uint8).reshape(n, d)
+    return codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4)), s.astype(np.uint8)
+
+
+def fp8_token_quantize(x: np.ndarray, fp8: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token dynamic FP8 (the 950 DeepEP dispatch's quant_mode 5): xf = fp32(x);
+    d = fp8max / max|xf| in fp32; q = fp8(xf * d) round-to-nearest-even, saturated to
+    +-fp8max; scale = fp32(1 / d). -> (codes uint8 (rows, H), scale fp32 (rows,)). A zero
+    row makes d inf and its products NaN on the device; finite rows only."""
+    x = _as_2d(x)
+    dt8, fmax, _ = fp8_format(fp8)
+    xf = x.astype(np.float32)
+    d = np.float32(fmax) / np.max(np.abs(xf), axis=1)
+    prod = xf * d[:, None]
+    np.clip(prod, -np.float32(fmax), np.float32(fmax), out=prod)
+    return prod.astype(dt8).view(np.uint8), (np.float32(1.0) / d).astype(np.float32)
 
 
 def mx_values(codes: np.ndarray, scales: np.ndarray, mode: str) -> np.ndarray:

@@ -80,7 +80,8 @@ def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
         assert comb[r]["combined_x"].tobytes() == want_x[r].tobytes(), r
 
 
-@pytest.mark.parametrize("kw", [{}, {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32}],
+@pytest.mark.parametrize("kw", [{}, {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32,
+                                      "combine_enable_long_seq": 1}],
                          ids=["one_round", "multi_round"])
 def test_token_index_survives_dispatch_combine(tmp_path: Path, kw: dict[str, Any]) -> None:
     """test_low_latency.py's check: x[:, -128:] = token index; with weights 1/K the K returned
@@ -126,7 +127,8 @@ def test_multi_round_combine_matches_reference(tmp_path: Path, hardware: str,
                                                quant: str) -> None:
     """cam_moe_combine_normal_multi_round.h: 80 tokens in rounds of 32 (32, 32, 16), fewer
     per round than cores, so some cores sit out every round; x byte for byte."""
-    kw = {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32, "quant": quant}
+    kw = {"bs": 80, "long_seq_round": 3, "per_round_tokens": 32, "quant": quant,
+          "combine_enable_long_seq": 1}
     sc = _scenario(tmp_path, hardware=hardware, **kw)
     w = sc.workload
     t = w.family.tiling(w.shape, w.options, sc.hardware)
@@ -143,9 +145,10 @@ def test_multi_round_combine_matches_reference(tmp_path: Path, hardware: str,
 
 
 def test_multi_round_kernel_with_one_round(tmp_path: Path) -> None:
-    """long_seq_round 2 selects the multi-round kernel even when the 16 tokens fit one round:
-    its expert-block send split, no round flags; x byte for byte."""
-    kw = {"long_seq_round": 2, "per_round_tokens": 32}
+    """long_seq_round 2 (with DEEPEP_NORMAL_COMBINE_ENABLE_LONG_SEQ=1) selects the
+    multi-round kernel even when the 16 tokens fit one round: its expert-block send split,
+    no round flags; x byte for byte."""
+    kw = {"long_seq_round": 2, "per_round_tokens": 32, "combine_enable_long_seq": 1}
     sc = _scenario(tmp_path, **kw)
     inputs = _inputs(sc)
     _, res = _run(tmp_path, **kw)
