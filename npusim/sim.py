@@ -32,6 +32,7 @@ from npusim.kernels.kernel import Arrays, Call, CoreTiming, Kernel, TensorSpec
 from npusim.result import OpRun, RunResult
 from npusim.runtime import userguard
 from npusim.runtime.launch import LaunchResult, launch
+from npusim.runtime.symmetric import heap_tensor
 from npusim.scenario import Scenario
 
 
@@ -272,11 +273,11 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     for r, (rank, arrays) in enumerate(zip(machine.ranks, op_inputs, strict=True)):
         for spec in kernel.inputs:
             a = arrays[spec.name]
-            rank.tensor(spec.gm_name, a if isinstance(a, RowTable)
-                        else np.ascontiguousarray(a, dtype=_layout(kernel, spec, t, r)[0]))
+            _place(rank, spec, t, a if isinstance(a, RowTable)
+                   else np.ascontiguousarray(a, dtype=_layout(kernel, spec, t, r)[0]))
         for spec in (*kernel.outputs, *kernel.scratch):
             dtype, shape = _layout(kernel, spec, t, r)
-            rank.tensor(spec.gm_name, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+            _place(rank, spec, t, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
     layout = userguard.call(fam, "window", t, check=userguard.window)
     zones = userguard.call(layout, "regions", check=userguard.regions)  # accesses stay in
     for rank in machine.ranks:
@@ -303,6 +304,17 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
             ctx.release()
     machine.release()
     return run
+
+
+def _place(rank: Any, spec: TensorSpec, t: object, data: Any) -> None:
+    """A kernel's tensor on a rank: plain GM, or at its symmetric heap offset in the
+    window (a shmem_malloc'd tensor)."""
+    if spec.heap is None:
+        rank.tensor(spec.gm_name, data)
+        return
+    if isinstance(data, RowTable):
+        data = data.dense(f"heap tensor {spec.name!r}")
+    heap_tensor(rank, spec.gm_name, spec.heap(t), data)
 
 
 def _layout(kernel: Kernel, spec: TensorSpec, t: object, r: int

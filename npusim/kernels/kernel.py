@@ -34,6 +34,9 @@ class TensorSpec:
     # True: the family gives it as a RowTable, rows drawn from a small table; the memory
     # estimate counts its index (a row number per row), not its declared bytes
     shared_rows: bool = False
+    # a shmem_malloc'd tensor: its byte offset in the symmetric heap (the window), the same
+    # on every rank, as a function of the tiling (npusim.runtime.symmetric); None: plain GM
+    heap: Callable[[Any], int] | None = None
 
     @property
     def gm_name(self) -> str:

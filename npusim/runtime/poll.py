@@ -41,6 +41,9 @@ class Poll:
     strided: Strided | None = None
     check_ns: float = 0.0
     read_ns: float | None = None
+    # another rank's symmetric window read through aclshmem_ptr (a SHMEM remote poll);
+    # read_ns must then carry the remote read's cost
+    remote: bool = False
 
     @property
     def span(self) -> int:

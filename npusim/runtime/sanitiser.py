@@ -174,8 +174,10 @@ class Sanitiser:
                 self._amount(p.read_ns, name, "read_ns")
             span = p.strided.src_span() if p.strided else p.nbytes
             self._check_gm(p.region, p.offset, span, name)
-            if p.region.rank != self.rank_id:
-                raise self.error(f"{name}: polling another rank's memory is not modelled",
+            if p.region.rank != self.rank_id and not (
+                    p.remote and isinstance(p.region, SparseRegion) and p.read_ns is not None):
+                raise self.error(f"{name}: polling another rank's memory is modelled only "
+                                 "for its symmetric window through shmem (a remote poll)",
                                  address=p.offset)
             if p.into is None:  # a scalar spin: the value goes to a register
                 continue

@@ -9,6 +9,8 @@ its cost comes from the preset (docs/authoring.md has the table, docs/model.md t
     aclshmem_signal_wait_until        yield from shmem.signal_wait_until(offset, "eq", value)
     aclshmem_quiet / aclshmem_fence   yield from shmem.quiet()
     aclshmemi_barrier_core_soft       yield from shmem.barrier_core_soft()
+    aclshmem_ptr(ptr, pe)             shmem.ptr(tensor, pe) -> (rank pe's window, offset)
+    aclshmem_barrier_all              yield from shmem.barrier_all(sync_offset)
 
 Addresses are byte offsets into a region, by default the symmetric window (the SHMEM
 heap); ``aclshmem_ptr(addr, pe)`` is the same offset in rank pe's window. A second family
@@ -37,6 +39,8 @@ CMP: dict[str, Callable[[Any, Any], Any]] = {
     "lt": operator.lt, "le": operator.le}
 CMP_TEXT = {"eq": "==", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
+# ACLSHMEM_BARRIER_TG_DISSEM_KVAL: the cores barrier_npu_v3 spreads the PEs over
+BARRIER_TG_DISSEM_KVAL = 8
 LOG_MAX_AIV_PER_NPU = 6  # ACLSHMEM_LOG_MAX_AIV_PER_NPU: sync slots per core (rounds)
 # ACLSHMEM_MAX_AIV_PER_NPU (include/host_device/shmem_common_types.h): the cores the core
 # sync pool (ACLSHMEM_CORE_SYNC_POOL_SIZE) has rows for, so the cores a kernel may
@@ -138,6 +142,21 @@ class Shmem:
         """aclshmemx_mte_put_nbi UB -> remote GM: one MTE3 put, not waited for."""
         return self.ctx.put(pe, dst_offset, buf, nbytes, src_offset, name=name)
 
+    def ptr(self, tensor: str | Region, pe: int) -> tuple[Region, int]:
+        """aclshmem_ptr(ptr, pe) onto a symmetric heap tensor (npusim.runtime.symmetric):
+        address arithmetic only, p2p_device_heap_base[pe] + (ptr - heap_base), two scalar
+        slots (the base's load, the add); no data moves and the peer is not checked.
+        Returns rank pe's window and the tensor's offset in it: copy_in from there is a
+        remote pull, put to pe there a remote write."""
+        ctx = self.ctx
+        t = ctx.tensor(tensor) if isinstance(tensor, str) else tensor
+        offset = getattr(t, "heap_offset", None)
+        if offset is None:
+            raise ctx.error(f"aclshmem_ptr of {t.name!r}: not a symmetric heap tensor "
+                            "(shmem_malloc'd); its address on another PE would be garbage")
+        ctx.scalar(2)
+        return ctx.window(pe), offset
+
     # -- signals ------------------------------------------------------------------------
     def signal_op(self, pe: int, offset: int, value: int, op: str = "set",
                   region: Region | None = None, dtype: Any = np.int32) -> Op:
@@ -215,3 +234,41 @@ class Shmem:
             shift *= 2
             rnd += 1
         ctx.gm_write_scalar(pool, counter, count, np.int32)
+
+    def barrier_all(self, sync_offset: int, name: str = "shmem_barrier_all") -> Wait:
+        """aclshmem_barrier_all = aclshmemi_barrier<false>(ACLSHMEM_TEAM_WORLD)
+        (aclshmem_device_cc.hpp): barrier_core, barrier_npu_v3, barrier_core. On an AIV-only
+        kernel barrier_core is barrier_core_soft. No quiet inside: puts still in flight are
+        the caller's to complete first (a SyncAll<true> before it waits for none either).
+        `sync_offset`: the WORLD team's sync_array line in the window, its sync_counter the
+        line after (the library's sync pool, placed by the caller's window layout)."""
+        yield from self.barrier_core_soft()
+        yield from self.barrier_npu_v3(sync_offset, name)
+        yield from self.barrier_core_soft()
+
+    def barrier_npu_v3(self, sync_offset: int, name: str = "barrier_npu_v3") -> Wait:
+        """The centralized pull barrier across PEs: k = min(KVAL 8, npes, launched cores);
+        count = sync_counter + 1; core v takes PEs v, v + k, ...: its own PE's sync_array
+        gets count (signal_set: a store and a dcci of the line), every other PE's is polled
+        through aclshmem_ptr until it reads count or count + 1 (dcci, a line fill over the
+        fabric both ways, the compare); then sync_counter = count."""
+        ctx = self.ctx
+        win = ctx.window()
+        line = int(ctx.cfg.dcache.line_bytes)
+        counter = sync_offset + line
+        k = min(BARRIER_TG_DISSEM_KVAL, self.n_pes, ctx.num_cores)
+        yield from ctx.sync()  # every core loads the counter before any core stores it
+        count = int(ctx.gm_read_scalar(win, counter, np.int32)) + 1
+        d = ctx.cfg.dcache
+        for i in range(ctx.core_id, self.n_pes, k):
+            ctx.loop(1)
+            if i == self.my_pe:
+                ctx.dcache.store_line(self.my_pe, win, sync_offset, count, np.int32, name)
+                continue
+            level = ctx.machine.fabric.route(i, self.my_pe)[1]
+            poll = Poll(ctx.window(i), sync_offset, Signal(np.int32, "eq", count, (count + 1,)),
+                        None, 4, read_ns=d.dcci_ns + d.miss_ns + 2 * level,
+                        check_ns=ctx.issue_ns, remote=True)
+            yield from ctx.poll_round_robin([poll], 0, name)
+        yield from ctx.sync()
+        ctx.gm_write_scalar(win, counter, count, np.int32)

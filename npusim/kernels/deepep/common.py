@@ -49,9 +49,10 @@ OPTIONS = (
     Option("quant", "choice", "bf16", "dispatch's quant_mode: bf16, int8 (per-token dynamic); "
            "the A5-only modes are refused on A2 and A3 as DeepEP refuses them",
            choices=("bf16", "int8", *A5_ONLY)),
-    Option("context", "choice", "hccl", "where the windows live: hccl (windowsIn + "
-           "windowsExp; on the A2 the status in windowsIn's last 8 MiB) or shmem (A3: "
-           "one aclshmem allocation per die, status right after the data at +1022 MiB)",
+    Option("context", "choice", "hccl", "hccl: the HCCL kernels on HCCL's windows "
+           "(windowsIn + windowsExp; on the A2 the status in windowsIn's last 8 MiB); "
+           "shmem (A3, normal mode): the shmem_ver branch's SHMEM kernels on DeepEP's "
+           "8 GiB SHMEM heap (DEEPEP_SHMEM_ENABLE=1)",
            choices=("hccl", "shmem")),
     Option("hccl_buffsize", "int", 0, "HCCL_BUFFSIZE in MB (totalWinSize); 0: the "
            "smallest DeepEP's check accepts (at least its default 200)", lo=0, hi=65536),

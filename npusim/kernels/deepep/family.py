@@ -6,7 +6,10 @@ csrc/deepep/ops for the Atlas A3, csrc/deepep/ops2 for the Atlas A2), a family o
 - ``mode: low_latency`` (low_latency.py): low_latency_dispatch / low_latency_combine, mc2's V2
   programs on the A3 and on one A2 server;
 - ``mode: low_latency`` with ``comm_alg: hierarchy`` (layered.py): on 2+ A2 servers the
-  layered kernels.
+  layered kernels;
+- ``mode: normal`` with ``context: shmem`` (shmem_normal.py): the `shmem_ver` branch's
+  SHMEM kernels on the A3 (dispatch_layout, ShmemNotifyDispatch, ShmemMoeDispatchNormal,
+  ShmemMoeCombineNormal).
 
 What the modes share (options, platform, HCCL_BUFFSIZE, the A2 limits, the inputs) lives in
 common.py; a scenario's workload runs the mode its options pick (`Family.mode`).
@@ -21,6 +24,7 @@ from npusim.kernels.deepep.common import DeepepMode
 from npusim.kernels.deepep.layered import LAYERED
 from npusim.kernels.deepep.low_latency import LOW_LATENCY
 from npusim.kernels.deepep.normal import NORMAL, buffer_dispatch_fields
+from npusim.kernels.deepep.shmem_normal import NORMAL_SHMEM
 from npusim.kernels.family import Family
 
 __all__ = ["FAMILY", "DeepEP", "buffer_dispatch_fields"]
@@ -32,14 +36,17 @@ class DeepEP(DeepepMode):
             "cam_moe_combine_normal) or low latency (MoeLowLatencyDispatchV2 / CombineV2: "
             "mc2's V2 programs on A3 and on one A2 server, the layered kernels on 2+ A2 "
             "servers)")
-    modes = {"normal": NORMAL, "low_latency": LOW_LATENCY, "layered": LAYERED}
-    ops = tuple(k for m in modes.values() for k in m.ops)
+    modes = {"normal": NORMAL, "low_latency": LOW_LATENCY, "layered": LAYERED,
+             "normal_shmem": NORMAL_SHMEM}
+    ops = tuple(dict.fromkeys(k for m in modes.values() for k in m.ops))
     runs = NORMAL.runs
 
     def mode(self, options: Mapping[str, Any]) -> Family:
-        """workload.mode's family; low latency with comm_alg hierarchy: the layered one."""
+        """workload.mode's family; low latency with comm_alg hierarchy: the layered one;
+        normal with context shmem: the shmem_ver kernels."""
         if options.get("mode") != "low_latency":
-            return self.modes["normal"]
+            return self.modes["normal_shmem" if options.get("context") == "shmem"
+                              else "normal"]
         return self.modes["layered" if options.get("comm_alg") == "hierarchy"
                           else "low_latency"]
 

@@ -210,9 +210,9 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str,
         return Misfit("workload.op", f"{op}: get_dispatch_layout belongs to the normal mode; "
                       f"allowed with mode low_latency: {', '.join(RUNS)}")
     if options["context"] != "hccl":
-        return Misfit("workload.context", f"{options['context']}: the low-latency kernels "
-                      "open HCCL windows (the shmem_ver kernels are the normal mode's); "
-                      "allowed: hccl")
+        return Misfit("workload.context", f"{options['context']}: the shmem_ver branch's "
+                      "SHMEM low-latency pair (ShmemMoeDistributeDispatchV2 / CombineV2) is "
+                      "not modelled; allowed: hccl")
     if platform == "a2":
         bad = a2_misfit(shape)
         if bad is not None:

@@ -32,15 +32,9 @@ from npusim.kernels.deepep.dispatch import dispatch_program
 from npusim.kernels.deepep.dispatch_layout import dispatch_layout_program
 from npusim.kernels.deepep.notify import BUILD_CORES, notify_program
 from npusim.kernels.deepep.tiling import DeepepTiling
-from npusim.kernels.deepep.window import (
-    SHMEM_DIE_STRIDE,
-    SHMEM_SIGNAL_OFFSET,
-    WindowTooSmall,
-    check_buffsize,
-)
+from npusim.kernels.deepep.window import WindowTooSmall, check_buffsize
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
-from npusim.units import MiB
 from npusim.workload.shape import MoeShape
 
 I32, I64, F32 = np.int32, np.int64, np.float32
@@ -132,15 +126,16 @@ def _bandwidth(t: DeepepTiling, run: Any, rows_name: str, ll_bytes: int) -> dict
             **ll.bandwidth_fields([t.BS * t.K] * t.W, ll_bytes, ns)}
 
 
-def buffer_dispatch_fields(runs: Any) -> list[dict[str, Any]]:
-    """test_intranode times `buffer.dispatch`, notify_dispatch included: where notify_dispatch
-    ran just before the normal dispatch, the dispatch's bottleneck bandwidth is rank 0's
-    bytes over both kernels' device time (the host's `.item()` between them is not
+def buffer_dispatch_fields(runs: Any, pair: tuple[str, str] = ("notify_dispatch", "dispatch")
+                           ) -> list[dict[str, Any]]:
+    """test_intranode times `buffer.dispatch`, notify_dispatch included: where the notify
+    kernel of `pair` ran just before its dispatch, the dispatch's bottleneck bandwidth is
+    rank 0's bytes over both kernels' device time (the host's `.item()` between them is not
     modelled); `kernel_bandwidth_gbps` keeps the kernel's own."""
     out: list[dict[str, Any]] = [{} for _ in runs]
     for i in range(1, len(runs)):
         notify, run = runs[i - 1], runs[i]
-        if (notify.op, run.op) != (NOTIFY.name, DISPATCH.name):
+        if (notify.op, run.op) != pair:
             continue
         ns = (notify.end_ns - notify.start_ns) + (run.end_ns - run.start_ns)
         recv = run.family_fields["intranode_bytes"]
@@ -208,15 +203,19 @@ LAYOUT, NOTIFY, DISPATCH, COMBINE = (DispatchLayout(), NotifyDispatch(), CamMoeD
                                      CamMoeCombineNormal())
 
 
+def normal_runs(ops: tuple[Kernel, ...]) -> dict[str, tuple[str, ...]]:
+    """A normal mode's ops from its kernels (dispatch_layout, notify, dispatch, combine)."""
+    names = tuple(k.name for k in ops)
+    return {"layout": names[:1], "dispatch": names[:3], "dispatch_combine": names,
+            "combine": names[3:]}
+
+
 class Normal(DeepepMode):
     help = ("DeepEP-Ascend's normal mode (csrc/deepep/ops on A3, ops2 on one A2 server): "
             "dispatch_layout, notify_dispatch, cam_moe_dispatch_normal, "
             "cam_moe_combine_normal")
     ops = (LAYOUT, NOTIFY, DISPATCH, COMBINE)
-    runs = {"layout": ("dispatch_layout",),
-            "dispatch": ("dispatch_layout", "notify_dispatch", "dispatch"),
-            "dispatch_combine": ("dispatch_layout", "notify_dispatch", "dispatch", "combine"),
-            "combine": ("combine",)}
+    runs = normal_runs(ops)
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> DeepepTiling:
@@ -231,16 +230,9 @@ class Normal(DeepepMode):
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
         """Every mode's checks, then the normal calls' and DeepEP's HCCL_BUFFSIZE check."""
-        bad = self.shared_misfit(shape, options, hardware)
+        bad = self.normal_misfit(shape, options, hardware)
         if bad is not None:
             return bad
-        if options["comm_alg"] != "fullmesh":
-            return Misfit("workload.comm_alg", f"{options['comm_alg']}: picks the A2's "
-                          "low-latency kernels; allowed with mode normal: fullmesh")
-        top = options["num_max_dispatch_tokens_per_rank"]
-        if top:
-            return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: an argument of "
-                          "the low-latency calls; allowed with mode normal: 0")
         rounds, per_round = options["long_seq_round"], options["per_round_tokens"]
         if rounds * per_round > MAX_TOTAL_TOKENS:
             return Misfit("workload.long_seq_round", f"DEEPEP_NORMAL_LONG_SEQ_ROUND ({rounds}) * "
@@ -258,6 +250,21 @@ class Normal(DeepepMode):
             return Misfit("workload.hccl_buffsize", str(exc))
         return None
 
+    def normal_misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any
+                      ) -> Misfit | None:
+        """Every mode's checks, then the options only the low-latency calls take."""
+        bad = self.shared_misfit(shape, options, hardware)
+        if bad is not None:
+            return bad
+        if options["comm_alg"] != "fullmesh":
+            return Misfit("workload.comm_alg", f"{options['comm_alg']}: picks the A2's "
+                          "low-latency kernels; allowed with mode normal: fullmesh")
+        top = options["num_max_dispatch_tokens_per_rank"]
+        if top:
+            return Misfit("workload.num_max_dispatch_tokens_per_rank", f"{top}: an argument of "
+                          "the low-latency calls; allowed with mode normal: 0")
+        return None
+
     def tiling_misfit(self, tiling: DeepepTiling, shape: MoeShape, options: Mapping[str, Any],
                       hardware: Any, op: str) -> Misfit | None:
         t = tiling
@@ -268,12 +275,6 @@ class Normal(DeepepMode):
                           f"own fixed core 0..{len(BUILD_CORES) - 1} (notify_dispatch.h); "
                           f"allowed: at least {len(BUILD_CORES)}")
         mb = buffsize_mb(shape, options, p)
-        if t.context == "shmem" and mb * MiB > SHMEM_SIGNAL_OFFSET:
-            return Misfit("workload.hccl_buffsize", f"{mb} MB: with context shmem the data "
-                          f"and the status (at +{SHMEM_SIGNAL_OFFSET // MiB} MiB) share one "
-                          f"aclshmem allocation per die, which would exceed the "
-                          f"{SHMEM_DIE_STRIDE // MiB} MiB stride between dies; allowed: at "
-                          f"most {SHMEM_SIGNAL_OFFSET // MiB}")
         if t.window.end > hardware.window.bytes:
             status = ("with its status inside" if p == "a2" else "plus the 1 MiB status window")
             return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: HCCL_BUFFSIZE "
@@ -315,24 +316,49 @@ class Normal(DeepepMode):
         return ref.notify([a["num_tokens_per_expert"] for a in lay], [t.BS] * t.W,
                           self._sizes(t))
 
-    def op_inputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
-                  previous: list[Arrays] | None) -> list[Arrays]:
-        t = tiling
+    def _record(self, kernel: str, inputs: list[Arrays], previous: list[Arrays] | None
+                ) -> None:
+        """Keep the previous kernel's outputs in the run's chain; the layout starts a run."""
         chain = self._chain.setdefault(id(inputs), {})
         before = self.runs["dispatch_combine"]
         if previous is not None and kernel in before[1:]:
             chain[before[before.index(kernel) - 1]] = previous
-        if kernel == LAYOUT.name:
+        if kernel == before[0]:
             self._chain = {id(inputs): chain}  # one run at a time
+
+    def _first_inputs(self, kernel: str, t: DeepepTiling, inputs: list[Arrays],
+                      previous: list[Arrays] | None) -> list[Arrays] | None:
+        """The chain kept; the inputs of dispatch_layout (topk_idx) and of the notify kernel
+        after it (the layout's counts); None for a later kernel."""
+        self._record(kernel, inputs, previous)
+        if kernel == LAYOUT.name:
             return [{"topk_idx": a["topk_idx"]} for a in inputs]
+        if kernel == self.runs["dispatch"][1]:
+            return [{"num_tokens_per_expert": o["num_tokens_per_expert"]}
+                    for o in self._layout(t, inputs)]
+        return None
+
+    def op_inputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
+                  previous: list[Arrays] | None) -> list[Arrays]:
+        t = tiling
+        first = self._first_inputs(kernel, t, inputs, previous)
+        if first is not None:
+            return first
         lay = self._layout(t, inputs)
-        if kernel == NOTIFY.name:
-            return [{"num_tokens_per_expert": o["num_tokens_per_expert"]} for o in lay]
         note = self._notify(t, inputs)
-        if kernel == DISPATCH.name:
+        if kernel == self.runs["dispatch"][2]:
             return [{"x": a["x"], "expert_ids": a["topk_idx"].astype(I32),
-                     "send_token_idx_small": lo["send_token_idx_small"], **n}
+                     "send_token_idx_small": lo["send_token_idx_small"],
+                     **self._dispatch_counts(n)}
                     for a, lo, n in zip(inputs, lay, note, strict=True)]
+        return self._combine_inputs(t, inputs, lay, note, previous)
+
+    def _dispatch_counts(self, note: Arrays) -> Arrays:
+        """What the dispatch reads of the notify kernel's outputs: all of them."""
+        return note
+
+    def _combine_inputs(self, t: DeepepTiling, inputs: list[Arrays], lay: list[Arrays],
+                        note: list[Arrays], previous: list[Arrays] | None) -> list[Arrays]:
         if t.timing_only:  # the simulated records carry no triple (dispatch.fill_triple)
             triples = self._expand_idx(t, inputs)
             disp = previous if previous is not None else [

@@ -1,4 +1,4 @@
-"""DeepEP-Ascend's normal-mode window layout, its HCCL_BUFFSIZE checks and the SHMEM context.
+"""DeepEP-Ascend's normal-mode window layout and its HCCL_BUFFSIZE checks.
 
 Offsets follow sgl-project/sgl-kernel-npu csrc/deepep/ops/op_kernel (comm_args.h,
 cam_moe_dispatch_normal.h, cam_moe_combine_normal.h, notify_dispatch.h). The data window
@@ -17,10 +17,8 @@ half:
 The status window (HCCL's windowsExp) holds the dispatch status halves (500 KiB apart), the
 round flags (dispatch 450 KiB, the multi-round combine 458 KiB, each + roundMagic * 4 KiB)
 and the per-core call counters (notify 900 KiB, dispatch 950 KiB, combine 975 KiB). npusim
-has one window per rank: with `context: hccl` windowsExp follows windowsIn; with `context:
-shmem` both are one aclshmem allocation with the status at GetShmemSignalAddr = data + 1022
-MiB inside a 1 GiB region per die (cann-samples moe_dispatch_and_combine_story,
-STATUS_REGION_OFFSET; hicann/shmem's 1 GiB heap stride).
+has one window per rank: windowsExp follows windowsIn. (`context: shmem` runs the
+`shmem_ver` branch's SHMEM kernels instead, on the heap of shmem_layout.py.)
 
 The A2 builds (csrc/deepep/ops2, the same four kernels inside one server) lay the window out
 differently: there is no windowsExp, the status lives in the last 4 STATE_SIZE (2 MiB each)
@@ -35,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from npusim.units import GiB, KiB, MiB, align_up
+from npusim.units import KiB, MiB, align_up
 
 UB_ALIGN = 32
 WIN_ADDR_ALIGN = 512
@@ -54,8 +52,6 @@ NOTIFY_STATE_WIN_OFFSET = 900 * KiB  # comm_args.h STATE_WIN_OFFSET (notify's ma
 DISPATCH_STATE_WIN_OFFSET = 950 * KiB  # cam_moe_dispatch_normal.h STATE_WIN_OFFSET
 MAGIC_WIN_OFFSET = 975 * KiB  # cam_moe_combine_normal.h
 STATUS_WINDOW_BYTES = 1 * MiB  # assumed size of windowsExp: the highest offset is 999 KiB
-SHMEM_SIGNAL_OFFSET = 1022 * MiB  # GetShmemSignalAddr: data + 1022 MiB
-SHMEM_DIE_STRIDE = 1 * GiB  # p2p_device_heap_base[i] = gva + aligned * i
 SCALE_EXPAND_IDX_BUFFER = 44  # 32 B scale + 12 B (rank, token, k)
 DEFAULT_HCCL_BUFFSIZE_MB = 200  # Mc2TilingUtils::GetMaxWindowSize
 # ops2 (A2): comm_args.h, cam_moe_*_normal.h; the tiling check's own constants, tiling_args.h
@@ -155,11 +151,11 @@ class DeepepWindow:
 
     @property
     def exp_base(self) -> int:
-        """windowsExp: after windowsIn (hccl), or at the signal offset of the shmem region;
-        on the A2 dispatch's status base, total - 2 STATE_SIZE."""
+        """windowsExp: after windowsIn; on the A2 dispatch's status base, total - 2
+        STATE_SIZE."""
         if self.layout.status_in_window:
             return self.total - 2 * STATE_SIZE
-        return SHMEM_SIGNAL_OFFSET if self.context == "shmem" else self.total
+        return self.total
 
     @property
     def end(self) -> int:

@@ -155,25 +155,6 @@ def test_multi_round_kernel_with_one_round(tmp_path: Path) -> None:
         assert comb.outputs[r]["combined_x"].tobytes() == want.tobytes(), r
 
 
-def test_shmem_context_same_outputs(tmp_path: Path) -> None:
-    _, a = _run(tmp_path, context="hccl")
-    _, b = _run(tmp_path, context="shmem")
-    for x, y in zip(a.ops[-1].outputs, b.ops[-1].outputs, strict=True):
-        assert x["combined_x"].tobytes() == y["combined_x"].tobytes()
-
-
-def test_shmem_context_shares_one_allocation(tmp_path: Path) -> None:
-    """context shmem: data from 0, the status at GetShmemSignalAddr = data + 1022 MiB, the
-    whole below the 1 GiB between dies; hccl: windowsExp right after HCCL_BUFFSIZE."""
-    mib = 1 << 20
-    for context, status in (("shmem", 1022 * mib), ("hccl", 700 * mib)):
-        sc = _scenario(tmp_path, context=context, hccl_buffsize=700)
-        win = sc.workload.family.tiling(sc.workload.shape, sc.workload.options, sc.hardware).window
-        assert win.total == 700 * mib and win.exp_base == status, context
-        assert win.end == status + mib, context  # the 1 MiB status window
-    assert 1022 * mib + mib <= 1 << 30
-
-
 def test_report_speaks_deepep(tmp_path: Path) -> None:
     sc, res = _run(tmp_path)
     d = next(r for r in res.ops if r.op == "dispatch")
@@ -206,7 +187,6 @@ def test_refusals(tmp_path: Path) -> None:
     msg = _refused(tmp_path, hccl_buffsize=200)
     assert "NEEDED_HCCL_BUFFSIZE" in msg and "= 213MB" in msg and "HCCL_BUFFSIZE" in msg
     assert "no SHMEM" in _refused(tmp_path, hardware="atlas_a2", context="shmem")
-    assert "1024 MiB stride" in _refused(tmp_path, context="shmem", hccl_buffsize=1100)
     assert "belongs to the normal mode" in _refused(tmp_path, mode="low_latency", op="layout")
 
 
