@@ -54,8 +54,8 @@ OPTIONS = (
            choices=("bf16", "int8", *A5_ONLY)),
     Option("context", "choice", "hccl", "hccl: the HCCL kernels on HCCL's windows "
            "(windowsIn + windowsExp; on the A2 the status in windowsIn's last 8 MiB); "
-           "shmem (A3, normal mode): the shmem_ver branch's SHMEM kernels on DeepEP's "
-           "8 GiB SHMEM heap (DEEPEP_SHMEM_ENABLE=1)",
+           "shmem (A3): the shmem_ver branch's SHMEM kernels on DeepEP's 8 GiB SHMEM heap "
+           "(DEEPEP_SHMEM_ENABLE=1)",
            choices=("hccl", "shmem")),
     Option("hccl_buffsize", "int", 0, "HCCL_BUFFSIZE in MB (totalWinSize); 0: the "
            "smallest DeepEP's check accepts (at least its default 200)", lo=0, hi=65536),
@@ -182,9 +182,16 @@ def a2_misfit(shape: MoeShape) -> Misfit | None:
                       "whose AICPU side is not public, so they are not modelled; allowed: "
                       f"at most {A2_MAX_HCCS_PEERS} (across servers: mode low_latency, "
                       "comm_alg hierarchy)")
-    for key, what, value, lo, hi, name in A2_LIMITS:
+    return limits_misfit(A2_LIMITS, shape, "the A2 normal kernels", "ops2")
+
+
+def limits_misfit(limits: tuple[tuple[str, str, Callable[[MoeShape], int], int, int, str], ...],
+                  shape: MoeShape, kernels: str, src: str) -> Misfit | None:
+    """The first of a tiling's (key, what, value, lo, hi, constants) bounds the shape
+    passes, on its key."""
+    for key, what, value, lo, hi, name in limits:
         v = value(shape)
         if not lo <= v <= hi:
-            return Misfit(key, f"{v}: the A2 normal kernels take {what} in [{lo}, {hi}] "
-                          f"(ops2 {name}); allowed: {lo}..{hi}")
+            return Misfit(key, f"{v}: {kernels} take {what} in [{lo}, {hi}] ({src} {name}); "
+                          f"allowed: {lo}..{hi}")
     return None

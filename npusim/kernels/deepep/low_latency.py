@@ -209,10 +209,6 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any, op: str,
     if v2 and op not in RUNS:
         return Misfit("workload.op", f"{op}: get_dispatch_layout belongs to the normal mode; "
                       f"allowed with mode low_latency: {', '.join(RUNS)}")
-    if options["context"] != "hccl":
-        return Misfit("workload.context", f"{options['context']}: the shmem_ver branch's "
-                      "SHMEM low-latency pair (ShmemMoeDistributeDispatchV2 / CombineV2) is "
-                      "not modelled; allowed: hccl")
     if platform == "a2":
         bad = a2_misfit(shape)
         if bad is not None:
@@ -295,6 +291,8 @@ class LowLatency(DeepepMode):
             "programs on A3 and on one A2 server")
     ops = OPS
     runs = RUNS
+    dispatch: Dispatch = DISPATCH
+    combine: Combine = COMBINE
 
     def kernels_of(self, op: str, options: Mapping[str, Any] | None = None
                    ) -> tuple[Kernel, ...]:
@@ -340,17 +338,17 @@ class LowLatency(DeepepMode):
     def op_inputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
         m_in = _mc2_inputs(tiling, inputs)
-        if kernel == DISPATCH.name:
-            return _from_mc2(DISPATCH.inputs, m_in)
+        if kernel == self.dispatch.name:
+            return _from_mc2(self.dispatch.inputs, m_in)
         got = MC2.op_inputs(MC2_COMBINE, tiling, m_in,
                             _mc2_dispatch_out(tiling, inputs, previous))
-        return _from_mc2(COMBINE.inputs, got)
+        return _from_mc2(self.combine.inputs, got)
 
     def reference_outputs(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
-        if kernel != DISPATCH.name:
+        if kernel != self.dispatch.name:
             return None
-        return _from_mc2(DISPATCH.outputs, _mc2_dispatch_out(tiling, inputs, None))
+        return _from_mc2(self.dispatch.outputs, _mc2_dispatch_out(tiling, inputs, None))
 
     def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:

@@ -120,9 +120,8 @@ class _SendRows:
                 sent.append((yield from self.inner_copy_add(p, i)))
             ctx.mte_fence("mte3")  # PipeBarrier<PIPE_MTE3>
             for dst, token, k in sent:
-                ctx.put(
-                    dst, t.window.combine_flag(self.state, token, k), self.flag, 32, name="put_flag"
-                )
+                t.window.put(ctx, dst, t.window.combine_flag(self.state, token, k), self.flag,
+                             32, name="put_flag")
             loop += len(pair)
 
     def inner_copy_add(self, p: int, i: int) -> Wait:
@@ -155,9 +154,8 @@ class _SendRows:
             _quant_int8(ctx, t, buf, out, int8_send_bytes(h))
             yield from ctx.pipe_barrier("vector")
             nbytes = int8_send_bytes(h)
-        self.puts[p] = ctx.put(
-            dst, t.window.combine_slot_offset(self.state, token, k), out, nbytes, name="put_row"
-        )
+        self.puts[p] = t.window.put(ctx, dst, t.window.combine_slot_offset(self.state, token, k),
+                                    out, nbytes, name="put_row")
         return dst, token, k
 
 

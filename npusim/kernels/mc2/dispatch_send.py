@@ -95,7 +95,7 @@ def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict,
             slot.expert_scale_offset,
             np.array([0.0 if expert_scale is None else expert_scale], F32),
         )
-    q.puts[p] = ctx.put(dst, offset, out, slot.moved, name="put_token")
+    q.puts[p] = t.window.put(ctx, dst, offset, out, slot.moved, name="put_token")
 
 
 def _quantise(

@@ -60,9 +60,8 @@ def set_status(ctx: KernelContext, t: Mc2Tiling, state: int, id_info) -> Wait:
         else:
             e = i - S_r
             dst, entry = t.expert_rank(e), (e % t.L) * t.W + rank
-        ctx.put(
-            dst, win.dispatch_status(state, entry), status, 32, src_offset=32 * j, name="put_status"
-        )
+        win.put(ctx, dst, win.dispatch_status(state, entry), status, 32, src_offset=32 * j,
+                name="put_status")
     yield from ctx.pipe_barrier("mte3")
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 from npusim.kernels.common.status import (
     CUMSUM_MAX_CORE_NUM,
@@ -273,6 +274,13 @@ class Mc2Window:
     @property
     def dispatch_area(self) -> int:
         return self.W * self.L * self.block_bytes
+
+    def put(self, ctx: Any, pe: int, offset: int, buf: Any, nbytes: int, src_offset: int = 0,
+            name: str = "put") -> Any:
+        """A remote write from UB into rank pe's window at `offset`: HCCL's DataCopyPad to
+        the peer's windowsIn (one MTE3, not waited for). A context whose kernels write
+        otherwise (SHMEM's put calls) overrides it."""
+        return ctx.put(pe, offset, buf, nbytes, src_offset, name=name)
 
     def regions(self, state: int = 0) -> dict[str, tuple[int, int]]:
         """[start, end) of each region of one data state (for the window sanitiser)."""
