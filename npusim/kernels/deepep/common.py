@@ -30,7 +30,7 @@ PER_ROUND_RANGE = (32, 8192)
 A5_ONLY = ("mx_fp8_e4m3", "mx_fp8_e5m2", "mx_fp4_e2m1", "pertoken_fp8_e4m3")
 # DeepEP's platform of a chip (the preset's chip.arch, a CANN SoC name)
 PLATFORM_OF_CHIP = {"ascend910_93": "a3", "ascend910b": "a2", "ascend950": "a5"}
-MODELLED = ("a3", "a2")
+MODELLED = ("a3", "a2", "a5")
 A2_MAX_HCCS_PEERS = 8  # deep_ep.cpp: ranks per A2 server; more go over RDMA
 # ops2 tiling (cam_moe_dispatch_normal_tiling.cc): the A2 build's shape limits, as
 # (workload key, what, the shape's value, lo, hi, the tiling's constant)
@@ -119,13 +119,18 @@ class DeepepMode(ExchangeFamily):
                           "A3); allowed: hccl")
         if p not in MODELLED:
             return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
-                          "kernels (csrc/deepep/ops) and the A2's (ops2) inside one server; "
-                          "the A5 variants are not modelled yet; allowed: atlas_a3, atlas_a2")
+                          "kernels (csrc/deepep/ops), the A2's (ops2) inside one server and "
+                          "the A5's low-latency kernels; allowed: atlas_a3, atlas_a2, "
+                          "ascend950")
+        if p == "a5" and options["mode"] == "normal":
+            return Misfit("workload.mode", f"normal: preset {hardware.name!r} is an A5, whose "
+                          "normal-mode kernels (cam_moe_*_normal_a5.h) are not modelled; "
+                          "allowed: low_latency")
         if p == "a2" and options["mode"] == "normal":
             bad = a2_misfit(shape)
             if bad is not None:
                 return bad
-        if options["quant"] in A5_ONLY:
+        if options["quant"] in A5_ONLY and p != "a5":
             return Misfit("workload.quant", f"{options['quant']} is not supported on this "
                           "device, please use int8 or bf16 instead (deep_ep.cpp, A2 and A3 "
                           "builds); allowed: bf16, int8")

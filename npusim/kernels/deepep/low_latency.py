@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.deepep import low_latency_a5 as a5
 from npusim.kernels.deepep.common import DeepepMode, platform
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec
@@ -304,7 +305,13 @@ class LowLatency(DeepepMode):
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Any:
-        return tiling(shape, options, hardware, timing_only)
+        t = tiling(shape, options, hardware, timing_only)
+        if platform(hardware) != "a5":
+            return t
+        if not options["hccl_buffsize"] and a5.window_misfit(t, 0) is not None:
+            grown = {**options, "hccl_buffsize": a5.least_mb(t)}
+            t = tiling(shape, grown, hardware, timing_only)
+        return a5.tiling(t)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
@@ -321,7 +328,13 @@ class LowLatency(DeepepMode):
                           "modelled; allowed: hierarchy, the layered kernels across servers "
                           "(DeepEP with HCCL_INTRA_PCIE_ENABLE=1, HCCL_INTRA_ROCE_ENABLE=0, "
                           "which A2_DEEPEP.md requires on 2 nodes)")
-        return misfit(shape, options, hardware, op, p)
+        if p != "a5":
+            return misfit(shape, options, hardware, op, p)
+        bad = a5.quant_misfit(options) or misfit(shape, options, hardware, op, p)
+        if bad is not None or not options["hccl_buffsize"]:
+            return bad
+        return a5.window_misfit(self.tiling(shape, options, hardware, True),
+                                options["hccl_buffsize"])
 
     def low_latency_misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any
                            ) -> Misfit | None:
@@ -350,7 +363,9 @@ class LowLatency(DeepepMode):
                           ) -> list[Arrays] | None:
         if kernel != DISPATCH.name:
             return None
-        return _from_mc2(DISPATCH.outputs, _mc2_dispatch_out(tiling, inputs, None))
+        got = _from_mc2(DISPATCH.outputs, _mc2_dispatch_out(tiling, inputs, None))
+        a5_int8 = tiling.int8_zero_guard and tiling.dispatch_quant == "int8"
+        return a5.reference_scales(got) if a5_int8 else got
 
     def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
