@@ -73,7 +73,7 @@ COMBINE_API = tuple(COMBINE_NAMES)
 FIXED = {"arch": "arch22", "comm_alg": "fullmesh_v1", "combine_quant": "none",
          "expert_token_nums_type": 1, "x_active_mask": "none", "expand_scales": False,
          "shared_expert_x": False}
-QUANT = {"bf16": "none", "int8": "int8"}
+QUANT = {"bf16": "none", "int8": "int8", **a5.MC2_QUANT}
 # the deepep key a mc2 refusal is reported on
 KEYS = {"workload.ccl_buffer_size": "workload.hccl_buffsize",
         "workload.dispatch_quant": "workload.quant",
@@ -104,7 +104,10 @@ def _split(specs: tuple[TensorSpec, ...], api: Sequence[str]
 
 def token_bytes(h: int, quant: str) -> int:
     """test_low_latency.py's bytes per selection: num_fp8_bytes H + H/128 * 4 + 16 when the
-    dispatch is quantised (INT8 here), num_bf16_bytes 2H otherwise and for the combine."""
+    dispatch is quantised (INT8 here), num_mxfp8_bytes H + H/32 + 16 with use_ue8m0 (MXFP8),
+    num_bf16_bytes 2H otherwise and for the combine."""
+    if quant == "mxfp8":
+        return h + h // 32 + 16
     return h + h // 128 * 4 + 16 if quant == "int8" else 2 * h
 
 
@@ -186,13 +189,13 @@ OPS = (DISPATCH, COMBINE)
 
 
 def _quant(t: Mc2Tiling) -> str:
-    return "int8" if t.dispatch_quant == "int8" else "bf16"
+    return t.dispatch_quant if t.dispatch_quant in ("int8", "mxfp8") else "bf16"
 
 
 def mc2_options(shape: MoeShape, options: Mapping[str, Any]) -> dict[str, Any]:
     """The operators' options as deep_ep.cpp sets them from DeepEP's."""
     top = options["num_max_dispatch_tokens_per_rank"] or shape.BS
-    return {**FIXED, "dispatch_quant": QUANT[options["quant"]],
+    return {**FIXED, "dispatch_quant": QUANT[options["quant"]], **a5.fp8_format(options),
             "ccl_buffer_size": options["hccl_buffsize"], "global_bs": top * shape.W}
 
 
@@ -330,7 +333,8 @@ class LowLatency(DeepepMode):
                           "which A2_DEEPEP.md requires on 2 nodes)")
         if p != "a5":
             return misfit(shape, options, hardware, op, p)
-        bad = a5.quant_misfit(options) or misfit(shape, options, hardware, op, p)
+        host = {**options, "quant": a5.host_check_quant(options["quant"])}
+        bad = a5.quant_misfit(options) or misfit(shape, host, hardware, op, p)
         if bad is not None or not options["hccl_buffsize"]:
             return bad
         return a5.window_misfit(self.tiling(shape, options, hardware, True),

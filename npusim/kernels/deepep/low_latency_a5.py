@@ -13,7 +13,8 @@ the A5 changes, and how npusim takes it:
 - per-token INT8 takes 127 / max only for max > 0, else 1 (:data:`ZERO_GUARD`);
 - no TimeOutDetection in the waits (npusim models none on the A3 either), and the float
   overflow mode set to saturation (no effect on INT8: |x| 127 / max never exceeds 127);
-- quantMode 3 / 4 / 5 (MXFP8, MXFP4, per-token FP8), not modelled here (:data:`QUANT_MODE`).
+- quantMode 3 (MXFP8 e4m3 / e5m2: :data:`MC2_QUANT`); 4 and 5 (MXFP4, per-token FP8) are
+  not modelled here (:data:`QUANT_MODE`).
 
 comm_alg is "fullmesh_v1" (deep_ep.cpp); the CCU kernels (keys 60000 / 60002, comm_alg
 "ccu" under MOE_ENABLE_CCU=1) run on the CCU engine, which npusim does not model: no option
@@ -36,7 +37,11 @@ TILING_KEY_A5_TYPE = 50000  # moe_distribute_dispatch_v2_tiling.cpp
 # deep_ep.cpp low_latency_dispatch (A5 build): quant_mode of each quant name
 QUANT_MODE = {"bf16": 0, "int8": 2, "mx_fp8_e4m3": 3, "mx_fp8_e5m2": 3, "mx_fp4_e2m1": 4,
               "pertoken_fp8_e4m3": 5}
-MODELLED_QUANTS = ("bf16", "int8")
+MODELLED_QUANTS = ("bf16", "int8", "mx_fp8_e4m3", "mx_fp8_e5m2")
+# QuantDynamicMx is quantize_functions.h's ComputeMaxExp / ComputeScale / ComputeFp8Data,
+# mc2's ``mxfp8`` (saturating casts), on the A3 fork's record: Align256(H) FP8 bytes, then
+# Align2(ceil(H / 32)) E8M0 scales, the triplet at the next 32 B
+MC2_QUANT = {"mx_fp8_e4m3": "mxfp8", "mx_fp8_e5m2": "mxfp8"}
 ZERO_GUARD = True  # QuantDynamicPerToken: dynamicScale = max > 0 ? maxVal / max : 1
 SRC = "moe_distribute_dispatch_v2_a5.h"
 
@@ -46,8 +51,21 @@ def tiling_key(quant: str) -> int:
     return TILING_KEY_A5_TYPE + QUANT_MODE[quant]
 
 
+def fp8_format(options: Mapping[str, Any]) -> dict[str, str]:
+    """mc2's quant_dtype of an MX mode (the expand_x dtype deep_ep.cpp allocates)."""
+    q = options["quant"]
+    return {"quant_dtype": q.rsplit("_", 1)[1]} if q in MC2_QUANT else {}
+
+
+def host_check_quant(quant: str) -> str:
+    """The quant whose A3 window check is the A5 host's: CheckWinSize counts the out dtype
+    (1 B) for INT8 and per-token FP8, 2 B otherwise, so the MX modes as BF16."""
+    return "bf16" if quant in MC2_QUANT else quant
+
+
 def quant_misfit(options: Mapping[str, Any]) -> Misfit | None:
-    """The A5 build takes all six quant names; npusim runs bf16 and int8 (keys 50000, 50002)."""
+    """The A5 build takes all six quant names; npusim runs bf16, int8 and MXFP8 (keys
+    50000, 50002, 50003)."""
     q = options["quant"]
     if q in MODELLED_QUANTS:
         return None

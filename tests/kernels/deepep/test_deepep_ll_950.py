@@ -26,9 +26,33 @@ def _scenario(tmp: Path, name: str = "ll950", **workload: Any):
                                         name, 7, **workload))
 
 
-def _quant_row(x: np.ndarray, quant: str) -> tuple[np.ndarray, F32]:
+def _mx_row(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    """QuantDynamicMx (quantize_functions.h), per block of 32: E = amax's biased exponent,
+    scale byte e8 = max(E, emax) - emax (e4m3 8, e5m2 15), 0 for a zero block; elements
+    fp8(x 2^(127 - e8)) rounded to nearest even and saturated (zero block: zeros); the
+    scales padded to an even count with 0."""
+    import ml_dtypes
+
+    dt, fmax, emax = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0, 8),
+                      "e5m2": (ml_dtypes.float8_e5m2, 57344.0, 15)}[fmt]
+    xf = x.astype(F32).reshape(-1, 32)
+    amax = np.abs(xf).max(axis=1)
+    e = ((amax.view(np.uint32) >> 23) & 0xFF).astype(np.int64)
+    e8 = np.where(amax > 0, np.maximum(e, emax) - emax, 0)
+    mul = np.where(amax > 0, np.exp2(127.0 - e8), 0.0)
+    scaled = np.clip(xf.astype(np.float64) * mul[:, None], -fmax, fmax).astype(F32)
+    q = scaled.astype(dt).view(np.uint8).reshape(-1)
+    scales = np.zeros(len(e8) + len(e8) % 2, np.uint8)
+    scales[:len(e8)] = e8
+    return q, scales
+
+
+def _quant_row(x: np.ndarray, quant: str) -> tuple[np.ndarray, Any]:
     """QuantDynamicPerToken of the A5 build: d = 127 / max|x| if max > 0 else 1;
-    q = rint(x d) (exact through int32 -> half -> int8); the scale stored is 1 / d."""
+    q = rint(x d) (exact through int32 -> half -> int8); the scale stored is 1 / d.
+    MX: :func:`_mx_row`."""
+    if quant.startswith("mx_fp8_"):
+        return _mx_row(x, quant.rsplit("_", 1)[1])
     xf = x.astype(F32)
     if quant == "bf16":
         return x, F32(0)
@@ -36,6 +60,21 @@ def _quant_row(x: np.ndarray, quant: str) -> tuple[np.ndarray, F32]:
     d = F32(127) / m if m > 0 else F32(1)
     q = np.rint(xf * d).astype(np.int8)
     return q, F32(F32(1) / d)
+
+
+def _dequant(x: np.ndarray, quant: str) -> np.ndarray:
+    """The row the combine gets back (the test's per_token_cast_back), in bf16."""
+    if quant == "bf16":
+        return x
+    q, s = _quant_row(x, quant)
+    if quant == "int8":
+        return (q.astype(F32) * s).astype(bf16())
+    import ml_dtypes
+
+    dt = ml_dtypes.float8_e4m3fn if quant.endswith("e4m3") else ml_dtypes.float8_e5m2
+    vals = q.view(dt).astype(F32).reshape(-1, 32)
+    mul = np.exp2(s[:vals.shape[0]].astype(np.float64) - 127)
+    return (vals * mul[:, None]).astype(F32).reshape(-1).astype(bf16())
 
 
 def _reference(inputs: list[dict[str, np.ndarray]], quant: str):
@@ -60,7 +99,8 @@ def _reference(inputs: list[dict[str, np.ndarray]], quant: str):
                             trip.append((src, t, k))
                             n += 1
                 counts.append(n)
-        disp.append({"rows": np.array(rows), "scales": np.array(scales, F32),
+        sdt = np.uint8 if quant.startswith("mx") else F32
+        disp.append({"rows": np.array(rows), "scales": np.array(scales, sdt),
                      "src_info": np.array(trip, np.int32).reshape(-1, 3),
                      "layout_range": np.cumsum(counts).astype(np.int32),
                      "count": np.array(counts).reshape(L, W).sum(axis=1)})
@@ -70,19 +110,19 @@ def _reference(inputs: list[dict[str, np.ndarray]], quant: str):
         out = np.zeros((BS, H), F32)
         for t in range(BS):
             acc = np.zeros(H, F32)
+            row = _dequant(x[t], quant)
             for k in range(K):
-                q, s = _quant_row(x[t], quant)
-                row = x[t] if quant == "bf16" else (q.astype(F32) * s).astype(bf16())
                 acc = (acc + (row.astype(F32) * F32(w[t, k])).astype(F32)).astype(F32)
             out[t] = acc
         combined.append(out.astype(bf16()))
     return disp, combined
 
 
-@pytest.mark.parametrize("quant", ["bf16", "int8"])
+@pytest.mark.parametrize("quant", ["bf16", "int8", "mx_fp8_e4m3", "mx_fp8_e5m2"])
 def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
     """Every received row, scale, triple and count, and combined_x, byte for byte; rank 1's
-    token 0 is all zeros, whose A5 INT8 scale is 1.0 (the A3 kernel's 127 / 0 gives 0)."""
+    token 0 is all zeros, whose A5 INT8 scale is 1.0 (the A3 kernel's 127 / 0 gives 0); MX:
+    the FP8 bytes and the E8M0 scales of every block."""
     sc = _scenario(tmp_path, quant=quant)
     inputs = inputs_of(sc, 7)
     inputs[1]["x"][0] = 0
@@ -99,9 +139,10 @@ def test_outputs_match_reference(tmp_path: Path, quant: str) -> None:
         assert np.array_equal(d["src_info"][:n], ref["src_info"]), r
         assert np.array_equal(d["layout_range"], ref["layout_range"]), r
         assert np.array_equal(d["packed_recv_count"], ref["count"]), r
+        if quant != "bf16":
+            assert d["packed_recv_x_scales"][:n].tobytes() == ref["scales"].tobytes(), r
         if quant == "int8":
             assert d["packed_recv_x"].dtype == np.int8
-            assert d["packed_recv_x_scales"][:n].tobytes() == ref["scales"].tobytes(), r
             zero_rows += int((ref["scales"] == 1.0).sum())
         assert comb[r]["combined_x"].tobytes() == want_x[r].tobytes(), r
     if quant == "int8":
@@ -121,7 +162,7 @@ def test_reference_outputs_carry_the_a5_scale(tmp_path: Path) -> None:
         assert g["packed_recv_x_scales"].tobytes() == r["packed_recv_x_scales"].tobytes()
 
 
-@pytest.mark.parametrize("quant", ["bf16", "int8"])
+@pytest.mark.parametrize("quant", ["bf16", "int8", "mx_fp8_e5m2"])
 def test_timing_only_gives_the_same_times(tmp_path: Path, quant: str) -> None:
     sc = _scenario(tmp_path, quant=quant)
     full = run_on(sc, inputs_of(sc, 7))
@@ -130,13 +171,15 @@ def test_timing_only_gives_the_same_times(tmp_path: Path, quant: str) -> None:
         assert (a.op, a.end_ns - a.start_ns) == (b.op, b.end_ns - b.start_ns)
 
 
-def test_bandwidth_fields_by_hand(tmp_path: Path) -> None:
-    """test_low_latency.py's accounting: BS K selections of 2H bytes (BF16) each way."""
-    sc = _scenario(tmp_path, quant="bf16", timing_only=True)
-    for op in simulate(sc).ops:
+@pytest.mark.parametrize(("quant", "per"), [("bf16", 2 * H), ("mx_fp8_e4m3", H + H // 32 + 16)])
+def test_bandwidth_fields_by_hand(tmp_path: Path, quant: str, per: int) -> None:
+    """test_low_latency.py's accounting: BS K selections; dispatch num_bf16_bytes 2H or
+    num_mxfp8_bytes H + H/32 + 16 (use_ue8m0), combine 2H."""
+    sc = _scenario(tmp_path, quant=quant, timing_only=True)
+    for op, nbytes in zip(simulate(sc).ops, (per, 2 * H), strict=True):
         ns = op.end_ns - op.start_ns
-        assert op.family_fields["low_latency_bytes"] == BS * K * 2 * H
-        assert op.family_fields["low_latency_gbps"] == pytest.approx(BS * K * 2 * H / ns,
+        assert op.family_fields["low_latency_bytes"] == BS * K * nbytes
+        assert op.family_fields["low_latency_gbps"] == pytest.approx(BS * K * nbytes / ns,
                                                                      abs=0.01)
 
 
@@ -151,11 +194,10 @@ def _refused(tmp: Path, **workload: Any) -> str:
 
 
 def test_refusals(tmp_path: Path) -> None:
-    for q, key in (("mx_fp8_e4m3", 50003), ("mx_fp8_e5m2", 50003), ("mx_fp4_e2m1", 50004),
-                   ("pertoken_fp8_e4m3", 50005)):
+    for q, key in (("mx_fp4_e2m1", 50004), ("pertoken_fp8_e4m3", 50005)):
         msg = _refused(tmp_path, quant=q)
-        assert msg.startswith(f"workload.quant: {q}") or f"workload.quant: {q}" in msg
-        assert f"tiling key {key}" in msg and "allowed on ascend950: bf16, int8" in msg
+        assert f"workload.quant: {q}" in msg and f"tiling key {key}" in msg
+        assert "allowed on ascend950: bf16, int8, mx_fp8_e4m3, mx_fp8_e5m2" in msg
     # 2 MB passes the A3 formula (3 MB with the status MiB), not the A5's 4 MiB state zone
     msg = _refused(tmp_path, hccl_buffsize=2)
     assert "A5_MTE_STATE_WIN_SIZE" in msg and "allowed: >= 3" in msg
