@@ -311,10 +311,8 @@ class LowLatency(DeepepMode):
         t = tiling(shape, options, hardware, timing_only)
         if platform(hardware) != "a5":
             return t
-        if not options["hccl_buffsize"] and a5.window_misfit(t, 0) is not None:
-            grown = {**options, "hccl_buffsize": a5.least_mb(t)}
-            t = tiling(shape, grown, hardware, timing_only)
-        return a5.tiling(t)
+        mb = options["hccl_buffsize"] or a5.least_mb(t)
+        return a5.tiling(tiling(shape, {**options, "hccl_buffsize": mb}, hardware, timing_only))
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
@@ -333,12 +331,13 @@ class LowLatency(DeepepMode):
                           "which A2_DEEPEP.md requires on 2 nodes)")
         if p != "a5":
             return misfit(shape, options, hardware, op, p)
-        host = {**options, "quant": a5.host_check_quant(options["quant"])}
-        bad = a5.quant_misfit(options) or misfit(shape, host, hardware, op, p)
+        # mc2's checks but its window's (DeepEP's A5 window: a5.window_misfit)
+        rest = {**options, "quant": a5.host_check_quant(options["quant"]), "hccl_buffsize": 0}
+        bad = a5.quant_misfit(options) or misfit(shape, rest, hardware, op, p)
         if bad is not None or not options["hccl_buffsize"]:
             return bad
-        return a5.window_misfit(self.tiling(shape, options, hardware, True),
-                                options["hccl_buffsize"])
+        t = tiling(shape, {**options, "hccl_buffsize": 0}, hardware, True)
+        return a5.window_misfit(t, options["hccl_buffsize"])
 
     def low_latency_misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any
                            ) -> Misfit | None:

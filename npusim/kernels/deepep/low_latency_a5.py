@@ -7,9 +7,10 @@ They are the A3 fork's steps (low_latency.py runs those on mc2's programs): the 
 split, slots, status entries, per-row LocalWindowCopy, UpdateTokenNumsOut and combine. What
 the A5 changes, and how npusim takes it:
 
-- one HCCL window per rank whose first A5_MTE_STATE_WIN_SIZE (4 MiB) hold the states the A3
-  keeps in windowsExp; the data halves are (totalWinSize - 4 MiB) / 2, which the host check
-  does not count: a window too small for them is refused (:func:`window_misfit`);
+- one HCCL window per rank of totalWinSize = HCCL_BUFFSIZE whose first A5_MTE_STATE_WIN_SIZE
+  (4 MiB) hold the states the A3 keeps in windowsExp; the data halves are (totalWinSize -
+  4 MiB) / 2, which DeepEP's host check does not count: :func:`window_misfit` applies that
+  check, then refuses a window whose halves cannot hold one call;
 - per-token INT8 takes 127 / max only for max > 0, else 1 (:data:`ZERO_GUARD`);
 - no TimeOutDetection in the waits (npusim models none on the A3 either), and the float
   overflow mode set to saturation (no effect on INT8: |x| 127 / max never exceeds 127);
@@ -27,10 +28,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from npusim.kernels.deepep.window import DEFAULT_HCCL_BUFFSIZE_MB
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays
 from npusim.kernels.mc2.tiling import Mc2Tiling
-from npusim.units import MiB, ceil_div
+from npusim.units import MiB, align32, align_up, ceil_div
 
 A5_MTE_STATE_WIN_SIZE = 4 * MiB  # moe_distribute_base.h: the state zone of windowsIn[r]
 TILING_KEY_A5_TYPE = 50000  # moe_distribute_dispatch_v2_tiling.cpp
@@ -44,6 +46,12 @@ MODELLED_QUANTS = ("bf16", "int8", "mx_fp8_e4m3", "mx_fp8_e5m2")
 MC2_QUANT = {"mx_fp8_e4m3": "mxfp8", "mx_fp8_e5m2": "mxfp8"}
 ZERO_GUARD = True  # QuantDynamicPerToken: dynamicScale = max > 0 ? maxVal / max : 1
 SRC = "moe_distribute_dispatch_v2_a5.h"
+HOST = "moe_distribute_dispatch_v2_tiling.cpp"
+# CheckWinSize's constants (the same file)
+WIN_ADDR_ALIGN = 512
+SCALE_EXPAND_IDX_BUFFER = 44  # scale 32 B + the 3 x 4 B triplet
+MAX_OUT_DTYPE_SIZE = 2
+DOUBLE_DATA_BUFFER = 2
 
 
 def tiling_key(quant: str) -> int:
@@ -58,8 +66,8 @@ def fp8_format(options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def host_check_quant(quant: str) -> str:
-    """The quant whose A3 window check is the A5 host's: CheckWinSize counts the out dtype
-    (1 B) for INT8 and per-token FP8, 2 B otherwise, so the MX modes as BF16."""
+    """The quant mc2's checks run with: they refuse MX on the A3 fork's code path (arch22),
+    and their other checks do not depend on it."""
     return "bf16" if quant in MC2_QUANT else quant
 
 
@@ -75,9 +83,16 @@ def quant_misfit(options: Mapping[str, Any]) -> Misfit | None:
                   f"{', '.join(MODELLED_QUANTS)}")
 
 
-def data_half(t: Mc2Tiling) -> int:
-    """baseWindSize_ / 2: a data half of the window past the 4 MiB state zone."""
-    return (t.window.ccl_bytes - A5_MTE_STATE_WIN_SIZE) // 2
+def host_need(t: Mc2Tiling) -> int:
+    """CheckWinSize (DeepEP's moe_distribute_dispatch_v2_tiling.cpp, A3 and A5 alike):
+    ((maxBs tokenNeedSizeDispatch W L) + (maxBs tokenNeedSizeCombine K)) x 2, the dispatch
+    token Align512(Align32(H d) + 44) with d the expand_x element (1 B) for INT8 and
+    MAX_OUT_DTYPE_SIZE (2 B) otherwise, the combine's Align512(2H)."""
+    s = t.shape
+    d = 1 if t.dispatch_quant == "int8" else MAX_OUT_DTYPE_SIZE
+    dispatch = align_up(align32(s.H * d) + SCALE_EXPAND_IDX_BUFFER, WIN_ADDR_ALIGN)
+    combine = align_up(s.H * MAX_OUT_DTYPE_SIZE, WIN_ADDR_ALIGN)
+    return (s.max_bs * dispatch * s.W * s.L + s.max_bs * combine * s.K) * DOUBLE_DATA_BUFFER
 
 
 def used(t: Mc2Tiling) -> int:
@@ -86,9 +101,10 @@ def used(t: Mc2Tiling) -> int:
 
 
 def least_mb(t: Mc2Tiling) -> int:
-    """The smallest hccl_buffsize whose A5 data halves hold :func:`used` (npusim's window
-    opens 2 x hccl_buffsize, as for the A3)."""
-    return ceil_div(2 * used(t) + A5_MTE_STATE_WIN_SIZE, 2 * MiB)
+    """The smallest HCCL_BUFFSIZE (MB) that passes the host check and whose data halves,
+    (totalWinSize - 4 MiB) / 2, hold :func:`used`; at least DeepEP's default 200."""
+    return max(DEFAULT_HCCL_BUFFSIZE_MB, ceil_div(host_need(t), MiB),
+               ceil_div(2 * used(t) + A5_MTE_STATE_WIN_SIZE, MiB))
 
 
 def tiling(t: Mc2Tiling) -> Mc2Tiling:
@@ -96,13 +112,19 @@ def tiling(t: Mc2Tiling) -> Mc2Tiling:
 
 
 def window_misfit(t: Mc2Tiling, hccl_mb: int) -> Misfit | None:
-    """The A5 data halves start past the state zone; the host check (the A3's formula)
-    lets a window through whose halves then overrun."""
-    if used(t) <= data_half(t):
+    """totalWinSize = HCCL_BUFFSIZE: the host check, then the data halves past the state
+    zone, which the host check does not count."""
+    total = hccl_mb * MiB
+    if host_need(t) > total:
+        return Misfit("workload.hccl_buffsize", f"{hccl_mb}: HCCL_BUFFSIZE is too SMALL, "
+                      f"NEEDED_HCCL_BUFFSIZE = {host_need(t) // MiB + 1}MB, HCCL_BUFFSIZE="
+                      f"{hccl_mb}MB ({HOST} CheckWinSize); allowed: >= {least_mb(t)}")
+    half = (total - A5_MTE_STATE_WIN_SIZE) // 2
+    if used(t) <= half:
         return None
     return Misfit("workload.hccl_buffsize", f"{hccl_mb} MB passes the host check, but on "
                   f"the A5 a data half is (totalWinSize - 4 MiB A5_MTE_STATE_WIN_SIZE) / 2 = "
-                  f"{data_half(t)} B and one call fills {used(t)} B ({SRC}); allowed: "
+                  f"{half} B and one call fills {used(t)} B ({SRC}); allowed: "
                   f">= {least_mb(t)}")
 
 

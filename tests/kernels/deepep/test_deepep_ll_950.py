@@ -198,9 +198,14 @@ def test_refusals(tmp_path: Path) -> None:
         msg = _refused(tmp_path, quant=q)
         assert f"workload.quant: {q}" in msg and f"tiling key {key}" in msg
         assert "allowed on ascend950: bf16, int8, mx_fp8_e4m3, mx_fp8_e5m2" in msg
-    # 2 MB passes the A3 formula (3 MB with the status MiB), not the A5's 4 MiB state zone
+    # CheckWinSize at H 7168, INT8: (16 x Align512(7168 + 44) x 4 x 4 + 16 x 14336 x 4) x 2
+    # = 5767168 B, printed as 5 + 1 MB; the least it and DeepEP's default allow: 200
+    msg = _refused(tmp_path, hccl_buffsize=5, h=7168, quant="int8")
+    assert "HCCL_BUFFSIZE is too SMALL, NEEDED_HCCL_BUFFSIZE = 6MB" in msg
+    assert "allowed: >= 200" in msg
+    # 2 MB passes it at H 1024 (1 MiB), but leaves no data half past the 4 MiB state zone
     msg = _refused(tmp_path, hccl_buffsize=2)
-    assert "A5_MTE_STATE_WIN_SIZE" in msg and "allowed: >= 3" in msg
+    assert "A5_MTE_STATE_WIN_SIZE" in msg and "= -1048576 B" in msg
     assert "allowed: low_latency" in _refused(tmp_path, mode="normal")
     assert "allowed: hccl" in _refused(tmp_path, context="shmem")
     assert "[0, 512]" in _refused(tmp_path, bs=513)
