@@ -292,11 +292,12 @@ def _mc2_dispatch_out(t: Mc2Tiling, inputs: list[Arrays],
 
 
 class LowLatency(DeepepMode):
-    """``mode: low_latency`` on the A3 and on one A2 server: mc2's V2 programs under
-    DeepEP's call (the layered family extends it for 2+ A2 servers)."""
+    """``mode: low_latency`` on the A3, on one A2 server and on the 950 (the A5 kernels,
+    low_latency_a5.py): mc2's V2 programs under DeepEP's call (the layered family extends
+    it for 2+ A2 servers)."""
 
     help = ("DeepEP-Ascend's low-latency mode: MoeLowLatencyDispatchV2 / CombineV2, mc2's V2 "
-            "programs on A3 and on one A2 server")
+            "programs on A3, on one A2 server and (DeepEP's A5 kernels) on the 950")
     ops = OPS
     runs = RUNS
 
