@@ -49,8 +49,8 @@ OPTIONS = (
            "or low_latency (decode: low_latency_dispatch, low_latency_combine)",
            choices=("normal", "low_latency")),
     Option("quant", "choice", "bf16", "dispatch's quant_mode: bf16, int8 (per-token dynamic); "
-           "on the Ascend 950 (normal mode) also mx_fp8_e4m3, mx_fp8_e5m2, mx_fp4_e2m1 "
-           "(E8M0 per 32) and pertoken_fp8_e4m3, which DeepEP refuses on A2 and A3",
+           "on the Ascend 950 also mx_fp8_e4m3, mx_fp8_e5m2 (E8M0 per 32) and, normal mode "
+           "only, mx_fp4_e2m1 and pertoken_fp8_e4m3, which DeepEP refuses on A2 and A3",
            choices=("bf16", "int8", *A5_ONLY)),
     Option("context", "choice", "hccl", "hccl: the HCCL kernels on HCCL's windows "
            "(windowsIn + windowsExp; on the A2 the status in windowsIn's last 8 MiB); "
@@ -131,13 +131,14 @@ class DeepepMode(ExchangeFamily):
         if p not in MODELLED:
             return Misfit("hardware", f"{hardware.name}: the deepep family models the A3 "
                           "kernels (csrc/deepep/ops), the A2's (ops2) inside one server and "
-                          "the Ascend 950's normal mode; allowed: atlas_a3, atlas_a2, ascend950")
+                          "the Ascend 950's normal and low-latency modes; allowed: atlas_a3, "
+                          "atlas_a2, ascend950")
         if p == "a2" and options["mode"] == "normal":
             bad = a2_misfit(shape)
             if bad is not None:
                 return bad
         if p == "a5":
-            bad = a5_misfit(shape, options)
+            bad = a5_misfit(shape, options) if options["mode"] == "normal" else None
             if bad is not None:
                 return bad
         elif options["quant"] in A5_ONLY:

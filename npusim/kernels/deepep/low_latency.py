@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.deepep import low_latency_a5 as a5
 from npusim.kernels.deepep.common import DeepepMode, platform
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec
@@ -72,7 +73,7 @@ COMBINE_API = tuple(COMBINE_NAMES)
 FIXED = {"arch": "arch22", "comm_alg": "fullmesh_v1", "combine_quant": "none",
          "expert_token_nums_type": 1, "x_active_mask": "none", "expand_scales": False,
          "shared_expert_x": False}
-QUANT = {"bf16": "none", "int8": "int8"}
+QUANT = {"bf16": "none", "int8": "int8", **a5.MC2_QUANT}
 # the deepep key a mc2 refusal is reported on
 KEYS = {"workload.ccl_buffer_size": "workload.hccl_buffsize",
         "workload.dispatch_quant": "workload.quant",
@@ -103,7 +104,10 @@ def _split(specs: tuple[TensorSpec, ...], api: Sequence[str]
 
 def token_bytes(h: int, quant: str) -> int:
     """test_low_latency.py's bytes per selection: num_fp8_bytes H + H/128 * 4 + 16 when the
-    dispatch is quantised (INT8 here), num_bf16_bytes 2H otherwise and for the combine."""
+    dispatch is quantised (INT8 here), num_mxfp8_bytes H + H/32 + 16 with use_ue8m0 (MXFP8),
+    num_bf16_bytes 2H otherwise and for the combine."""
+    if quant == "mxfp8":
+        return h + h // 32 + 16
     return h + h // 128 * 4 + 16 if quant == "int8" else 2 * h
 
 
@@ -185,13 +189,13 @@ OPS = (DISPATCH, COMBINE)
 
 
 def _quant(t: Mc2Tiling) -> str:
-    return "int8" if t.dispatch_quant == "int8" else "bf16"
+    return t.dispatch_quant if t.dispatch_quant in ("int8", "mxfp8") else "bf16"
 
 
 def mc2_options(shape: MoeShape, options: Mapping[str, Any]) -> dict[str, Any]:
     """The operators' options as deep_ep.cpp sets them from DeepEP's."""
     top = options["num_max_dispatch_tokens_per_rank"] or shape.BS
-    return {**FIXED, "dispatch_quant": QUANT[options["quant"]],
+    return {**FIXED, "dispatch_quant": QUANT[options["quant"]], **a5.fp8_format(options),
             "ccl_buffer_size": options["hccl_buffsize"], "global_bs": top * shape.W}
 
 
@@ -284,11 +288,12 @@ def _mc2_dispatch_out(t: Mc2Tiling, inputs: list[Arrays],
 
 
 class LowLatency(DeepepMode):
-    """``mode: low_latency`` on the A3 and on one A2 server: mc2's V2 programs under
-    DeepEP's call (the layered family extends it for 2+ A2 servers)."""
+    """``mode: low_latency`` on the A3, on one A2 server and on the 950 (the A5 kernels,
+    low_latency_a5.py): mc2's V2 programs under DeepEP's call (the layered family extends
+    it for 2+ A2 servers)."""
 
     help = ("DeepEP-Ascend's low-latency mode: MoeLowLatencyDispatchV2 / CombineV2, mc2's V2 "
-            "programs on A3 and on one A2 server")
+            "programs on A3, on one A2 server and (DeepEP's A5 kernels) on the 950")
     ops = OPS
     runs = RUNS
     dispatch: Dispatch = DISPATCH
@@ -302,7 +307,11 @@ class LowLatency(DeepepMode):
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Any:
-        return tiling(shape, options, hardware, timing_only)
+        t = tiling(shape, options, hardware, timing_only)
+        if platform(hardware) != "a5":
+            return t
+        mb = options["hccl_buffsize"] or a5.least_mb(t)
+        return a5.tiling(tiling(shape, {**options, "hccl_buffsize": mb}, hardware, timing_only))
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
@@ -319,7 +328,15 @@ class LowLatency(DeepepMode):
                           "modelled; allowed: hierarchy, the layered kernels across servers "
                           "(DeepEP with HCCL_INTRA_PCIE_ENABLE=1, HCCL_INTRA_ROCE_ENABLE=0, "
                           "which A2_DEEPEP.md requires on 2 nodes)")
-        return misfit(shape, options, hardware, op, p)
+        if p != "a5":
+            return misfit(shape, options, hardware, op, p)
+        # mc2's checks but its window's (DeepEP's A5 window: a5.window_misfit)
+        rest = {**options, "quant": a5.host_check_quant(options["quant"]), "hccl_buffsize": 0}
+        bad = a5.quant_misfit(options) or misfit(shape, rest, hardware, op, p)
+        if bad is not None or not options["hccl_buffsize"]:
+            return bad
+        t = tiling(shape, {**options, "hccl_buffsize": 0}, hardware, True)
+        return a5.window_misfit(t, options["hccl_buffsize"])
 
     def low_latency_misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any
                            ) -> Misfit | None:
@@ -348,7 +365,9 @@ class LowLatency(DeepepMode):
                           ) -> list[Arrays] | None:
         if kernel != self.dispatch.name:
             return None
-        return _from_mc2(self.dispatch.outputs, _mc2_dispatch_out(tiling, inputs, None))
+        got = _from_mc2(self.dispatch.outputs, _mc2_dispatch_out(tiling, inputs, None))
+        a5_int8 = tiling.int8_zero_guard and tiling.dispatch_quant == "int8"
+        return a5.reference_scales(got) if a5_int8 else got
 
     def next_reads(self, kernel: str, tiling: Mc2Tiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:

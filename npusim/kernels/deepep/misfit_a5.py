@@ -21,11 +21,7 @@ MX_H_MULTIPLE = {"mx_fp8_e4m3": 256, "mx_fp8_e5m2": 256, "mx_fp4_e2m1": 512}
 
 
 def a5_misfit(shape: MoeShape, options: Mapping[str, Any]) -> Misfit | None:
-    if options["mode"] != "normal":
-        return Misfit("workload.mode", f"{options['mode']}: on the Ascend 950 the deepep "
-                      "family models the normal mode (cam_moe_dispatch_normal_a5.h, "
-                      "cam_moe_combine_normal_a5.h); the 950's low-latency kernels "
-                      "(moe_distribute_dispatch_v2_a5.h) are not modelled yet; allowed: normal")
+    """The 950 normal-mode tiling's refusals (cam_moe_dispatch_normal_tiling.cc)."""
     if not H_MIN <= shape.H <= H_MAX:
         return Misfit("workload.h", f"{shape.H}: xShape dims1(H) should be in [{H_MIN}, "
                       f"{H_MAX}] (cam_moe_dispatch_normal_tiling.cc H_MIN, H_MAX); allowed: "

@@ -128,7 +128,7 @@ def _quantise(
                 smooth = None
                 if scales is not None:
                     smooth = scales.as_array(F32).reshape(-1, h)[scale_row]
-                qv, s = int8_token_quantize(row[None, :], smooth)
+                qv, s = int8_token_quantize(row[None, :], smooth, t.int8_zero_guard)
                 rec[:h] = qv[0].view(np.uint8)
                 rec[slot.scale_offset : slot.scale_offset + 4] = s.view(np.uint8)
             memo[key] = rec

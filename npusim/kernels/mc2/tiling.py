@@ -60,6 +60,8 @@ class Mc2Tiling(OnShape):
     # dispatch's FillTriple starts with SyncFunc<MTE3_S>: every put of the core has landed
     # before the next triplet is written (one put in flight), not only the buffer's own
     fill_triple_waits_mte3: bool = False
+    # per-token INT8 takes d = 1 for a zero row (DeepEP's A5 fork: max > 0 ? 127 / max : 1)
+    int8_zero_guard: bool = False
 
     # ---- shape shorthands (the rest: OnShape)
     def bs(self, rank: int) -> int:

@@ -291,7 +291,7 @@ def _out_dtype(dt: np.dtype | str) -> np.dtype:
 
 
 def int8_token_quantize(
-    x: np.ndarray, smooth: np.ndarray | None = None
+    x: np.ndarray, smooth: np.ndarray | None = None, zero_guard: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-token dynamic INT8 (ops-transformer quant_mode 2).
 
@@ -302,7 +302,8 @@ def int8_token_quantize(
     Zero rows: the kernel computes d = 127/0 = inf, so scale = 1/inf = 0 and xf*d = 0*inf = NaN,
     whose int8 cast is hardware defined. We return q = 0 and scale = 0.0 (what the kernel
     stores for the scale; dequantises to exact zeros) and never produce NaN. Rows with inf/NaN
-    inputs give unspecified q (NaN products are mapped to 0).
+    inputs give unspecified q (NaN products are mapped to 0). ``zero_guard``: d = 1 for a
+    zero row (DeepEP's A5 kernels: max > 0 ? 127 / max : 1), so its scale is 1.0.
     """
     x = _as_2d(x)
     xf = x.astype(np.float32)
@@ -311,6 +312,8 @@ def int8_token_quantize(
     amax = np.max(np.abs(xf), axis=1)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         d = np.float32(INT8_QMAX) / amax  # inf for zero rows, as on the device
+        if zero_guard:
+            d = np.where(amax > 0, d, np.float32(1.0)).astype(np.float32)
         prod = xf * d[:, None]
         prod = np.where(np.isnan(prod), np.float32(0), prod)
         q = np.clip(np.rint(prod), -128, 127).astype(np.int8)

@@ -46,3 +46,20 @@ def sizes(sc: Any) -> ref.Sizes:
 def bf16() -> np.dtype:
     from npusim.kernels.quant import token_dtype
     return token_dtype("bfloat16")
+
+
+def inputs_of(sc: Any, seed: int) -> list[dict[str, np.ndarray]]:
+    """The family's generated inputs of a scenario, with payload, uniform routing."""
+    w = sc.workload
+    return w.family.make_inputs(w.shape, w.options, w.op, {"routing": "uniform", "seed": seed},
+                                True)
+
+
+def run_on(sc: Any, inputs: list[dict[str, np.ndarray]]) -> Any:
+    """simulate(sc) on the given inputs instead of the generated ones."""
+    from unittest import mock
+
+    from npusim.sim import simulate
+
+    with mock.patch.object(sc.workload.family, "make_inputs", lambda *a, **k: inputs):
+        return simulate(sc)
