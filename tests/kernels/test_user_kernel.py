@@ -113,7 +113,7 @@ def test_a_broken_variant_is_caught_by_the_sanitiser(tmp_path, capsys):
      "NameError: name 'undefined_name' is not defined ({f}, line 2)"),
     ("def broken(:\n", "SyntaxError"),
     ("x = 1\n", "{f} defines no FAMILY"),
-    ("from npusim.kernels.family import Family\nclass F(Family):\n    name = 'f'\nFAMILY = F()\n"
+    ("from npusim.kernels.family import Family\nclass F(Family):\n    name = 'f'\nFAMILY = F()\n",
      "incomplete kernel family: no ops, runs, tiling, window, make_inputs"),
 ])
 def test_a_user_family_that_cannot_load_is_one_line_exit_2(tmp_path, capsys, text, expect):
