@@ -116,10 +116,11 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
     inputs = load_inputs(scenario)
     limit_ns = scenario.run.sim_time_limit_us * 1000.0
     kernels = fam.kernels_of(scenario.workload.op, scenario.workload.options)
+    window = userguard.call(fam, "window_bytes", t, scenario.hardware, check=userguard.whole(1))
 
     def leg(kernel: Kernel, previous: list[Arrays] | None) -> Leg:
         m = Machine(scenario.hardware, t.world, Trace(detailed=detailed_trace),
-                    built_kinds(kernel, scenario.hardware))
+                    built_kinds(kernel, scenario.hardware), window)
         _LAST_MACHINE[0] = weakref.ref(m)
         op_in = userguard.call(fam, "op_inputs", kernel.name, t, inputs, previous,
                                check=_tensors_of(kernel, len(m.ranks)))

@@ -81,13 +81,13 @@ class Rank:
 
     def __init__(self, env: SimEnv, index: int, cfg: HardwareConfig,
                  later: Callable[[float, Callable[[], None]], None] | None = None,
-                 kinds: tuple[CoreKind, ...] = (AIV,)) -> None:
+                 kinds: tuple[CoreKind, ...] = (AIV,), window_bytes: int | None = None) -> None:
         self.index = index
         self.cfg = cfg
         self.hbm = Resource(f"rank{index}.hbm", "hbm", index, cfg.hbm.bandwidth_gbps)
         self._hbm_path = (self.hbm,)
         self.l2 = L2(cfg.l2.bytes if cfg.l2 else 0)
-        self.window = SparseRegion("window", index, cfg.window.bytes)
+        self.window = SparseRegion("window", index, window_bytes or cfg.window.bytes)
         self.tensors: dict[str, Region] = {}
         # cores by kind; `cores` are those of the first kind (the kernel's). A MIX kind's
         # parts are built as kinds of their own, and the MIX kind's list is its blocks'
@@ -163,10 +163,11 @@ class Rank:
 
 
 class Machine:
-    """W identical ranks on one fabric, sharing one simulator and one flow network."""
+    """W identical ranks on one fabric, sharing one simulator and one flow network;
+    `window_bytes`, where given, the window each rank maps instead of the preset's."""
 
     def __init__(self, cfg: HardwareConfig, world: int, trace: Trace | None = None,
-                 kinds: tuple[CoreKind, ...] = (AIV,)) -> None:
+                 kinds: tuple[CoreKind, ...] = (AIV,), window_bytes: int | None = None) -> None:
         self.cfg = cfg
         self.kinds = kinds
         self.world = world
@@ -175,7 +176,8 @@ class Machine:
         self.trace = trace or Trace()
         self.fabric = Fabric(cfg.fabric, world)
         # transfers issued ahead of simulated time start from the flow network's timer
-        self.ranks = [Rank(self.env, r, cfg, self.net.call_at, kinds) for r in range(world)]
+        self.ranks = [Rank(self.env, r, cfg, self.net.call_at, kinds, window_bytes)
+                      for r in range(world)]
         # the servers' host memory (npusim.hw.host.Host): built when a kernel first
         # touches it, so runs that do not add no resources
         self.host: Any = None

@@ -136,6 +136,9 @@ class Family:
     # A non-empty case_format promises case_misfit, read_case and write_case.
     references: ClassVar[bool] = False
     chains: ClassVar[bool] = False
+    # sized_by_routing: size_by_routing, the tiling's sizes that its host takes from the
+    # routing (a count the kernels exchange and the host allocates by)
+    sized_by_routing: ClassVar[bool] = False
     # A family whose modes launch kernels of their own: each mode's family by name (the
     # registry checks each; `mode` picks one from the options, the workload runs it)
     modes: ClassVar[Mapping[str, Family]] = {}
@@ -186,10 +189,23 @@ class Family:
         """The host-side tiling of a call from the shape, the options and the preset."""
         raise NotImplementedError
 
+    def size_by_routing(self, tiling: Any, shape: MoeShape | None, options: Mapping[str, Any],
+                        routing: Routing) -> Any:
+        """The tiling with the sizes its host takes from the routing rather than from the
+        shape's worst case (DeepEP's SHMEM path allocates its symmetric tensors for the most
+        rows a rank receives, a count notify returns). The scenario calls it once, on its
+        own routing, before any fit check reads the tiling."""
+        raise NotImplementedError
+
     def window(self, tiling: Any) -> Any:
         """The window layout object: at least `regions()` -> {name: (start, end)}, the
         zones the window sanitiser holds every access to."""
         raise NotImplementedError
+
+    def window_bytes(self, tiling: Any, hardware: Any) -> int:
+        """The window each rank maps for the call: the preset's `window.bytes`, unless the
+        family's host maps a size of its own (DeepEP's SHMEM path: an 8 GiB heap per PE)."""
+        return int(hardware.window.bytes)
 
     def misfit(self, shape: MoeShape | None, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:

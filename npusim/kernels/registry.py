@@ -173,7 +173,8 @@ _HOOKS = ("tiling", "window", "make_inputs")
 OPTION_KINDS = ("choice", "bool", "int", "float", "ints")
 # A declared capability and the methods it promises (Family / Kernel class attributes)
 FAMILY_DECLARES = (("references", ("reference_outputs",)), ("chains", ("next_reads",)),
-                   ("case_format", ("case_misfit", "read_case", "write_case")))
+                   ("case_format", ("case_misfit", "read_case", "write_case")),
+                   ("sized_by_routing", ("size_by_routing",)))
 
 
 def _undeclared(obj: Any, base: type, declares: tuple[tuple[str, tuple[str, ...]], ...]
@@ -260,6 +261,7 @@ FAMILY_TYPES = (
     ("variants", _seq_of(Variant), "a tuple of Variant objects"),
     ("references", _is(bool), "True or False"),
     ("chains", _is(bool), "True or False"),
+    ("sized_by_routing", _is(bool), "True or False"),
 )
 # what an ExchangeFamily declares beyond them (npusim/kernels/exchange.py)
 EXCHANGE_TYPES = (

@@ -61,8 +61,12 @@ class Scenario:
         w = self.workload
         if w.family is None:
             raise ValueError("a scenario linted without its kernel family has no tiling")
-        return userguard.call(w.family, "tiling", w.shape, w.options, self.hardware,
-                              timing_only=w.timing_only, check=userguard.tiling)
+        t = userguard.call(w.family, "tiling", w.shape, w.options, self.hardware,
+                           timing_only=w.timing_only, check=userguard.tiling)
+        if w.family.sized_by_routing:
+            t = userguard.call(w.family, "size_by_routing", t, w.shape, w.options, w.routing,
+                               check=userguard.tiling)
+        return t
 
     def to_dict(self) -> dict[str, Any]:
         """The fully resolved scenario (defaults filled) for reports."""

@@ -165,6 +165,10 @@ FAMILY = Own()
      "'a folder' but implements no case_misfit, read_case, write_case"),
     ("def read_case(self, *a): return []", "pass",
      "kernel family 'own' implements read_case but does not declare case_format"),
+    ("sized_by_routing = True", "pass",
+     "kernel family 'own' declares sized_by_routing = True but implements no size_by_routing"),
+    ("def size_by_routing(self, *a): return None", "pass",
+     "kernel family 'own' implements size_by_routing but does not declare sized_by_routing"),
     ("pass", "profiles = True",
      "kernel 'gelu' of family 'own' declares profiles = True but implements no fields"),
 ])

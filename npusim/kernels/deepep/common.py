@@ -155,13 +155,8 @@ class DeepepMode(ExchangeFamily):
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Mapping[str, Any], payload: bool) -> list[Arrays]:
-        seeds = np.random.SeedSequence(routing.get("seed", 0)).spawn(3)
-        rx, rr, rw = (np.random.default_rng(c) for c in seeds)
-        ids = routing.get("expert_ids")
-        if ids is None:
-            extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
-            ids = make_routing(routing.get("routing", "balanced"), shape.W, shape.BS, shape.K,
-                               shape.E, rng=rr, zipf_s=routing.get("zipf_s", 1.2), **extra)
+        rx, rr, rw = _rngs(routing)
+        ids = topk_ids(shape, routing, rr)
         dt = shape.np_dtype
         out = []
         for r in range(shape.W):
@@ -170,6 +165,24 @@ class DeepepMode(ExchangeFamily):
             out.append({"x": x, "topk_idx": np.asarray(ids[r], I64),
                         "topk_weights": rw.uniform(0, 1, (shape.BS, shape.K)).astype(F32)})
         return out
+
+
+def _rngs(routing: Mapping[str, Any]) -> list[np.random.Generator]:
+    """The draws of x, the routing and the weights, each from its own child of the seed."""
+    seeds = np.random.SeedSequence(routing.get("seed", 0)).spawn(3)
+    return [np.random.default_rng(c) for c in seeds]
+
+
+def topk_ids(shape: MoeShape, routing: Mapping[str, Any],
+             rng: np.random.Generator | None = None) -> list[np.ndarray]:
+    """Per rank [BS, K] topk_idx: the routing file's, else drawn as make_inputs draws them."""
+    ids = routing.get("expert_ids")
+    if ids is not None:
+        return list(ids)
+    extra = {"sigma": routing["sigma"]} if "sigma" in routing else {}
+    return make_routing(routing.get("routing", "balanced"), shape.W, shape.BS, shape.K,
+                        shape.E, rng=_rngs(routing)[1] if rng is None else rng,
+                        zipf_s=routing.get("zipf_s", 1.2), **extra)
 
 
 def a2_misfit(shape: MoeShape) -> Misfit | None:

@@ -311,18 +311,27 @@ class Normal(DeepepMode):
 
     # ---- the chain: every kernel's inputs from the run's inputs and earlier outputs
     def __init__(self) -> None:
-        self._chain: dict[int, dict[str, list[Arrays]]] = {}
+        self._run: tuple[list[Arrays] | None, dict[str, list[Arrays]]] = (None, {})
+
+    def _kept(self, inputs: list[Arrays]) -> dict[str, list[Arrays]]:
+        """The outputs kept of the run whose inputs these are: the very list, held (an id
+        alone could be a freed run's); one run at a time."""
+        run, chain = self._run
+        if run is not inputs:
+            chain = {}
+            self._run = (inputs, chain)
+        return chain
 
     def _sizes(self, t: DeepepTiling) -> ref.Sizes:
         return ref.Sizes(t.W, t.E, t.K, t.round, t.per_round_tokens)
 
     def _layout(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
-        got = self._chain.get(id(inputs), {}).get("dispatch_layout")
+        got = self._kept(inputs).get("dispatch_layout")
         return got if got is not None else [ref.layout(a["topk_idx"], self._sizes(t))
                                             for a in inputs]
 
     def _notify(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
-        got = self._chain.get(id(inputs), {}).get("notify_dispatch")
+        got = self._kept(inputs).get("notify_dispatch")
         if got is not None:
             return got
         lay = self._layout(t, inputs)
@@ -332,12 +341,10 @@ class Normal(DeepepMode):
     def _record(self, kernel: str, inputs: list[Arrays], previous: list[Arrays] | None
                 ) -> None:
         """Keep the previous kernel's outputs in the run's chain; the layout starts a run."""
-        chain = self._chain.setdefault(id(inputs), {})
+        chain = self._kept(inputs)
         before = self.runs["dispatch_combine"]
         if previous is not None and kernel in before[1:]:
             chain[before[before.index(kernel) - 1]] = previous
-        if kernel == before[0]:
-            self._chain = {id(inputs): chain}  # one run at a time
 
     def _first_inputs(self, kernel: str, t: DeepepTiling, inputs: list[Arrays],
                       previous: list[Arrays] | None) -> list[Arrays] | None:

@@ -11,6 +11,7 @@ check are shmem_layout.py's.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -19,6 +20,7 @@ from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep import shmem_layout as sl
 from npusim.kernels.deepep import shmem_reference as sref
+from npusim.kernels.deepep.common import topk_ids
 from npusim.kernels.deepep.normal import (
     LAYOUT,
     SEND_IDX,
@@ -171,6 +173,20 @@ class NormalShmem(Normal):
             "dispatch_layout, then the Shmem notify, dispatch and combine normal kernels")
     ops = (LAYOUT, SHMEM_NOTIFY, SHMEM_DISPATCH, SHMEM_COMBINE)
     runs = normal_runs(ops)
+    sized_by_routing = True
+
+    def size_by_routing(self, tiling: DeepepTiling, shape: MoeShape,
+                        options: Mapping[str, Any], routing: Any) -> DeepepTiling:
+        """deep_ep.cpp (SHMEM branch) makes expandx_out, dynamic_scales_out and the
+        combine's recv_x in the heap for num_recv_tokens: notify's total_recv_tokens, the
+        most rows any rank receives (1 when none), the same on every PE."""
+        most = sref.most_recv_rows(sref.routed_counts(topk_ids(shape, routing), shape.E))
+        return replace(tiling, recv_rows=max(1, most))
+
+    def window_bytes(self, tiling: DeepepTiling, hardware: Any) -> int:
+        """The PE's heap: local_mem_size, the library's sync pool past it (npusim places
+        the pool right after the tensors)."""
+        return max(sl.LOCAL_MEM_SIZE, sl.ShmemHeap(tiling).end)
 
     def window(self, tiling: DeepepTiling) -> sl.ShmemHeap:
         return sl.ShmemHeap(tiling)
@@ -226,13 +242,10 @@ class NormalShmem(Normal):
                               f"{ub - need + 4 * shape.W * shape.E} B")
         heap = sl.ShmemHeap(t)
         if heap.sync_pool > sl.LOCAL_MEM_SIZE:
-            return Misfit("workload.bs", f"{shape.BS}: the symmetric tensors end at "
+            return Misfit("workload.bs", f"{shape.BS}: the symmetric tensors for this "
+                          f"routing's {t.rows_capacity} rows on the busiest rank end at "
                           f"{heap.sync_pool} B, past DeepEP's SHMEM heap (local_mem_size "
                           f"{sl.LOCAL_MEM_SIZE} B); allowed: fewer tokens")
-        if heap.end > hardware.window.bytes:
-            return Misfit("hardware.window.bytes", f"{hardware.window.bytes} B: the SHMEM heap "
-                          f"of this call (the 100 MiB metadata and the symmetric tensors) "
-                          f"needs {heap.end} B; allowed: at least {heap.end}")
         return None
 
     def pair_bytes(self, tiling: DeepepTiling, op: str, timing_only: bool, workers: int) -> int:
@@ -244,7 +257,7 @@ class NormalShmem(Normal):
 
     # ---- the chain (Normal.op_inputs with these steps)
     def _notify(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
-        got = self._chain.get(id(inputs), {}).get(SHMEM_NOTIFY.name)
+        got = self._kept(inputs).get(SHMEM_NOTIFY.name)
         if got is not None:
             return got
         lay = self._layout(t, inputs)

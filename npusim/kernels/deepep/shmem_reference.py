@@ -18,9 +18,21 @@ def notify(counts: list[np.ndarray], K: int) -> list[dict[str, np.ndarray]]:
     L = E // W
     per_dst = cnt.T.reshape(W, L * W)  # [q, le * W + s]
     put = (np.cumsum(per_dst, axis=1) - per_dst).reshape(-1).astype(np.int32)
-    total = np.array([per_dst.sum(axis=1).max()], np.int32)
+    total = np.array([most_recv_rows(cnt)], np.int32)
     max_bs = np.array([cnt.sum(axis=1).max() // K], np.int32)
     return [{"recv_data": cnt.astype(np.int32), "put_offset": put,
              "total_recv_tokens": total, "max_bs": max_bs,
              "recv_tokens_per_expert": cnt[:, q * L:(q + 1) * L].sum(axis=0).astype(np.int64)}
             for q in range(W)]
+
+
+def most_recv_rows(counts: np.ndarray) -> int:
+    """totalRecvTokens from every rank's counts [source, E]: the rows of the rank that
+    receives most (expert e lives on rank e // L)."""
+    W = counts.shape[0]
+    return int(counts.reshape(W, W, -1).sum(axis=(0, 2)).max())
+
+
+def routed_counts(topk_idx: list[np.ndarray], E: int) -> np.ndarray:
+    """dispatch_layout's num_tokens_per_expert of every rank [source, E] (ids < 0 unsent)."""
+    return np.stack([np.bincount(ids[ids >= 0].ravel(), minlength=E) for ids in topk_idx])

@@ -46,6 +46,7 @@ class DeepepTiling(OnShape):
     timing_only: bool = False
     platform: str = "a3"  # a3: csrc/deepep/ops; a2: csrc/deepep/ops2 (one server); a5
     combine_long_seq: int = 0  # DEEPEP_NORMAL_COMBINE_ENABLE_LONG_SEQ
+    recv_rows: int = 0  # rows the host allocates recv_x for, from the routing (0: the most)
     # the shape's sizes under the sources' names (t.H for t.shape.H)
     H, K, L, E, BS = (_of_shape(n) for n in ("H", "K", "L", "E", "BS"))
 
@@ -144,8 +145,9 @@ class DeepepTiling(OnShape):
 
     @property
     def rows_capacity(self) -> int:
-        """recv_x rows allocated: the most (token, expert) pairs one rank can receive."""
-        return self.shape.A
+        """recv_x rows allocated: the routing's (`recv_rows`, where the family sizes by it),
+        else the most (token, expert) pairs one rank can receive."""
+        return self.recv_rows or self.shape.A
 
     @property
     def notify_ints(self) -> int:

@@ -117,7 +117,12 @@ def test_outputs_match_the_reference(tmp_path: Path, quant: str, experts_per_ran
         "shmem_moe_combine_normal"]
     inputs = _inputs(sc)
     E = W * experts_per_rank
-    want = reference(inputs, E, quant, sc.workload.shape.A)
+    L = experts_per_rank
+    cnt = np.stack([ref_layout(a["topk_idx"], E)[0] for a in inputs])
+    # deep_ep.cpp allocates the symmetric rows for num_recv_tokens: the busiest rank's
+    rows = max(int(cnt[:, q * L:(q + 1) * L].sum()) for q in range(W))
+    assert rows < sc.workload.shape.A
+    want = reference(inputs, E, quant, rows)
     res = simulate(sc, workers=1)
     lay, note, disp, comb = (r.outputs for r in res.ops)
     for r in range(W):
@@ -167,6 +172,25 @@ def test_the_heap_layout() -> None:
     assert heap.combine_x == heap.dynamic_scales + A * 4
     assert heap.sync_pool == heap.combine_x + A * 2048
     assert pe_stride() == 8 << 30 and pe_stride((8 << 30) + (2 << 20)) == 9 << 30
+
+
+def test_the_heap_is_sized_by_the_routing(tmp_path: Path) -> None:
+    """EP 16 at 4096 tokens (H 7168, top-8, 16 experts a rank, INT8): a rank could receive
+    16 4096 8 rows, whose INT8 rows and bf16 recv_x (7168 + 4 + 14336 B a row) would
+    need 10.5 GiB; deep_ep.cpp allocates the busiest rank's rows, which a uniform routing
+    keeps near 4096 8, so the call fits the 8 GiB heap at the preset's 1 GiB window."""
+    sc = _scenario(tmp_path, bs=4096, h=7168, ep_world_size=16, experts_per_rank=16,
+                   quant="int8", timing_only=True)
+    t = sc.tiling
+    assert sc.workload.shape.A == 16 * 4096 * 8
+    ids = FAMILY.make_inputs(sc.workload.shape, sc.workload.options, "dispatch_combine",
+                             {"routing": "uniform", "seed": SEED}, False)
+    per_rank = np.zeros(16, np.int64)
+    for a in ids:
+        np.add.at(per_rank, a["topk_idx"].ravel() // 16, 1)
+    assert t.rows_capacity == per_rank.max() < 4096 * 8 * 1.1
+    assert ShmemHeap(t).end < 8 << 30
+    assert sc.workload.family.window_bytes(t, sc.hardware) == 8 << 30
 
 
 def _refused(tmp: Path, **workload: Any) -> str:

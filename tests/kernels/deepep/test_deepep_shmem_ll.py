@@ -21,15 +21,13 @@ from tests.kernels.deepep.deepephelp import bf16, refused, write_scenario
 
 KiB, MiB = 1024, 1024 * 1024
 SEED = 5
-HEAP_2G = {"window.bytes": 2 * 1024 * MiB}  # the combine's data sits 2000 MiB in
 
 
 def _scenario(tmp: Path, name: str = "s", hardware: str = "atlas_a3", overrides: Any = None,
               **workload: Any):
     base = {"mode": "low_latency", "context": "shmem", "bs": 16, "h": 1024, "k": 4,
             "ep_world_size": 4, "experts_per_rank": 4}
-    ov = HEAP_2G if overrides is None else overrides
-    return load_scenario(write_scenario(tmp, base, hardware, name, SEED, ov or None,
+    return load_scenario(write_scenario(tmp, base, hardware, name, SEED, overrides or None,
                                         **workload))
 
 
@@ -198,10 +196,18 @@ def test_refusals(tmp_path: Path) -> None:
     msg = _refused(tmp_path, bs=16, h=7168, k=8, ep_world_size=8, experts_per_rank=64,
                    num_max_dispatch_tokens_per_rank=512)
     assert "Shmem_Buff is too SMALL" in msg and "4000 MB" in msg
-    msg = _refused(tmp_path, overrides={})
-    assert "2000 MiB" in msg and "allowed: at least" in msg
-    assert "allowed: hccl" in _refused(tmp_path, hardware="atlas_a2", overrides={})
+    assert "allowed: hccl" in _refused(tmp_path, hardware="atlas_a2")
     assert "fullmesh_v1" in _refused(tmp_path, comm_alg="hierarchy")
     assert "belongs to the normal mode" in _refused(tmp_path, op="layout")
     msg = _refused(tmp_path, num_max_dispatch_tokens_per_rank=8)
     assert "EP_HOST_ASSERT" in msg
+
+
+def test_the_family_maps_deepeps_heap(tmp_path: Path) -> None:
+    """The combine's data sits 2000 MiB into the heap: at the preset's 1 GiB window the
+    pair still runs, in the 8 GiB deep_ep.cpp maps per PE (local_mem_size)."""
+    sc = _scenario(tmp_path)
+    assert sc.hardware.window.bytes == 1 << 30
+    w = sc.workload
+    assert w.family.window_bytes(sc.tiling, sc.hardware) == 8 << 30
+    assert sc.tiling.window.end > 2000 * MiB
