@@ -28,7 +28,7 @@ from npusim.kernels.mc2.options import OPTIONS, Mc2Options
 from npusim.kernels.mc2.tiling import ARCH_OF_CHIP, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
 from npusim.kernels.options import fields_of, option_values
-from npusim.kernels.quant import token_dtype
+from npusim.kernels.quant import fp8_format, token_dtype
 from npusim.workload.inputs import uniform_tokens
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
@@ -59,20 +59,29 @@ def _scales_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
 
 
 def _expand_x_dtype(t: Mc2Tiling) -> np.dtype:
+    """The token dtype, int8, FP8 / FP4 pairs as bytes; DeepEP's per-token FP8 as e4m3fn
+    (deep_ep.cpp allocates kFloat8_e4m3fn)."""
     if t.dispatch_quant == "none":
         return _tok(t)
-    return np.dtype(np.uint8) if qm.fp8_mode(t.dispatch_quant) else np.dtype(np.int8)
+    if t.dispatch_quant == qm.PERTOKEN_FP8:
+        return fp8_format("e4m3")[0]
+    return np.dtype(np.uint8) if qm.vf_mode(t.dispatch_quant) else np.dtype(np.int8)
+
+
+def _expand_x_cols(t: Mc2Tiling) -> int:
+    """H, or ceil(H/2) bytes of E2M1 pairs (hOutSize_)."""
+    return qm.out_bytes(t.H, t.dispatch_quant) if t.dispatch_quant == qm.MXFP4 else t.H
 
 
 def _scales_dtype(t: Mc2Tiling) -> np.dtype:
-    return qm.scale_dtype(t.dispatch_quant) if qm.fp8_mode(t.dispatch_quant) else np.dtype(
+    return qm.scale_dtype(t.dispatch_quant) if qm.vf_mode(t.dispatch_quant) else np.dtype(
         np.float32)
 
 
 def _dyn_scales_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
-    if qm.fp8_mode(t.dispatch_quant):
+    if qm.vf_mode(t.dispatch_quant):
         return (_a(t, r), qm.scale_count(t.H, t.dispatch_quant))
-    return (_a(t, r) if t.dispatch_quant == "int8" else 0,)
+    return (_a(t, r) if t.dispatch_quant in qm.PER_TOKEN_MODES else 0,)
 
 
 def _n_const(t: Mc2Tiling) -> int:
@@ -131,8 +140,8 @@ class Dispatch(Kernel):
     variant = "dispatch_quant"
     outputs = (
         TensorSpec("expand_x", _expand_x_dtype,
-                   lambda t, r: (_a(t, r), t.H), "[A, H] rows by local expert, source "
-                   "(FP8 modes: the fp8 bytes)"),
+                   lambda t, r: (_a(t, r), _expand_x_cols(t)), "[A, H] rows by local "
+                   "expert, source (FP8 modes: the fp8 bytes)"),
         TensorSpec("dynamic_scales", _scales_dtype, _dyn_scales_shape,
                    "[A] per-token INT8 scales (int8); [A, ceil(H/128)] fp32 (pergroup); "
                    "[A, Align2(ceil(H/32))] E8M0 bytes (mxfp8, mxfp8_clip)"),
@@ -394,7 +403,7 @@ class Mc2(MoeDistributeFamily):
                                     o["assist_info_for_combine"], o["expert_token_nums"], ep,
                                     None, self.received_rows(t, r, ep))
             res.append({**linked, "expand_x": ref.dequantized_rows(
-                d, t.dispatch_quant, t.shape.dtype, t.quant_dtype)})
+                d, t.dispatch_quant, t.shape.dtype, t.quant_dtype, t.H)})
         return res
 
     def received_rows(self, tiling: Mc2Tiling, rank: int, counts: np.ndarray) -> int:
