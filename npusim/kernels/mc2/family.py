@@ -224,9 +224,10 @@ def _shape(shape: MoeShape, o: Mc2Options) -> MoeShape:
                    copy_experts=o.copy_experts, const_experts=o.const_experts)
 
 
-def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
+def _quant_misfit(o: Mc2Options, arch: str, hardware: Any, dtype: str) -> Misfit | None:
     """Where the operators refuse a quant mode: A3's tiling takes quant_mode 0 or 2
-    (npusim also runs static_int8 there); FP4 is not modelled; MX takes no scales."""
+    (npusim also runs static_int8 there); MX takes no scales. Not modelled: FP4 E1M2,
+    FP4 E2M1 of float16 tokens."""
     quant = o.dispatch_quant
     mode = qm.QUANT_MODE[quant]
     cq = o.combine_quant
@@ -241,13 +242,15 @@ def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
         return Misfit("workload.dispatch_quant", f"{quant} (quant_mode {mode}) is the 950's "
                       "(arch35); the A3 operator (arch22) allows quant_mode 0 or 2: none, "
                       "int8 (npusim also runs static_int8)")
-    if quant in qm.FP4_MODES:
+    if quant in qm.FP4_MODES and quant != qm.MXFP4:
         return Misfit("workload.dispatch_quant", f"{quant}: {qm.NOT_MODELLED}; allowed: "
-                      "none, static_int8, int8, pergroup, mxfp8, mxfp8_clip")
-    if quant in qm.MX_MODES and o.smooth_scales:
+                      "none, static_int8, int8, pergroup, mxfp8, mxfp8_clip, mxfp4_e2m1")
+    if quant == qm.MXFP4 and dtype != "bfloat16":
+        return Misfit("workload.dtype", f"{dtype}: {quant} {qm.FP16_FP4}; allowed: bfloat16")
+    if (quant in qm.MX_MODES or quant == qm.MXFP4) and o.smooth_scales:
         return Misfit("workload.smooth_scales", "scales must be nullptr when quantMode is "
                       f"MX_QUANT ({quant}); allowed: false")
-    if qm.fp8_mode(quant) and hardware.vector.model != "regbase":
+    if qm.vf_mode(quant) and hardware.vector.model != "regbase":
         return Misfit("hardware.vector.model", f"{quant} runs the 950's vector functions; "
                       f"the preset has {hardware.vector.model!r}, allowed: regbase")
     return None
@@ -298,7 +301,7 @@ class Mc2(MoeDistributeFamily):
             return Misfit("workload.arch", f"auto: chip.arch {hardware.chip.arch} of preset "
                           f"{hardware.name!r} is neither ascend910_93 (A3) nor ascend950; "
                           "allowed: arch22 (A3) or arch35 (950)")
-        refused = _quant_misfit(o, arch, hardware)
+        refused = _quant_misfit(o, arch, hardware, shape.dtype)
         if refused is not None:
             return refused
         bs = o.bs_per_rank

@@ -13,20 +13,20 @@ modes"):
   ``ComputeScaleClip`` (max |x| clamped at 1e-4, exponent rounded up).
 
 The element format (``quant_dtype``) is e5m2 or e4m3 (the expand_x dtype of the operator).
-FP4 (``mxfp4_e2m1``, ``mxfp4_e1m2``) is refused to the family's users as not modelled
-(:data:`NOT_MODELLED`).
-
-Two records only DeepEP's 950 low-latency fork (``moe_distribute_dispatch_v2_a5.h``,
-family ``deepep``) asks these programs for, since ops-transformer's operator has no such
-quant_mode (``deepep`` passes them to ``dispatch_quant`` itself; the family's options do
-not list them):
-
-* ``mxfp4_e2m1`` (DeepEP's quantMode 4, :data:`MXFP4`): QuantDynamicMx with
+* ``mxfp4_e2m1`` (4 with an fp4x2_e2m1 expand_x, :data:`MXFP4`): QuantDynamicMx with
   ``ComputeFp4Data``; record [Align256(ceil(H/2)) packed E2M1, two per byte][Align2(ceil(H/32))
-  E8M0]; the numbers are the 950 normal dispatch's (recipes.mxfp4_quantize_bf16), the same
-  quant:: functions with the same template arguments.
-* ``pertoken_fp8`` (DeepEP's quantMode 5, :data:`PERTOKEN_FP8`): QuantDynamicPerToken to
-  FP8 e4m3 (d = 448 / max, 1 for a zero row); the INT8 record [Align32(H) codes][fp32 1/d].
+  E8M0]. ops-transformer's QuantInit / QuantDynamicMx and DeepEP's 950 kernels (its
+  low-latency fork, quantMode 4, and its normal dispatch) place it alike and call the same
+  quantize_functions.h functions with the same template arguments, all three setting the
+  overflow mode to saturation, so the numbers are DeepEP's normal dispatch's
+  (recipes.mxfp4_quantize_bf16). bf16 tokens only: fp16's FP16Convert pass is not
+  modelled; ``mxfp4_e1m2`` is refused (:data:`NOT_MODELLED`).
+
+One record only DeepEP's 950 low-latency fork (``moe_distribute_dispatch_v2_a5.h``, family
+``deepep``) asks these programs for, ops-transformer's operator having no such quant_mode
+(``deepep`` passes it to ``dispatch_quant`` itself; the family's options do not list it):
+``pertoken_fp8`` (DeepEP's quantMode 5, :data:`PERTOKEN_FP8`): QuantDynamicPerToken to FP8
+e4m3 (d = 448 / max, 1 for a zero row); the INT8 record [Align32(H) codes][fp32 1/d].
 The VFs are the kernel's ``__VEC_SCOPE__`` loops as register instructions, timed by the
 RegBase model (hw/vf.py, docs/model.md "The 950's vector functions").
 """
@@ -64,9 +64,9 @@ QUANT_MODE = {"none": 0, "static_int8": 1, "int8": 2, "pergroup": 3, "mxfp8": 4,
 A3_MODES = ("none", "int8")
 """What the A3 tiling accepts (moe_distribute_dispatch_v2_tiling_arch22.cpp: NON_QUANT or
 PERTOKEN_DYNAMIC_QUANT); npusim also runs static_int8 on A3, as before."""
-NOT_MODELLED = ("MX FP4 is not modelled: ml_dtypes has no e1m2 type, and for e2m1 the "
-                "source leaves the cast's overflow (SatMode::UNKNOWN, scaled values in "
-                "[6, 8)) and the fp4x2 nibble order unstated")
+NOT_MODELLED = ("MX FP4 E1M2 is not modelled: ml_dtypes has no e1m2 type")
+FP16_FP4 = ("with float16 tokens ComputeFp4Data first runs FP16Convert (a mantissa "
+            "adjustment) and a TRUNC cast to bf16, which npusim does not model")
 
 
 MXFP4 = "mxfp4_e2m1"

@@ -30,10 +30,11 @@ Dispatch, per source rank r with BS_r tokens:
   (quant_mode 3: per 128 elements d = fp8max / max|x|, fp8(x * d), scales 1/d fp32, [A,
   ceil(H/128)]), ``mxfp8`` (4: per 32 elements the power of two 2^(floor(log2 max|x|) -
   emax), at least 2^-127, E8M0 scales [A, Align2(ceil(H/32))], elements saturated) and
-  ``mxfp8_clip`` (5: the smallest power of two >= max(max|x|, 1e-4) / fp8max); DeepEP's
-  950 fork's two (:func:`deepep_a5_row`): ``mxfp4_e2m1`` (OCP MXFP4, [A, ceil(H/2)] bytes
-  of two codes, the first in the low nibble, E8M0 scales as mxfp8's) and ``pertoken_fp8``
-  (e4m3, d = 448 / max|x| or 1 for a zero row, ``dynamic_scales`` = 1/d fp32).
+  ``mxfp8_clip`` (5: the smallest power of two >= max(max|x|, 1e-4) / fp8max),
+  ``mxfp4_e2m1`` (4 with an FP4 expand_x: OCP MXFP4, [A, ceil(H/2)] bytes of two codes,
+  the first in the low nibble, E8M0 scales as mxfp8's; :func:`deepep_a5_row`) and, for
+  DeepEP's 950 fork only, ``pertoken_fp8`` (e4m3, d = 448 / max|x| or 1 for a zero row,
+  ``dynamic_scales`` = 1/d fp32).
 * ``expand_scales`` (optional): the pair's expert_scales value per MoE row.
 
 Combine, per rank r and active token t: fp32 sum in this order of
@@ -291,7 +292,8 @@ def _quantised_row(shape: MoeShape, quant: str, quant_dtype: str, src_in: Dispat
 
 
 def deepep_a5_row(x: np.ndarray, quant: str) -> tuple[np.ndarray, np.ndarray]:
-    """One token as DeepEP's 950 low-latency dispatch records it, from the goldens:
+    """One token as DeepEP's 950 low-latency dispatch records it (mxfp4_e2m1: also
+    ops-transformer's 950 dispatch), from the goldens:
     mxfp4_e2m1: the token zero-padded to whole blocks of 32, :func:`mxfp4_row`, the
     ceil(H/2) bytes and the scales padded to an even count with 0; pertoken_fp8:
     :func:`pertoken_row` to e4m3, a zero token all zero codes with scale 1."""
