@@ -49,8 +49,9 @@ OPTIONS = (
            "or low_latency (decode: low_latency_dispatch, low_latency_combine)",
            choices=("normal", "low_latency")),
     Option("quant", "choice", "bf16", "dispatch's quant_mode: bf16, int8 (per-token dynamic); "
-           "on the Ascend 950 also mx_fp8_e4m3, mx_fp8_e5m2 (E8M0 per 32) and, normal mode "
-           "only, mx_fp4_e2m1 and pertoken_fp8_e4m3, which DeepEP refuses on A2 and A3",
+           "on the Ascend 950 also mx_fp8_e4m3, mx_fp8_e5m2 (E8M0 per 32), mx_fp4_e2m1 "
+           "(E2M1 pairs, E8M0 per 32) and pertoken_fp8_e4m3 (one fp32 scale per token), "
+           "which DeepEP refuses on A2 and A3",
            choices=("bf16", "int8", *A5_ONLY)),
     Option("context", "choice", "hccl", "hccl: the HCCL kernels on HCCL's windows "
            "(windowsIn + windowsExp; on the A2 the status in windowsIn's last 8 MiB); "

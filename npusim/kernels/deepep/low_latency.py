@@ -74,6 +74,8 @@ FIXED = {"arch": "arch22", "comm_alg": "fullmesh_v1", "combine_quant": "none",
          "expert_token_nums_type": 1, "x_active_mask": "none", "expand_scales": False,
          "shared_expert_x": False}
 QUANT = {"bf16": "none", "int8": "int8", **a5.MC2_QUANT}
+# the dispatch quants test_low_latency.py counts num_fp8_bytes for (mc2's names)
+FP8_BYTES = ("int8", "pertoken_fp8", "mxfp4_e2m1")
 # the deepep key a mc2 refusal is reported on
 KEYS = {"workload.ccl_buffer_size": "workload.hccl_buffsize",
         "workload.dispatch_quant": "workload.quant",
@@ -104,11 +106,12 @@ def _split(specs: tuple[TensorSpec, ...], api: Sequence[str]
 
 def token_bytes(h: int, quant: str) -> int:
     """test_low_latency.py's bytes per selection: num_fp8_bytes H + H/128 * 4 + 16 when the
-    dispatch is quantised (INT8 here), num_mxfp8_bytes H + H/32 + 16 with use_ue8m0 (MXFP8),
-    num_bf16_bytes 2H otherwise and for the combine."""
+    dispatch is quantised with use_fp8 alone (INT8; on the 950 also mc2's pertoken_fp8
+    and mxfp4_e2m1, the test's fp8_configs (True, False)), num_mxfp8_bytes H + H/32 + 16
+    with use_ue8m0 (MXFP8), num_bf16_bytes 2H otherwise and for the combine."""
     if quant == "mxfp8":
         return h + h // 32 + 16
-    return h + h // 128 * 4 + 16 if quant == "int8" else 2 * h
+    return h + h // 128 * 4 + 16 if quant in FP8_BYTES else 2 * h
 
 
 def bandwidth_fields(selections: Sequence[int], per_selection: int, ns: float
@@ -165,7 +168,7 @@ class LowLatencyDispatch(Dispatch):
 
     def fields(self, call: Call) -> dict[str, Any]:
         t, run = call.tiling, call.run
-        return bandwidth_fields(_selections(t), token_bytes(t.H, _quant(t)),
+        return bandwidth_fields(_selections(t), token_bytes(t.H, t.dispatch_quant),
                                 run.end_ns - run.start_ns)
 
 
@@ -186,10 +189,6 @@ class LowLatencyCombine(Combine):
 
 DISPATCH, COMBINE = LowLatencyDispatch(), LowLatencyCombine()
 OPS = (DISPATCH, COMBINE)
-
-
-def _quant(t: Mc2Tiling) -> str:
-    return t.dispatch_quant if t.dispatch_quant in ("int8", "mxfp8") else "bf16"
 
 
 def mc2_options(shape: MoeShape, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,13 @@ the A5 changes, and how npusim takes it:
   check, then refuses a window whose halves cannot hold one call;
 - per-token INT8 takes 127 / max only for max > 0, else 1 (:data:`ZERO_GUARD`);
 - no TimeOutDetection in the waits (npusim models none on the A3 either), and the float
-  overflow mode set to saturation (no effect on INT8: |x| 127 / max never exceeds 127);
-- quantMode 3 (MXFP8 e4m3 / e5m2: :data:`MC2_QUANT`); 4 and 5 (MXFP4, per-token FP8) are
-  not modelled here (:data:`QUANT_MODE`).
+  overflow mode set to saturation (no effect on INT8: |x| 127 / max never exceeds 127;
+  the FP8 / FP4 casts saturate);
+- quantMode 3, 4 and 5, each a record of mc2's programs (:data:`MC2_QUANT`,
+  npusim.kernels.mc2.quant_modes): MXFP8 e4m3 / e5m2 (mc2's ``mxfp8``), MXFP4 E2M1
+  (``mxfp4_e2m1``: QuantDynamicMx with ComputeFp4Data, the 950 normal dispatch's
+  quantiser) and per-token FP8 e4m3 (``pertoken_fp8``: QuantDynamicPerToken with 448 and
+  the zero guard, where the normal dispatch has none).
 
 comm_alg is "fullmesh_v1" (deep_ep.cpp); the CCU kernels (keys 60000 / 60002, comm_alg
 "ccu" under MOE_ENABLE_CCU=1) run on the CCU engine, which npusim does not model: no option
@@ -39,11 +43,17 @@ TILING_KEY_A5_TYPE = 50000  # moe_distribute_dispatch_v2_tiling.cpp
 # deep_ep.cpp low_latency_dispatch (A5 build): quant_mode of each quant name
 QUANT_MODE = {"bf16": 0, "int8": 2, "mx_fp8_e4m3": 3, "mx_fp8_e5m2": 3, "mx_fp4_e2m1": 4,
               "pertoken_fp8_e4m3": 5}
-MODELLED_QUANTS = ("bf16", "int8", "mx_fp8_e4m3", "mx_fp8_e5m2")
+MODELLED_QUANTS = tuple(QUANT_MODE)
 # QuantDynamicMx is quantize_functions.h's ComputeMaxExp / ComputeScale / ComputeFp8Data,
 # mc2's ``mxfp8`` (saturating casts), on the A3 fork's record: Align256(H) FP8 bytes, then
-# Align2(ceil(H / 32)) E8M0 scales, the triplet at the next 32 B
-MC2_QUANT = {"mx_fp8_e4m3": "mxfp8", "mx_fp8_e5m2": "mxfp8"}
+# Align2(ceil(H / 32)) E8M0 scales, the triplet at the next 32 B; with ComputeFp4Data
+# mc2's ``mxfp4_e2m1``: Align256(ceil(H / 2)) bytes of E2M1 pairs, then the same scales;
+# QuantDynamicPerToken to e4m3 mc2's ``pertoken_fp8``: the INT8 record with FP8 codes
+MC2_QUANT = {"mx_fp8_e4m3": "mxfp8", "mx_fp8_e5m2": "mxfp8", "mx_fp4_e2m1": "mxfp4_e2m1",
+             "pertoken_fp8_e4m3": "pertoken_fp8"}
+MX_FP8 = ("mx_fp8_e4m3", "mx_fp8_e5m2")
+# CheckWinSize counts the expand_x element for these (quantMode 2 and 5), else 2 B
+OUT_DTYPE_QUANTS = ("int8", "pertoken_fp8")
 ZERO_GUARD = True  # QuantDynamicPerToken: dynamicScale = max > 0 ? maxVal / max : 1
 SRC = "moe_distribute_dispatch_v2_a5.h"
 HOST = "moe_distribute_dispatch_v2_tiling.cpp"
@@ -60,26 +70,25 @@ def tiling_key(quant: str) -> int:
 
 
 def fp8_format(options: Mapping[str, Any]) -> dict[str, str]:
-    """mc2's quant_dtype of an MX mode (the expand_x dtype deep_ep.cpp allocates)."""
+    """mc2's quant_dtype of an MXFP8 mode (the expand_x dtype deep_ep.cpp allocates)."""
     q = options["quant"]
-    return {"quant_dtype": q.rsplit("_", 1)[1]} if q in MC2_QUANT else {}
+    return {"quant_dtype": q.rsplit("_", 1)[1]} if q in MX_FP8 else {}
 
 
 def host_check_quant(quant: str) -> str:
-    """The quant mc2's checks run with: they refuse MX on the A3 fork's code path (arch22),
-    and their other checks do not depend on it."""
+    """The quant mc2's checks run with: they refuse MX and do not know per-token FP8 on the
+    A3 fork's code path (arch22), and their other checks do not depend on it."""
     return "bf16" if quant in MC2_QUANT else quant
 
 
 def quant_misfit(options: Mapping[str, Any]) -> Misfit | None:
-    """The A5 build takes all six quant names; npusim runs bf16, int8 and MXFP8 (keys
-    50000, 50002, 50003)."""
+    """The A5 build takes all six quant names (keys 50000, 50002 - 50005) and npusim runs
+    them all; a name deep_ep.cpp does not map (its EP_HOST_ASSERT) is refused."""
     q = options["quant"]
     if q in MODELLED_QUANTS:
         return None
-    return Misfit("workload.quant", f"{q}: the A5 low-latency dispatch runs it (tiling key "
-                  f"{tiling_key(q)}, {SRC} QuantDynamicMx / QuantDynamicPerToken), but npusim "
-                  f"does not model it on this path; allowed on ascend950: "
+    return Misfit("workload.quant", f"{q}: deep_ep.cpp low_latency_dispatch maps no quant "
+                  f"mode to it (EP_HOST_ASSERT); allowed on ascend950: "
                   f"{', '.join(MODELLED_QUANTS)}")
 
 
@@ -87,9 +96,10 @@ def host_need(t: Mc2Tiling) -> int:
     """CheckWinSize (DeepEP's moe_distribute_dispatch_v2_tiling.cpp, A3 and A5 alike):
     ((maxBs tokenNeedSizeDispatch W L) + (maxBs tokenNeedSizeCombine K)) x 2, the dispatch
     token Align512(Align32(H d) + 44) with d the expand_x element (1 B) for INT8 and
-    MAX_OUT_DTYPE_SIZE (2 B) otherwise, the combine's Align512(2H)."""
+    per-token FP8 and MAX_OUT_DTYPE_SIZE (2 B) otherwise (MX too), the combine's
+    Align512(2H)."""
     s = t.shape
-    d = 1 if t.dispatch_quant == "int8" else MAX_OUT_DTYPE_SIZE
+    d = 1 if t.dispatch_quant in OUT_DTYPE_QUANTS else MAX_OUT_DTYPE_SIZE
     dispatch = align_up(align32(s.H * d) + SCALE_EXPAND_IDX_BUFFER, WIN_ADDR_ALIGN)
     combine = align_up(s.H * MAX_OUT_DTYPE_SIZE, WIN_ADDR_ALIGN)
     return (s.max_bs * dispatch * s.W * s.L + s.max_bs * combine * s.K) * DOUBLE_DATA_BUFFER

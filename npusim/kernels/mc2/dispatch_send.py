@@ -79,7 +79,7 @@ def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict,
         yield from ctx.wait(ctx.copy_in(out, x, token * 2 * h, 2 * h, name="load_token"))
     else:
         src = q.ins[p]
-        if qm.fp8_mode(t.dispatch_quant):  # Duplicate(QUANT_PADDING_VALUE): zero the tail
+        if qm.vf_mode(t.dispatch_quant):  # Duplicate(QUANT_PADDING_VALUE): zero the tail
             qm.zero_fill(ctx, src, h, t.timing_only)
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         yield from ctx.wait(ctx.copy_in(src, x, token * 2 * h, 2 * h, name="load_token"))
@@ -101,8 +101,9 @@ def process_token(ctx: KernelContext, t: Mc2Tiling, q: SendQueues, memo: dict,
 def _quantise(
     ctx: KernelContext, t: Mc2Tiling, src, out, memo: dict, token: int, scale_row: int
 ) -> None:
-    """QuantStatic / QuantDynamicPerToken on V (the 950's FP8 modes: their VFs,
-    npusim.kernels.mc2.quant_modes); the record is remembered per (token, row)."""
+    """QuantStatic / QuantDynamicPerToken on V (INT8; DeepEP's 950 fork also to FP8);
+    the 950's FP8 and MXFP4 modes: their VFs (npusim.kernels.mc2.quant_modes); the
+    record is remembered per (token, row)."""
     h = t.H
     slot = t.window.dispatch
     dt = token_dtype(t.shape.dtype)
@@ -115,11 +116,15 @@ def _quantise(
             row = src.bytes_at(0, 2 * h).view(dt)
             rec = np.zeros(slot.triplet_offset, np.uint8)
             scales = ctx.tensor("scales") if t.smooth_scales else None
-            if qm.fp8_mode(t.dispatch_quant):
+            if qm.vf_mode(t.dispatch_quant):
                 smooth = None
                 if scales is not None:
                     smooth = scales.as_array(F32).reshape(-1, h)[scale_row]
                 qm.quantise_record(row, t.dispatch_quant, t.quant_dtype, rec, smooth)
+            elif t.dispatch_quant == qm.PERTOKEN_FP8:
+                qv, s = qm.pertoken_fp8_row(row)
+                rec[:h] = qv
+                rec[slot.scale_offset : slot.scale_offset + 4] = s.view(np.uint8)
             elif t.dispatch_quant == "static_int8":
                 sc = scales.as_array(F32)
                 sc = sc if sc.size in (1, h) else sc.reshape(-1, h)[scale_row]
@@ -135,7 +140,7 @@ def _quantise(
         out.bytes_at(0, slot.triplet_offset)[:] = rec
 
     fn = None if t.timing_only else effect
-    if qm.fp8_mode(t.dispatch_quant):
+    if qm.vf_mode(t.dispatch_quant):
         ctx.vf(
             "quant",
             qm.quant_vfs(h, t.dispatch_quant, dt == np.float16, t.smooth_scales),
@@ -144,10 +149,12 @@ def _quantise(
             fn=fn,
         )
         return
-    if t.dispatch_quant == "int8":  # QuantDynamicPerToken
+    if t.dispatch_quant in qm.PER_TOKEN_MODES:  # QuantDynamicPerToken
         ctx.vector_seq("int8_max", token_max_instrs(h, t.smooth_scales), reads=[src])
-        ctx.scalar(4)  # SyncFunc<V_S>, 127 / max
-        ctx.vector_seq("quant", token_cast_instrs(h), reads=[src], writes=[out], fn=fn)
+        ctx.scalar(4)  # SyncFunc<V_S>, 127 (448) / max
+        cast = (token_cast_instrs(h) if t.dispatch_quant == "int8"
+                else qm.per_token_fp8_instrs(h))
+        ctx.vector_seq("quant", cast, reads=[src], writes=[out], fn=fn)
         ctx.scalar(2)  # SetValue of the scale
         return
     seq = to_f32_instrs(h, t.smooth_scales) + token_cast_instrs(h, scaled=False)  # QuantStatic

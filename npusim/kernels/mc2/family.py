@@ -28,7 +28,7 @@ from npusim.kernels.mc2.options import OPTIONS, Mc2Options
 from npusim.kernels.mc2.tiling import ARCH_OF_CHIP, Mc2Tiling, workspace_ints
 from npusim.kernels.mc2.window import CclBufferTooSmall, MiB, default_ccl_buffer_mb, mc2_window
 from npusim.kernels.options import fields_of, option_values
-from npusim.kernels.quant import token_dtype
+from npusim.kernels.quant import fp8_format, token_dtype
 from npusim.workload.inputs import uniform_tokens
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
@@ -59,20 +59,29 @@ def _scales_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
 
 
 def _expand_x_dtype(t: Mc2Tiling) -> np.dtype:
+    """The token dtype, int8, FP8 / FP4 pairs as bytes; DeepEP's per-token FP8 as e4m3fn
+    (deep_ep.cpp allocates kFloat8_e4m3fn)."""
     if t.dispatch_quant == "none":
         return _tok(t)
-    return np.dtype(np.uint8) if qm.fp8_mode(t.dispatch_quant) else np.dtype(np.int8)
+    if t.dispatch_quant == qm.PERTOKEN_FP8:
+        return fp8_format("e4m3")[0]
+    return np.dtype(np.uint8) if qm.vf_mode(t.dispatch_quant) else np.dtype(np.int8)
+
+
+def _expand_x_cols(t: Mc2Tiling) -> int:
+    """H, or ceil(H/2) bytes of E2M1 pairs (hOutSize_)."""
+    return qm.out_bytes(t.H, t.dispatch_quant) if t.dispatch_quant == qm.MXFP4 else t.H
 
 
 def _scales_dtype(t: Mc2Tiling) -> np.dtype:
-    return qm.scale_dtype(t.dispatch_quant) if qm.fp8_mode(t.dispatch_quant) else np.dtype(
+    return qm.scale_dtype(t.dispatch_quant) if qm.vf_mode(t.dispatch_quant) else np.dtype(
         np.float32)
 
 
 def _dyn_scales_shape(t: Mc2Tiling, r: int) -> tuple[int, ...]:
-    if qm.fp8_mode(t.dispatch_quant):
+    if qm.vf_mode(t.dispatch_quant):
         return (_a(t, r), qm.scale_count(t.H, t.dispatch_quant))
-    return (_a(t, r) if t.dispatch_quant == "int8" else 0,)
+    return (_a(t, r) if t.dispatch_quant in qm.PER_TOKEN_MODES else 0,)
 
 
 def _n_const(t: Mc2Tiling) -> int:
@@ -131,8 +140,8 @@ class Dispatch(Kernel):
     variant = "dispatch_quant"
     outputs = (
         TensorSpec("expand_x", _expand_x_dtype,
-                   lambda t, r: (_a(t, r), t.H), "[A, H] rows by local expert, source "
-                   "(FP8 modes: the fp8 bytes)"),
+                   lambda t, r: (_a(t, r), _expand_x_cols(t)), "[A, H] rows by local "
+                   "expert, source (FP8 modes: the fp8 bytes)"),
         TensorSpec("dynamic_scales", _scales_dtype, _dyn_scales_shape,
                    "[A] per-token INT8 scales (int8); [A, ceil(H/128)] fp32 (pergroup); "
                    "[A, Align2(ceil(H/32))] E8M0 bytes (mxfp8, mxfp8_clip)"),
@@ -215,9 +224,10 @@ def _shape(shape: MoeShape, o: Mc2Options) -> MoeShape:
                    copy_experts=o.copy_experts, const_experts=o.const_experts)
 
 
-def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
+def _quant_misfit(o: Mc2Options, arch: str, hardware: Any, dtype: str) -> Misfit | None:
     """Where the operators refuse a quant mode: A3's tiling takes quant_mode 0 or 2
-    (npusim also runs static_int8 there); FP4 is not modelled; MX takes no scales."""
+    (npusim also runs static_int8 there); MX takes no scales. Not modelled: FP4 E1M2,
+    FP4 E2M1 of float16 tokens."""
     quant = o.dispatch_quant
     mode = qm.QUANT_MODE[quant]
     cq = o.combine_quant
@@ -232,13 +242,15 @@ def _quant_misfit(o: Mc2Options, arch: str, hardware: Any) -> Misfit | None:
         return Misfit("workload.dispatch_quant", f"{quant} (quant_mode {mode}) is the 950's "
                       "(arch35); the A3 operator (arch22) allows quant_mode 0 or 2: none, "
                       "int8 (npusim also runs static_int8)")
-    if quant in qm.FP4_MODES:
+    if quant in qm.FP4_MODES and quant != qm.MXFP4:
         return Misfit("workload.dispatch_quant", f"{quant}: {qm.NOT_MODELLED}; allowed: "
-                      "none, static_int8, int8, pergroup, mxfp8, mxfp8_clip")
-    if quant in qm.MX_MODES and o.smooth_scales:
+                      "none, static_int8, int8, pergroup, mxfp8, mxfp8_clip, mxfp4_e2m1")
+    if quant == qm.MXFP4 and dtype != "bfloat16":
+        return Misfit("workload.dtype", f"{dtype}: {quant} {qm.FP16_FP4}; allowed: bfloat16")
+    if (quant in qm.MX_MODES or quant == qm.MXFP4) and o.smooth_scales:
         return Misfit("workload.smooth_scales", "scales must be nullptr when quantMode is "
                       f"MX_QUANT ({quant}); allowed: false")
-    if qm.fp8_mode(quant) and hardware.vector.model != "regbase":
+    if qm.vf_mode(quant) and hardware.vector.model != "regbase":
         return Misfit("hardware.vector.model", f"{quant} runs the 950's vector functions; "
                       f"the preset has {hardware.vector.model!r}, allowed: regbase")
     return None
@@ -289,7 +301,7 @@ class Mc2(MoeDistributeFamily):
             return Misfit("workload.arch", f"auto: chip.arch {hardware.chip.arch} of preset "
                           f"{hardware.name!r} is neither ascend910_93 (A3) nor ascend950; "
                           "allowed: arch22 (A3) or arch35 (950)")
-        refused = _quant_misfit(o, arch, hardware)
+        refused = _quant_misfit(o, arch, hardware, shape.dtype)
         if refused is not None:
             return refused
         bs = o.bs_per_rank
@@ -394,7 +406,7 @@ class Mc2(MoeDistributeFamily):
                                     o["assist_info_for_combine"], o["expert_token_nums"], ep,
                                     None, self.received_rows(t, r, ep))
             res.append({**linked, "expand_x": ref.dequantized_rows(
-                d, t.dispatch_quant, t.shape.dtype, t.quant_dtype)})
+                d, t.dispatch_quant, t.shape.dtype, t.quant_dtype, t.H)})
         return res
 
     def received_rows(self, tiling: Mc2Tiling, rank: int, counts: np.ndarray) -> int:

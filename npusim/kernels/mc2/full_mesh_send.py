@@ -165,7 +165,7 @@ def token_to_expert(ctx: KernelContext, t: Mc2Tiling, s: SendSlots, memo: dict,
     x = ctx.tensor("x")
     h = t.H
     if t.dispatch_quant != "none":
-        fp8 = qm.fp8_mode(t.dispatch_quant)
+        fp8 = qm.vf_mode(t.dispatch_quant)
         if fp8:  # Duplicate(QUANT_PADDING_VALUE): zero the tail
             qm.zero_fill(ctx, xin, h, t.timing_only)
         if a3 or fp8:
@@ -341,7 +341,7 @@ def send_to_moe_expert_by_bs(
     xin = s.ins[0]
     slot = t.window.dispatch
     for token in range(t0, t1):
-        if qm.fp8_mode(t.dispatch_quant):  # Duplicate(QUANT_PADDING_VALUE): zero the tail
+        if qm.vf_mode(t.dispatch_quant):  # Duplicate(QUANT_PADDING_VALUE): zero the tail
             qm.zero_fill(ctx, xin, h, t.timing_only)
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         yield from ctx.wait(ctx.copy_in(xin, x, token * 2 * h, 2 * h, name="load_token"))

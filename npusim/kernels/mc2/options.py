@@ -15,7 +15,8 @@ OPTIONS = (
            "split; the combine is the same)", choices=("fullmesh_v1", "fullmesh_v2")),
     Option("dispatch_quant", "choice", "none", "quant_mode: none (0), static_int8 (1), "
            "int8 (2, per token); the 950 only: pergroup (3, FP8 per 128), mxfp8 (4), "
-           "mxfp8_clip (5); mxfp4_e2m1 / mxfp4_e1m2 (4, FP4) are refused as not modelled",
+           "mxfp8_clip (5), mxfp4_e2m1 (4 with an FP4 expand_x, bfloat16 tokens); "
+           "mxfp4_e1m2 is refused as not modelled",
            choices=("none", "static_int8", "int8", *qm.FP8_MODES, *qm.FP4_MODES)),
     Option("quant_dtype", "choice", "e5m2", "FP8 element format of pergroup, mxfp8 and "
            "mxfp8_clip (the expand_x dtype): e5m2 or e4m3 (e4m3fn)",

@@ -13,7 +13,20 @@ modes"):
   ``ComputeScaleClip`` (max |x| clamped at 1e-4, exponent rounded up).
 
 The element format (``quant_dtype``) is e5m2 or e4m3 (the expand_x dtype of the operator).
-FP4 (``mxfp4_e2m1``, ``mxfp4_e1m2``) is refused as not modelled (:data:`NOT_MODELLED`).
+* ``mxfp4_e2m1`` (4 with an fp4x2_e2m1 expand_x, :data:`MXFP4`): QuantDynamicMx with
+  ``ComputeFp4Data``; record [Align256(ceil(H/2)) packed E2M1, two per byte][Align2(ceil(H/32))
+  E8M0]. ops-transformer's QuantInit / QuantDynamicMx and DeepEP's 950 kernels (its
+  low-latency fork, quantMode 4, and its normal dispatch) place it alike and call the same
+  quantize_functions.h functions with the same template arguments, all three setting the
+  overflow mode to saturation, so the numbers are DeepEP's normal dispatch's
+  (recipes.mxfp4_quantize_bf16). bf16 tokens only: fp16's FP16Convert pass is not
+  modelled; ``mxfp4_e1m2`` is refused (:data:`NOT_MODELLED`).
+
+One record only DeepEP's 950 low-latency fork (``moe_distribute_dispatch_v2_a5.h``, family
+``deepep``) asks these programs for, ops-transformer's operator having no such quant_mode
+(``deepep`` passes it to ``dispatch_quant`` itself; the family's options do not list it):
+``pertoken_fp8`` (DeepEP's quantMode 5, :data:`PERTOKEN_FP8`): QuantDynamicPerToken to FP8
+e4m3 (d = 448 / max, 1 for a zero row); the INT8 record [Align32(H) codes][fp32 1/d].
 The VFs are the kernel's ``__VEC_SCOPE__`` loops as register instructions, timed by the
 RegBase model (hw/vf.py, docs/model.md "The 950's vector functions").
 """
@@ -25,12 +38,15 @@ from typing import Any
 
 import numpy as np
 
+from npusim.formats import tables
 from npusim.hw.vf import VF, VLoop, vi
 from npusim.kernels.quant import (
     MXFP8_BLOCK,
     PERGROUP_BLOCK,
     e8m0_values,
     fp8_format,
+    fp8_token_quantize,
+    mxfp4_quantize_bf16,
     mxfp8_quantize,
     mxfp8_scale_count,
     pergroup_quantize,
@@ -48,13 +64,33 @@ QUANT_MODE = {"none": 0, "static_int8": 1, "int8": 2, "pergroup": 3, "mxfp8": 4,
 A3_MODES = ("none", "int8")
 """What the A3 tiling accepts (moe_distribute_dispatch_v2_tiling_arch22.cpp: NON_QUANT or
 PERTOKEN_DYNAMIC_QUANT); npusim also runs static_int8 on A3, as before."""
-NOT_MODELLED = ("MX FP4 is not modelled: ml_dtypes has no e1m2 type, and for e2m1 the "
-                "source leaves the cast's overflow (SatMode::UNKNOWN, scaled values in "
-                "[6, 8)) and the fp4x2 nibble order unstated")
+NOT_MODELLED = ("MX FP4 E1M2 is not modelled: ml_dtypes has no e1m2 type")
+FP16_FP4 = ("with float16 tokens ComputeFp4Data first runs FP16Convert (a mantissa "
+            "adjustment) and a TRUNC cast to bf16, which npusim does not model")
+
+
+MXFP4 = "mxfp4_e2m1"
+PERTOKEN_FP8 = "pertoken_fp8"
+VF_MODES = (*FP8_MODES, MXFP4)
+"""The modes whose record :func:`record_layout` gives and whose quantiser is VFs."""
+PER_TOKEN_MODES = ("int8", PERTOKEN_FP8)
+"""QuantDynamicPerToken's modes: the codes, one fp32 scale at Align32(H)."""
 
 
 def fp8_mode(quant: str) -> bool:
     return quant in FP8_MODES
+
+
+def vf_mode(quant: str) -> bool:
+    """A mode of the 950's VFs (FP8 and MXFP4): zero fill, Align128(H) input, record."""
+    return quant in VF_MODES
+
+
+def out_bytes(h: int, quant: str) -> int:
+    """hOutSize_: the expand_x bytes of one row (bf16 / fp16: 2H; FP4: two per byte)."""
+    if quant == "none":
+        return 2 * h
+    return ceil_div(h, 2) if quant == MXFP4 else h
 
 
 # --------------------------------------------------------------------------- layout
@@ -66,15 +102,15 @@ def record_layout(h: int, quant: str) -> tuple[int, int, int]:
     if quant == "pergroup":
         data = align_up(h, PERGROUP_BLOCK)
         return data, data, 4 * pergroup_scale_count(h)
-    if quant in MX_MODES:
-        data = align_up(h, 256)
+    if quant in MX_MODES or quant == MXFP4:
+        data = align_up(out_bytes(h, quant), 256)
         return data, data, mxfp8_scale_count(h)
-    raise ValueError(f"dispatch_quant {quant!r} is not an FP8 mode; allowed: "
-                     f"{', '.join(FP8_MODES)}")
+    raise ValueError(f"dispatch_quant {quant!r} is not a VF mode; allowed: "
+                     f"{', '.join(VF_MODES)}")
 
 
 def input_bytes(h: int) -> int:
-    """hAlignSize_ of the FP8 modes: Align128(H) elements of 2 B (the scale VFs read 128 or
+    """hAlignSize_ of the VF modes: Align128(H) elements of 2 B (the scale VFs read 128 or
     256 elements at a time, over the zero fill)."""
     return 2 * align_up(h, PERGROUP_BLOCK)
 
@@ -98,6 +134,11 @@ def quantise_record(row: np.ndarray, quant: str, fp8: str, record: np.ndarray,
     at the offsets of :func:`record_layout`; the pad between is left as it is."""
     h = row.shape[-1]
     _, off, nbytes = record_layout(h, quant)
+    if quant == MXFP4:
+        q, scale_bytes = mxfp4_record(row)
+        record[:q.size] = q
+        record[off:off + nbytes] = scale_bytes
+        return
     if quant == "pergroup":
         q, s = pergroup_quantize(row[None, :], fp8, smooth)
         scale_bytes = s.view(np.uint8).reshape(-1)
@@ -107,6 +148,33 @@ def quantise_record(row: np.ndarray, quant: str, fp8: str, record: np.ndarray,
         scale_bytes = scales.reshape(-1)
     record[:h] = q[0]
     record[off:off + nbytes] = scale_bytes
+
+
+def mxfp4_record(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """QuantDynamicMx to E2M1 of one bf16 token: the row zero-filled to a whole block (the
+    kernel's Duplicate before the load), the 950 normal dispatch's quantiser, then the
+    ceil(H/2) payload bytes and Align2(ceil(H/32)) scale bytes (the pad scale 0)."""
+    h = row.shape[-1]
+    padded = np.zeros((1, align_up(h, MXFP8_BLOCK)), tables().bf16)
+    padded[0, :h] = row
+    packed, scales = mxfp4_quantize_bf16(padded)
+    out = np.zeros(mxfp8_scale_count(h), np.uint8)
+    out[:scales.shape[1]] = scales[0]
+    return packed[0, :ceil_div(h, 2)], out
+
+
+def pertoken_fp8_row(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """QuantDynamicPerToken to e4m3 of one token, the zero guard on: (codes, fp32 1/d);
+    the 950 normal dispatch's per-token FP8 (recipes.fp8_token_quantize) with d = 1 for
+    a zero row, where the normal kernel has none."""
+    q, s = fp8_token_quantize(row[None, :], "e4m3", zero_guard=True)
+    return q[0], s
+
+
+def per_token_fp8_instrs(h: int) -> list[tuple[str, int, Any]]:
+    """QuantDynamicPerToken's second half to FP8: Muls by 448 / max, one fp32 -> fp8 cast
+    (CAST_RINT, saturating)."""
+    return [("muls", h, np.float32), ("cast_fp8", h, np.float32)]
 
 
 # --------------------------------------------------------------------------- instructions
@@ -227,11 +295,24 @@ def fp8_data_vf(h: int, fp16: bool) -> VF:
     return VF("ComputeFp8Data", (VLoop(ld + mid + st, ceil_div(h, 256)),))
 
 
+def fp4_data_vf(h: int) -> VF:
+    """ComputeFp4Data of bf16 tokens: per 256 elements a deinterleaving load and a
+    broadcast load of the 1/scale values, two bf16 Muls, an interleave, two casts to FP4
+    and two packed stores."""
+    body = (vi("load", "x"), vi("load_brc", "hs"), vi("mul", "x0", "x", "hs"),
+            vi("mul", "x1", "x", "hs"), vi("select", "x0", "x0", "x1"),
+            vi("cast", "q0", "x0"), vi("cast", "q1", "x1"),
+            vi("store_pack", None, "q0"), vi("store_pack", None, "q1"))
+    return VF("ComputeFp4Data", (VLoop(body, ceil_div(h, 256)),))
+
+
 def quant_vfs(h: int, quant: str, fp16: bool, smooth: bool) -> Sequence[VF]:
     """QuantProcess's VFs for one token, in issue order (after the load; the zero fill
     before it is :func:`zero_fill_vf`)."""
     if quant == "pergroup":
         return (per_tile_vf(h, smooth),)
+    if quant == MXFP4:  # bf16 tokens only: DeepEP's dispatch takes bf16
+        return (max_exp_vf(h, False, False), scale_vf(h, False), fp4_data_vf(h))
     clip = quant == "mxfp8_clip"
     return (max_exp_vf(h, fp16, clip), scale_vf(h, clip), fp8_data_vf(h, fp16))
 
@@ -297,7 +378,9 @@ def combine_dequant_vf(h: int, weighted: bool) -> VF:
 
 __all__ = ["COMBINE_MODE", "COMBINE_MX", "combine_dequant_vf", "combine_dequantise",
            "combine_mx_bytes", "combine_quant_vfs", "combine_quantise",
-           "A3_MODES", "FP4_MODES", "FP8_MODES", "MXFP8_BLOCK", "MX_MODES", "NOT_MODELLED",
-           "QUANT_MODE", "fp8_mode", "input_bytes", "quant_vfs",
+           "A3_MODES", "FP4_MODES", "FP8_MODES", "MXFP4", "MXFP8_BLOCK", "MX_MODES",
+           "NOT_MODELLED", "PERTOKEN_FP8", "PER_TOKEN_MODES", "QUANT_MODE", "VF_MODES",
+           "fp4_data_vf", "fp8_mode", "input_bytes", "mxfp4_record", "out_bytes",
+           "per_token_fp8_instrs", "pertoken_fp8_row", "quant_vfs", "vf_mode",
            "quantise_record", "record_layout", "scale_count", "scale_dtype", "zero_fill",
            "zero_fill_vf"]

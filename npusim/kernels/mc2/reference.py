@@ -30,7 +30,11 @@ Dispatch, per source rank r with BS_r tokens:
   (quant_mode 3: per 128 elements d = fp8max / max|x|, fp8(x * d), scales 1/d fp32, [A,
   ceil(H/128)]), ``mxfp8`` (4: per 32 elements the power of two 2^(floor(log2 max|x|) -
   emax), at least 2^-127, E8M0 scales [A, Align2(ceil(H/32))], elements saturated) and
-  ``mxfp8_clip`` (5: the smallest power of two >= max(max|x|, 1e-4) / fp8max).
+  ``mxfp8_clip`` (5: the smallest power of two >= max(max|x|, 1e-4) / fp8max),
+  ``mxfp4_e2m1`` (4 with an FP4 expand_x: OCP MXFP4, [A, ceil(H/2)] bytes of two codes,
+  the first in the low nibble, E8M0 scales as mxfp8's; :func:`deepep_a5_row`) and, for
+  DeepEP's 950 fork only, ``pertoken_fp8`` (e4m3, d = 448 / max|x| or 1 for a zero row,
+  ``dynamic_scales`` = 1/d fp32).
 * ``expand_scales`` (optional): the pair's expert_scales value per MoE row.
 
 Combine, per rank r and active token t: fp32 sum in this order of
@@ -59,11 +63,18 @@ from npusim.kernels.quant import (
     int8_token_quantize,
     token_dtype,
 )
-from npusim.kernels.quant.golden import mx_combine_row, mx_row, pergroup_row
+from npusim.kernels.quant.golden import (
+    mx_combine_row,
+    mx_row,
+    mxfp4_row,
+    pergroup_row,
+    pertoken_row,
+)
 from npusim.units import ceil_div
 from npusim.workload.shape import MoeShape
 
-DISPATCH_QUANTS = ("none", "static_int8", "int8", "pergroup", "mxfp8", "mxfp8_clip")
+DISPATCH_QUANTS = ("none", "static_int8", "int8", "pergroup", "mxfp8", "mxfp8_clip",
+                   "mxfp4_e2m1", "pertoken_fp8")
 FP8_QUANTS = ("pergroup", "mxfp8", "mxfp8_clip")
 COMBINE_QUANTS = ("none", "int8", "mxfp8_e5m2", "mxfp8_e4m3")
 
@@ -246,13 +257,17 @@ def _row_buffers(shape: MoeShape, quant: str, A: int) -> tuple[np.ndarray, np.nd
     bytes (mxfp8, mxfp8_clip)."""
     H = shape.H
     out_dt = token_dtype(shape.dtype) if quant == "none" else np.dtype(np.int8)
-    dyn = np.zeros(A, dtype=np.float32) if quant == "int8" else None
+    dyn = np.zeros(A, dtype=np.float32) if quant in ("int8", "pertoken_fp8") else None
+    cols = H
     if quant == "pergroup":
         out_dt, dyn = np.dtype(np.uint8), np.zeros((A, ceil_div(H, 128)), np.float32)
-    elif quant in ("mxfp8", "mxfp8_clip"):
+    elif quant in ("mxfp8", "mxfp8_clip", "mxfp4_e2m1"):
         nb = ceil_div(H, 32)
         out_dt, dyn = np.dtype(np.uint8), np.zeros((A, nb + nb % 2), np.uint8)
-    return np.zeros((A, H), dtype=out_dt), dyn
+        cols = ceil_div(H, 2) if quant == "mxfp4_e2m1" else H
+    elif quant == "pertoken_fp8":
+        out_dt = fp8_format("e4m3")[0]
+    return np.zeros((A, cols), dtype=out_dt), dyn
 
 
 def _quantised_row(shape: MoeShape, quant: str, quant_dtype: str, src_in: DispatchInputs,
@@ -264,6 +279,8 @@ def _quantised_row(shape: MoeShape, quant: str, quant_dtype: str, src_in: Dispat
         return x[0], None
     if quant in ("mxfp8", "mxfp8_clip"):
         return mx_row(x[0], quant_dtype, quant == "mxfp8_clip")
+    if quant in ("mxfp4_e2m1", "pertoken_fp8"):
+        return deepep_a5_row(x[0], quant)
     scale = (None if src_in.scales is None
              else scale_row(shape, src_in.scales, expert_index(shape, k, e)))
     if quant == "pergroup":
@@ -272,6 +289,27 @@ def _quantised_row(shape: MoeShape, quant: str, quant_dtype: str, src_in: Dispat
         return static_int8_quantize(x[0], scale), None
     q, s = int8_token_quantize(x, scale)
     return q[0], s[0]
+
+
+def deepep_a5_row(x: np.ndarray, quant: str) -> tuple[np.ndarray, np.ndarray]:
+    """One token as DeepEP's 950 low-latency dispatch records it (mxfp4_e2m1: also
+    ops-transformer's 950 dispatch), from the goldens:
+    mxfp4_e2m1: the token zero-padded to whole blocks of 32, :func:`mxfp4_row`, the
+    ceil(H/2) bytes and the scales padded to an even count with 0; pertoken_fp8:
+    :func:`pertoken_row` to e4m3, a zero token all zero codes with scale 1."""
+    h = x.size
+    if quant == "mxfp4_e2m1":
+        padded = np.zeros(ceil_div(h, 32) * 32, x.dtype)
+        padded[:h] = x
+        q, sc = mxfp4_row(padded)
+        scales = np.zeros(sc.size + sc.size % 2, np.uint8)
+        scales[:sc.size] = sc
+        return q[:ceil_div(h, 2)], scales
+    e4m3 = fp8_format("e4m3")[0]
+    if not np.any(x.astype(np.float32)):
+        return np.zeros(h, np.uint8).view(e4m3), np.float32(1.0)
+    q, s = pertoken_row(x, "e4m3")
+    return q.view(e4m3), s
 
 
 def _counted(shape: MoeShape, got: Received, expand_x: np.ndarray, dyn: np.ndarray | None,
@@ -290,17 +328,27 @@ def _counted(shape: MoeShape, got: Received, expand_x: np.ndarray, dyn: np.ndarr
     return DispatchOutputs(expand_x, dyn, assist, etn, ep_recv, es_out, got.n)
 
 
-def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str, quant_dtype: str = "e5m2"
-                     ) -> np.ndarray:
+def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str, quant_dtype: str = "e5m2",
+                     h: int | None = None) -> np.ndarray:
     """expand_x back in the token dtype (int8: fp32(q) * dynamic_scale; static: fp32(q),
-    the scale being the caller's; FP8 modes: fp32(fp8) * the group's scale), for
-    identity-expert round trips. Only the first n rows are converted: the rest stay
-    untouched zeros (no memory until written)."""
+    the scale being the caller's; FP8 modes: fp32(fp8) * the group's scale; MXFP4: the
+    E2M1 pairs unpacked, ``h`` columns), for identity-expert round trips. Only the first n
+    rows are converted: the rest stay untouched zeros (no memory until written)."""
     dt = token_dtype(dtype)
     if quant == "none":
         return out.expand_x
     n = out.n
+    if quant == "mxfp4_e2m1":
+        cols = out.expand_x.shape[1]
+        h = 2 * cols if h is None else h
+        rows = np.zeros((out.expand_x.shape[0], h), dtype=dt)
+        rows[:n] = _mxfp4_values(out.expand_x[:n], out.dynamic_scales[:n], cols)[:, :h].astype(dt)
+        return rows
     rows = np.zeros(out.expand_x.shape, dtype=dt)
+    if quant == "pertoken_fp8":
+        v = np.ascontiguousarray(out.expand_x[:n]).view(np.uint8).view(fp8_format("e4m3")[0])
+        rows[:n] = (v.astype(np.float32) * out.dynamic_scales[:n, None]).astype(dt)
+        return rows
     if quant in FP8_QUANTS:
         ty = fp8_format(quant_dtype)[0]
         v = np.ascontiguousarray(out.expand_x[:n]).view(ty).astype(np.float32)
@@ -317,6 +365,16 @@ def dequantized_rows(out: DispatchOutputs, quant: str, dtype: str, quant_dtype: 
         q = q * out.dynamic_scales[:n, None]
     rows[:n] = q.astype(dt)
     return rows
+
+
+def _mxfp4_values(packed: np.ndarray, scales: np.ndarray, cols: int) -> np.ndarray:
+    """fp32 of E2M1 pairs (low nibble first) times each block's E8M0 scale 2^(b - 127):
+    DeepEP's per_token_cast_back of an MXFP4 row, [n, 2 cols]."""
+    b = np.asarray(packed, np.uint8)
+    codes = np.stack([b & 15, b >> 4], axis=-1).reshape(b.shape[0], 2 * cols)
+    vals = codes.view(tables().fp4_e2m1).astype(np.float32)
+    sc = np.asarray(scales, np.uint8).view(tables().e8m0).astype(np.float32)
+    return vals * np.repeat(sc, 32, axis=1)[:, :2 * cols]
 
 
 # --------------------------------------------------------------------------- combine

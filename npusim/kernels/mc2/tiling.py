@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusim.kernels.common.split import split_to_core
-from npusim.kernels.mc2.quant_modes import fp8_mode, input_bytes
+from npusim.kernels.mc2.quant_modes import input_bytes, vf_mode
 from npusim.kernels.mc2.window import MAX_UB_SIZE, Mc2Window
 from npusim.kernels.shape import OnShape
 from npusim.units import align32, align_up, ceil_div
@@ -27,7 +27,9 @@ class Mc2Tiling(OnShape):
     """What the host hands one V3 call (built with named fields only)."""
 
     shape: MoeShape
-    dispatch_quant: str  # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip
+    # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip; DeepEP's 950 fork only:
+    # mxfp4_e2m1 | pertoken_fp8 (quant_modes.py)
+    dispatch_quant: str
     combine_quant: str  # none | int8 | mxfp8_e5m2 | mxfp8_e4m3 (the 950)
     expert_token_nums_type: int  # 0 cumsum, 1 counts
     arch: str  # arch22 (A3) | arch35 (950)
@@ -60,7 +62,8 @@ class Mc2Tiling(OnShape):
     # dispatch's FillTriple starts with SyncFunc<MTE3_S>: every put of the core has landed
     # before the next triplet is written (one put in flight), not only the buffer's own
     fill_triple_waits_mte3: bool = False
-    # per-token INT8 takes d = 1 for a zero row (DeepEP's A5 fork: max > 0 ? 127 / max : 1)
+    # per-token INT8 takes d = 1 for a zero row (DeepEP's A5 fork: max > 0 ? 127 / max : 1;
+    # its per-token FP8 always does)
     int8_zero_guard: bool = False
 
     # ---- shape shorthands (the rest: OnShape)
@@ -98,8 +101,8 @@ class Mc2Tiling(OnShape):
 
     @property
     def x_in_bytes(self) -> int:
-        """hAlignSize_: Align32(2H), Align128(H) * 2 for the 950's FP8 modes."""
-        return input_bytes(self.H) if fp8_mode(self.dispatch_quant) else align32(2 * self.H)
+        """hAlignSize_: Align32(2H), Align128(H) * 2 for the 950's FP8 and MXFP4 modes."""
+        return input_bytes(self.H) if vf_mode(self.dispatch_quant) else align32(2 * self.H)
 
     def send_buffers(self, rank: int) -> int:
         """bufferNum_: 2, or 1 when the send queues would take the UB past MAX_UB_SIZE."""

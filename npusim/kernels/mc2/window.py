@@ -34,7 +34,8 @@ from npusim.kernels.common.status import (
     WIN_ADDR_ALIGN,
     StatusLayout,
 )
-from npusim.kernels.mc2.quant_modes import COMBINE_MX, combine_mx_bytes, fp8_mode, record_layout
+from npusim.kernels.mc2 import quant_modes as qm
+from npusim.kernels.mc2.quant_modes import COMBINE_MX, combine_mx_bytes, record_layout
 from npusim.units import align32, align512, align_up, ceil_div
 
 KiB = 1024
@@ -70,16 +71,16 @@ class DispatchSlot:
 
 def dispatch_slot(h: int, quant: str, expert_scales: bool = False) -> DispatchSlot:
     """The slot of ``moe_distribute_dispatch_v2.h:413-423`` for bf16/fp16 tokens (the
-    950's FP8 modes: QuantInit's layouts, npusim.kernels.mc2.quant_modes)."""
-    out_bytes = h * (2 if quant == "none" else 1)
+    950's FP8 and MXFP4 modes: QuantInit's layouts, npusim.kernels.mc2.quant_modes)."""
+    out_bytes = qm.out_bytes(h, quant)
     h_out_align = align32(out_bytes)
     scale_offset = None
     scale_bytes = 0
-    if quant == "int8":
+    if quant in qm.PER_TOKEN_MODES:
         scale_offset = h_out_align
         scale_bytes = 4
         h_out_align += 4
-    elif fp8_mode(quant):
+    elif qm.vf_mode(quant):
         _, scale_offset, scale_bytes = record_layout(h, quant)
         h_out_align = scale_offset + scale_bytes
     triplet = align32(h_out_align)

@@ -451,15 +451,22 @@ def mxfp4_quantize_bf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4)), s.astype(np.uint8)
 
 
-def fp8_token_quantize(x: np.ndarray, fp8: str) -> tuple[np.ndarray, np.ndarray]:
+def fp8_token_quantize(x: np.ndarray, fp8: str, zero_guard: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Per-token dynamic FP8 (the 950 DeepEP dispatch's quant_mode 5): xf = fp32(x);
     d = fp8max / max|xf| in fp32; q = fp8(xf * d) round-to-nearest-even, saturated to
     +-fp8max; scale = fp32(1 / d). -> (codes uint8 (rows, H), scale fp32 (rows,)). A zero
-    row makes d inf and its products NaN on the device; finite rows only."""
+    row makes d inf and its products NaN on the device (the normal dispatch); finite rows
+    only. ``zero_guard``: d = 1 for a zero row (the low-latency A5 kernel's
+    QuantDynamicPerToken: max > 0 ? 448 / max : 1), so its codes are 0 and its scale 1."""
     x = _as_2d(x)
     dt8, fmax, _ = fp8_format(fp8)
     xf = x.astype(np.float32)
-    d = np.float32(fmax) / np.max(np.abs(xf), axis=1)
+    amax = np.max(np.abs(xf), axis=1)
+    with np.errstate(divide="ignore"):
+        d = np.float32(fmax) / amax
+    if zero_guard:
+        d = np.where(amax > 0, d, np.float32(1.0)).astype(np.float32)
     prod = xf * d[:, None]
     np.clip(prod, -np.float32(fmax), np.float32(fmax), out=prod)
     return prod.astype(dt8).view(np.uint8), (np.float32(1.0) / d).astype(np.float32)

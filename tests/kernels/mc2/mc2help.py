@@ -69,7 +69,7 @@ def run_dispatch(m: Machine, t: Mc2Tiling, inputs: list[DispatchInputs],
     outs = []
     for r, o in enumerate(run.outputs):
         scales = None
-        if t.dispatch_quant == "int8" or qm.fp8_mode(t.dispatch_quant):
+        if t.dispatch_quant in qm.PER_TOKEN_MODES or qm.vf_mode(t.dispatch_quant):
             scales = o["dynamic_scales"]
         ep = o["ep_recv_count"]
         outs.append(DispatchOutputs(

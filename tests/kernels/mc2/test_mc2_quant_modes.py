@@ -158,6 +158,10 @@ def test_record_layouts_as_quantinit():
     assert mx.triplet_offset == 1344 and mx.moved == 1356
     assert dispatch_slot(1056, "mxfp8_clip") == mx
     assert dispatch_slot(7168, "pergroup").scale_bytes == 224  # 56 groups of 4 B
+    # MXFP4: ceil(H/2) bytes of pairs, the scales at Align256 of them
+    fp4 = dispatch_slot(1056, "mxfp4_e2m1")
+    assert (fp4.out_bytes, fp4.scale_offset, fp4.scale_bytes) == (528, 768, 34)
+    assert fp4.triplet_offset == 832 and fp4.moved == 844 and fp4.slot == 1024
 
 
 # --------------------------------------------------------------------------- kernel vs reference
@@ -166,7 +170,8 @@ def test_record_layouts_as_quantinit():
 @pytest.mark.parametrize("quant,fp8,dtype", [
     ("pergroup", "e4m3", "bfloat16"), ("pergroup", "e5m2", "float16"),
     ("mxfp8", "e5m2", "bfloat16"), ("mxfp8", "e4m3", "float16"),
-    ("mxfp8_clip", "e4m3", "bfloat16"), ("mxfp8_clip", "e5m2", "float16")])
+    ("mxfp8_clip", "e4m3", "bfloat16"), ("mxfp8_clip", "e5m2", "float16"),
+    ("mxfp4_e2m1", "e5m2", "bfloat16")])
 @pytest.mark.parametrize("alg", ["fullmesh_v1", "fullmesh_v2"])
 def test_kernel_outputs_equal_the_reference(quant, fp8, dtype, alg):
     cfg = load_hardware("ascend950")
@@ -180,6 +185,8 @@ def test_kernel_outputs_equal_the_reference(quant, fp8, dtype, alg):
     want = ref.reference_dispatch(shape, ins, quant, quant_dtype=fp8)
     _check_dispatch(outs, want)
     assert all(w.dynamic_scales.shape[1] == (9 if quant == "pergroup" else 34) for w in want)
+    if quant == "mxfp4_e2m1":  # [A, ceil(H/2)] bytes of E2M1 pairs
+        assert all(o.expand_x.shape[1] == 528 for o in outs)
 
 
 def test_pergroup_with_smooth_scales_equals_the_reference():
@@ -217,12 +224,18 @@ def test_a3_refuses_the_950_modes_in_one_line(tmp_path, capsys, quant):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("quant", ["mxfp4_e2m1", "mxfp4_e1m2"])
-def test_fp4_is_refused_as_not_modelled_on_the_950(tmp_path, capsys, quant):
-    assert main(["run", str(_scenario(tmp_path, "ascend950", dispatch_quant=quant)),
+def test_fp4_e1m2_is_refused_as_not_modelled_on_the_950(tmp_path, capsys):
+    assert main(["run", str(_scenario(tmp_path, "ascend950", dispatch_quant="mxfp4_e1m2")),
                  "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "not modelled" in err and "e1m2" in err
+
+
+def test_fp4_e2m1_of_float16_tokens_is_refused(tmp_path, capsys):
+    sc = _scenario(tmp_path, "ascend950", dispatch_quant="mxfp4_e2m1", dtype="float16")
+    assert main(["run", str(sc), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "workload.dtype" in err and "FP16Convert" in err
 
 
 def test_mx_refuses_smooth_scales(tmp_path, capsys):
