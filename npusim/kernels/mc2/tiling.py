@@ -27,8 +27,8 @@ class Mc2Tiling(OnShape):
     """What the host hands one V3 call (built with named fields only)."""
 
     shape: MoeShape
-    # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip; DeepEP's 950 fork only:
-    # mxfp4_e2m1 | pertoken_fp8 (quant_modes.py)
+    # none | static_int8 | int8 | pergroup | mxfp8 | mxfp8_clip | mxfp4_e2m1 (the 950);
+    # DeepEP's 950 fork only: pertoken_fp8 (quant_modes.py)
     dispatch_quant: str
     combine_quant: str  # none | int8 | mxfp8_e5m2 | mxfp8_e4m3 (the 950)
     expert_token_nums_type: int  # 0 cumsum, 1 counts
