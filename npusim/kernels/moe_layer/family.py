@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.part import PartKernel
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep.common import OPTIONS as DEEPEP_OPTIONS
 from npusim.kernels.deepep.common import platform
 from npusim.kernels.exchange import ExchangeFamily
-from npusim.kernels.family import Misfit, Option
+from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer import tiling as tl
 from npusim.kernels.moe_layer.dsq import dsq_program
@@ -39,30 +40,6 @@ from npusim.workload.shape import MoeShape
 I8, I32, I64, F32 = (const(np.int8), const(np.int32), const(np.int64), const(np.float32))
 WEIGHT_DTYPES = ("int8", "bfloat16", "int4")
 RUN = ("low_latency_dispatch", "gmm1", "dequant_swiglu_quant", "gmm2", "low_latency_combine")
-
-
-def _ll(spec: TensorSpec) -> TensorSpec:
-    return TensorSpec(spec.name, lambda t: spec.dtype(t.ll), lambda t, r: spec.shape(t.ll, r),
-                      spec.help, gm=spec.gm)
-
-
-class OnLowLatency(Kernel):
-    """A DeepEP low-latency kernel run on the layer tiling's `ll` part."""
-
-    def __init__(self, inner: Kernel) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.phases = inner.phases
-        self.inputs = tuple(_ll(s) for s in inner.inputs)
-        self.outputs = tuple(_ll(s) for s in inner.outputs)
-        self.scratch = tuple(_ll(s) for s in inner.scratch)
-        self.core_kind = inner.core_kind
-
-    def program(self, tiling: tl.LayerTiling) -> Any:
-        return self.inner.program(tiling.ll)
-
-    def cores(self, tiling: tl.LayerTiling) -> int | None:
-        return self.inner.cores(tiling.ll)
 
 
 def _rows(cols: Any) -> Any:
@@ -148,7 +125,7 @@ class Gmm2(Kernel):
         return tiling.gmm2.cores
 
 
-DISPATCH, COMBINE = OnLowLatency(ll.DISPATCH), OnLowLatency(ll.COMBINE)
+DISPATCH, COMBINE = PartKernel(ll.DISPATCH, "ll"), PartKernel(ll.COMBINE, "ll")
 GMM1, DSQ, GMM2 = Gmm1(), DequantSwigluQuant(), Gmm2()
 
 
@@ -168,6 +145,8 @@ class MoeLayer(ExchangeFamily):
     ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE)
     runs = {"moe_layer": RUN}
     shape_limits = ll.LOW_LATENCY.shape_limits
+    # advise: a shape of op moe_layer only; the baseline's dispatch is INT8, its combine bf16
+    variants = (Variant("unfused", {"form": "unfused"}),)
     dispatch_quants = {"int8": {}}
     combine_quants = {"none": {}}
     options = (

@@ -215,6 +215,7 @@ def _gmm2_aiv(ctx: KernelContext, t: GmmTiling, core: int, blocks: list[Block]) 
             ld = ctx.copy_in(scale, scale_gm, (g * t.n + n0) * 2, cols * 2,
                              name="data_copy_scale")
             yield from ctx.cross_core_wait_flag(SYNC_AIC_AIV_FLAG)
+            yield from ctx.wait(ld)  # the scale's DeQue, chunks or none
             for chunk, m0 in enumerate(range(0, rows, vr)):
                 if (chunk + 1) % 2 != sub:
                     continue
@@ -225,7 +226,7 @@ def _gmm2_aiv(ctx: KernelContext, t: GmmTiling, core: int, blocks: list[Block]) 
                                    name="copy_mm_out"),
                        ctx.copy_in(token, token_gm, (row0 + m0) * 4, r * 4,
                                    name="data_copy_per_token_scale")]
-                yield from ctx.wait(ld, *ops)
+                yield from ctx.wait(*ops)
                 n = r * cols
 
                 def dequant(n: int = n, r: int = r, cols: int = cols) -> None:

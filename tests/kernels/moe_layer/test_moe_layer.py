@@ -20,11 +20,14 @@ def _bits(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a).tobytes()
 
 
-@pytest.mark.parametrize(("W", "k", "L", "bs", "i2"),
-                         [(2, 2, 2, 4, 256), (3, 3, 2, 5, 512), (4, 2, 3, 3, 256)])
-def test_every_kernel_matches_the_reference(tmp_path, W, k, L, bs, i2):
+@pytest.mark.parametrize(("W", "k", "L", "bs", "i2", "h"),
+                         [(2, 2, 2, 4, 256, 1024), (3, 3, 2, 5, 512, 1024),
+                          (4, 2, 3, 3, 256, 1024),
+                          # GMM2: 56 blocks of 16 rows on 24 AICs; AIV0 gets no chunk
+                          (2, 2, 2, 4, 256, 7168)])
+def test_every_kernel_matches_the_reference(tmp_path, W, k, L, bs, i2, h):
     sc, res = run_layer(tmp_path, ep_world_size=W, k=k, experts_per_rank=L, bs=bs,
-                        intermediate=i2)
+                        intermediate=i2, h=h)
     want = reference_of(sc)
     ops = {o.op: o for o in res.ops}
     assert list(ops) == ["low_latency_dispatch", "gmm1", "dequant_swiglu_quant", "gmm2",
@@ -94,6 +97,7 @@ def test_blocks_carry_on_over_groups():
     ({"intermediate": 10592}, "workload.intermediate", "CountMaxDim"),
     ({"experts_per_rank": 32, "bs": 1, "k": 1}, "workload.experts_per_rank", "cut-group"),
     ({"bs": 600}, "workload.bs", "xDim0(BS)"),
+    ({"h": 8224}, "workload.h", "allowed: 1024..8192"),
 ])
 def test_refusals_name_the_key_and_the_limit(tmp_path, change, key, words):
     with pytest.raises(InputError) as info:
