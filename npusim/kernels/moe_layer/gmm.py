@@ -9,7 +9,8 @@ two calls, split_item 2, group_type 0 (split M), group_list_type 1 (counts):
   L1 in steps of stepKa / stepKb base-K slices, two of each (depthA1 = depthB1 = 2 steps);
   per baseK slice MTE1 moves A and B into L0A / L0B (ping-pong) and the cube accumulates
   int8 x int8 into L0C (int32); GetTensorC is a FixPipe out of L0C (dbL0C = 1);
-- GMM1 (output int32, no scales): an AIC launch writing each block straight into y;
+- GMM1 (output int32, no scales): the cube-only kernel (grouped_matmul.cpp 567-585,
+  QUANT_A8W8O32: GMM_CUBE_IMP, KERNEL_TYPE_AIC_ONLY), each block straight into y;
 - GMM2 (scale + per_token_scale, bf16 out; grouped_matmul_quant_mixcore.h): a MIX launch.
   The AIC's FixPipe writes the int32 block into a workspace ring of PIPELINE_NUM = 4 slots
   per core (MMCompute 176-215: wait SYNC_AIV_AIC_FLAG once 4 blocks are out, set
