@@ -20,7 +20,9 @@ two calls, split_item 2, group_type 0 (split M), group_list_type 1 (counts):
   bf16 (RINT), out to y; then set SYNC_AIV_AIC_FLAG on MTE2. PostCompute: the AIC waits the
   last min(blocks, 4) flags.
 
-The weights' NZ layout is not modelled (npusim.runtime.cube: ND bytes, fractal padding).
+Only the basic per-token strategy is modelled: with at most 32 rows of x per group and NZ
+weights SetWorkspscesPerTokenQuant sets singleN up to 1024 and the blocks are written in
+place. The weights' NZ layout is not modelled (npusim.runtime.cube: ND bytes, fractal padding).
 """
 
 from __future__ import annotations
