@@ -79,6 +79,10 @@ def test_dsq_tiling_by_hand():
     assert (t.ub_rows, t.cores) == (16384 // 4096, 36)  # PERFORMANCE_UB_FACTOR, core cap
     # maxOutDimy = (196608 - 1124) / 37 = 5283 -> 5280 (a multiple of 32): 2I <= 10560
     assert tl.dsq_max_in_dim(196608) == 10560
+    # 2I = 512: (196608 - 1024 - 256 * 4 - 32 - 2 * 256 * 4) B over 2 (512 + 8) 4 + 256 + 4
+    # + 512 * 4 B a row = 192480 / 6468 -> 29 rows; 1000 rows over them: 35 cores
+    t = tl.dsq_tiling(196608, 48, 1000, 512, 4)
+    assert (t.ub_rows, t.cores) == (29, 35)
 
 
 def test_blocks_carry_on_over_groups():
