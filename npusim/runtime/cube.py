@@ -61,6 +61,16 @@ def e8m0(scales: np.ndarray) -> np.ndarray:
     return np.ldexp(np.float32(1.0), scales.astype(np.int32) - 127).astype(np.float32)
 
 
+def _int8_product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """x @ y of int8 matrices, exactly, as int64: through BLAS (fp32 while every partial
+    sum stays below 2^24: k <= 1024; fp64 beyond, exact below 2^53); zero when an operand
+    is all zeros (a timing-only run's)."""
+    if not (x.any() and y.any()):
+        return np.zeros((x.shape[0], y.shape[1]), np.int64)
+    ft = np.float32 if x.shape[1] <= 1024 else np.float64
+    return (x.astype(ft) @ y.astype(ft)).astype(np.int64)
+
+
 class CubeOps:
     """Mixed into KernelContext: the AIC's MTE1, cube and FixPipe instructions."""
 
@@ -150,7 +160,7 @@ class CubeOps:
             x = a.view(dt, m * k).reshape(m, k)
             y = b.view(dt, k * n).reshape(k, n)
             if out is np.int32:
-                prod = x.astype(np.int64) @ y.astype(np.int64)
+                prod = _int8_product(x, y)
             else:
                 xf, yf = x.astype(np.float32), y.astype(np.float32)
                 if scales:
@@ -169,14 +179,16 @@ class CubeOps:
 
     def fixpipe(self: Any, dst: Region | UBBuffer, src: UBBuffer, m: int, n: int,
                 out_dtype: str, dst_offset: int = 0, relu: bool = False,
-                src_offset: int = 0, name: str = "fixpipe") -> Op:
+                src_offset: int = 0, name: str = "fixpipe", dst_row_bytes: int = 0) -> Op:
         """Fixpipe L0C -> GM (a tensor or the own window) or -> an AIV's UB of this MIX
         block (a buffer from `peer_buffer`): C[m, n] (fp32/int32 in L0C) converted to
         `out_dtype` (float32, float16, bfloat16), optionally ReLU'd, row-major at
         dst_offset. A transfer on the FixPipe pipe: m n itemsize bytes at
         `aic.fixpipe_gm_bytes_per_cycle` through the HBM, or `fixpipe_ub_bytes_per_cycle`
         on chip (0: no such path on this preset), then `aic.fixpipe_latency_ns`.
-        `src_offset` (bytes) picks rows of a larger C (a tile's half for each AIV)."""
+        `src_offset` (bytes) picks rows of a larger C (a tile's half for each AIV).
+        `dst_row_bytes` > 0 (GM only): row i lands at dst_offset + i * dst_row_bytes (a
+        tile of a wider matrix). int32 out of an int32 L0C is copied exactly."""
         aic = self._aic()
         m, n = self._whole(m, name, "m"), self._whole(n, name, "n")
         if self._buffer_kind(src) != "l0c":
@@ -204,7 +216,8 @@ class CubeOps:
         else:
             if dst.rank != self.rank_id:
                 raise self.error(f"{name}: FixPipe writes this rank's GM only")
-            self._check_gm(dst, dst_offset, nbytes, name)
+            span = (m - 1) * dst_row_bytes + n * odt.itemsize if dst_row_bytes else nbytes
+            self._check_gm(dst, dst_offset, span, name)
             cap, path = self._mte_cap("fixpipe"), self.rank.write_path(nbytes)
         self.t += self.issue_ns
         self.counters["SCALAR"] += 1
@@ -214,14 +227,21 @@ class CubeOps:
         pipe.issue(op)
 
         def done(t: float) -> None:
-            vals = src.view(acc_dtype, m * n, src_offset).astype(np.float32)
-            if relu:
-                vals = np.maximum(vals, 0)
-            raw = vals.astype(odt).view(np.uint8)
+            if odt == np.int32 and acc_dtype == np.int32 and not relu:
+                raw = src.view(np.int32, m * n, src_offset).copy().view(np.uint8)
+            else:
+                vals = src.view(acc_dtype, m * n, src_offset).astype(np.float32)
+                if relu:
+                    vals = np.maximum(vals, 0)
+                raw = vals.astype(odt).view(np.uint8)
             if to_ub:
                 dst.bytes_at(dst_offset, nbytes)[:] = raw
                 dst.ub.mark(dst.offset + dst_offset, nbytes)
                 dst.write_ready = t
+            elif dst_row_bytes:
+                row = n * odt.itemsize
+                for i in range(m):
+                    dst.write(dst_offset + i * dst_row_bytes, raw[i * row:(i + 1) * row])
             else:
                 dst.write(dst_offset, raw)
             src.read_busy = t

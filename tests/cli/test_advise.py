@@ -150,9 +150,9 @@ def test_every_moe_family_is_a_candidate_with_its_declared_quantisations():
     assert {(c.options["mode"], c.options["context"]) for c in cands
             if c.family == "deepep"} == {(m, x) for m in ("normal", "low_latency")
                                          for x in ("hccl", "shmem")}
-    # MegaMoE's tokens always travel MXFP8: no unquantised candidate, but a probe to ask
-    # the shape first
-    assert {m.family for m in missing} == {"mega_moe", "mega_moe_unfused"}
+    # MegaMoE's tokens always travel MXFP8, moe_layer's INT8: no unquantised candidate,
+    # but a probe to ask the shape first
+    assert {m.family for m in missing} == {"mega_moe", "mega_moe_unfused", "moe_layer"}
     assert all(m.probe is not None for m in missing)
     cands, missing = advise.candidates(("int8",), ("none",))
     assert {c.options["quant"] for c in cands if c.family == "deepep"} == {"int8"}

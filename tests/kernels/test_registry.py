@@ -49,7 +49,7 @@ def test_misspelt_family_is_one_line_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "workload.kernel" in err
     assert "did you mean 'cann_sample'" in err
     assert ("allowed: cann_gelu, cann_sample, deepep, hixl, kv_offload, mc2, mega_moe, "
-            "mega_moe_unfused, pypto_shmem, rms_norm_quant, shmem_classic, "
+            "mega_moe_unfused, moe_layer, pypto_shmem, rms_norm_quant, shmem_classic, "
             "shmem_doubleplane, shmem_host, tilelang_shmem") in err
     assert not (tmp_path / "out").exists()
 
@@ -74,7 +74,7 @@ def test_an_option_of_another_family_names_it(tmp_path):
     # dispatch_quant is declared by both MoE built-in families
     assert "an option of kernel family cann_sample, mc2, not of other" in e.message
     assert ("families: cann_gelu, cann_sample, deepep, hixl, kv_offload, mc2, mega_moe, "
-            "mega_moe_unfused, pypto_shmem, rms_norm_quant, shmem_classic") in e.message
+            "mega_moe_unfused, moe_layer, pypto_shmem, rms_norm_quant") in e.message
 
 
 def test_family_options_are_validated_by_their_declaration(tmp_path):

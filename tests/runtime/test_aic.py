@@ -280,3 +280,30 @@ def test_the_cube_reading_l0a_before_its_load_lands_is_a_missing_wait():
     m.ranks[0].tensor("x", np.zeros(512, np.uint8))
     with pytest.raises(KernelError, match=r"cube 'mmad' reads L0A buffer 'a' before"):
         launch(m, _aic0(body))
+
+
+def test_int8_sums_past_2_24_stay_exact_through_fixpipe_rows_at_a_pitch():
+    """An int8 mmad over K 2048 of 127 x -128 sums to -33292288 (past fp32's 2^24); an
+    int32 FixPipe keeps it, and with dst_row_bytes its rows land one matrix row apart."""
+    hw = aic_hw()
+    m_, n_, k = 16, 16, 2048
+    a = np.full((m_, k), 127, np.int8)
+    b = np.full((k, n_), -128, np.int8)
+    b[:, 1] = 1  # column 1: 127 * 2048
+
+    def body(ctx):
+        la, lb = ctx.alloc("a", m_ * k, "l0a"), ctx.alloc("b", k * n_, "l0b")
+        lc = ctx.alloc("c", m_ * n_ * 4, "l0c")
+        _fill(ctx, la, a)
+        _fill(ctx, lb, b)
+        yield from ctx.wait(ctx.mmad(lc, la, lb, m_, n_, k, "int8"))
+        yield from ctx.wait(ctx.fixpipe(ctx.tensor("y"), lc, m_, n_, "int32",
+                                        dst_offset=4 * 8, dst_row_bytes=4 * 40))
+
+    m = mix_machine(hw)
+    m.ranks[0].tensor("y", np.zeros((m_, 40), np.int32))
+    launch(m, _aic0(body))
+    y = m.ranks[0].tensors["y"].as_array(np.int32, (m_, 40))
+    assert y[0, 8] == 127 * -128 * 2048 and y[0, 9] == 127 * 2048
+    assert np.array_equal(y[:, 8:24], np.broadcast_to(y[0, 8:24], (m_, 16)))
+    assert not y[:, :8].any() and not y[:, 24:].any()

@@ -15,6 +15,8 @@
 - :mod:`.cumsum`: GetCumSum's last step, the cum-sum columns re-armed;
 - :mod:`.padded`: a dispatch's padded outputs as the SHMEM ports write them, their chain
   to combine and their goldens;
+- :mod:`.part`: a kernel run on one part of a composite tiling (a layer chaining other
+  sources' kernels on their own tilings);
 - :mod:`.article`: the cann-recipes-infer SHMEM article's inputs and what its two
   tilings share.
 

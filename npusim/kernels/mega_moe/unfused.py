@@ -21,6 +21,7 @@ import numpy as np
 
 from npusim.kernels.cann_sample import family as cann
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
+from npusim.kernels.common.part import PartKernel
 from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
@@ -61,33 +62,6 @@ class UnfusedTiling:
     @property
     def cores(self) -> int:
         return self.mega.cores
-
-
-def _wrapped(spec: TensorSpec) -> TensorSpec:
-    return TensorSpec(spec.name, lambda t: spec.dtype(t.cann),
-                      lambda t, r: spec.shape(t.cann, r), spec.help)
-
-
-class CannKernel(Kernel):
-    """A CANN sample kernel run on the unfused tiling's `cann` part."""
-
-    def __init__(self, inner: Kernel) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.phases = inner.phases
-        self.inputs = tuple(_wrapped(s) for s in inner.inputs)
-        self.outputs = tuple(_wrapped(s) for s in inner.outputs)
-        self.scratch = tuple(_wrapped(s) for s in inner.scratch)
-        self.core_kind = inner.core_kind
-
-    def program(self, tiling: UnfusedTiling) -> Any:
-        return self.inner.program(tiling.cann)
-
-    def cores(self, tiling: UnfusedTiling) -> int | None:
-        return self.inner.cores(tiling.cann)
-
-    def launch_ns(self, hardware: Any) -> float | None:
-        return self.inner.launch_ns(hardware)
 
 
 def _mega(spec: TensorSpec) -> TensorSpec:
@@ -150,7 +124,8 @@ def expert_gemms_program(t: MegaTiling) -> Any:
     return program
 
 
-DISPATCH, GEMMS, COMBINE = CannKernel(cann.DISPATCH), ExpertGemms(), CannKernel(cann.COMBINE)
+DISPATCH, GEMMS = PartKernel(cann.DISPATCH, "cann"), ExpertGemms()
+COMBINE = PartKernel(cann.COMBINE, "cann")  # the CANN sample's kernels on the `cann` part
 
 
 class MegaMoeUnfused(ExchangeFamily):

@@ -1,0 +1,162 @@
+"""The host tilings of the two expert kernels between dispatch and combine, computed as the
+operators' tiling code computes them from the preset's buffer sizes.
+
+GroupedMatmul (ops-transformer gmm/grouped_matmul/op_host/op_tiling/grouped_matmul_tiling.cpp,
+A8W8 on ascend910_93, no tuning_config):
+- CalMMTiling (1640-1700): baseN = BEST_BASEN 256 (grouped_matmul_host_util.h:38);
+  baseK = (l0B / 2) / (baseN * 1 B) rounded to 16; baseM = min((l0A / 2) / baseK,
+  l0C / (baseN * 4)), the rows of x when fewer (SixteenAlign up), at most MAX_BASEM 256;
+- CalcStepKaKb (1469-1515): L1 less baseN * 8 B of per-channel scale; A takes what is left
+  after L1_PARTA_SIZE 256 KiB when baseM <= baseN; stepKa / stepKb = half of each part over
+  one base block, the larger a multiple of the smaller; depthA1/B1 = 2 steps (double buffer);
+- CalUsedCoreNum (1600-1620): fewer cores than the AIC when the blocks are fewer;
+- the per-token-quant AIV epilogue (SetWorkspscesPerTokenQuant, GMMCalUbSize 1046-1060 and
+  GMMSetUbDivideBlkQuant): ubCalSize = (UB - 2 (baseN * 2 B + baseM * 4 B)) / 28, aligned
+  down to 2 Ki elements; an AIV dequantises ubCalSize / baseN rows at a time.
+
+DequantSwigluQuant (ops-nn quant/dequant_swiglu_quant/op_host dequant_swiglu_quant_tiling.cpp,
+DequantSwigluQuantDskTiling):
+- CountMaxDim: 2I at most 2 maxOutDimy, maxOutDimy = (UB - 1024 - 32 - 64 - 4) / 37 aligned
+  down to 32; UbFactorDimx rows per UB pass from the UB budget, 16384 / 2I when 2I is 2048
+  or 4096 (PERFORMANCE_UB_FACTOR);
+- DoOpTiling: cores = min(ceil(rows / UbFactorDimx), PERFORMANCE_CORE_NUM 36, the AIV).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from npusim.units import KiB, align_up, ceil_div
+
+BEST_BASEN = 256
+MAX_BASEM = 256
+L1_PARTA_SIZE = 256 * KiB
+SCALE_BYTES_A8W8 = 8  # uint64 per-channel scale kept in L1 (CalcStepKaKb)
+UB_DYNAMIC_QUANT_BLOCK_NUM = 28
+UB_QUANT_BLOCK_ALIGN = 2 * KiB
+PIPELINE_NUM = 4  # grouped_matmul_quant_mixcore.h: workspace stages between AIC and AIV
+
+DSQ_UB_RESERVE = 1024
+DSQ_BLOCK = 32
+DSQ_PERFORMANCE_CORE_NUM = 36
+DSQ_PERFORMANCE_UB_FACTOR = 4096 * 4
+DSQ_PERFORMANCE_H = (2048, 4096)
+DSQ_CUT_GROUP_GROUPS = 32  # CUT_GROUP_LARGE_THAN_32
+DSQ_CUT_GROUP_TOKENS = 16  # EACH_GROUP_TOKEN_LESS_THAN
+
+
+def sixteen_align(v: int) -> int:
+    return align_up(max(v, 1), 16)
+
+
+@dataclass(frozen=True)
+class GmmTiling:
+    """One GroupedMatmul call: x [rows, k] int8 by group, weight [L, k, n] int8."""
+
+    rows: int  # x's rows (the dispatch's capacity A)
+    k: int
+    n: int
+    groups: int
+    base_m: int
+    base_n: int
+    base_k: int
+    step_ka: int
+    step_kb: int
+    cores: int  # AIC cores launched (usedCoreNum)
+    vec_rows: int  # rows an AIV dequantises per pass (GMM2's epilogue)
+
+    @property
+    def l0_steps(self) -> int:
+        return ceil_div(self.k, self.base_k)
+
+
+def gmm_tiling(aic: Any, ub_bytes: int, rows: int, k: int, n: int, groups: int
+               ) -> GmmTiling:
+    base_n = BEST_BASEN
+    base_k = sixteen_align((aic.l0b_bytes // 2) // base_n)
+    max_base_m = aic.l0c_bytes // (base_n * 4)
+    base_m = min((aic.l0a_bytes // 2) // base_k, max_base_m)
+    base_m = sixteen_align(rows) if base_m > rows else base_m // 16 * 16
+    base_m = min(base_m, MAX_BASEM)
+    avail = aic.l1_bytes - base_n * SCALE_BYTES_A8W8
+    l1a = avail - L1_PARTA_SIZE if base_m <= base_n else L1_PARTA_SIZE
+    l1b = avail - l1a
+    ska = (l1a // 2) // (base_m * base_k)
+    skb = (l1b // 2) // (base_n * base_k)
+    if ska > skb:
+        ska = ska // skb * skb
+    elif skb > ska:
+        skb = skb // ska * ska
+    n_dim = ceil_div(n, base_n)
+    m_dim = groups + (rows - groups) // base_m if rows > groups else rows
+    cores = int(aic.cores)
+    if 0 < m_dim * n_dim < cores:
+        cores = m_dim * n_dim
+    ub_cal = (ub_bytes - 2 * (base_n * 2 + base_m * 4)) // UB_DYNAMIC_QUANT_BLOCK_NUM
+    ub_cal = ub_cal // UB_QUANT_BLOCK_ALIGN * UB_QUANT_BLOCK_ALIGN
+    vec_rows = max(1, ub_cal // align_up(base_n, 16))
+    return GmmTiling(rows, k, n, groups, base_m, base_n, base_k, max(ska, 1), max(skb, 1),
+                     cores, vec_rows)
+
+
+def dsq_max_in_dim(ub_bytes: int) -> int:
+    """CountMaxDim's bound on 2I (x's columns) for dynamic quant without bias."""
+    num = ub_bytes - DSQ_UB_RESERVE - DSQ_BLOCK - 2 * DSQ_BLOCK - 4
+    den = 5 * 4 + 2 * 2 * 4 + 1
+    return (num // den) // DSQ_BLOCK * DSQ_BLOCK * 2
+
+
+@dataclass(frozen=True)
+class DsqTiling:
+    rows: int  # inDimx
+    in_dim: int  # 2I
+    groups: int
+    ub_rows: int  # UbFactorDimx
+    cores: int  # maxCoreNum = usedCoreNum
+
+    @property
+    def out_dim(self) -> int:
+        return self.in_dim // 2
+
+
+def dsq_tiling(ub_bytes: int, aiv_cores: int, rows: int, in_dim: int, groups: int
+               ) -> DsqTiling:
+    out = in_dim // 2
+    num = ub_bytes - DSQ_UB_RESERVE - out * 4 - DSQ_BLOCK - 2 * out * 4
+    den = 2 * (in_dim + 8) * 4 + out + 4 + in_dim * 4
+    ub_rows = min(num // den, rows)
+    if in_dim in DSQ_PERFORMANCE_H:
+        ub_rows = DSQ_PERFORMANCE_UB_FACTOR // in_dim
+    ub_rows = max(ub_rows, 1)
+    cores = min(ceil_div(rows, ub_rows), DSQ_PERFORMANCE_CORE_NUM, aiv_cores)
+    return DsqTiling(rows, in_dim, groups, ub_rows, max(cores, 1))
+
+
+@dataclass(frozen=True)
+class LayerTiling:
+    """The whole chain: the low-latency kernels' tiling (`ll`, mc2's) and the two expert
+    kernels'; `chain` keeps dispatch's outputs for the kernels after it (op_inputs)."""
+
+    ll: Any
+    gmm1: GmmTiling
+    dsq: DsqTiling
+    gmm2: GmmTiling
+    intermediate: int  # 2I: GMM1's columns
+    timing_only: bool
+    chain: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def world(self) -> int:
+        return self.ll.world
+
+    @property
+    def L(self) -> int:
+        return self.ll.L
+
+    @property
+    def H(self) -> int:
+        return self.ll.H
+
+    def rows(self, rank: int) -> int:
+        return self.ll.shape.rows_capacity(rank)
