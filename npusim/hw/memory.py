@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import sys
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ from npusim.errors import KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
 SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
+# mmap's MAP_NORESERVE (Python's mmap names it from 3.13 on; the value is Linux's): a map
+# that reserves no swap or commit for pages never written
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux")
+                        else 0)
 # a mapped buffer marks which 64 KiB blocks were ever written with non-zero bytes: the
 # bytes of a block never written are known to be zero. Coarser than a page can only cost
 # the pages a zero write backs in a block written before, never a byte (a W 64 BS 128
@@ -29,20 +34,25 @@ SMALL_PAGES_FROM = 1 << 20  # GM buffers this large are mapped with 4 KiB pages
 WRITTEN_BLOCK_SHIFT = 16
 
 
-def paged_zeros(nbytes: int, what: str) -> np.ndarray:
+def paged_zeros(nbytes: int, what: str, reserve: bool = True) -> np.ndarray:
     """nbytes of zeroed memory (GM, or a rank's UBs) for `what` (named in the error). From
     1 MiB on, an anonymous map that the OS backs page by page as it is first written, in
     4 KiB pages: numpy asks for transparent huge pages for large arrays, and a kernel writes
     a GM tensor or the window sparsely; where the kernel compacts memory to find a 2 MiB
     page on a fault (THP defrag "madvise", the usual default) that costs more than it saves
     (docs/performance.md).
-    MemoryError when the address space cannot be reserved."""
+    MemoryError when the address space cannot be reserved. `reserve` False (the sparse
+    window, of which a run writes megabytes of gigabytes): the map commits nothing, so the
+    windows of many ranks, more than the machine's memory in all, neither fail a later
+    fork (the kernel counts a forked process's committed maps against memory) nor count
+    against a strict overcommit limit; only written pages take memory."""
     if nbytes < SMALL_PAGES_FROM:
         return np.zeros(nbytes, dtype=np.uint8)
     try:
         # private: a read of a page never written maps the kernel's zero page (a shared
         # anonymous map is shmem, which backs such a page with memory of its own)
-        mapped = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (0 if reserve else MAP_NORESERVE)
+        mapped = mmap.mmap(-1, nbytes, flags=flags)
     except (OSError, OverflowError, ValueError) as exc:
         raise MemoryError(f"cannot map {nbytes} B for {what} ({exc})") from None
     if hasattr(mmap, "MADV_NOHUGEPAGE"):
@@ -54,7 +64,8 @@ def page_marks(nbytes: int, what: str) -> np.ndarray:
     """One bool per 64 KiB block of an nbytes mapped buffer: was it ever written (mapped
     too, so a 1 GiB window's marks cost memory only where blocks were written)."""
     n = -(-nbytes >> WRITTEN_BLOCK_SHIFT)
-    return paged_zeros(max(n, SMALL_PAGES_FROM), f"the page marks of {what}")[:n].view(bool)
+    return paged_zeros(max(n, SMALL_PAGES_FROM), f"the page marks of {what}",
+                       reserve=False)[:n].view(bool)
 
 
 class Region:
@@ -258,7 +269,7 @@ class SparseRegion(DenseRegion):
         # zero-filled, paged in on first touch, in small pages (a write far into the
         # window does not fault in a 2 MiB huge page). A window this machine cannot map
         # is out of memory (MemoryError): its size is within what window.bytes allows.
-        buf = paged_zeros(nbytes, f"rank {rank}'s window")
+        buf = paged_zeros(nbytes, f"rank {rank}'s window", reserve=False)
         super().__init__(name, rank, buf)
         self._written = page_marks(nbytes, f"rank {rank}'s window")
         self.zones: list[tuple[int, int, str]] = []  # sorted [start, end) with names

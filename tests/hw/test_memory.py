@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import mmap
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -196,3 +198,19 @@ def test_strided_blocks_are_views_of_the_blocks_a_loop_slices():
     assert (rep == base[:5]).all()
     with pytest.raises(ValueError):
         strided_blocks(base[:100], 3, 12, 45)  # needs 2 * 45 + 12 = 102 bytes
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's overcommit")
+def test_windows_larger_than_the_machine_in_all_still_let_the_process_fork():
+    """A SHMEM run maps an 8 GiB heap per rank: windows of more than the machine's memory
+    in all, of which a run writes megabytes. They commit nothing, so a fork (a second
+    worker, a sweep's point) still succeeds while they are mapped."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    each = 1 << 33
+    windows = [SparseRegion("window", r, each) for r in range(ram // each + 2)]
+    windows[-1].write(each - 8, np.arange(8, dtype=np.uint8))
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if windows[-1].read(each - 8, 8).tolist() == list(range(8)) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
