@@ -27,7 +27,7 @@ exp is numpy's fp32 exp; the vector unit's Exp may differ by an ulp (not publish
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,9 +68,10 @@ def dispatch_quant(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return q, (F32(1.0) / s).astype(F32)
 
 
-def dequant_swiglu_quant(acc: np.ndarray, wscale: np.ndarray, ascale: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """[m, 2I] int32, [2I] fp32, [m] fp32 -> ([m, I] int8, [m] fp32)."""
+def dequant_swiglu(acc: np.ndarray, wscale: np.ndarray, ascale: np.ndarray) -> np.ndarray:
+    """[m, 2I] int32, [2I] fp32, [m] fp32 -> [m, I] fp32: the dequant and the SwiGLU,
+    shared by DequantSwigluQuant and FusedDeepMoe's GMM1 epilogue (same operations in
+    the same order)."""
     x = acc.astype(F32)
     x = (wscale[None, :].astype(F32) * x).astype(F32)
     x = (ascale[:, None].astype(F32) * x).astype(F32)
@@ -80,7 +81,15 @@ def dequant_swiglu_quant(acc: np.ndarray, wscale: np.ndarray, ascale: np.ndarray
         t = np.exp((a * F32(-1.0)).astype(F32)).astype(F32)
         t = (t + F32(1.0)).astype(F32)
         act = (a / t).astype(F32)
-        out = (b * act).astype(F32)
+        return (b * act).astype(F32)
+
+
+def dequant_swiglu_quant(acc: np.ndarray, wscale: np.ndarray, ascale: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """[m, 2I] int32, [2I] fp32, [m] fp32 -> ([m, I] int8, [m] fp32)."""
+    out = dequant_swiglu(acc, wscale, ascale)
+    half = out.shape[1]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         scale = (np.abs(out).max(axis=1) * INV_127).astype(F32) if half else np.zeros(
             len(out), F32)
         y = (out / scale[:, None]).astype(F32)
@@ -119,9 +128,12 @@ class Layer:
     y: list[np.ndarray]  # per rank [BS, H] bf16, the combined output
 
 
-def expert_chain(xq: np.ndarray, xs: np.ndarray, counts: np.ndarray, wt: ExpertWeights
+def expert_chain(xq: np.ndarray, xs: np.ndarray, counts: np.ndarray, wt: ExpertWeights,
+                 requant: Callable[[np.ndarray, np.ndarray, np.ndarray],
+                                   tuple[np.ndarray, np.ndarray]] = dequant_swiglu_quant
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """GMM1, DequantSwigluQuant and GMM2 over the received rows, expert by expert."""
+    """GMM1, DequantSwigluQuant (or another form's dequant-SwiGLU-requant, `requant`) and
+    GMM2 over the received rows, expert by expert."""
     n = xq.shape[0]
     I2, H = wt.w1.shape[2], wt.w1.shape[1]
     g1 = np.zeros((n, I2), np.int32)
@@ -132,16 +144,17 @@ def expert_chain(xq: np.ndarray, xs: np.ndarray, counts: np.ndarray, wt: ExpertW
     for e in np.flatnonzero(counts):
         rows = slice(int(ends[e] - counts[e]), int(ends[e]))
         g1[rows] = int_matmul(xq[rows], wt.w1[e])
-        q2[rows], s2[rows] = dequant_swiglu_quant(g1[rows], wt.s1[e], xs[rows])
+        q2[rows], s2[rows] = requant(g1[rows], wt.s1[e], xs[rows])
         out[rows] = gmm2_dequant(int_matmul(q2[rows], wt.w2[e]), wt.s2[e], s2[rows])
     return g1, q2, s2, out
 
 
 def reference_layer(x: Sequence[np.ndarray], ids: Sequence[np.ndarray],
                     weights: Sequence[np.ndarray], experts: Sequence[ExpertWeights],
-                    L: int) -> Layer:
+                    L: int, chain: Callable[..., tuple] = expert_chain) -> Layer:
     """The layer over all ranks: x [BS, H] bf16, ids [BS, K] (expert e on rank e // L),
-    routing weights [BS, K] fp32; experts[r] the local experts of rank r."""
+    routing weights [BS, K] fp32; experts[r] the local experts of rank r; `chain` the
+    experts' part (expert_chain's signature), the form's."""
     K = ids[0].shape[1]
     quant = [dispatch_quant(xr) for xr in x]
     back = [np.zeros((xr.shape[0], K, xr.shape[1]), F32) for xr in x]
@@ -149,7 +162,7 @@ def reference_layer(x: Sequence[np.ndarray], ids: Sequence[np.ndarray],
     for r, got in enumerate(received([np.asarray(i) for i in ids], L)):
         xq, xs = got.rows([q for q, _ in quant]), got.rows([s for _, s in quant])
         counts = got.per_expert(np.int64)
-        g1, q2, s2, out = expert_chain(xq, xs, counts, experts[r])
+        g1, q2, s2, out = chain(xq, xs, counts, experts[r])
         for i in range(got.n):
             back[int(got.src[i])][int(got.token[i]), int(got.k[i])] = out[i].astype(F32)
         stages.append(RankStages(xq, xs, counts, g1, q2, s2, out))
