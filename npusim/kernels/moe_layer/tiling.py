@@ -25,6 +25,7 @@ DequantSwigluQuantDskTiling):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from npusim.units import KiB, align_up, ceil_div
@@ -146,17 +147,8 @@ class LayerTiling:
     timing_only: bool
     chain: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
-    def world(self) -> int:
-        return self.ll.world
-
-    @property
-    def L(self) -> int:
-        return self.ll.L
-
-    @property
-    def H(self) -> int:
-        return self.ll.H
+    # the low-latency tiling's sizes under their names (t.H for t.ll.H)
+    world, L, H = (property(attrgetter(f"ll.{n}")) for n in ("world", "L", "H"))
 
     def rows(self, rank: int) -> int:
         return self.ll.shape.rows_capacity(rank)
