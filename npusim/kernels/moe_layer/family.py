@@ -18,6 +18,7 @@ w13 is [E_loc, H, intermediate], w2 [E_loc, intermediate / 2, H].
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from npusim.kernels.deepep.common import platform
 from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
+from npusim.kernels.moe_layer import fused_deep_moe as fdm
 from npusim.kernels.moe_layer import tiling as tl
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
@@ -40,6 +42,12 @@ from npusim.workload.shape import MoeShape
 I8, I32, I64, F32 = (const(np.int8), const(np.int32), const(np.int64), const(np.float32))
 WEIGHT_DTYPES = ("int8", "bfloat16", "int4")
 RUN = ("low_latency_dispatch", "gmm1", "dequant_swiglu_quant", "gmm2", "low_latency_combine")
+FORMS = ("unfused", "fused_deep_moe")
+# every form's shapes: the low-latency kernels' with FusedDeepMoe's h from 512
+# (fused_deep_moe_tiling.cpp:82); each form's misfit refuses what its kernels do not take
+LIMITS = replace(ll.LOW_LATENCY.shape_limits, h=(fdm.MIN_TOKEN_LENGTH,
+                                                 ll.LOW_LATENCY.shape_limits.h[1]),
+                 source="the low-latency kernels (unfused) and FusedDeepMoe")
 
 
 def _rows(cols: Any) -> Any:
@@ -142,16 +150,18 @@ class MoeLayer(ExchangeFamily):
     help = ("a whole MoE layer on the A3 as DeepEP-Ascend's tests time it; form unfused: "
             "MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
             "GroupedMatmul, MoeLowLatencyCombineV2")
-    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE)
+    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, fdm.FUSED_DEEP_MOE)
     runs = {"moe_layer": RUN}
-    shape_limits = ll.LOW_LATENCY.shape_limits
+    references = True  # reference_outputs: the fused form's one kernel is the layer
+    shape_limits = LIMITS
     # advise: a shape of op moe_layer only; the baseline's dispatch is INT8, its combine bf16
     variants = (Variant("unfused", {"form": "unfused"}),)
     dispatch_quants = {"int8": {}}
     combine_quants = {"none": {}}
     options = (
         Option("form", "choice", "unfused", "unfused: the five kernels the DeepEP test's "
-               "baseline times", choices=("unfused",)),
+               "baseline times; fused_deep_moe: DeepEP's FusedDeepMoe, the layer in one MIX "
+               "kernel", choices=FORMS),
         Option("intermediate", "int", 4096, "--moe-intermediate-size: GMM1's columns, gate "
                "and up (2I); even", lo=2, hi=65536),
         Option("weight_dtype", "choice", "int8", "the experts' weights: int8 (W8A8, the "
@@ -162,8 +172,16 @@ class MoeLayer(ExchangeFamily):
                "check accepts", lo=0, hi=65536),
     )
 
+    def runs_of(self, options: Mapping[str, Any] | None = None
+                ) -> Mapping[str, tuple[str, ...]]:
+        if options is not None and options.get("form") == fdm.NAME:
+            return {"moe_layer": (fdm.NAME,)}
+        return self.runs
+
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
-               timing_only: bool = False) -> tl.LayerTiling:
+               timing_only: bool = False) -> Any:
+        if options["form"] == fdm.NAME:
+            return fdm.launch_tiling(shape, options, hardware, timing_only)
         lt = ll.LOW_LATENCY.tiling(shape, deepep_options(options), hardware, timing_only)
         rows = lt.shape.rows_capacity(0)
         i2 = options["intermediate"]
@@ -173,11 +191,15 @@ class MoeLayer(ExchangeFamily):
             tl.dsq_tiling(ub, hardware.chip.aiv_cores, rows, i2, shape.L),
             tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L), i2, timing_only)
 
-    def window(self, tiling: tl.LayerTiling) -> Any:
+    def window(self, tiling: Any) -> Any:
+        if isinstance(tiling, fdm.LaunchTiling):
+            return tiling.window
         return ll.LOW_LATENCY.window(tiling.ll)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
+        if options["form"] == fdm.NAME:
+            return fdm.fused_misfit(shape, options, hardware)
         if platform(hardware) != "a3" or getattr(hardware, "aic", None) is None:
             return Misfit("hardware", f"{hardware.name}: the moe_layer chain is the A3's "
                           "(DeepEP's csrc/deepep/ops kernels, ascend910_93); allowed: "
@@ -192,11 +214,18 @@ class MoeLayer(ExchangeFamily):
         if i2 % 2:
             return Misfit("workload.intermediate", f"{i2}: gate and up halves of GMM1's "
                           "columns (DequantSwigluQuant chunks x in two); allowed: even")
+        lo = ll.LOW_LATENCY.shape_limits.h[0]
+        if shape.H < lo:
+            return Misfit("workload.h", f"{shape.H}: the low-latency kernels take h from "
+                          f"{lo} (moe_distribute_dispatch_v2_tiling.cpp, the unfused chain's "
+                          f"dispatch and combine); allowed: {lo}..{LIMITS.h[1]}")
         return ll.LOW_LATENCY.misfit(shape, deepep_options(options), hardware,
                                      "dispatch_combine")
 
-    def tiling_misfit(self, tiling: tl.LayerTiling, shape: MoeShape,
+    def tiling_misfit(self, tiling: Any, shape: MoeShape,
                       options: Mapping[str, Any], hardware: Any, op: str) -> Misfit | None:
+        if isinstance(tiling, fdm.LaunchTiling):
+            return fdm.launch_misfit(tiling, hardware)
         ub = int(hardware.ub.bytes)
         top = tl.dsq_max_in_dim(ub)
         if tiling.intermediate > top:
@@ -217,11 +246,15 @@ class MoeLayer(ExchangeFamily):
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         base = ll.LOW_LATENCY.make_inputs(shape, deepep_options(options), op, routing, payload)
-        return [{**a, **expert_inputs(shape, options["intermediate"], r, routing, payload)}
+        fused = options["form"] == fdm.NAME
+        return [{**a, **expert_inputs(shape, options["intermediate"], r, routing, payload,
+                                      fp32_w2_scale=fused)}
                 for r, a in enumerate(base)]
 
     def op_inputs(self, kernel: str, tiling: tl.LayerTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == fdm.NAME:
+            return [fdm.fused_inputs(a) for a in inputs]
         t, chain = tiling.ll, tiling.chain
         if kernel == DISPATCH.name:
             return ll.LOW_LATENCY.op_inputs(kernel, t, inputs, None)
@@ -243,6 +276,12 @@ class MoeLayer(ExchangeFamily):
                     for a, p, d in zip(inputs, previous or [], got, strict=True)]
         base = ll.LOW_LATENCY.op_inputs(kernel, t, inputs, chain.pop("dispatch"))
         return [{**b, "x": p["y"]} for b, p in zip(base, previous or [], strict=True)]
+
+    def reference_outputs(self, kernel: str, tiling: Any, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        if kernel == fdm.NAME:
+            return fdm.reference_outputs(tiling, inputs)
+        return None
 
 
 FAMILY = MoeLayer()

@@ -39,21 +39,35 @@ def block_coord(index: int, m_loops: int, n_loops: int, offset: int = SWIZZLE_OF
 Block = tuple[int, int, int, int, int, int]  # (group, first row, rows, first col, cols, nth)
 
 
+def group_blocks(g: int, m: int, before: int, start: int, nth: int, tile_m: int,
+                 tile_n: int, n: int, cores: int, core: int) -> Iterator[Block]:
+    """One group's blocks for core `core` (the kernels learn a group's rows only when its
+    tokens are in): `before` rows of earlier groups, `start` the core that takes the
+    group's first block, `nth` the core's blocks so far."""
+    n_loops = ceil_div(n, tile_n)
+    m_loops = ceil_div(m, tile_m)
+    first = core + cores - start if core < start else core - start
+    for task in range(first, m_loops * n_loops, cores):
+        mi, ni = block_coord(task, m_loops, n_loops)
+        yield (g, before + mi * tile_m, min(tile_m, m - mi * tile_m), ni * tile_n,
+               min(tile_n, n - ni * tile_n), nth)
+        nth += 1
+
+
+def next_start(start: int, m: int, tile_m: int, tile_n: int, n: int, cores: int) -> int:
+    """startCoreIdx after a group of m rows: moved on by its block count."""
+    return (start + ceil_div(m, tile_m) * ceil_div(n, tile_n)) % cores
+
+
 def core_blocks(counts: Sequence[int], tile_m: int, tile_n: int, n: int, cores: int,
                 core: int) -> Iterator[Block]:
     """The blocks core `core` runs over the groups' row counts, in order: (group, the
     block's first row in the group-concatenated rows, its rows, first column, columns,
     and its position in the core's sequence, which picks the swap-ring stage)."""
     start = before = nth = 0
-    n_loops = ceil_div(n, tile_n)
     for g, m in enumerate(counts):
-        m_loops = ceil_div(m, tile_m)
-        loops = m_loops * n_loops
-        first = core + cores - start if core < start else core - start
-        for task in range(first, loops, cores):
-            mi, ni = block_coord(task, m_loops, n_loops)
-            yield (g, before + mi * tile_m, min(tile_m, m - mi * tile_m), ni * tile_n,
-                   min(tile_n, n - ni * tile_n), nth)
+        for blk in group_blocks(g, m, before, start, nth, tile_m, tile_n, n, cores, core):
             nth += 1
-        start = (start + loops) % cores
+            yield blk
+        start = next_start(start, m, tile_m, tile_n, n, cores)
         before += m

@@ -98,11 +98,17 @@ class FusedWindow:
     def window_bytes(self) -> int:
         return self.status + STATE_SIZE
 
-    def regions(self, owner: int) -> dict[str, tuple[int, int]]:
-        """Rank `owner`'s named regions (its data halves are shifted by its rank id)."""
-        s, shift = self.status, owner * OPT_RANK_OFFSET
-        return {"data_state0": (shift, shift + self.half_bytes),
-                "data_state1": (shift + self.half_bytes, shift + 2 * self.half_bytes),
+    def regions(self, owner: int | None = None) -> dict[str, tuple[int, int]]:
+        """Rank `owner`'s named regions (its data halves are shifted by its rank id); with
+        no owner the zones every rank's window shares (the data area as one zone)."""
+        s = self.status
+        if owner is None:
+            data = {"data": (0, self.data_bytes)}
+        else:
+            shift = owner * OPT_RANK_OFFSET
+            data = {"data_state0": (shift, shift + self.half_bytes),
+                    "data_state1": (shift + self.half_bytes, shift + 2 * self.half_bytes)}
+        return {**data,
                 "status_state0": (s, s + WIN_STATE_OFFSET),
                 "status_state1": (s + WIN_STATE_OFFSET, s + STATE_WIN_OFFSET),
                 "data_state_words": (s + STATE_WIN_OFFSET, s + GROUP_TOKEN_NUM_OFFSET),
