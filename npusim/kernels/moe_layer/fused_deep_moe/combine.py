@@ -105,6 +105,7 @@ def local_window_copy(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
     out = ctx.alloc("sum_bf16", length * 2)
     y = ctx.tensor("output")
     store = None
+    readers: list[Any] = [None, None]  # the Add still reading each row buffer
     for tok in range(lo, hi):
         if store is not None:
             yield from ctx.wait(store)
@@ -117,6 +118,8 @@ def local_window_copy(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
             wv = F32(weights[tok * t.K + k])
             ctx.scalar(2)
             row = rows[k % 2]
+            if readers[k % 2] is not None:
+                yield from ctx.wait(readers[k % 2])
             at = win.combine_row(ctx.rank_id, COMBINE_STATE, e // t.L, e % t.L,
                                  int(idx[tok * t.K + k])) + col * 2
             yield from ctx.wait(ctx.copy_in(row, ctx.window(), at, length * 2,
@@ -125,7 +128,7 @@ def local_window_copy(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
                                                  ("muls", length, F32), ("add", length, F32)],
                                 reads=[row, acc], writes=[acc],
                                 fn=_accumulate(row, acc, length, wv))
-            note_compute(ctx, op, "vector")
+            readers[k % 2] = note_compute(ctx, op, "vector")
         cast = ctx.vector("cast_bf16", length, F32, reads=[acc], writes=[out],
                           fn=lambda: out.view(ml_dtypes.bfloat16, length).__setitem__(
                               slice(None), acc.view(F32, length).astype(ml_dtypes.bfloat16)))
