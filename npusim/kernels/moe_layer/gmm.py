@@ -27,7 +27,7 @@ place. The weights' NZ layout is not modelled (npusim.runtime.cube: ND bytes, fr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -71,8 +71,10 @@ def group_counts(ctx: KernelContext, t: GmmTiling, name: str) -> list[int]:
 class CubeBlock:
     """One AIC's L1 / L0 buffers and a block's K loop over them."""
 
-    def __init__(self, ctx: KernelContext, t: GmmTiling) -> None:
+    def __init__(self, ctx: KernelContext, t: GmmTiling,
+                 note: Callable[[Any], Any] | None = None) -> None:
         self.t = t
+        self.note = note  # called with each mmad (a fused kernel's overlap notes)
         b_set = t.step_kb * t.base_k * t.base_n
         chunks = min(t.step_ka, t.l0_steps)  # A: one buffer per base-K slice of a step
         self.l1a = [[ctx.alloc(f"l1_a{p}_{c}", t.base_m * t.base_k, "l1")
@@ -136,6 +138,8 @@ class CubeBlock:
             yield from ctx.wait(la, lb)
             op = ctx.mmad(self.l0c, self.l0a[i], self.l0b[i], rows, cols, ck, "int8",
                           accumulate=c > 0, name="mmad_int8")
+            if self.note is not None:
+                self.note(op)
             self.l0_readers[i] = self.a_readers[sa % 2] = self.b_readers[sb % 2] = op
             if (c + 1) % t.step_ka == 0 and sa + 2 < steps_a:
                 yield from self._free(ctx, self.a_readers, sa % 2)

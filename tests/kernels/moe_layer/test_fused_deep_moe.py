@@ -52,7 +52,14 @@ def test_the_layer_matches_the_fused_reference(tmp_path, W, k, L, bs, i2, h):
     for r in range(W):
         assert op.outputs[r]["ep_recv_count"].tolist() == counts[r].tolist()
         assert _bits(op.outputs[r]["output"]) == _bits(ys[r])
-    assert op.family_fields["ep_recv_count"] == [c.tolist() for c in counts]
+    f = op.family_fields
+    assert f["ep_recv_count"] == [c.tolist() for c in counts]
+    # the report: every stage's span, the dispatch told apart from the combine
+    assert list(f["stage_us"]) == PHASES
+    assert f["critical_stage"] in PHASES and f["critical_stage"] != "stage_barrier"
+    assert f["overlap"]["dispatch"]["hidden_behind"] == "gmm1"
+    assert f["overlap"]["combine"]["hidden_behind"] == "gmm2"
+    assert all(f["overlap"][c]["communication_us"] > 0 for c in ("dispatch", "combine"))
 
 
 def test_more_blocks_than_ring_stages_and_two_m_tiles_per_expert(tmp_path):

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from npusim.kernels.moe_layer.fused_deep_moe.notes import note_compute
+from npusim.kernels.common.overlap import note_compute
 from npusim.kernels.moe_layer.fused_deep_moe.roles import (
     LaunchTiling,
     v_to_c_target,
@@ -81,7 +81,7 @@ class SoftSync:
 def gmm1_aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
     t, gt = lt.t, lt.gmm1
     x, w, ring = ctx.tensor("x1"), ctx.tensor("gmm1_weight"), ctx.tensor("cv_swap")
-    cube = CubeBlock(ctx, gt)
+    cube = CubeBlock(ctx, gt, lambda op: note_compute(ctx, op, "gmm1"))
     sync = SoftSync(lt, t.aic + b, b)
     stage = used = start = before = nth = 0
     target = 1
@@ -96,10 +96,10 @@ def gmm1_aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
                 target += 1
             else:
                 used += 1
-            cube.out = note_compute(ctx, ctx.fixpipe(
+            cube.out = ctx.fixpipe(
                 ring, cube.l0c, rows, cols, "int32",
                 dst_offset=(stage * t.aic + b) * GMM1_L1M * GMM1_L1N * 4,
-                dst_row_bytes=GMM1_L1N * 4, name="fixpipe_cv_swap"), "gmm1")
+                dst_row_bytes=GMM1_L1N * 4, name="fixpipe_cv_swap")
             yield from sync.encrease(ctx)
             stage = (stage + 1) % WORKSPACE_STAGES
         start = next_start(start, m, GMM1_L1M, GMM1_L1N, t.n1, t.aic)

@@ -25,7 +25,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from npusim.kernels.moe_layer.fused_deep_moe.notes import note_compute, note_remote
+from npusim.kernels.common.overlap import note_compute, note_remote
 from npusim.kernels.moe_layer.fused_deep_moe.roles import COMBINE_STATE, LaunchTiling
 from npusim.kernels.moe_layer.fused_deep_moe.swizzle import group_blocks, next_start
 from npusim.kernels.moe_layer.fused_deep_moe.tile import TileInputs
@@ -67,7 +67,7 @@ def blocks(lt: LaunchTiling, rows: list[int], b: int) -> list[tuple]:
 def gmm2_aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
     t = lt.t
     x, w, ring = ctx.tensor("x2"), ctx.tensor("gmm2_weight"), ctx.tensor("cv_swap")
-    cube = CubeBlock(ctx, lt.gmm2)
+    cube = CubeBlock(ctx, lt.gmm2, lambda op: note_compute(ctx, op, "gmm2"))
     used = 0
     todo = blocks(lt, group_rows(ctx, lt), b)
     for nth, (g, row0, rows, n0, cols, _) in enumerate(todo):
@@ -77,10 +77,10 @@ def gmm2_aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
             yield from ctx.cross_core_wait_flag(2 * stage + 1)
         else:
             used += 1
-        cube.out = note_compute(ctx, ctx.fixpipe(
+        cube.out = ctx.fixpipe(
             ring, cube.l0c, rows, cols, "int32",
             dst_offset=(stage * t.aic + b) * BLOCK_BYTES, dst_row_bytes=GMM2_L1N * 4,
-            name="fixpipe_workspace"), "gmm2")
+            name="fixpipe_workspace")
         ctx.cross_core_set_flag(FLAG_MODE, 2 * stage, "fixpipe")
     stage = len(todo) % WORKSPACE_STAGES
     for left in range(used, 0, -1):

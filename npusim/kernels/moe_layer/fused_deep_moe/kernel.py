@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.overlap import layer_fields
 from npusim.kernels.exchange import received
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer.fused_deep_moe import reference as fref
-from npusim.kernels.moe_layer.fused_deep_moe.notes import layer_fields
 from npusim.kernels.moe_layer.fused_deep_moe.program import (
     HIDES,
+    WAITS,
     WORKERS,
     fused_deep_moe_program,
 )
@@ -114,7 +115,7 @@ class FusedDeepMoeKernel(Kernel):
 
     def fields(self, call: Call) -> dict[str, Any]:
         return {"ep_recv_count": [[int(v) for v in o["ep_recv_count"]] for o in call.outputs],
-                **layer_fields(call.run, call.cores, WORKERS, HIDES)}
+                **layer_fields(call.run, call.cores, WORKERS, HIDES, WAITS)}
 
 
 FUSED_DEEP_MOE = FusedDeepMoeKernel()

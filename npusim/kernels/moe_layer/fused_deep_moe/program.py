@@ -28,6 +28,7 @@ WORKERS = {"dispatch_send": "aiv1", "dispatch_recv": "aiv0", "gmm1": "aic",
            "swiglu": "aiv0", "quant": "aiv", "stage_barrier": "aiv", "gmm2": "aic",
            "combine": "aiv0", "weight_sum": "aiv1"}
 HIDES = {"dispatch": ("gmm1",), "combine": ("gmm2",)}
+WAITS = ("stage_barrier",)  # the barrier's waiting, not a stage of work
 
 
 def fused_deep_moe_program(lt: LaunchTiling) -> Any:
@@ -43,7 +44,7 @@ def fused_deep_moe_program(lt: LaunchTiling) -> Any:
 def _aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
     with ctx.phase("gmm1"):
         yield from gmm1.gmm1_aic(ctx, lt, b)
-        yield from ctx.sync_all(all_kinds=True)
+    yield from ctx.sync_all(all_kinds=True)  # SyncAll<false>, between the stages
     with ctx.phase("stage_barrier"):
         yield from ctx.drain()
         yield from ctx.cross_core_wait_flag(GMM1_AIV_FINISHED)
@@ -66,8 +67,8 @@ def _aiv(ctx: KernelContext, lt: LaunchTiling, b: int, sub: int) -> Wait:
             yield from gmm1.gmm1_epilogue(ctx, lt, b)
     yield from ctx.drain()
     ctx.ub.reset()
+    yield from ctx.sync_all(all_kinds=True)
     with ctx.phase("quant"):
-        yield from ctx.sync_all(all_kinds=True)
         yield from quant.update_and_clean_info(ctx, lt, b, sub)
         yield from quant.block_quant(ctx, lt, b, sub)
     ctx.ub.reset()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from npusim.kernels.moe_layer.fused_deep_moe.notes import note_compute
+from npusim.kernels.common.overlap import note_compute
 from npusim.kernels.moe_layer.fused_deep_moe.roles import LaunchTiling
 from npusim.kernels.moe_layer.reference import INV_127, to_int8
 from npusim.runtime.conditions import Wait

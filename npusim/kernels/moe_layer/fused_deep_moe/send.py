@@ -20,8 +20,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from npusim.kernels.common.overlap import note_remote
 from npusim.kernels.common.split import split_to_core
-from npusim.kernels.moe_layer.fused_deep_moe.notes import note_remote
 from npusim.kernels.moe_layer.fused_deep_moe.roles import (
     DISPATCH_STATE,
     STATUS_ONE,
