@@ -72,6 +72,7 @@ def dispatch_send(ctx: KernelContext, lt: LaunchTiling, core: int) -> Wait:
     for group in range(t.L):
         for i in range(lo, hi):
             e = int(ids[i])
+            ctx.loop(1)  # the pair's id and group test on the scalar unit
             if e < 0 or e % t.L != group:
                 continue
             b = 0 if sent & 1 else 1  # (sendValidTokenIndex & 1) ? 0 : 1
