@@ -153,7 +153,6 @@ class MoeLayer(ExchangeFamily):
             "GroupedMatmul, MoeLowLatencyCombineV2")
     ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, fdm.FUSED_DEEP_MOE)
     runs = {"moe_layer": RUN}
-    references = True  # reference_outputs: the fused form's one kernel is the layer
     shape_limits = LIMITS
     # advise: a shape of op moe_layer only; the baseline's dispatch is INT8, its combine bf16
     variants = (Variant("unfused", {"form": "unfused"}),)
@@ -280,12 +279,6 @@ class MoeLayer(ExchangeFamily):
                     for a, p, d in zip(inputs, previous or [], got, strict=True)]
         base = ll.LOW_LATENCY.op_inputs(kernel, t, inputs, chain.pop("dispatch"))
         return [{**b, "x": p["y"]} for b, p in zip(base, previous or [], strict=True)]
-
-    def reference_outputs(self, kernel: str, tiling: Any, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        if kernel == fdm.NAME:
-            return fdm.reference_outputs(tiling, inputs)
-        return None
 
 
 FAMILY = MoeLayer()

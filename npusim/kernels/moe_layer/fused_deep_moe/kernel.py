@@ -1,6 +1,6 @@
 """The fused_deep_moe form as the family runs it: the one MIX kernel (tensors, phases,
-report fields), its tiling from the shape and the preset, its inputs and the reference
-of its outputs.
+report fields), its tiling from the shape and the preset, its inputs and its fit to the
+preset.
 
 Tensors follow fused_deep_moe.h's arguments and workspace (FDM.h:349-375): x, expertIds,
 expertScales, the permuted w13 and its scale, w2 and its fp32 scale in; output and
@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from npusim.kernels.common.overlap import layer_fields
-from npusim.kernels.exchange import received
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer.fused_deep_moe import reference as fref
@@ -41,7 +40,6 @@ from npusim.kernels.moe_layer.fused_deep_moe.tiling import (
     fused_tiling,
 )
 from npusim.kernels.moe_layer.fused_deep_moe.window import fits_status
-from npusim.kernels.moe_layer.reference import ExpertWeights
 from npusim.kernels.moe_layer.tiling import GmmTiling
 from npusim.kernels.quant import BF16
 from npusim.workload.shape import MoeShape
@@ -148,23 +146,6 @@ def fused_inputs(base: Arrays) -> Arrays:
             "gmm1_weight_scale": fref.permute_gate_up(base["gmm1_weight_scale"]),
             "gmm2_weight": base["gmm2_weight"],
             "gmm2_weight_scale": base["gmm2_weight_scale_fp32"]}
-
-
-def weights_of(a: Arrays) -> ExpertWeights:
-    """The un-permuted weights with the fp32 w2 scale, as the reference takes them."""
-    return ExpertWeights(a["gmm1_weight"], a["gmm1_weight_scale"], a["gmm2_weight"],
-                         a["gmm2_weight_scale_fp32"])
-
-
-def reference_outputs(lt: LaunchTiling, inputs: list[Arrays]) -> list[Arrays]:
-    """What a correct launch writes: the fused reference's combined rows, and the counts
-    per (local expert, source rank) a dispatch delivers."""
-    ids = [np.asarray(a["topk_idx"]) for a in inputs]
-    layer = fref.reference_fused_layer([a["x"] for a in inputs], ids,
-                                       [a["topk_weights"] for a in inputs],
-                                       [weights_of(a) for a in inputs], lt.L)
-    return [{"output": y, "ep_recv_count": got.counts.reshape(-1).astype(np.int32)}
-            for y, got in zip(layer.y, received(ids, lt.L), strict=True)]
 
 
 def launch_misfit(lt: LaunchTiling, hardware: Any) -> Misfit | None:
