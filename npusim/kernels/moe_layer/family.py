@@ -30,6 +30,7 @@ from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer import tiling as tl
+from npusim.kernels.moe_layer.dispatch_ffn_combine import family as dfc
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
@@ -142,7 +143,7 @@ class MoeLayer(ExchangeFamily):
     help = ("a whole MoE layer on the A3 as DeepEP-Ascend's tests time it; form unfused: "
             "MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
             "GroupedMatmul, MoeLowLatencyCombineV2")
-    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE)
+    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, dfc.DFC)
     runs = {"moe_layer": RUN}
     shape_limits = ll.LOW_LATENCY.shape_limits
     # advise: a shape of op moe_layer only; the baseline's dispatch is INT8, its combine bf16
@@ -151,7 +152,8 @@ class MoeLayer(ExchangeFamily):
     combine_quants = {"none": {}}
     options = (
         Option("form", "choice", "unfused", "unfused: the five kernels the DeepEP test's "
-               "baseline times", choices=("unfused",)),
+               "baseline times; dispatch_ffn_combine: DispatchFFNCombine, one MIX kernel",
+               choices=("unfused", dfc.FORM)),
         Option("intermediate", "int", 4096, "--moe-intermediate-size: GMM1's columns, gate "
                "and up (2I); even", lo=2, hi=65536),
         Option("weight_dtype", "choice", "int8", "the experts' weights: int8 (W8A8, the "
@@ -162,8 +164,16 @@ class MoeLayer(ExchangeFamily):
                "check accepts", lo=0, hi=65536),
     )
 
+    def runs_of(self, options: Mapping[str, Any] | None = None
+                ) -> Mapping[str, tuple[str, ...]]:
+        if options is not None and options.get("form") == dfc.FORM:
+            return dfc.RUNS
+        return self.runs
+
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
-               timing_only: bool = False) -> tl.LayerTiling:
+               timing_only: bool = False) -> Any:
+        if options["form"] == dfc.FORM:
+            return dfc.tiling(shape, options, hardware, timing_only)
         lt = ll.LOW_LATENCY.tiling(shape, deepep_options(options), hardware, timing_only)
         rows = lt.shape.rows_capacity(0)
         i2 = options["intermediate"]
@@ -173,11 +183,15 @@ class MoeLayer(ExchangeFamily):
             tl.dsq_tiling(ub, hardware.chip.aiv_cores, rows, i2, shape.L),
             tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L), i2, timing_only)
 
-    def window(self, tiling: tl.LayerTiling) -> Any:
+    def window(self, tiling: Any) -> Any:
+        if isinstance(tiling, dfc.DfcTiling):
+            return tiling.segment
         return ll.LOW_LATENCY.window(tiling.ll)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
+        if options["form"] == dfc.FORM:
+            return dfc.misfit(shape, options, hardware)
         if platform(hardware) != "a3" or getattr(hardware, "aic", None) is None:
             return Misfit("hardware", f"{hardware.name}: the moe_layer chain is the A3's "
                           "(DeepEP's csrc/deepep/ops kernels, ascend910_93); allowed: "
@@ -195,8 +209,10 @@ class MoeLayer(ExchangeFamily):
         return ll.LOW_LATENCY.misfit(shape, deepep_options(options), hardware,
                                      "dispatch_combine")
 
-    def tiling_misfit(self, tiling: tl.LayerTiling, shape: MoeShape,
+    def tiling_misfit(self, tiling: Any, shape: MoeShape,
                       options: Mapping[str, Any], hardware: Any, op: str) -> Misfit | None:
+        if isinstance(tiling, dfc.DfcTiling):
+            return dfc.tiling_misfit(tiling, hardware)
         ub = int(hardware.ub.bytes)
         top = tl.dsq_max_in_dim(ub)
         if tiling.intermediate > top:
@@ -217,11 +233,17 @@ class MoeLayer(ExchangeFamily):
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         base = ll.LOW_LATENCY.make_inputs(shape, deepep_options(options), op, routing, payload)
+        if options["form"] == dfc.FORM:
+            return [dfc.rank_inputs(a, expert_inputs(shape, options["intermediate"], r,
+                                                     routing, payload))
+                    for r, a in enumerate(base)]
         return [{**a, **expert_inputs(shape, options["intermediate"], r, routing, payload)}
                 for r, a in enumerate(base)]
 
     def op_inputs(self, kernel: str, tiling: tl.LayerTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == dfc.DFC.name:
+            return inputs
         t, chain = tiling.ll, tiling.chain
         if kernel == DISPATCH.name:
             return ll.LOW_LATENCY.op_inputs(kernel, t, inputs, None)
