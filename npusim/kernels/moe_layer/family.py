@@ -34,6 +34,7 @@ from npusim.kernels.moe_layer.dispatch_ffn_combine import family as dfc
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
+from npusim.kernels.moe_layer.layer import layer_fields
 from npusim.kernels.quant import BF16
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
@@ -187,6 +188,9 @@ class MoeLayer(ExchangeFamily):
         if isinstance(tiling, dfc.DfcTiling):
             return tiling.segment
         return ll.LOW_LATENCY.window(tiling.ll)
+
+    def run_fields(self, tiling: Any, runs: Any) -> list[dict[str, Any]]:
+        return layer_fields(runs)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
