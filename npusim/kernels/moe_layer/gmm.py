@@ -85,6 +85,7 @@ class CubeBlock:
         self.b_readers: list[Any] = [None, None]
         self.l0_readers: list[Any] = [None, None]
         self.out: Any = None  # the FixPipe still reading L0C
+        self.note: Any = None  # called with each mmad (a fused kernel's overlap notes)
 
     def _load_a(self, ctx: KernelContext, x: Any, row0: int, rows: int, step: int) -> list:
         t, p = self.t, step % 2
@@ -136,6 +137,8 @@ class CubeBlock:
             yield from ctx.wait(la, lb)
             op = ctx.mmad(self.l0c, self.l0a[i], self.l0b[i], rows, cols, ck, "int8",
                           accumulate=c > 0, name="mmad_int8")
+            if self.note is not None:
+                self.note(op)
             self.l0_readers[i] = self.a_readers[sa % 2] = self.b_readers[sb % 2] = op
             if (c + 1) % t.step_ka == 0 and sa + 2 < steps_a:
                 yield from self._free(ctx, self.a_readers, sa % 2)

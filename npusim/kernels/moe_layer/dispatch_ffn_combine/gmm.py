@@ -37,21 +37,22 @@ class FixpipeQuant:
         self.out: Any = None
 
     def store(self, ctx: KernelContext, cube: CubeBlock, t: GmmTiling, scale: Any,
-              dst: Any, g: int, row0: int, rows: int, n0: int, cols: int, note: Any) -> Wait:
+              dst: Any, g: int, row0: int, rows: int, n0: int, cols: int) -> Wait:
         if self.out is not None:
             yield from ctx.wait(self.out)
         yield from ctx.wait(ctx.copy_in(self.scale, scale, (g * t.n + n0) * 8, cols * 8,
                                         name="copy_gm_to_l1_scale"))
-        self.out = cube.out = note(ctx.fixpipe(
+        self.out = cube.out = ctx.fixpipe(
             dst, cube.l0c, rows, cols, "float16", dst_offset=(row0 * t.n + n0) * 2,
-            dst_row_bytes=t.n * 2, channel_scale=self.scale, name="copy_l0c_to_gm_quant"))
+            dst_row_bytes=t.n * 2, channel_scale=self.scale, name="copy_l0c_to_gm_quant")
 
 
 def gmm1(ctx: KernelContext, t: DfcTiling, note: Any) -> Wait:
-    """GMM1 on AIC `ctx.block_idx`; `note(op)` records a compute instruction."""
+    """GMM1 on AIC `ctx.block_idx`; `note(op)` records each mmad."""
     g1 = t.gmm1
     core, cores = ctx.block_idx, t.aic
     cube, fix = CubeBlock(ctx, g1), FixpipeQuant(ctx, g1)
+    cube.note = note
     gm_a, w1, s1, gm_c = (ctx.tensor(n) for n in ("gm_a", "w1", "scale1", "gm_c"))
     yield from ctx.cross_core_wait_flag(0)  # the AIVs' cumsums
     idx, synced, start, before = 1, 0, 0, 0
@@ -70,7 +71,7 @@ def gmm1(ctx: KernelContext, t: DfcTiling, note: Any) -> Wait:
             cols = min(g1.base_n, g1.n - ni * g1.base_n)
             row0, n0 = before + mi * g1.base_m, ni * g1.base_n
             yield from cube.run(ctx, gm_a, w1, (g, row0, rows, n0, cols))
-            yield from fix.store(ctx, cube, g1, s1, gm_c, g, row0, rows, n0, cols, note)
+            yield from fix.store(ctx, cube, g1, s1, gm_c, g, row0, rows, n0, cols)
         before += m
         start = (start + loops) % cores
     while synced < t.L:

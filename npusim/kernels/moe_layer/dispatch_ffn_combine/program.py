@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.kernels.common.overlap import layer_fields, note_compute, note_remote
 from npusim.kernels.kernel import Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer.dispatch_ffn_combine import gmm, pulls
 from npusim.kernels.moe_layer.dispatch_ffn_combine.routing_quant import routing_quant
@@ -67,30 +68,35 @@ PHASES = (
 )
 
 
-def _noted(op: Any) -> Any:
-    return op
+WORKERS = {"init_routing": "aiv", "dispatch_send": "aiv", "dispatch_recv": "aiv",
+           "gmm1": "aic"}
+HIDES = {"dispatch": ("gmm1",)}
 
 
 def dfc_program(t: DfcTiling) -> Any:
     def program(ctx: KernelContext) -> Wait:
         if ctx.core.kind.name == "aic":
             with ctx.phase("gmm1"):
-                yield from gmm.gmm1(ctx, t, _noted)
+                yield from gmm.gmm1(ctx, t, lambda op: note_compute(ctx, op, "gmm1"))
             return
         block, sub = ctx.block_idx, ctx.sub_block_idx
+
+        def remote(op: Any) -> Any:
+            return note_remote(ctx, op, "dispatch")
+
         with ctx.phase("init_routing"):
             yield from routing_quant(ctx, t, 2 * block + sub)
             yield from ctx.sync_all()
         core = block + sub * t.aic
         with ctx.phase("dispatch_send"):
-            yield from pulls.count_all_gather(ctx, t, core, _noted)
+            yield from pulls.count_all_gather(ctx, t, core, remote)
             if core == 0:
                 yield from pulls.cumsum_for_mm(ctx, t)
             else:
                 yield from ctx.sync_all()
             ctx.cross_core_set_flag(pulls.SYNC_MODE2, 0, "mte3")
         with ctx.phase("dispatch_recv"):
-            yield from pulls.pulls(ctx, t, core, _noted)
+            yield from pulls.pulls(ctx, t, core, remote)
     return program
 
 
@@ -110,7 +116,8 @@ class DispatchFfnCombine(Kernel):
 
     def fields(self, call: Call) -> dict[str, Any]:
         return {"expert_token_nums": [[int(v) for v in o["expert_token_nums"]]
-                                      for o in call.outputs]}
+                                      for o in call.outputs],
+                **layer_fields(call.run, call.cores, WORKERS, HIDES)}
 
 
 DFC = DispatchFfnCombine()

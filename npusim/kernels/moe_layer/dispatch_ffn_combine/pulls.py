@@ -114,9 +114,8 @@ def current_m(ctx: KernelContext, t: DfcTiling, g: int) -> int:
 
 def pulls(ctx: KernelContext, t: DfcTiling, core: int, note: Any) -> Wait:
     """The per-expert pulls; AIV `core` pulls from ranks core, core + aiv, ..."""
-    seg, H, me = t.segment, t.H, ctx.rank_id
+    seg, me = t.segment, ctx.rank_id
     cum, pre = ctx.tensor("cumsum_mm"), ctx.tensor("pre_sum_before_rank")
-    gm_a, gm_s = ctx.tensor("gm_a"), ctx.tensor("per_token_scale1")
     bufs = [ctx.alloc(f"pull{i}", t.row_bytes) for i in range(2)]
     busy: list[Any] = [None, None]
     prev = {src: int(ctx.gm_read_scalar(pre, src * t.L * 4, I32))
@@ -129,16 +128,7 @@ def pulls(ctx: KernelContext, t: DfcTiling, core: int, note: Any) -> Wait:
                 cum, ((src - 1) * t.L + g) * 4, I32))) + group_sum
             rows = int(ctx.gm_read_scalar(ctx.window(), seg.count_at(src, me, g), I32))
             row_src, prev[src] = prev[src], prev[src] + rows
-            for i in range(rows):
-                p = i % 2
-                if busy[p] is not None:
-                    yield from ctx.wait(*busy[p])
-                ld = note(ctx.copy_in(bufs[p], ctx.window(src), seg.offset_a + (row_src + i)
-                                      * t.row_bytes, t.row_bytes, name="pull_token"))
-                yield from ctx.wait(ld)
-                busy[p] = (ctx.copy_out(gm_a, (start + i) * H, bufs[p], H, name="copy_row"),
-                           ctx.copy_out(gm_s, (start + i) * 4, bufs[p], 4, src_offset=H,
-                                        name="copy_scale"))
+            yield from _copy_rows(ctx, t, src, row_src, start, rows, bufs, busy, note)
         for b in busy:
             if b is not None:
                 yield from ctx.wait(*b)
@@ -146,3 +136,32 @@ def pulls(ctx: KernelContext, t: DfcTiling, core: int, note: Any) -> Wait:
         ctx.cross_core_set_flag(SYNC_MODE2, idx // FLAG_MAX_SET_COUNT, "mte3")
         idx += 1
         group_sum += m
+
+
+def _copy_rows(ctx: KernelContext, t: DfcTiling, src: int, row_src: int, start: int,
+               rows: int, bufs: list[Any], busy: list[Any], note: Any) -> Wait:
+    """CopyGMToGMPerToken: rows row_src.. of rank src's routed rows into gmA / the scales
+    from row `start`; the next row's GET is queued before this one is waited on, a buffer
+    is reloaded once its two stores are done (MTE3_MTE2 events 0 / 1)."""
+    gm_a, gm_s = ctx.tensor("gm_a"), ctx.tensor("per_token_scale1")
+    loads: list[Any] = [None, None]
+
+    def load(i: int) -> Wait:
+        p = i % 2
+        if busy[p] is not None:
+            yield from ctx.wait(*busy[p])
+            busy[p] = None
+        loads[p] = note(ctx.copy_in(bufs[p], ctx.window(src), t.segment.offset_a
+                                    + (row_src + i) * t.row_bytes, t.row_bytes,
+                                    name="pull_token"))
+
+    if rows:
+        yield from load(0)
+    for i in range(rows):
+        p = i % 2
+        if i + 1 < rows:
+            yield from load(i + 1)
+        yield from ctx.wait(loads[p])  # WaitFlag<MTE2_MTE3>
+        busy[p] = (ctx.copy_out(gm_a, (start + i) * t.H, bufs[p], t.H, name="copy_row"),
+                   ctx.copy_out(gm_s, (start + i) * 4, bufs[p], 4, src_offset=t.H,
+                                name="copy_scale"))
