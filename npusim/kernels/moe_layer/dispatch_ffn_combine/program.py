@@ -4,12 +4,14 @@ b (sub-block 0) and b + blocks (sub-block 1) in the kernel's AIV numbering
 (coreIdx = block + subblock * blocks, 179-184). The routing step numbers AIVs as AscendC's
 GetBlockIdx() does on a vector core, 2 b + sub-block.
 
-Modelled so far, the dispatch half and GMM1:
-AIV: init_routing (routing_quant.py), SyncAll; dispatch_send (the count all-gather and
-the cumsums, pulls.py); dispatch_recv (the per-expert pulls, flag per expert to the AIC).
-AIC: gmm1 (gmm.py) as each expert's rows are in.
-Not yet: epilogue 1 (dequant-SwiGLU-quant in two phases), GMM2, CombineV2's PUTs, the
-cross-rank sync and MoeTokenUnpermute, so `out` is not written.
+AIV (DispatchAndCombine 735-933): init_routing (routing_quant.py), SyncAll;
+dispatch_send (the count all-gather and the cumsums, pulls.py); dispatch_recv (the
+per-expert pulls, a flag per expert to the AIC); swiglu (epilogue 1's two phases,
+epilogues.py); combine (CombineV2's PUTs per GMM2 block, combine.py), SyncAll and the
+token-per-expert reset; stage_barrier (the cross-rank sync); weight_sum (sub-block 1:
+MoeTokenUnpermute, unpermute.py).
+AIC: gmm1 as each expert's rows are in, the C2V flags; gmm2 after the first V2C flag
+(gmm.py).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import numpy as np
 
 from npusim.kernels.common.overlap import layer_fields, note_compute, note_remote
 from npusim.kernels.kernel import Call, Kernel, Phase, TensorSpec, const
-from npusim.kernels.moe_layer.dispatch_ffn_combine import gmm, pulls
+from npusim.kernels.moe_layer.dispatch_ffn_combine import combine, epilogues, gmm, pulls
 from npusim.kernels.moe_layer.dispatch_ffn_combine.routing_quant import routing_quant
 from npusim.kernels.moe_layer.dispatch_ffn_combine.tiling import DfcTiling
+from npusim.kernels.moe_layer.dispatch_ffn_combine.unpermute import unpermute
 from npusim.kernels.quant import BF16
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
@@ -45,9 +48,8 @@ INPUTS = (
     _spec("probs", F32, lambda t, r: (t.BS, t.K), "[BS, K] fp32 routing weights"),
 )
 OUTPUTS = (
+    _spec("out", const(BF16), lambda t, r: (t.BS, t.H), "[BS, H] bf16 combined output"),
     _spec("expert_token_nums", I32, lambda t, r: (t.L,), "[L] rows per local expert"),
-    _spec("gm_c", F16, lambda t, r: (t.max_output, t.N), "[maxOutputSize, 2I] fp16: GMM1's "
-          "C, expert-major"),
 )
 SCRATCH = (
     _spec("expanded_row_idx", I32, lambda t, r: (t.routes,), "route -> sorted position"),
@@ -56,6 +58,10 @@ SCRATCH = (
           "rank's expert g"),
     _spec("gm_a", I8, lambda t, r: (t.max_output, t.H), "pulled int8 rows, expert-major"),
     _spec("per_token_scale1", F32, lambda t, r: (t.max_output,), "their scales"),
+    _spec("gm_c", F16, lambda t, r: (t.max_output, t.N), "GMM1's C, fp16, expert-major"),
+    _spec("gm_permuted_token", I8, lambda t, r: (t.max_output, t.N // 2), "SwiGLU, int8"),
+    _spec("per_token_scale2", F32, lambda t, r: (t.max_output,), "their scales"),
+    _spec("gm_c2", F16, lambda t, r: (t.max_output, t.H), "GMM2's C, fp16"),
 )
 PHASES = (
     Phase("init_routing", "AIVs below the gather's core count: moe_init_routing_quant_v2 "
@@ -65,39 +71,112 @@ PHASES = (
     Phase("dispatch_recv", "AIV c: per local expert, remote GETs of its rows from rank c"),
     Phase("gmm1", "AIC: per expert once pulled, 128 x 256 blocks, FixPipe fp16 through the "
           "per-channel scale"),
+    Phase("swiglu", "sub-block-1 AIVs: dequant-SwiGLU-quant of experts 0..L-2; then every "
+          "AIV: the last expert"),
+    Phase("gmm2", "AIC: per expert, 128 x 256 blocks of the SwiGLU rows, fp16 C"),
+    Phase("combine", "both AIVs of a block: its GMM2 blocks in 16-row chunks, dequant to "
+          "bf16, PUT to the source ranks"),
+    Phase("stage_barrier", "every AIV: the cross-rank state exchange"),
+    Phase("weight_sum", "sub-block-1 AIVs: MoeTokenUnpermute, the weighted sum"),
 )
 
 
 WORKERS = {"init_routing": "aiv", "dispatch_send": "aiv", "dispatch_recv": "aiv",
-           "gmm1": "aic"}
-HIDES = {"dispatch": ("gmm1",)}
+           "gmm1": "aic", "swiglu": "aiv", "gmm2": "aic", "combine": "aiv",
+           "stage_barrier": "aiv", "weight_sum": "aiv1"}
+HIDES = {"dispatch": ("gmm1",), "combine": ("gmm2",)}
+WAITS = ("stage_barrier",)
+AIC_BUFFERS = ("l1", "l0a", "l0b", "l0c")
 
 
 def dfc_program(t: DfcTiling) -> Any:
     def program(ctx: KernelContext) -> Wait:
         if ctx.core.kind.name == "aic":
-            with ctx.phase("gmm1"):
-                yield from gmm.gmm1(ctx, t, lambda op: note_compute(ctx, op, "gmm1"))
-            return
-        block, sub = ctx.block_idx, ctx.sub_block_idx
-
-        def remote(op: Any) -> Any:
-            return note_remote(ctx, op, "dispatch")
-
-        with ctx.phase("init_routing"):
-            yield from routing_quant(ctx, t, 2 * block + sub)
-            yield from ctx.sync_all()
-        core = block + sub * t.aic
-        with ctx.phase("dispatch_send"):
-            yield from pulls.count_all_gather(ctx, t, core, remote)
-            if core == 0:
-                yield from pulls.cumsum_for_mm(ctx, t)
-            else:
-                yield from ctx.sync_all()
-            ctx.cross_core_set_flag(pulls.SYNC_MODE2, 0, "mte3")
-        with ctx.phase("dispatch_recv"):
-            yield from pulls.pulls(ctx, t, core, remote)
+            yield from _aic(ctx, t)
+        else:
+            yield from _aiv(ctx, t)
     return program
+
+
+def _aic(ctx: KernelContext, t: DfcTiling) -> Wait:
+    def note(op: Any, tag: str) -> Any:
+        return note_compute(ctx, op, tag)
+
+    with ctx.phase("gmm1"):
+        yield from gmm.gmm1(ctx, t, lambda op: note(op, "gmm1"))
+    for name in AIC_BUFFERS:  # GMM2's BlockMmad takes the same L1 / L0 space
+        ctx.core.buffers[name].reset()
+    with ctx.phase("gmm2"):
+        yield from gmm.gmm2(ctx, t, lambda op: note(op, "gmm2"))
+
+
+def _aiv(ctx: KernelContext, t: DfcTiling) -> Wait:
+    block, sub = ctx.block_idx, ctx.sub_block_idx
+    core = block + sub * t.aic
+
+    def remote(tag: str) -> Any:
+        return lambda op: note_remote(ctx, op, tag)
+
+    with ctx.phase("init_routing"):
+        yield from routing_quant(ctx, t, 2 * block + sub)
+        yield from ctx.sync_all()
+    ctx.ub.reset()
+    with ctx.phase("dispatch_send"):
+        yield from pulls.count_all_gather(ctx, t, core, remote("dispatch"))
+        if core == 0:
+            yield from pulls.cumsum_for_mm(ctx, t)
+        else:
+            yield from ctx.sync_all()
+        ctx.cross_core_set_flag(pulls.SYNC_MODE2, 0, "mte3")
+    ctx.ub.reset()
+    with ctx.phase("dispatch_recv"):
+        yield from pulls.pulls(ctx, t, core, remote("dispatch"))
+    ctx.ub.reset()
+    with ctx.phase("swiglu"):
+        yield from _swiglu(ctx, t, core)
+    ctx.ub.reset()
+    with ctx.phase("combine"):
+        yield from combine.combine_v2(ctx, t, remote("combine"))
+        yield from ctx.sync_all()
+        if core == t.aiv - 1:
+            yield from _reset_token_per_expert(ctx, t)
+    ctx.ub.reset()
+    with ctx.phase("stage_barrier"):
+        yield from combine.cross_rank_sync(ctx, t, remote("combine"))
+    if sub == 1:
+        ctx.ub.reset()
+        with ctx.phase("weight_sum"):
+            yield from unpermute(ctx, t)
+
+
+def _swiglu(ctx: KernelContext, t: DfcTiling, core: int) -> Wait:
+    """Epilogue 1's two phases (826-857)."""
+    d1, d2 = epilogues.row_counts(ctx, t, lambda g: pulls.current_m(ctx, t, g))
+    bufs = epilogues.SwigluBuffers(ctx, t)
+    half = t.aiv // 2  # epilogueCoreNum = aivNum / 2
+    yield from ctx.cross_core_wait_flag(gmm.SYNC_C2V)
+    yield from ctx.sync_all()
+    if d1 and core >= t.aiv - half:
+        yield from epilogues.swiglu_rows(ctx, t, bufs, 0, d1, core - (t.aiv - half), half)
+    yield from ctx.sync_all()
+    ctx.cross_core_set_flag(gmm.SYNC_MODE2, gmm.SYNC_V2C, "mte3")
+    if 0 < t.epilogue_granularity < t.L:
+        yield from ctx.cross_core_wait_flag(gmm.SYNC_C2V)
+        yield from ctx.sync_all()
+        if d2:
+            yield from epilogues.swiglu_rows(ctx, t, bufs, d1, d2, core, t.aiv)
+        yield from ctx.sync_all()
+        ctx.cross_core_set_flag(gmm.SYNC_MODE2, gmm.SYNC_V2C, "mte3")
+
+
+def _reset_token_per_expert(ctx: KernelContext, t: DfcTiling) -> Wait:
+    """ResetTokenPerExpert (656-669): the last AIV zeroes the token-per-expert matrix."""
+    n = t.W * t.segment.count_row
+    buf = ctx.alloc("zeros", n * 4)
+    yield from ctx.wait(ctx.vector("duplicate", n, np.int32, writes=[buf],
+                                   fn=lambda: buf.view(np.int32, n).fill(0)))
+    yield from ctx.wait(ctx.copy_out(ctx.window(), t.segment.count_at(0, 0, 0), buf, n * 4,
+                                     name="data_copy"))
 
 
 class DispatchFfnCombine(Kernel):
@@ -117,7 +196,7 @@ class DispatchFfnCombine(Kernel):
     def fields(self, call: Call) -> dict[str, Any]:
         return {"expert_token_nums": [[int(v) for v in o["expert_token_nums"]]
                                       for o in call.outputs],
-                **layer_fields(call.run, call.cores, WORKERS, HIDES)}
+                **layer_fields(call.run, call.cores, WORKERS, HIDES, WAITS)}
 
 
 DFC = DispatchFfnCombine()

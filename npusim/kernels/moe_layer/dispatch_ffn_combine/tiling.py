@@ -106,7 +106,8 @@ class Segment:
         return {"routed_rows": (self.offset_a, self.offset_scale),
                 "scale_area": (self.offset_scale, self.offset_d),
                 "combine_rows": (self.offset_d, self.offset_counts),
-                "token_per_expert": (self.offset_counts, self.size)}
+                "token_per_expert": (self.offset_counts, self.size - MiB),
+                "sync_states": (self.size - MiB, self.size)}
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,11 @@ def dfc_misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Mi
         return Misfit("workload.intermediate", f"{n}: gate and up halves of w1's N "
                       "(block_epilogue_pertoken_swiglu.hpp:150 ChunkTileLen = N / 2); "
                       "allowed: even")
+    if shape.L < 2:
+        return Misfit("workload.experts_per_rank", f"{shape.L}: epilogueGranularity = "
+                      "expertPerRank - 1 = 0 (dispatch_ffn_combine.h:231) leaves the SwiGLU's "
+                      "second phase out (dispatch_ffn_combine_kernel.hpp:845) and the first "
+                      "has no rows, so no row would be activated; allowed: >= 2")
     if shape.S or shape.S_r:
         return Misfit("workload.shared_experts", "DispatchFFNCombine has no shared experts "
                       "(expertNum = expertPerRank * worldSize, tiling.cpp:219); allowed: 0")
