@@ -1,4 +1,4 @@
-"""CombineV2 (dispatch_ffn_combine_kernel.hpp 941-997) with epilogue 2
+"""CombineV2 (dispatch_ffn_combine_kernel.hpp 929-990) with epilogue 2
 (utils/block_epilogue_pertoken_v2.hpp 100-191): per local expert, the AIVs of block b walk
 the same GMM2 blocks as AIC b; each block's rows in 16-row chunks, the first half of the
 chunks to sub-block 0, the rest to sub-block 1. Before a block of expert g an AIV takes

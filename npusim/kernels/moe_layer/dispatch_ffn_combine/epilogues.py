@@ -1,5 +1,5 @@
-"""Epilogue 1, dequant-SwiGLU-quant (utils/block_epilogue_pertoken_swiglu.hpp 122-236,
-called from DispatchAndCombine, dispatch_ffn_combine_kernel.hpp 826-857), in two phases:
+"""Epilogue 1, dequant-SwiGLU-quant (utils/block_epilogue_pertoken_swiglu.hpp 122-240,
+called from DispatchAndCombine, dispatch_ffn_combine_kernel.hpp 845-885), in two phases:
 rows of experts 0..L-2 once the AIC's first C2V flag (9) is up, on the epilogueCoreNum =
 aivNum / 2 AIVs of the upper half (subblockIdx >= subblockNum - epilogueCoreNum: the
 sub-block-1 AIVs); then the last expert's rows on every AIV after the second flag. Each
@@ -26,7 +26,7 @@ F32, F16 = np.float32, np.float16
 
 
 def row_counts(ctx: KernelContext, t: DfcTiling, m_of: Any) -> tuple[int, int]:
-    """dequantSum1 / dequantSum2 (818-831): rows of experts 0..granularity-1, and the rest
+    """dequantSum1 / dequantSum2 (811-840): rows of experts 0..granularity-1, and the rest
     (maxOutputSize = BS * K * W never truncates)."""
     ms = [m_of(g) for g in range(t.L)]
     return sum(ms[:t.epilogue_granularity]), sum(ms[t.epilogue_granularity:])

@@ -1,4 +1,4 @@
-"""The AIC side of DispatchFFNCombine (dispatch_ffn_combine_kernel.hpp GMM1 366-461):
+"""The AIC side of DispatchFFNCombine (dispatch_ffn_combine_kernel.hpp GMM1 361-464):
 per local expert, the blocks of GemmIdentityBlockSwizzle<9, 1> over ceil(m / 128) x
 ceil(N / 256) tiles, core c starting where the previous expert's blocks ended
 (startCoreIdx); before its first block of expert g the AIC takes the AIVs' flag for every
@@ -31,7 +31,7 @@ from npusim.runtime.context import KernelContext
 from npusim.units import ceil_div
 
 SYNC_MODE2 = 2
-SYNC_C2V = 9  # SYNCFLAGC2V (dispatch_ffn_combine_kernel.hpp:52)
+SYNC_C2V = 9  # SYNCFLAGC2V (dispatch_ffn_combine_kernel.hpp:54)
 SYNC_V2C = 10  # SYNCFLAGV2C
 
 
@@ -110,7 +110,7 @@ def _finalize(ctx: KernelContext, fix: FixpipeQuant, target: int, done: int, fla
 
 
 def gmm2(ctx: KernelContext, t: DfcTiling, note: Any) -> Wait:
-    """GMM2 (dispatch_ffn_combine_kernel.hpp 464-558): after the first V2C flag (10, the
+    """GMM2 (dispatch_ffn_combine_kernel.hpp 466-560): after the first V2C flag (10, the
     SwiGLU of experts 0..L-2), per expert the same walk over the int8 SwiGLU rows; before
     expert L-2 the AIC takes the second V2C flag (the last expert's SwiGLU), so GMM2 of the
     first L-2 experts overlaps it. After its last block of expert g the AIC raises flag

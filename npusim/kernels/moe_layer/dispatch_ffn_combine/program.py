@@ -1,10 +1,10 @@
 """DispatchFFNCombine as one MIX launch (KERNEL_TYPE_MIX_AIC_1_2, block dim = the AIC
-count; dispatch_ffn_combine_kernel.hpp operator() 194-205): block b is AIC b with AIVs
+count; dispatch_ffn_combine_kernel.hpp operator() 202-215): block b is AIC b with AIVs
 b (sub-block 0) and b + blocks (sub-block 1) in the kernel's AIV numbering
-(coreIdx = block + subblock * blocks, 179-184). The routing step numbers AIVs as AscendC's
+(coreIdx = block + subblock * blocks, 186-191). The routing step numbers AIVs as AscendC's
 GetBlockIdx() does on a vector core, 2 b + sub-block.
 
-AIV (DispatchAndCombine 735-933): init_routing (routing_quant.py), SyncAll;
+AIV (DispatchAndCombine 734-927): init_routing (routing_quant.py), SyncAll;
 dispatch_send (the count all-gather and the cumsums, pulls.py); dispatch_recv (the
 per-expert pulls, a flag per expert to the AIC); swiglu (epilogue 1's two phases,
 epilogues.py); combine (CombineV2's PUTs per GMM2 block, combine.py), SyncAll and the
@@ -150,7 +150,7 @@ def _aiv(ctx: KernelContext, t: DfcTiling) -> Wait:
 
 
 def _swiglu(ctx: KernelContext, t: DfcTiling, core: int) -> Wait:
-    """Epilogue 1's two phases (826-857)."""
+    """Epilogue 1's two phases (845-885)."""
     d1, d2 = epilogues.row_counts(ctx, t, lambda g: pulls.current_m(ctx, t, g))
     bufs = epilogues.SwigluBuffers(ctx, t)
     half = t.aiv // 2  # epilogueCoreNum = aivNum / 2
@@ -170,7 +170,7 @@ def _swiglu(ctx: KernelContext, t: DfcTiling, core: int) -> Wait:
 
 
 def _reset_token_per_expert(ctx: KernelContext, t: DfcTiling) -> Wait:
-    """ResetTokenPerExpert (656-669): the last AIV zeroes the token-per-expert matrix."""
+    """ResetTokenPerExpert (662-675): the last AIV zeroes the token-per-expert matrix."""
     n = t.W * t.segment.count_row
     buf = ctx.alloc("zeros", n * 4)
     yield from ctx.wait(ctx.vector("duplicate", n, np.int32, writes=[buf],

@@ -1,16 +1,16 @@
 """The dispatch half of DispatchAndCombine on the AIVs (dispatch_ffn_combine_kernel.hpp):
 
-- CrossRankSyncAndlocalTokenPerExpertAllGatherAndGetSumPreRankV2 (563-648): AIV c puts
+- CrossRankSyncAndlocalTokenPerExpertAllGatherAndGetSumPreRankV2 (581-660): AIV c puts
   this rank's token-per-expert row, each count + 0x800000, into rank c's segment at the
   same place (a count of 0 must read as arrived); then waits for rank c's row in its own
   segment (first int of every 512 B line non-zero), takes the marker off and keeps the
   prefix sums of rank c's counts before this rank's experts (preSumBeforeRank);
-- GetCumsumForMMAIV (307-335) on AIV 0: per local expert, the rows received from ranks
-  0..i (cumsumMM), then expert_token_nums = its last row (CopyGMToGM, 762-767);
-- CrossCoreSetFlag<2>(0) lets the AIC read the cumsums (768-770);
-- per local expert g (775-802): AIV c pulls (remote MTE2) its rows from rank c's segment,
+- GetCumsumForMMAIV (331-359) on AIV 0: per local expert, the rows received from ranks
+  0..i (cumsumMM), then expert_token_nums = its last row (CopyGMToGM, 769-772);
+- CrossCoreSetFlag<2>(0) lets the AIC read the cumsums (773-775);
+- per local expert g (781-815): AIV c pulls (remote MTE2) its rows from rank c's segment,
   H + 512 B each, and stores the int8 row into gmA and the scale into perTokenScale1 at
-  the expert-major row (CopyGMToGMPerToken 269-305, two UB buffers); SyncAll, then
+  the expert-major row (CopyGMToGMPerToken 292-329, two UB buffers); SyncAll, then
   CrossCoreSetFlag<2>(id (g + 1) / 15) tells the AIC expert g is in (GMM1 overlaps the
   next expert's pulls).
 """

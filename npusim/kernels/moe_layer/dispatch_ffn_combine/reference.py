@@ -12,7 +12,7 @@ each with the source line it follows (paths under .../dispatch_ffn_combine_kerne
   (the pulls' rowStart, dispatch_ffn_combine_kernel.hpp GetCumsumForMMAIV + the pull loop);
 - GMM1 / GMM2 (utils/copy_l0c_to_gm_custom.hpp:13-36, QuantMode per channel): FixPipe
   writes fp16(f32(acc) * scale[n]), the scale an int64 holding fp32 bits;
-- epilogue 1 (utils/block_epilogue_pertoken_swiglu.hpp:176-236): c = f32(c16) * tscale
+- epilogue 1 (utils/block_epilogue_pertoken_swiglu.hpp:190-240): c = f32(c16) * tscale
   (Muls), SwiGLU over the row (gate = the first N/2: Muls -1, Exp, Adds 1, Div, Mul by
   up), amax, scale = amax / 127.f, q = out * (127.f / amax) (scalar then Muls), RINT to
   int32, RINT to fp16, RINT to int8;

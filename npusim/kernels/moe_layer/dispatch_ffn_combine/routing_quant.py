@@ -1,6 +1,6 @@
 """moe_init_routing_quant_v2, full-load dynamic-quant path (tiling key 21000;
 dispatch_ffn_combine_kernel/moe_init_routing_quant_v2/moe_v2_fullload_dynamic_quant.h),
-as DispatchAndCombine calls it on every AIV (dispatch_ffn_combine_kernel.hpp:747-752):
+as DispatchAndCombine calls it on every AIV (dispatch_ffn_combine_kernel.hpp:744-751):
 
 - each of the gather's cores (AIV index < needCoreNum) copies all BS * K expert ids in and
   sorts them itself (SortCompute 89-166: two Sort passes, by expert then back by route);

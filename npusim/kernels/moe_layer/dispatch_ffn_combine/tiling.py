@@ -4,16 +4,16 @@ tiling the host computes for the kernel's routing step
 (op_kernel/dispatch_ffn_combine_kernel/moe_init_routing_quant_v2/*_tiling.h).
 
 Sizes, with M = BS (x's rows), N = 2I (w1's last dim), K = H:
-- maxOutputSize = BS * topK * W, the test's value (test_dispatch_ffn_combine.py 397-401):
+- maxOutputSize = BS * topK * W, the test's value (test_dispatch_ffn_combine.py 390-401):
   no rank ever receives more, so the kernel's truncation of rows past it never happens
   and is not modelled (a smaller value is not an option);
-- GMM tiles (dispatch_ffn_combine.h 185-196): L1 128 x 256 x 512, L0 128 x 256 x 128,
+- GMM tiles (dispatch_ffn_combine.h 185-226): L1 128 x 256 x 512, L0 128 x 256 x 128,
   swizzle GemmIdentityBlockSwizzle<9, 1>; the host's CoCTiling m0/k0/n0 (tiling.cpp 154-165)
   are not what the kernel runs;
 - epilogue 1: epilogueCoreNum = aivNum / 2, epilogueGranularity = expertPerRank - 1
-  (dispatch_ffn_combine.h 230-231);
+  (dispatch_ffn_combine.h 241-242);
 - the routing step runs the full-load dynamic-quant kernel (tiling key 21000) when the
-  sort and a row fit the 196352 B UB the host assumes (tiling.cpp 219-227,
+  sort and a row fit the 196352 B UB the host assumes (tiling.cpp 221-232,
   IsFullLoad / IsFullLoadDynamicQuant); its gather splits BS * topK routes over
   2 * BLOCK_NUM = 40 AIVs (Tiling4GatherDynamicQuant), whatever the launch has.
 """
@@ -70,7 +70,7 @@ def needed_buffsize_mb(bs: int, h: int, k: int) -> int:
 @dataclass(frozen=True)
 class Segment:
     """The rank's symmetric segment (PeermemInfo, dispatch_ffn_combine_kernel.hpp
-    1040-1051): routed rows at 0, the 1 MB after a third, then combine rows (offsetD),
+    1051-1066): routed rows at 0, the 1 MB after a third, then combine rows (offsetD),
     the token-per-expert matrix in the last 2 MB."""
 
     size: int
@@ -199,16 +199,16 @@ def dfc_misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Mi
     n = options["intermediate"]
     if n % 2:
         return Misfit("workload.intermediate", f"{n}: gate and up halves of w1's N "
-                      "(block_epilogue_pertoken_swiglu.hpp:150 ChunkTileLen = N / 2); "
+                      "(block_epilogue_pertoken_swiglu.hpp:155 ChunkTileLen = N / 2); "
                       "allowed: even")
     if shape.L < 2:
         return Misfit("workload.experts_per_rank", f"{shape.L}: epilogueGranularity = "
-                      "expertPerRank - 1 = 0 (dispatch_ffn_combine.h:231) leaves the SwiGLU's "
-                      "second phase out (dispatch_ffn_combine_kernel.hpp:845) and the first "
+                      "expertPerRank - 1 = 0 (dispatch_ffn_combine.h:242) leaves the SwiGLU's "
+                      "second phase out (dispatch_ffn_combine_kernel.hpp:866) and the first "
                       "has no rows, so no row would be activated; allowed: >= 2")
     if shape.S or shape.S_r:
         return Misfit("workload.shared_experts", "DispatchFFNCombine has no shared experts "
-                      "(expertNum = expertPerRank * worldSize, tiling.cpp:219); allowed: 0")
+                      "(expertNum = expertPerRank * worldSize, tiling.cpp:223); allowed: 0")
     mb = buffsize(shape, options)
     need = needed_buffsize_mb(shape.BS, shape.H, shape.K)
     if mb < need:
@@ -232,7 +232,7 @@ def dfc_tiling_misfit(t: DfcTiling, hardware: Any) -> Misfit | None:
     if rows > t.segment.offset_scale:
         return Misfit("workload.hccl_buffsize", f"the routed rows ({rows} B) overrun the "
                       "segment's first third (PeermemInfo offsetA, "
-                      "dispatch_ffn_combine_kernel.hpp:1046)")
+                      "dispatch_ffn_combine_kernel.hpp:1063)")
     if t.segment.offset_d + t.routes * t.H * 2 > t.segment.offset_counts:
         return Misfit("workload.hccl_buffsize", "the combine rows overrun the segment "
                       "before its last 2 MB (PeermemInfo offsetD)")

@@ -1,6 +1,6 @@
 """MoeTokenUnpermute (unpermute/moe_token_unpermute.h, tiling moe_token_unpermute_tiling.h)
 on the sub-block-1 AIVs after the cross-rank sync (dispatch_ffn_combine_kernel.hpp
-913-931): the BS tokens split over the blocks (tokens_core_length, the remainder one more
+896-925): the BS tokens split over the blocks (tokens_core_length, the remainder one more
 each to the first blocks); per token, its K sorted positions (expandedRowIdx) and probs,
 then per route an MTE2 of its bf16 combine row from the own segment, Cast to fp32, Muls by
 the prob, Add into the first (Muls only for k = 0), and the Cast to bf16 (RINT) out.
