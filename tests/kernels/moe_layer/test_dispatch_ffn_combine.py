@@ -10,6 +10,7 @@ import pytest
 
 from npusim import sim
 from npusim.errors import InputError
+from npusim.kernels.moe_layer.dispatch_ffn_combine import family as dfc_family
 from npusim.kernels.moe_layer.dispatch_ffn_combine import reference as ref
 from npusim.kernels.moe_layer.dispatch_ffn_combine.family import weights_of
 from tests.kernels.moe_layer.layerhelp import layer_scenario
@@ -26,6 +27,16 @@ def dfc_reference(sc) -> ref.Layer:
     return ref.reference_layer([a["x"] for a in ins], [a["expert_ids"] for a in ins],
                                [a["probs"] for a in ins], [weights_of(a) for a in ins],
                                sc.workload.shape.L)
+
+
+def test_reference_outputs_are_the_layers(tmp_path):
+    """The form's reference_outputs (for the family's references hook) per rank."""
+    sc = layer_scenario(tmp_path, ep_world_size=2, k=2, bs=3, **FORM)
+    want = dfc_reference(sc)
+    got = dfc_family.reference_outputs(sc.tiling, sim.load_inputs(sc))
+    assert [_bits(g["out"]) for g in got] == [_bits(y) for y in want.y]
+    assert [g["expert_token_nums"].tolist() for g in got] == [
+        s.expert_token_nums.tolist() for s in want.stages]
 
 
 @pytest.mark.parametrize(("W", "k", "L", "bs", "i2", "h"),

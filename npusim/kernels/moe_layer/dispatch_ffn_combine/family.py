@@ -10,7 +10,7 @@ import numpy as np
 
 from npusim.kernels.family import Misfit
 from npusim.kernels.moe_layer.dispatch_ffn_combine.program import DFC
-from npusim.kernels.moe_layer.dispatch_ffn_combine.reference import DfcWeights
+from npusim.kernels.moe_layer.dispatch_ffn_combine.reference import DfcWeights, reference_layer
 from npusim.kernels.moe_layer.dispatch_ffn_combine.tiling import (
     DfcTiling,
     buffsize,
@@ -21,8 +21,8 @@ from npusim.workload.shape import MoeShape
 
 FORM = "dispatch_ffn_combine"
 RUNS = {"moe_layer": (DFC.name,)}
-__all__ = ["DFC", "FORM", "RUNS", "DfcTiling", "misfit", "rank_inputs", "tiling",
-           "tiling_misfit", "weights_of"]
+__all__ = ["DFC", "FORM", "RUNS", "DfcTiling", "misfit", "rank_inputs", "reference_outputs",
+           "tiling", "tiling_misfit", "weights_of"]
 
 
 def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
@@ -53,6 +53,15 @@ def rank_inputs(base: Mapping[str, np.ndarray], experts: Mapping[str, np.ndarray
             "probs": base["topk_weights"].astype(np.float32),
             "w1": experts["gmm1_weight"], "scale1": _bits(experts["gmm1_weight_scale"]),
             "w2": experts["gmm2_weight"], "scale2": _bits(experts["gmm2_weight_scale"])}
+
+
+def reference_outputs(t: DfcTiling, inputs: list[Mapping[str, np.ndarray]]
+                      ) -> list[dict[str, np.ndarray]]:
+    """What a correct kernel writes: `out` and `expert_token_nums` per rank."""
+    got = reference_layer([a["x"] for a in inputs], [a["expert_ids"] for a in inputs],
+                          [a["probs"] for a in inputs], [weights_of(a) for a in inputs], t.L)
+    return [{"out": y, "expert_token_nums": s.expert_token_nums}
+            for y, s in zip(got.y, got.stages, strict=True)]
 
 
 def weights_of(a: Mapping[str, np.ndarray]) -> DfcWeights:
