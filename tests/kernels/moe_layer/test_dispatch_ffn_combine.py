@@ -96,6 +96,7 @@ def test_fixpipe_dequant_rounds_c_to_fp16():
     ({"weight_dtype": "bfloat16"}, "workload.weight_dtype"),
     ({"intermediate": 255}, "workload.intermediate"),
     ({"hccl_buffsize": 10}, "workload.hccl_buffsize"),
+    ({"experts_per_rank": 1}, "workload.experts_per_rank"),
     ({"bs": 512, "k": 12, "experts_per_rank": 8}, "workload.bs"),
 ])
 def test_refusals_name_the_key(tmp_path, workload, key):
@@ -114,3 +115,28 @@ def test_ascend950_is_refused(tmp_path):
     path.write_text(yaml.safe_dump({"name": "a5", "hardware": "ascend950", "workload": w}))
     with pytest.raises(InputError, match=r"no A5 build"):
         load_scenario(path)
+
+
+def test_reference_by_hand_on_one_token_two_experts():
+    """H 2, 2I 2, one rank, one token to experts 1 and 0 (probs 0.5, 0.25), unit scales.
+    x = [127, -127]: s = 1, q = x. Expert 0: w1 rows [1, 1], [0, 0] -> acc [127, 127],
+    gate 127, silu 127 (exp(-127) vanishes against 1), out 127 * 127 = 16129, q 127 with
+    scale 16129 / 127 = 127; w2 [1, 0] -> [127, 0] -> bf16(127 * 127) = 16128 (bf16
+    spacing 64 there). Expert 1: w1 = identity -> gate 127, up -127 -> q -127, scale 127;
+    w2 [0, 1] -> [0, -16128]. Sorted order: expert 0's route (k = 1) first. Out:
+    0.5 * [0, -16128] + 0.25 * [16128, 0] = [4032, -8064], exact in bf16."""
+    bf = ml_dtypes.bfloat16
+    x = np.array([[127.0, -127.0]], np.float32).astype(bf)
+    w1 = np.array([[[1, 1], [0, 0]], [[1, 0], [0, 1]]], np.int8)
+    w2 = np.array([[[1, 0]], [[0, 1]]], np.int8)
+    ones = np.ones((2, 2), np.float32)
+    wt = ref.DfcWeights(w1, ones, w2, ones)
+    got = ref.reference_layer([x], [np.array([[1, 0]])], [np.array([[0.5, 0.25]], np.float32)],
+                              [wt], 2)
+    st = got.stages[0]
+    assert st.expanded_row_idx.tolist() == [1, 0]
+    assert st.expert_token_nums.tolist() == [1, 1]
+    assert st.gmm1.tolist() == [[127.0, 127.0], [127.0, -127.0]]
+    assert st.swiglu.tolist() == [[127], [-127]] and st.swiglu_scale.tolist() == [127.0, 127.0]
+    assert st.gmm2.astype(np.float32).tolist() == [[16128.0, 0.0], [0.0, -16128.0]]
+    assert got.y[0].astype(np.float32).tolist() == [[4032.0, -8064.0]]

@@ -38,8 +38,8 @@ class SwigluBuffers:
         self.c = [ctx.alloc(f"ub_c{i}", n * 2) for i in range(2)]
         self.d = [ctx.alloc(f"ub_d{i}", n // 2) for i in range(2)]
         self.tmp = ctx.alloc("ub_c_fp32", n * 4 + n * 2 + n * 4)
-        self.scales = ctx.alloc("ub_per_token_scale", max(-(-t.max_output // t.aiv) * 4 + 32,
-                                                          64))
+        most = -(-t.max_output // (t.aiv // 2))  # phase 1's share on aivNum / 2 cores
+        self.scales = ctx.alloc("ub_per_token_scale", most * 4 + 32)
         self.stores: list[Any] = [None, None]
 
 
