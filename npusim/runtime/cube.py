@@ -179,7 +179,8 @@ class CubeOps:
 
     def fixpipe(self: Any, dst: Region | UBBuffer, src: UBBuffer, m: int, n: int,
                 out_dtype: str, dst_offset: int = 0, relu: bool = False,
-                src_offset: int = 0, name: str = "fixpipe", dst_row_bytes: int = 0) -> Op:
+                src_offset: int = 0, name: str = "fixpipe", dst_row_bytes: int = 0,
+                channel_scale: UBBuffer | None = None) -> Op:
         """Fixpipe L0C -> GM (a tensor or the own window) or -> an AIV's UB of this MIX
         block (a buffer from `peer_buffer`): C[m, n] (fp32/int32 in L0C) converted to
         `out_dtype` (float32, float16, bfloat16), optionally ReLU'd, row-major at
@@ -188,7 +189,10 @@ class CubeOps:
         on chip (0: no such path on this preset), then `aic.fixpipe_latency_ns`.
         `src_offset` (bytes) picks rows of a larger C (a tile's half for each AIV).
         `dst_row_bytes` > 0 (GM only): row i lands at dst_offset + i * dst_row_bytes (a
-        tile of a wider matrix). int32 out of an int32 L0C is copied exactly."""
+        tile of a wider matrix). int32 out of an int32 L0C is copied exactly.
+        `channel_scale` (an L1 buffer of n uint64, the quant-pre scale FixBuf takes,
+        QuantMode DEQF16-style per channel): C is dequantised on the way out, f32(c) times
+        the fp32 held in each uint64's low 32 bits, then rounded to `out_dtype` (RNE)."""
         aic = self._aic()
         m, n = self._whole(m, name, "m"), self._whole(n, name, "n")
         if self._buffer_kind(src) != "l0c":
@@ -205,6 +209,12 @@ class CubeOps:
             raise self.error(f"{name} reads L0C buffer {src.name!r} before the mmad into it "
                              f"({src.writer}) completes: missing wait", address=src.offset)
         self._check_written(src, src_offset, m * n * 4, None, name)
+        if channel_scale is not None:
+            if self._buffer_kind(channel_scale) != "l1":
+                raise self.error(f"{name}: the per-channel scale comes from L1, not "
+                                 f"{channel_scale.ub.label}", address=channel_scale.offset)
+            self._check_ub(channel_scale, 0, n * 8, name)
+            self._check_written(channel_scale, 0, n * 8, None, name)
         to_ub = isinstance(dst, UBBuffer)
         if to_ub:
             if all(dst.ub is not ctx.ub for ctx in self.block if ctx is not self):
@@ -227,7 +237,15 @@ class CubeOps:
         pipe.issue(op)
 
         def done(t: float) -> None:
-            if odt == np.int32 and acc_dtype == np.int32 and not relu:
+            if channel_scale is not None:
+                bits = channel_scale.view(np.uint64, n).astype(np.uint32)
+                deq = bits.view(np.float32)
+                vals = src.view(acc_dtype, m * n, src_offset).reshape(m, n).astype(np.float32)
+                vals = (vals * deq[None, :]).astype(np.float32)
+                if relu:
+                    vals = np.maximum(vals, 0)
+                raw = vals.reshape(-1).astype(odt).view(np.uint8)
+            elif odt == np.int32 and acc_dtype == np.int32 and not relu:
                 raw = src.view(np.int32, m * n, src_offset).copy().view(np.uint8)
             else:
                 vals = src.view(acc_dtype, m * n, src_offset).astype(np.float32)

@@ -307,3 +307,36 @@ def test_int8_sums_past_2_24_stay_exact_through_fixpipe_rows_at_a_pitch():
     assert y[0, 8] == 127 * -128 * 2048 and y[0, 9] == 127 * 2048
     assert np.array_equal(y[:, 8:24], np.broadcast_to(y[0, 8:24], (m_, 16)))
     assert not y[:, :8].any() and not y[:, 24:].any()
+
+
+def test_fixpipe_dequantises_per_channel_to_fp16_from_an_l1_scale():
+    """The quant-pre path DispatchFFNCombine's GMM uses: int32 C times each column's fp32
+    (the low half of a uint64 in L1), rounded to fp16 (RNE): 2049 * 0.5 = 1024.5 goes to
+    the even 1024 (fp16 spacing 1 there), 2051 * 0.5 = 1025.5 to 1026."""
+    hw = aic_hw()
+    m_, n_, k = 16, 16, 32
+    a = np.ones((m_, k), np.int8)
+    b = np.zeros((k, n_), np.int8)
+    b[0, 2:] = 1
+    b[:16, 0], b[16, 0] = 127, 17  # column sums 16 * 127 + 17 = 2049
+    b[:16, 1], b[16, 1] = 127, 19  # 2051
+    scale = np.full(n_, 0.5, np.float32)
+    scale[2] = 3.0
+
+    def body(ctx):
+        la, lb = ctx.alloc("a", m_ * k, "l0a"), ctx.alloc("b", k * n_, "l0b")
+        lc = ctx.alloc("c", m_ * n_ * 4, "l0c")
+        ls = ctx.alloc("scale", n_ * 8, "l1")
+        _fill(ctx, la, a)
+        _fill(ctx, lb, b)
+        _fill(ctx, ls, scale.view(np.uint32).astype(np.uint64))
+        yield from ctx.wait(ctx.mmad(lc, la, lb, m_, n_, k, "int8"))
+        yield from ctx.wait(ctx.fixpipe(ctx.tensor("y"), lc, m_, n_, "float16",
+                                        channel_scale=ls))
+
+    m = mix_machine(hw)
+    m.ranks[0].tensor("y", np.zeros((m_, n_), np.float16))
+    launch(m, _aic0(body))
+    y = m.ranks[0].tensors["y"].as_array(np.float16, (m_, n_))
+    assert y[0, 0] == np.float16(1024.0) and y[15, 1] == np.float16(1026.0)
+    assert y[3, 2] == np.float16(3.0) and y[5, 3] == np.float16(0.5)

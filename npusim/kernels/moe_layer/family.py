@@ -32,6 +32,7 @@ from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer import fused_deep_moe as fdm
 from npusim.kernels.moe_layer import tiling as tl
+from npusim.kernels.moe_layer.dispatch_ffn_combine import family as dfc
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
@@ -43,7 +44,7 @@ from npusim.workload.shape import MoeShape
 I8, I32, I64, F32 = (const(np.int8), const(np.int32), const(np.int64), const(np.float32))
 WEIGHT_DTYPES = ("int8", "bfloat16", "int4")
 RUN = ("low_latency_dispatch", "gmm1", "dequant_swiglu_quant", "gmm2", "low_latency_combine")
-FORMS = ("unfused", "fused_deep_moe")
+FORMS = ("unfused", "fused_deep_moe", "dispatch_ffn_combine")
 # every form's shapes: the low-latency kernels' with FusedDeepMoe's h from 512
 # (fused_deep_moe_tiling.cpp:82); each form's misfit refuses what its kernels do not take
 LIMITS = replace(ll.LOW_LATENCY.shape_limits, h=(fdm.MIN_TOKEN_LENGTH,
@@ -151,7 +152,7 @@ class MoeLayer(ExchangeFamily):
     help = ("a whole MoE layer on the A3 as DeepEP-Ascend's tests time it; form unfused: "
             "MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
             "GroupedMatmul, MoeLowLatencyCombineV2")
-    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, fdm.FUSED_DEEP_MOE)
+    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, fdm.FUSED_DEEP_MOE, dfc.DFC)
     runs = {"moe_layer": RUN}
     shape_limits = LIMITS
     # advise: a shape of op moe_layer only; the baseline's dispatch is INT8, its combine bf16
@@ -161,7 +162,8 @@ class MoeLayer(ExchangeFamily):
     options = (
         Option("form", "choice", "unfused", "unfused: the five kernels the DeepEP test's "
                "baseline times; fused_deep_moe: DeepEP's FusedDeepMoe, the layer in one MIX "
-               "kernel", choices=FORMS),
+               "kernel; dispatch_ffn_combine: DispatchFFNCombine, one MIX kernel",
+               choices=FORMS),
         Option("intermediate", "int", 4096, "--moe-intermediate-size: GMM1's columns, gate "
                "and up (2I); even", lo=2, hi=65536),
         Option("weight_dtype", "choice", "int8", "the experts' weights: int8 (W8A8, the "
@@ -176,12 +178,16 @@ class MoeLayer(ExchangeFamily):
                 ) -> Mapping[str, tuple[str, ...]]:
         if options is not None and options.get("form") == fdm.NAME:
             return {"moe_layer": (fdm.NAME,)}
+        if options is not None and options.get("form") == dfc.FORM:
+            return dfc.RUNS
         return self.runs
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                timing_only: bool = False) -> Any:
         if options["form"] == fdm.NAME:
             return fdm.launch_tiling(shape, options, hardware, timing_only)
+        if options["form"] == dfc.FORM:
+            return dfc.tiling(shape, options, hardware, timing_only)
         lt = ll.LOW_LATENCY.tiling(shape, deepep_options(options), hardware, timing_only)
         rows = lt.shape.rows_capacity(0)
         i2 = options["intermediate"]
@@ -194,6 +200,8 @@ class MoeLayer(ExchangeFamily):
     def window(self, tiling: Any) -> Any:
         if isinstance(tiling, fdm.LaunchTiling):
             return tiling.window
+        if isinstance(tiling, dfc.DfcTiling):
+            return tiling.segment
         return ll.LOW_LATENCY.window(tiling.ll)
 
     def run_fields(self, tiling: Any, runs: Any) -> list[dict[str, Any]]:
@@ -203,6 +211,8 @@ class MoeLayer(ExchangeFamily):
                op: str) -> Misfit | None:
         if options["form"] == fdm.NAME:
             return fdm.fused_misfit(shape, options, hardware)
+        if options["form"] == dfc.FORM:
+            return dfc.misfit(shape, options, hardware)
         if platform(hardware) != "a3" or getattr(hardware, "aic", None) is None:
             return Misfit("hardware", f"{hardware.name}: the moe_layer chain is the A3's "
                           "(DeepEP's csrc/deepep/ops kernels, ascend910_93); allowed: "
@@ -229,6 +239,8 @@ class MoeLayer(ExchangeFamily):
                       options: Mapping[str, Any], hardware: Any, op: str) -> Misfit | None:
         if isinstance(tiling, fdm.LaunchTiling):
             return fdm.launch_misfit(tiling, hardware)
+        if isinstance(tiling, dfc.DfcTiling):
+            return dfc.tiling_misfit(tiling, hardware)
         ub = int(hardware.ub.bytes)
         top = tl.dsq_max_in_dim(ub)
         if tiling.intermediate > top:
@@ -249,6 +261,10 @@ class MoeLayer(ExchangeFamily):
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         base = ll.LOW_LATENCY.make_inputs(shape, deepep_options(options), op, routing, payload)
+        if options["form"] == dfc.FORM:
+            return [dfc.rank_inputs(a, expert_inputs(shape, options["intermediate"], r,
+                                                     routing, payload))
+                    for r, a in enumerate(base)]
         fused = options["form"] == fdm.NAME
         return [{**a, **expert_inputs(shape, options["intermediate"], r, routing, payload,
                                       fp32_w2_scale=fused)}
@@ -258,6 +274,8 @@ class MoeLayer(ExchangeFamily):
                   previous: list[Arrays] | None) -> list[Arrays]:
         if kernel == fdm.NAME:
             return [fdm.fused_inputs(a) for a in inputs]
+        if kernel == dfc.DFC.name:
+            return inputs
         t, chain = tiling.ll, tiling.chain
         if kernel == DISPATCH.name:
             return ll.LOW_LATENCY.op_inputs(kernel, t, inputs, None)
