@@ -29,7 +29,10 @@ from npusim.kernels.deepep.common import platform
 from npusim.kernels.exchange import ExchangeFamily
 from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
+from npusim.kernels.mc2 import family as mc2_family
 from npusim.kernels.moe_layer import tiling as tl
+from npusim.kernels.moe_layer.a5 import form as a5
+from npusim.kernels.moe_layer.a5.tiling import A5LayerTiling
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
@@ -142,8 +145,8 @@ class MoeLayer(ExchangeFamily):
     help = ("a whole MoE layer on the A3 as DeepEP-Ascend's tests time it; form unfused: "
             "MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
             "GroupedMatmul, MoeLowLatencyCombineV2")
-    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE)
-    runs = {"moe_layer": RUN}
+    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, *a5.KERNELS)
+    runs = {"moe_layer": RUN, a5.OP: a5.RUN}
     shape_limits = ll.LOW_LATENCY.shape_limits
     # advise: a shape of op moe_layer only; the baseline's dispatch is INT8, its combine bf16
     variants = (Variant("unfused", {"form": "unfused"}),)
@@ -155,7 +158,8 @@ class MoeLayer(ExchangeFamily):
         Option("intermediate", "int", 4096, "--moe-intermediate-size: GMM1's columns, gate "
                "and up (2I); even", lo=2, hi=65536),
         Option("weight_dtype", "choice", "int8", "the experts' weights: int8 (W8A8, the "
-               "baseline's); bfloat16 and int4 are refused", choices=WEIGHT_DTYPES),
+               "baseline's); bfloat16 and int4 are refused; op moe_layer_950: fp8_e4m3 or "
+               "fp8_e5m2 (MX, the A5 test's)", choices=(*WEIGHT_DTYPES, *a5.WEIGHT_DTYPES)),
         Option("num_max_dispatch_tokens_per_rank", "int", 0, "the low-latency kernels' "
                "argument (global_bs = it x W); 0: bs", lo=0, hi=131072),
         Option("hccl_buffsize", "int", 0, "HCCL_BUFFSIZE in MB; 0: the smallest DeepEP's "
@@ -163,7 +167,9 @@ class MoeLayer(ExchangeFamily):
     )
 
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
-               timing_only: bool = False) -> tl.LayerTiling:
+               timing_only: bool = False) -> tl.LayerTiling | A5LayerTiling:
+        if platform(hardware) == "a5":
+            return a5.tiling(shape, options, hardware, timing_only)
         lt = ll.LOW_LATENCY.tiling(shape, deepep_options(options), hardware, timing_only)
         rows = lt.shape.rows_capacity(0)
         i2 = options["intermediate"]
@@ -174,10 +180,19 @@ class MoeLayer(ExchangeFamily):
             tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L), i2, timing_only)
 
     def window(self, tiling: tl.LayerTiling) -> Any:
+        if isinstance(tiling, A5LayerTiling):
+            return mc2_family.FAMILY.window(tiling.mc2)
         return ll.LOW_LATENCY.window(tiling.ll)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
+        if op == a5.OP or platform(hardware) == "a5":
+            if platform(hardware) != "a5" or op != a5.OP:
+                return Misfit("workload.op", f"{op} on {hardware.name}: op {a5.OP} is the "
+                              "Ascend 950's chain (test_fused_deep_moe_a5.py), op moe_layer "
+                              "the A3's; allowed: moe_layer on atlas_a3, moe_layer_950 on "
+                              "ascend950")
+            return a5.misfit(shape, options, hardware)
         if platform(hardware) != "a3" or getattr(hardware, "aic", None) is None:
             return Misfit("hardware", f"{hardware.name}: the moe_layer chain is the A3's "
                           "(DeepEP's csrc/deepep/ops kernels, ascend910_93); allowed: "
@@ -197,6 +212,8 @@ class MoeLayer(ExchangeFamily):
 
     def tiling_misfit(self, tiling: tl.LayerTiling, shape: MoeShape,
                       options: Mapping[str, Any], hardware: Any, op: str) -> Misfit | None:
+        if isinstance(tiling, A5LayerTiling):
+            return None
         ub = int(hardware.ub.bytes)
         top = tl.dsq_max_in_dim(ub)
         if tiling.intermediate > top:
@@ -216,12 +233,16 @@ class MoeLayer(ExchangeFamily):
 
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
+        if op == a5.OP:
+            return a5.make_inputs(shape, options, routing, payload)
         base = ll.LOW_LATENCY.make_inputs(shape, deepep_options(options), op, routing, payload)
         return [{**a, **expert_inputs(shape, options["intermediate"], r, routing, payload)}
                 for r, a in enumerate(base)]
 
     def op_inputs(self, kernel: str, tiling: tl.LayerTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
+        if isinstance(tiling, A5LayerTiling):
+            return a5.op_inputs(kernel, tiling, inputs, previous)
         t, chain = tiling.ll, tiling.chain
         if kernel == DISPATCH.name:
             return ll.LOW_LATENCY.op_inputs(kernel, t, inputs, None)
