@@ -47,7 +47,16 @@ def mode_of(options: Mapping[str, Any]) -> str:
     return str(options["weight_dtype"])[-4:]
 
 
-class MxGmm(Kernel):
+class PlainLaunch(Kernel):
+    """A kernel of the torch_npu op library: a plain task launch without SHMEM set-up
+    (kernel.task_launch_ns, as the CANN samples' single kernels start), not the SHMEM
+    kernels' launch_ns."""
+
+    def launch_ns(self, hardware: Any) -> float | None:
+        return hardware.kernel.task_launch_ns
+
+
+class MxGmm(PlainLaunch):
     """GroupedMatmul MX: `which` 1 (x = expand_x, [L, H, 2I]) or 2 ([L, I, H])."""
 
     phases = (Phase("mm_compute", "every AIC: its base blocks of every expert (the "
@@ -80,7 +89,7 @@ class MxGmm(Kernel):
         return self._gmm(tiling).cores
 
 
-class Swiglu(Kernel):
+class Swiglu(PlainLaunch):
     name = "swiglu"
     phases = (Phase("process", "the tiling's AIVs: their baseRowLen x baseColLen tiles"),)
     inputs = (TensorSpec("x", const(BF16), lambda t, r: (t.rows(r), t.intermediate),
@@ -95,7 +104,7 @@ class Swiglu(Kernel):
         return tiling.swiglu.cores
 
 
-class DynamicMxQuant(Kernel):
+class DynamicMxQuant(PlainLaunch):
     name = "dynamic_mx_quant"
     phases = (Phase("process", "rowTileNum x colTileNum AIVs: their rows in UB passes"),)
     inputs = (TensorSpec("x", const(BF16), lambda t, r: (t.rows(r), t.intermediate // 2),
