@@ -13,6 +13,10 @@
 
 ``intermediate`` is the test's --moe-intermediate-size: GMM1's columns, gate and up (2I);
 w13 is [E_loc, H, intermediate], w2 [E_loc, intermediate / 2, H].
+
+Op ``moe_layer_950`` is the Ascend 950's baseline (test_fused_deep_moe_a5.py
+run_small_op_baseline), its own package (a5/form.py); there ``intermediate`` is still 2I,
+twice that test's --moe-intermediate-size.
 """
 
 from __future__ import annotations
@@ -142,9 +146,11 @@ def deepep_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 class MoeLayer(ExchangeFamily):
     name = "moe_layer"
-    help = ("a whole MoE layer on the A3 as DeepEP-Ascend's tests time it; form unfused: "
-            "MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
-            "GroupedMatmul, MoeLowLatencyCombineV2")
+    help = ("a whole MoE layer as DeepEP-Ascend's tests time it; form unfused: op moe_layer "
+            "(A3): MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
+            "GroupedMatmul, MoeLowLatencyCombineV2; op moe_layer_950 (Ascend 950): "
+            "MoeDistributeDispatchV2 (MX FP8), MX GroupedMatmul, SwiGlu, DynamicMxQuant, "
+            "MX GroupedMatmul, MoeDistributeCombineV2")
     ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, *a5.KERNELS)
     runs = {"moe_layer": RUN, a5.OP: a5.RUN}
     shape_limits = ll.LOW_LATENCY.shape_limits
@@ -155,8 +161,9 @@ class MoeLayer(ExchangeFamily):
     options = (
         Option("form", "choice", "unfused", "unfused: the five kernels the DeepEP test's "
                "baseline times", choices=("unfused",)),
-        Option("intermediate", "int", 4096, "--moe-intermediate-size: GMM1's columns, gate "
-               "and up (2I); even", lo=2, hi=65536),
+        Option("intermediate", "int", 4096, "GMM1's columns, gate and up (2I): the A3 test's "
+               "--moe-intermediate-size, twice the A5 test's (op moe_layer_950); even",
+               lo=2, hi=65536),
         Option("weight_dtype", "choice", "int8", "the experts' weights: int8 (W8A8, the "
                "baseline's); bfloat16 and int4 are refused; op moe_layer_950: fp8_e4m3 or "
                "fp8_e5m2 (MX, the A5 test's)", choices=(*WEIGHT_DTYPES, *a5.WEIGHT_DTYPES)),
