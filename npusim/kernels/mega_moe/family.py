@@ -94,7 +94,7 @@ class MegaMoeKernel(Kernel):
     def fields(self, call: Call) -> dict[str, Any]:
         return {"expert_token_counts": [[int(v) for v in o["expert_token_counts"]]
                                         for o in call.outputs],
-                **timing_fields(call.tiling, call.run, call.cores)}
+                **timing_fields(call.run, call.cores)}
 
 
 MEGA_MOE = MegaMoeKernel()

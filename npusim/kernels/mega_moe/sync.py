@@ -3,7 +3,7 @@ cube, the AIC's copy_in into L1, remote MTE2 pulls, AtomicAdd writes, GM spins a
 generation-counter rank barrier), under the names the kernel source uses, and the notes
 the overlap figures are made from: every remote transfer (mask stores, pulls, write-backs)
 and every cube or epilogue instruction a core issues is recorded on its context
-(`ctx.notes`).
+(npusim.kernels.common.overlap).
 """
 
 from __future__ import annotations
@@ -14,26 +14,12 @@ from typing import Any
 import numpy as np
 
 from npusim.hw.memory import Region
+from npusim.kernels.common.overlap import note_compute, note_remote
 from npusim.runtime.conditions import AllEqual, AtLeast, Wait
 from npusim.runtime.context import KernelContext, Strided
 
 SYNC_AIC_AIV_MODE = 4  # the 950's CrossCoreSetFlag mode: AIV1's ids + 16 at the AIC
 SPIN_DELAY_CYCLES = 100  # the AIC's wait loops: GetSystemCycle() - start < 100
-
-
-class Notes:
-    """One core's remote transfers (Op handles) and compute intervals (ns)."""
-
-    def __init__(self) -> None:
-        self.remote: list[Any] = []
-        self.compute: list[tuple[float, float]] = []
-
-
-def notes(ctx: KernelContext) -> Notes:
-    n = ctx.notes
-    if n is None:
-        n = ctx.notes = Notes()
-    return n
 
 
 def role(ctx: KernelContext) -> tuple[str, int, int]:
@@ -87,17 +73,13 @@ def remote_store(ctx: KernelContext, pe: int, offset: int, buf: Any, nbytes: int
                  src_offset: int = 0) -> Any:
     """An MTE3 DataCopyPad through aclshmem_ptr into rank pe's window (a put)."""
     op = ctx.put(pe, offset, buf, nbytes, src_offset=src_offset, name=name)
-    if pe != ctx.rank_id:
-        notes(ctx).remote.append(op)
-    return op
+    return note_remote(ctx, op) if pe != ctx.rank_id else op
 
 
 def pull(ctx: KernelContext, buf: Any, src: int, offset: int, nbytes: int) -> Any:
     """A remote MTE2 DataCopy from rank src's window into UB."""
     op = ctx.copy_in(buf, ctx.window(src), offset, nbytes, name="pull_quantized_row")
-    if src != ctx.rank_id:
-        notes(ctx).remote.append(op)
-    return op
+    return note_remote(ctx, op) if src != ctx.rank_id else op
 
 
 def load_l1(ctx: KernelContext, l1: Any, region: Region, offset: int, dst_offset: int,
@@ -108,5 +90,4 @@ def load_l1(ctx: KernelContext, l1: Any, region: Region, offset: int, dst_offset
 
 def compute(ctx: KernelContext, op: Any) -> Any:
     """Record a compute instruction's busy interval."""
-    notes(ctx).compute.append((op.start_at, op.done_at))
-    return op
+    return note_compute(ctx, op)

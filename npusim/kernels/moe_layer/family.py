@@ -40,6 +40,7 @@ from npusim.kernels.moe_layer.a5.tiling import A5LayerTiling
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
+from npusim.kernels.moe_layer.layer import layer_fields
 from npusim.kernels.quant import BF16
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
@@ -190,6 +191,9 @@ class MoeLayer(ExchangeFamily):
         if isinstance(tiling, A5LayerTiling):
             return mc2_family.FAMILY.window(tiling.mc2)
         return ll.LOW_LATENCY.window(tiling.ll)
+
+    def run_fields(self, tiling: Any, runs: Any) -> list[dict[str, Any]]:
+        return layer_fields(runs)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
+from npusim.kernels.common.overlap import intersect, union
 from npusim.kernels.mega_moe import reference as ref
-from npusim.kernels.mega_moe.overlap import intersect, union
 from tests.kernels.mega_moe.megahelp import mega_scenario, reference_of, run_mega
 
 
