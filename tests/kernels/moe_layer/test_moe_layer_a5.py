@@ -72,7 +72,11 @@ def test_every_kernel_matches_the_reference(tmp_path, W, k, L, bs, i2, h, fp8):
 
 
 def test_timing_only_runs_the_same_time(tmp_path):
-    spans = [[(o.op, o.end_ns - o.start_ns) for o in sim.simulate(a5_scenario(
-        tmp_path, name=f"t{fast}", ep_world_size=3, k=3, bs=5, timing_only=fast)).ops]
-        for fast in (False, True)]
+    runs = [sim.simulate(a5_scenario(tmp_path, name=f"t{fast}", ep_world_size=3, k=3, bs=5,
+                                      timing_only=fast)).ops for fast in (False, True)]
+    spans = [[(o.op, o.end_ns - o.start_ns) for o in ops] for ops in runs]
     assert spans[0] == spans[1]
+    # the layer's figures on the combine: the six kernels' times and their sum
+    last = runs[1][-1].family_fields
+    assert list(last["layer_ops_us"]) == [op for op, _ in spans[1]]
+    assert last["layer_latency_us"] == round(sum(ns for _, ns in spans[1]) / 1e3, 4)
