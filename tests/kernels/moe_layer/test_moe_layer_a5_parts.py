@@ -90,6 +90,7 @@ def test_swiglu_by_hand():
     ({"weight_dtype": "int8"}, "workload.weight_dtype", "allowed: fp8_e4m3, fp8_e5m2"),
     ({"intermediate": 320}, "workload.intermediate", "multiples of 128"),
     ({"h": 1056}, "workload.h", "multiples of 64"),
+    ({"bs": 600}, "workload.bs", "allowed: 1..512"),
     ({"op": "moe_layer"}, "workload.op", "moe_layer_950 on ascend950"),
     ({"hardware": "atlas_a3"}, "workload.op", "moe_layer on atlas_a3"),
 ])

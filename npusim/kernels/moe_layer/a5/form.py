@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from npusim.formats import BF16
+from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
 from npusim.kernels.common.part import PartKernel
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
@@ -149,6 +150,11 @@ def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Misfit | None:
+    top = DISPATCH_V3_LIMITS.bs[1]
+    if shape.BS > top:
+        return Misfit("workload.bs", f"{shape.BS}: the V2 dispatch and combine take at most "
+                      f"{top} tokens a rank ({DISPATCH_V3_LIMITS.source}; the family's range "
+                      f"is the A3 low-latency kernels'); allowed: 1..{top}")
     wd = options["weight_dtype"]
     if wd not in WEIGHT_DTYPES:
         return Misfit("workload.weight_dtype", f"{wd}: the 950 baseline's GroupedMatmul "
