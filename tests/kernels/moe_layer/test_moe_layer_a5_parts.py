@@ -99,3 +99,13 @@ def test_refusals_name_the_key_and_the_limit(tmp_path, change, key, words):
         a5_scenario(tmp_path, **change)
     err = info.value
     assert (err.key, words in err.message, "\n" in err.message) == (key, True, False)
+
+
+def test_requant_reproduces_the_documented_example():
+    # aclnnDynamicMxQuant's example (ops-nn docs/aclnnDynamicMxQuant.md, scaleAlg 0, rint,
+    # FLOAT8_E4M3FN): bf16 (0, 8, 64, 512) -> scale 2^(floor(log2 512) - 8) = 2, E8M0 128;
+    # y (0, 4, 32, 256) = codes (0, 72, 96, 120); the block's other 28 zeros change nothing
+    row = np.zeros((1, 32), ml_dtypes.bfloat16)
+    row[0, :4] = [0, 8, 64, 512]
+    codes, scales = ref.mx_quantize_bf16(row, "e4m3")
+    assert codes[0, :4].tolist() == [0, 72, 96, 120] and scales.tolist() == [[128]]

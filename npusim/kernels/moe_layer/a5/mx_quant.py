@@ -8,9 +8,10 @@ of cores, core c at (c // colTileNum, c mod colTileNum) (assumed: the kernel's i
 arithmetic is not read here), each taking its rows in UB passes of maxUbBlockNum 32-element
 blocks, double buffered. The numbers are npusim's 950 MX quantiser
 (npusim.kernels.quant.mx_quantize_bf16: ComputeMaxExp, ComputeScale, ComputeFp8Data, as
-mega_moe's requant and DeepEP's A5 dispatch run it); that DynamicMxQuant rounds and
-saturates the same way (round_mode rint, scale_alg 0) is assumed from its documentation
-(docs/aclnnDynamicMxQuant.md), not read from its kernel.
+mega_moe's requant and DeepEP's A5 dispatch run it): the scale rule of the op's
+documentation (docs/aclnnDynamicMxQuant.md, scaleAlg 0: 2^(floor(log2 amax) - emax),
+elements cast rint; its worked example is a test). Saturation of the values past the fp8
+maximum is assumed (the documentation does not say).
 """
 
 from __future__ import annotations
