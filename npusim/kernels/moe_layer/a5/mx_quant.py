@@ -1,6 +1,7 @@
 """npu_dynamic_mx_quant on the 950's AIVs (ops-nn quant/dynamic_mx_quant, last axis, block
-32, fp8 out; the tail-axis template the arch35 tiling picks for it): y fp8 and one E8M0
-scale per 32 elements of each row.
+32, fp8 out; the tail-axis template, which dynamic_mx_quant_tiling_arch35.cpp picks for
+a last-axis, block-32 call, IsTailAxisAndBlockSize32): y fp8 and one E8M0 scale per 32
+elements of each row.
 
 The tiling is the host's (dynamic_mx_quant_tail_axis_tiling_arch35.cpp,
 :func:`~npusim.kernels.moe_layer.a5.tiling.mx_quant_tiling`): a rowTileNum x colTileNum grid
