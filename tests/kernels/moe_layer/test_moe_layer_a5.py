@@ -46,7 +46,9 @@ def reference_of(sc: Scenario) -> tuple[list[ref.Stages], list[np.ndarray]]:
     (2, 2, 2, 4, 256, 1024, "fp8_e4m3"),
     (3, 3, 2, 5, 384, 1024, "fp8_e5m2"),
     # GMM2's N 1536: six 256-column blocks; GMM1's K 1536: six L0 K steps
-    (4, 2, 3, 3, 512, 1536, "fp8_e4m3")])
+    (4, 2, 3, 3, 512, 1536, "fp8_e4m3"),
+    # about 300 rows an expert: two 256-row block rows in the sliding window's walk
+    (2, 1, 1, 300, 256, 1024, "fp8_e4m3")])
 def test_every_kernel_matches_the_reference(tmp_path, W, k, L, bs, i2, h, fp8):
     sc = a5_scenario(tmp_path, ep_world_size=W, k=k, experts_per_rank=L, bs=bs,
                      intermediate=i2, h=h, weight_dtype=fp8)
