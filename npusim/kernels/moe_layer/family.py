@@ -11,6 +11,9 @@
    bf16 out (gmm.py);
 5. ``low_latency_combine`` (MoeLowLatencyCombineV2), bf16.
 
+``form: fused_deep_moe`` with MX weights (fp8_e4m3 / fp8_e5m2) is FusedDeepMoe's Ascend
+950 build, one MIX kernel ``fused_deep_moe_a5`` (package fused_deep_moe_a5/).
+
 ``intermediate`` is the test's --moe-intermediate-size: GMM1's columns, gate and up (2I);
 w13 is [E_loc, H, intermediate], w2 [E_loc, intermediate / 2, H].
 """
@@ -18,6 +21,7 @@ w13 is [E_loc, H, intermediate], w2 [E_loc, intermediate / 2, H].
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +35,8 @@ from npusim.kernels.family import Misfit, Option, Variant
 from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer import tiling as tl
 from npusim.kernels.moe_layer.dsq import dsq_program
+from npusim.kernels.moe_layer.fused_deep_moe_a5 import kernel as a5
+from npusim.kernels.moe_layer.fused_deep_moe_a5 import tiling as a5_tl
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
 from npusim.kernels.quant import BF16
@@ -38,7 +44,8 @@ from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
 
 I8, I32, I64, F32 = (const(np.int8), const(np.int32), const(np.int64), const(np.float32))
-WEIGHT_DTYPES = ("int8", "bfloat16", "int4")
+WEIGHT_DTYPES = ("int8", "bfloat16", "int4", *a5_tl.WEIGHT_DTYPES)
+LL_LIMITS = ll.LOW_LATENCY.shape_limits
 RUN = ("low_latency_dispatch", "gmm1", "dequant_swiglu_quant", "gmm2", "low_latency_combine")
 
 
@@ -142,28 +149,41 @@ class MoeLayer(ExchangeFamily):
     help = ("a whole MoE layer on the A3 as DeepEP-Ascend's tests time it; form unfused: "
             "MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
             "GroupedMatmul, MoeLowLatencyCombineV2")
-    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE)
+    ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, a5.KERNEL)
     runs = {"moe_layer": RUN}
-    shape_limits = ll.LOW_LATENCY.shape_limits
+    references = True  # reference_outputs: the fused A5 kernel's
+    # the union over the forms: the low-latency kernels' (unfused) with FusedDeepMoe A5's
+    # h from 512 (fused_deep_moe_tiling.cpp:62); each form's misfit refuses the rest
+    shape_limits = replace(LL_LIMITS, h=(a5_tl.MIN_H, LL_LIMITS.h[1]),
+                           source=f"{LL_LIMITS.source}; h from 512: fused_deep_moe_tiling.cpp:62")
     # advise: a shape of op moe_layer only; the baseline's dispatch is INT8, its combine bf16
     variants = (Variant("unfused", {"form": "unfused"}),)
     dispatch_quants = {"int8": {}}
     combine_quants = {"none": {}}
     options = (
         Option("form", "choice", "unfused", "unfused: the five kernels the DeepEP test's "
-               "baseline times", choices=("unfused",)),
+               "baseline times; fused_deep_moe: FusedDeepMoe, one MIX kernel (the Ascend "
+               "950 build with MX weights)", choices=("unfused", "fused_deep_moe")),
         Option("intermediate", "int", 4096, "--moe-intermediate-size: GMM1's columns, gate "
                "and up (2I); even", lo=2, hi=65536),
         Option("weight_dtype", "choice", "int8", "the experts' weights: int8 (W8A8, the "
-               "baseline's); bfloat16 and int4 are refused", choices=WEIGHT_DTYPES),
+               "baseline's); fp8_e4m3 / fp8_e5m2 (MX, E8M0 per 32 along K: fused_deep_moe "
+               "on the Ascend 950); bfloat16, int4 and MX FP4 are refused",
+               choices=WEIGHT_DTYPES),
         Option("num_max_dispatch_tokens_per_rank", "int", 0, "the low-latency kernels' "
                "argument (global_bs = it x W); 0: bs", lo=0, hi=131072),
         Option("hccl_buffsize", "int", 0, "HCCL_BUFFSIZE in MB; 0: the smallest DeepEP's "
                "check accepts", lo=0, hi=65536),
     )
 
+    def runs_of(self, options: Mapping[str, Any] | None = None
+                ) -> Mapping[str, tuple[str, ...]]:
+        return {"moe_layer": (a5.NAME,)} if _a5(options) else self.runs
+
     def tiling(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
-               timing_only: bool = False) -> tl.LayerTiling:
+               timing_only: bool = False) -> Any:
+        if _a5(options):
+            return a5.tiling(shape, options, hardware, timing_only)
         lt = ll.LOW_LATENCY.tiling(shape, deepep_options(options), hardware, timing_only)
         rows = lt.shape.rows_capacity(0)
         i2 = options["intermediate"]
@@ -173,15 +193,23 @@ class MoeLayer(ExchangeFamily):
             tl.dsq_tiling(ub, hardware.chip.aiv_cores, rows, i2, shape.L),
             tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L), i2, timing_only)
 
-    def window(self, tiling: tl.LayerTiling) -> Any:
+    def window(self, tiling: Any) -> Any:
+        if isinstance(tiling, a5_tl.A5Tiling):
+            return a5.A5Window(tiling)
         return ll.LOW_LATENCY.window(tiling.ll)
 
     def misfit(self, shape: MoeShape, options: Mapping[str, Any], hardware: Any,
                op: str) -> Misfit | None:
+        if options["form"] == "fused_deep_moe":
+            return _fused_misfit(shape, options, hardware)
         if platform(hardware) != "a3" or getattr(hardware, "aic", None) is None:
             return Misfit("hardware", f"{hardware.name}: the moe_layer chain is the A3's "
                           "(DeepEP's csrc/deepep/ops kernels, ascend910_93); allowed: "
                           "atlas_a3")
+        lo = LL_LIMITS.h[0]
+        if shape.H < lo:
+            return Misfit("workload.h", f"{shape.H}: the low-latency kernels take h from {lo} "
+                          f"({LL_LIMITS.source}); allowed: {lo}..{LL_LIMITS.h[1]}")
         wd = options["weight_dtype"]
         if wd != "int8":
             return Misfit("workload.weight_dtype", f"{wd}: the baseline's GroupedMatmul "
@@ -195,8 +223,10 @@ class MoeLayer(ExchangeFamily):
         return ll.LOW_LATENCY.misfit(shape, deepep_options(options), hardware,
                                      "dispatch_combine")
 
-    def tiling_misfit(self, tiling: tl.LayerTiling, shape: MoeShape,
+    def tiling_misfit(self, tiling: Any, shape: MoeShape,
                       options: Mapping[str, Any], hardware: Any, op: str) -> Misfit | None:
+        if isinstance(tiling, a5_tl.A5Tiling):
+            return a5.tiling_misfit(tiling, hardware)
         ub = int(hardware.ub.bytes)
         top = tl.dsq_max_in_dim(ub)
         if tiling.intermediate > top:
@@ -217,11 +247,15 @@ class MoeLayer(ExchangeFamily):
     def make_inputs(self, shape: MoeShape, options: Mapping[str, Any], op: str,
                     routing: Routing, payload: bool) -> list[Arrays]:
         base = ll.LOW_LATENCY.make_inputs(shape, deepep_options(options), op, routing, payload)
+        if _a5(options):
+            return a5.make_inputs(shape, options, routing, base, payload)
         return [{**a, **expert_inputs(shape, options["intermediate"], r, routing, payload)}
                 for r, a in enumerate(base)]
 
     def op_inputs(self, kernel: str, tiling: tl.LayerTiling, inputs: list[Arrays],
                   previous: list[Arrays] | None) -> list[Arrays]:
+        if kernel == a5.NAME:
+            return inputs
         t, chain = tiling.ll, tiling.chain
         if kernel == DISPATCH.name:
             return ll.LOW_LATENCY.op_inputs(kernel, t, inputs, None)
@@ -243,6 +277,26 @@ class MoeLayer(ExchangeFamily):
                     for a, p, d in zip(inputs, previous or [], got, strict=True)]
         base = ll.LOW_LATENCY.op_inputs(kernel, t, inputs, chain.pop("dispatch"))
         return [{**b, "x": p["y"]} for b, p in zip(base, previous or [], strict=True)]
+
+
+    def reference_outputs(self, kernel: str, tiling: Any, inputs: list[Arrays]
+                          ) -> list[Arrays] | None:
+        return a5.reference_outputs(tiling, inputs) if kernel == a5.NAME else None
+
+
+def _a5(options: Mapping[str, Any] | None) -> bool:
+    """FusedDeepMoe's A5 build: the fused form with MX weights (the A3 build is int8)."""
+    return (options is not None and options.get("form") == "fused_deep_moe"
+            and options.get("weight_dtype") in a5_tl.WEIGHT_DTYPES)
+
+
+def _fused_misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any
+                  ) -> Misfit | None:
+    if platform(hardware) != "a5":
+        return Misfit("hardware", f"{hardware.name}: fused_deep_moe is modelled for the "
+                      "Ascend 950 build (op_host/fused_deep_moe_a5, AddConfig(\"ascend950\")) "
+                      "only; allowed: ascend950")
+    return a5_tl.misfit(shape, options)
 
 
 FAMILY = MoeLayer()
