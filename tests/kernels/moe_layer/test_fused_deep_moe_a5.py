@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from npusim import sim
-from npusim.errors import InputError
 from npusim.kernels.moe_layer.fused_deep_moe_a5 import reference as ref
 from npusim.kernels.moe_layer.fused_deep_moe_a5.inputs import mx_weights_of
 from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import BlockWalk, block_coord
 from npusim.kernels.quant import BF16
 from npusim.scenario import Scenario, load_scenario
+from tests.kernels.moe_layer.layerhelp import assert_refused
 
 
 def a5_scenario(tmp: Path, name: str = "a5", hardware: str = "ascend950", **workload: Any
@@ -131,8 +131,4 @@ def test_block_walk_by_hand():
     ({"hardware": "atlas_a3"}, "hardware", "allowed: ascend950"),
 ])
 def test_refusals_name_the_key_and_the_limit(tmp_path, change, key, words):
-    with pytest.raises(InputError) as info:
-        a5_scenario(tmp_path, **change)
-    assert info.value.key == key
-    assert words in info.value.message
-    assert "\n" not in info.value.message
+    assert_refused(lambda: a5_scenario(tmp_path, **change), key, words)
