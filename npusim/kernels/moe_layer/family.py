@@ -148,7 +148,8 @@ class MoeLayer(ExchangeFamily):
     name = "moe_layer"
     help = ("a whole MoE layer on the A3 as DeepEP-Ascend's tests time it; form unfused: "
             "MoeLowLatencyDispatchV2 (INT8), GroupedMatmul, DequantSwigluQuant, "
-            "GroupedMatmul, MoeLowLatencyCombineV2")
+            "GroupedMatmul, MoeLowLatencyCombineV2; form fused_deep_moe with MX weights: "
+            "FusedDeepMoe's Ascend 950 build, one MIX kernel")
     ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, a5.KERNEL)
     runs = {"moe_layer": RUN}
     references = True  # reference_outputs: the fused A5 kernel's
