@@ -197,8 +197,8 @@ def test_the_built_in_declarations():
     chained = {"cann_sample", "deepep", "mc2", "pypto_shmem", "shmem_classic",
                "shmem_doubleplane", "tilelang_shmem"}
     assert {n for n, (r, c) in declared.items() if r and c} == chained
-    assert {n for n, (r, c) in declared.items() if r and not c} == {
-        "kv_offload", "mega_moe", "moe_layer", "shmem_host"}
+    assert {n for n, (r, c) in declared.items() if r and not c} == {"kv_offload", "mega_moe",
+                                                                    "shmem_host"}
     assert not any(c and not r for r, c in declared.values())
     profiling = {n for n in registry.names() if any(k.profiles for k in registry.get(n).ops)}
     assert profiling == {"hixl", "shmem_classic", "shmem_doubleplane", "shmem_host"}

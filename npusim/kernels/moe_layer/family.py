@@ -152,7 +152,6 @@ class MoeLayer(ExchangeFamily):
             "FusedDeepMoe's Ascend 950 build, one MIX kernel")
     ops = (DISPATCH, GMM1, DSQ, GMM2, COMBINE, a5.KERNEL)
     runs = {"moe_layer": RUN}
-    references = True  # reference_outputs: the fused A5 kernel's
     # the union over the forms: the low-latency kernels' (unfused) with FusedDeepMoe A5's
     # h from 512 (fused_deep_moe_tiling.cpp:62); each form's misfit refuses the rest
     shape_limits = replace(LL_LIMITS, h=(a5_tl.MIN_H, LL_LIMITS.h[1]),
@@ -280,9 +279,6 @@ class MoeLayer(ExchangeFamily):
         return [{**b, "x": p["y"]} for b, p in zip(base, previous or [], strict=True)]
 
 
-    def reference_outputs(self, kernel: str, tiling: Any, inputs: list[Arrays]
-                          ) -> list[Arrays] | None:
-        return a5.reference_outputs(tiling, inputs) if kernel == a5.NAME else None
 
 
 def _a5(options: Mapping[str, Any] | None) -> bool:

@@ -1,6 +1,6 @@
 """The form's declaration to moe_layer's family: the one kernel (its GM tensors, phases,
 MIX launch and report figures) and the hooks family.py dispatches to for
-`form: fused_deep_moe` on the Ascend 950 (tiling, misfits, inputs, reference).
+`form: fused_deep_moe` on the Ascend 950 (tiling, misfits, inputs).
 
 Tensor names: the op's (op_host/fused_deep_moe_a5/fused_deep_moe.cpp) for inputs and
 outputs; the workspace areas (fused_deep_moe_a5_tiling.h WorkSpaceOffset) are outputs
@@ -21,8 +21,7 @@ from npusim.kernels.common.overlap import layer_fields
 from npusim.kernels.family import Misfit
 from npusim.kernels.kernel import Arrays, Call, Kernel, Phase, TensorSpec, const
 from npusim.kernels.moe_layer.fused_deep_moe_a5 import tiling as tl
-from npusim.kernels.moe_layer.fused_deep_moe_a5.inputs import a5_expert_inputs, mx_weights_of
-from npusim.kernels.moe_layer.fused_deep_moe_a5.reference import reference_layer
+from npusim.kernels.moe_layer.fused_deep_moe_a5.inputs import a5_expert_inputs
 from npusim.kernels.moe_layer.fused_deep_moe_a5.window import A5Window
 from npusim.kernels.quant import BF16
 from npusim.units import MiB
@@ -141,10 +140,3 @@ def make_inputs(shape: MoeShape, options: Mapping[str, Any], routing: Any,
                                 payload)}
             for r, a in enumerate(base)]
 
-
-def reference_outputs(t: tl.A5Tiling, inputs: list[Arrays]) -> list[Arrays]:
-    got = reference_layer([a["x"] for a in inputs], [a["expert_ids"] for a in inputs],
-                          [a["expert_scales"] for a in inputs],
-                          [mx_weights_of(a) for a in inputs], t.L, t.mode)
-    return [{"output": y, "expert_token_nums": s.counts.astype(np.int64)}
-            for y, s in zip(got.y, got.stages, strict=True)]
