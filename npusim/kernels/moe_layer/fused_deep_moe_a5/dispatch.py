@@ -64,6 +64,7 @@ def cal_expand_idx(ctx: KernelContext, n: int) -> None:
 
 # --------------------------------------------------------------------------- send
 def send_core(ctx: KernelContext, t: A5Tiling, w: A5Window, core: int) -> Wait:
+    """SendCoreFunc: the expert ids to UB, the counts, then the tokens."""
     ids_t, x_t = ctx.tensor("expert_ids"), ctx.tensor("x")
     ids_buf = ctx.alloc("expert_ids", align_up(t.routes * 4, 32))
     yield from ctx.wait(ctx.copy_in(ids_buf, ids_t, 0, t.routes * 4))

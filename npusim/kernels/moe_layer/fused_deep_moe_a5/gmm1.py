@@ -74,6 +74,8 @@ def run_block(ctx: KernelContext, st: Any, tag: str, a: tuple[Any, Any, int, int
 
 
 class AicState:
+    """What an AIC carries through a GEMM: its L1 / L0 buffers and soft-sync counter."""
+
     def __init__(self, t: A5Tiling, gemm: int, core: int) -> None:
         self.t = t
         self.mmad: BlockMmad | None = None
@@ -81,6 +83,7 @@ class AicState:
 
 
 def gmm1_aic(ctx: KernelContext, t: A5Tiling, core: int) -> Wait:
+    """GMM1 on one AIC; returns the groups' rows (GMM2 reuses them) and its BlockMmad."""
     st = AicState(t, 1, core)
     x1, x1s = ctx.tensor("x1"), ctx.tensor("x1_scale")
     w1, w1s = ctx.tensor("gmm1_weight"), ctx.tensor("gmm1_weight_scale")

@@ -26,6 +26,7 @@ def _mx_along_k(w: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
 
 def a5_expert_inputs(L: int, H: int, n1: int, mode: str, rank: int, routing: Any,
                      payload: bool) -> dict[str, np.ndarray]:
+    """One rank's gmm1 / gmm2 weights and scales, seeded by the routing's seed and rank."""
     n2 = n1 // 2
     if not payload:
         return {"gmm1_weight": np.zeros((L, H, n1), np.uint8),

@@ -36,6 +36,7 @@ SELF_STATE_OFFSET = 256 * KiB
 STATE_OFFSET = 512
 OPT_RANK_OFFSET = 512
 # the status space (G1 21-26, G2 21)
+STATE_WIN_OFFSET = 900 * KiB  # its first word: the data-state flips
 GROUP_TOKEN_NUM_OFFSET = 932 * KiB
 GROUP_INFO_BYTES = 32 * 4  # GROUP_INFO_SIZE int32
 SOFT_SYNC_OFFSET = 964 * KiB
@@ -47,6 +48,8 @@ DISPATCH_HALF, COMBINE_HALF = 0, 1
 
 @dataclass(frozen=True)
 class A5Window:
+    """Byte offsets in a rank's window; `regions` for the window sanitiser."""
+
     t: A5Tiling
 
     @property
@@ -82,11 +85,12 @@ class A5Window:
         return self.slot(COMBINE_HALF, owner, expert) + i * self.t.H * 2
 
     def regions(self) -> dict[str, tuple[int, int]]:
-        d = STATE_SIZE
+        """The data halves as one zone: owner r's half starts r * 512 B in, so each
+        half's last bytes run into the next half's zone."""
         return {"dispatch_state": (0, WIN_STATE_OFFSET),
-                "combine_state": (WIN_STATE_OFFSET, STATE_SIZE),
-                "dispatch_data": (d, d + self.data_half + self.t.W * OPT_RANK_OFFSET),
-                "combine_data": (d + self.data_half, self.bytes)}
+                "combine_state": (WIN_STATE_OFFSET, STATE_WIN_OFFSET),
+                "status_space": (STATE_WIN_OFFSET, STATE_SIZE),
+                "data": (STATE_SIZE, self.bytes)}
 
     # ---- the status space (a GM tensor of the rank)
     @staticmethod
