@@ -166,11 +166,19 @@ def reference_layer(x: Sequence[np.ndarray], ids: Sequence[np.ndarray],
         for i in range(got.n):
             back[int(got.src[i])][int(got.token[i]), int(got.k[i])] = out[i].astype(F32)
         stages.append(RankStages(xq, xs, counts, g1, q2, s2, out))
+    return Layer(stages, weighted_combine(back, weights))
+
+
+def weighted_combine(back: Sequence[np.ndarray], weights: Sequence[np.ndarray]
+                     ) -> list[np.ndarray]:
+    """The combine of every rank: back[s] [BS, K, H] fp32 (the experts' bf16 rows of
+    rank s's pairs), weights[s] [BS, K]; per token, in k order, acc += row * weight (a
+    Muls then an Add), to bf16 (RINT)."""
     ys = []
     for s, rows in enumerate(back):
         acc = np.zeros((rows.shape[0], rows.shape[2]), F32)
-        for k in range(K):
+        for k in range(rows.shape[1]):
             acc = (acc + (rows[:, k] * weights[s][:, k, None].astype(F32)).astype(F32)
                    ).astype(F32)
         ys.append(bf16(acc))
-    return Layer(stages, ys)
+    return ys

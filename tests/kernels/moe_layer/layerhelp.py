@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from npusim import sim
+from npusim.errors import InputError
 from npusim.kernels.moe_layer import reference as ref
 from npusim.kernels.moe_layer.inputs import weights_of
 from npusim.result import RunResult
@@ -34,3 +37,12 @@ def reference_of(sc: Scenario) -> ref.Layer:
     return ref.reference_layer([a["x"] for a in ins], [a["topk_idx"] for a in ins],
                                [a["topk_weights"] for a in ins], [weights_of(a) for a in ins],
                                sc.workload.shape.L)
+
+
+def assert_refused(make: Callable[[], Any], key: str, words: str) -> None:
+    """Loading the scenario `make` builds fails with one line on `key` that says `words`."""
+    with pytest.raises(InputError) as info:
+        make()
+    assert info.value.key == key
+    assert words in info.value.message
+    assert "\n" not in info.value.message
