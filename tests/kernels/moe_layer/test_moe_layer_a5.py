@@ -1,4 +1,4 @@
-"""op moe_layer_950 (form unfused on the Ascend 950): every kernel's output byte-equal to
+"""form unfused on the Ascend 950 (MX weights): every kernel's output byte-equal to
 the numpy reference, timing-only equal to the functional run, the host tilings against
 hand arithmetic, the refusals."""
 
@@ -18,7 +18,7 @@ from npusim.scenario import Scenario, load_scenario
 
 def a5_scenario(tmp: Path, name: str = "a5", hardware: str = "ascend950", **workload: Any
                 ) -> Scenario:
-    w = {"kernel": "moe_layer", "op": "moe_layer_950", "bs": 4, "h": 1024, "k": 2,
+    w = {"kernel": "moe_layer", "op": "moe_layer", "bs": 4, "h": 1024, "k": 2,
          "ep_world_size": 2, "experts_per_rank": 2, "dtype": "bfloat16",
          "intermediate": 256, "weight_dtype": "fp8_e4m3",
          "routing": {"kind": "uniform", "seed": 3}}

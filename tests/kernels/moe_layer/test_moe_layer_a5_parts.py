@@ -1,5 +1,5 @@
-"""op moe_layer_950's parts: the host tilings at the A5 test's defaults derived by hand
-from the ascend950 preset's buffers (L1 512 KiB, UB 256 KiB, 32 AICs, 64 AIVs), the
+"""Form unfused on the Ascend 950, its parts: the host tilings at the A5 test's defaults
+derived by hand from the ascend950 preset's buffers (L1 512 KiB, UB 256 KiB, 32 AICs, 64 AIVs), the
 GroupedMatmul block walk covering every output, the reference's steps against hand
 arithmetic, and the refusals."""
 
@@ -91,8 +91,9 @@ def test_swiglu_by_hand():
     ({"intermediate": 320}, "workload.intermediate", "multiples of 128"),
     ({"h": 1056}, "workload.h", "multiples of 64"),
     ({"bs": 600}, "workload.bs", "allowed: 1..512"),
-    ({"op": "moe_layer"}, "workload.op", "moe_layer_950 on ascend950"),
-    ({"hardware": "atlas_a3"}, "workload.op", "moe_layer on atlas_a3"),
+    # the weights pick the chip's kernels; the preset must be that chip
+    ({"hardware": "atlas_a3"}, "workload.weight_dtype", "allowed: int8"),
+    ({"form": "dispatch_ffn_combine"}, "hardware", "allowed: atlas_a3"),
 ])
 def test_refusals_name_the_key_and_the_limit(tmp_path, change, key, words):
     with pytest.raises(InputError) as info:

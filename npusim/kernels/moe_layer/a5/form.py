@@ -1,5 +1,5 @@
-"""The 950's unfused chain as moe_layer's family runs it (op ``moe_layer_950``, form
-unfused): its kernels, tiling, refusals, inputs and the chaining of each kernel's inputs.
+"""The 950's unfused chain as moe_layer's family runs it (``form: unfused`` with MX
+weights): its kernels, tiling, refusals, inputs and the chaining of each kernel's inputs.
 
 1. ``dispatch``: npu_moe_distribute_dispatch_v2, quant_mode 4 (MX, fp8 expand_x, E8M0 per
    32), expert_token_nums_type 1: mc2's V2 program on the 950 (npusim/kernels/mc2);
@@ -36,7 +36,6 @@ from npusim.kernels.quant import mx_quantize_bf16
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
 
-OP = "moe_layer_950"
 RUN = ("dispatch", "mx_gmm1", "swiglu", "dynamic_mx_quant", "mx_gmm2", "combine")
 WEIGHT_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # the test's --quant-mode FP8 choices
 U8, I64 = const(np.uint8), const(np.int64)
@@ -149,6 +148,11 @@ def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
         tl.mx_quant_tiling(ub, aiv, rows, i2 // 2), timing_only)
 
 
+def window(t: tl.A5LayerTiling) -> Any:
+    """mc2's window: the V2 dispatch and combine are the chain's only users of it."""
+    return mc2.FAMILY.window(t.mc2)
+
+
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Misfit | None:
     top = DISPATCH_V3_LIMITS.bs[1]
     if shape.BS > top:
@@ -161,9 +165,6 @@ def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Misfit
                       "calls are MX fp8 x fp8 (test_fused_deep_moe_a5.py 156-182 quantises "
                       "the weights with npu_dynamic_mx_quant; its FP8 --quant-mode "
                       f"choices); allowed: {', '.join(WEIGHT_DTYPES)}")
-    if options["form"] != "unfused":
-        return Misfit("workload.form", f"{options['form']}: op {OP} is the 950's unfused "
-                      "chain; allowed: unfused")
     i2 = options["intermediate"]
     if i2 % (2 * 64):
         return Misfit("workload.intermediate", f"{i2}: I = {i2 // 2} must be a multiple of "

@@ -22,13 +22,18 @@ from npusim.workload.shape import MoeShape
 FORM = "dispatch_ffn_combine"
 RUNS = {"moe_layer": (DFC.name,)}
 __all__ = ["DFC", "FORM", "RUNS", "DfcTiling", "misfit", "rank_inputs", "reference_outputs",
-           "tiling", "tiling_misfit", "weights_of"]
+           "segment", "tiling", "tiling_misfit", "weights_of"]
 
 
 def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
            timing_only: bool) -> DfcTiling:
     return DfcTiling(shape, options["intermediate"], buffsize(shape, options),
                      int(hardware.aic.cores), timing_only)
+
+
+def segment(t: DfcTiling) -> Any:
+    """The symmetric HCCL segment the kernel lays out (its window)."""
+    return t.segment
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Misfit | None:

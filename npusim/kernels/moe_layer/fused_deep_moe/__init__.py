@@ -11,9 +11,11 @@ from npusim.kernels.moe_layer.fused_deep_moe.kernel import (
     fused_inputs,
     launch_misfit,
     launch_tiling,
+    launch_window,
 )
 from npusim.kernels.moe_layer.fused_deep_moe.roles import LaunchTiling
 from npusim.kernels.moe_layer.fused_deep_moe.tiling import MIN_TOKEN_LENGTH, fused_misfit
 
 __all__ = ["FUSED_DEEP_MOE", "MIN_TOKEN_LENGTH", "NAME", "LaunchTiling", "fused_inputs",
-           "fused_misfit", "launch_misfit", "launch_tiling"]
+           "fused_misfit", "launch_misfit", "launch_tiling",
+           "launch_window"]

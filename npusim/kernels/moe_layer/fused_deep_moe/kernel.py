@@ -136,6 +136,10 @@ def launch_tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
         timing_only)
 
 
+def launch_window(lt: LaunchTiling) -> Any:
+    return lt.window
+
+
 def fused_inputs(base: Arrays) -> Arrays:
     """The kernel's inputs from the family's per-rank arrays: w13 and its scale permuted
     (test_fused_deep_moe.py reshape_fusion_gmm_weight / permute_weight), w2's scale fp32
