@@ -8,6 +8,9 @@ its baseline (baseline_test, 155-233), one kernel after the other:
 4. ``gmm2``: npu_grouped_matmul with the bf16 per-channel scale and the per-token scale,
    bf16 out (gmm.py);
 5. ``low_latency_combine`` (MoeLowLatencyCombineV2), bf16.
+
+The expert kernels are torch_npu ops launched as plain tasks (kernel.task_launch_ns); the
+dispatch and combine keep the communication kernels' launch (kernel.launch_ns).
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from npusim.kernels.common.part import PartKernel
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep.common import OPTIONS as DEEPEP_OPTIONS
 from npusim.kernels.family import Misfit
-from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
+from npusim.kernels.kernel import Arrays, Phase, TensorSpec, const
 from npusim.kernels.moe_layer import tiling as tl
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
 from npusim.kernels.quant import BF16
+from npusim.kernels.vector_sample import TaskKernel
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
 
@@ -58,7 +62,7 @@ GROUPS = TensorSpec("group_list", I64, lambda t, r: (t.L,), "[L] rows per local 
 ROW_SCALES = lambda name, what: TensorSpec(name, F32, lambda t, r: (t.rows(r),), what)  # noqa: E731
 
 
-class Gmm1(Kernel):
+class Gmm1(TaskKernel):
     name = "gmm1"
     phases = (Phase("mm_compute", "every launched AIC: its blocks of every expert, int32 "
                     "straight into y"),)
@@ -75,7 +79,7 @@ class Gmm1(Kernel):
         return tiling.gmm1.cores
 
 
-class DequantSwigluQuant(Kernel):
+class DequantSwigluQuant(TaskKernel):
     name = "dequant_swiglu_quant"
     phases = (Phase("process", "maxCoreNum AIVs: per expert their share of its rows, "
                     "UbFactorDimx rows per pass"),)
@@ -93,7 +97,7 @@ class DequantSwigluQuant(Kernel):
         return tiling.dsq.cores
 
 
-class Gmm2(Kernel):
+class Gmm2(TaskKernel):
     name = "gmm2"
     phases = (Phase("mm_compute", "AIC: its blocks into the workspace ring"),
               Phase("vector_compute", "both AIVs: alternate row chunks of each block, "

@@ -25,7 +25,7 @@ from npusim.formats import BF16
 from npusim.kernels.common.limits import DISPATCH_V3_LIMITS
 from npusim.kernels.common.part import PartKernel
 from npusim.kernels.family import Misfit
-from npusim.kernels.kernel import Arrays, Kernel, Phase, TensorSpec, const
+from npusim.kernels.kernel import Arrays, Phase, TensorSpec, const
 from npusim.kernels.mc2 import family as mc2
 from npusim.kernels.mc2.options import OPTIONS as MC2_OPTIONS
 from npusim.kernels.moe_layer.a5 import tiling as tl
@@ -33,6 +33,7 @@ from npusim.kernels.moe_layer.a5.gmm import mx_gmm_program
 from npusim.kernels.moe_layer.a5.mx_quant import mx_quant_program
 from npusim.kernels.moe_layer.a5.swiglu import swiglu_program
 from npusim.kernels.quant import mx_quantize_bf16
+from npusim.kernels.vector_sample import TaskKernel
 from npusim.workload.routing import Routing
 from npusim.workload.shape import MoeShape
 
@@ -47,16 +48,7 @@ def mode_of(options: Mapping[str, Any]) -> str:
     return str(options["weight_dtype"])[-4:]
 
 
-class PlainLaunch(Kernel):
-    """A kernel of the torch_npu op library: a plain task launch without SHMEM set-up
-    (kernel.task_launch_ns, as the CANN samples' single kernels start), not the SHMEM
-    kernels' launch_ns."""
-
-    def launch_ns(self, hardware: Any) -> float | None:
-        return hardware.kernel.task_launch_ns
-
-
-class MxGmm(PlainLaunch):
+class MxGmm(TaskKernel):
     """GroupedMatmul MX: `which` 1 (x = expand_x, [L, H, 2I]) or 2 ([L, I, H])."""
 
     phases = (Phase("mm_compute", "every AIC: its base blocks of every expert (the "
@@ -89,7 +81,7 @@ class MxGmm(PlainLaunch):
         return self._gmm(tiling).cores
 
 
-class Swiglu(PlainLaunch):
+class Swiglu(TaskKernel):
     name = "swiglu"
     phases = (Phase("process", "the tiling's AIVs: their baseRowLen x baseColLen tiles"),)
     inputs = (TensorSpec("x", const(BF16), lambda t, r: (t.rows(r), t.intermediate),
@@ -104,7 +96,7 @@ class Swiglu(PlainLaunch):
         return tiling.swiglu.cores
 
 
-class DynamicMxQuant(PlainLaunch):
+class DynamicMxQuant(TaskKernel):
     name = "dynamic_mx_quant"
     phases = (Phase("process", "rowTileNum x colTileNum AIVs: their rows in UB passes"),)
     inputs = (TensorSpec("x", const(BF16), lambda t, r: (t.rows(r), t.intermediate // 2),
