@@ -54,10 +54,11 @@ class MoeLayer(ExchangeFamily):
     ops = tuple(k for f in forms.FORMS for k in f.kernels)
     runs = {"moe_layer": forms.FORMS[0].run}
     shape_limits = LIMITS
-    # advise: a shape of op moe_layer in each form (a form the preset has no build of,
-    # or whose weights differ, is listed as refused)
+    # advise: a shape of op moe_layer in each form; the dispatch's quantisation is the
+    # chip's (per-token INT8 with int8 weights on the A3, MX FP8 with MX weights on the
+    # 950), so it picks the kernels
     variants = tuple(Variant(n, {"form": n}) for n in forms.NAMES)
-    dispatch_quants = {"int8": {}}
+    dispatch_quants = {"int8": {"weight_dtype": "int8"}, "mxfp8": {"weight_dtype": "fp8_e4m3"}}
     combine_quants = {"none": {}}
     options = (
         Option("form", "choice", "unfused", "unfused: the chain of kernels the DeepEP "
