@@ -162,7 +162,9 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
     for one in legs:
         runs.append(shifted(one.run, clock))
         samples += [replace(s, t_ns=s.t_ns + clock) for s in one.samples] if clock else one.samples
-        clock += one.clock_ns
+        # the next kernel on the streams starts once this one has ended: its cores' clocks
+        # may run ahead of the machine's last event (the pipes draining their last writes)
+        clock += max(one.clock_ns, one.run.end_ns)
     extra = userguard.call(fam, "run_fields", t, runs, check=userguard.field_dicts(len(runs)))
     for run, fields in zip(runs, extra, strict=True):
         run.family_fields.update(fields)
@@ -216,7 +218,7 @@ class Leg:
     """One op simulated on an idle machine from t = 0."""
 
     run: OpRun
-    clock_ns: float  # the machine's clock when the op was over: where the next op starts
+    clock_ns: float  # the machine's clock when the op's last event had run
     events: int
     samples: list[Sample]
 

@@ -3,11 +3,8 @@ layer (the sum of its kernels' device times: test_fused_deep_moe.py sums the pro
 per-kernel averages), on the last kernel of the run, so a form of one kernel and a chain
 of five report the same fields.
 
-- `layer_latency_us`: the sum of the kernels' latencies (each from its launch on the
-  earliest rank to its end on the latest);
-- `layer_span_us`: from the first kernel's start to the last one's end (kernels on a
-  rank's stream start when that rank's previous kernel ends, so the chain can be shorter
-  than the sum);
+- `layer_latency_us`: the sum of the kernels' latencies (each from its launch to its end
+  on the latest rank; the next kernel starts then, so this is also the chain's span);
 - `layer_ops_us`: each kernel's latency;
 - where a kernel reports `overlap` (npusim.kernels.common.overlap.layer_fields),
   `communication_hidden_us` and `communication_exposed_us`: its communication time behind
@@ -32,7 +29,6 @@ def layer_fields(runs: Sequence[Any]) -> list[dict[str, Any]]:
     ops = {r.op: _us(r.end_ns - r.start_ns) for r in runs}
     last: dict[str, Any] = {
         "layer_latency_us": _us(sum(r.end_ns - r.start_ns for r in runs)),
-        "layer_span_us": _us(runs[-1].end_ns - runs[0].start_ns),
         "layer_ops_us": ops}
     split = [v for r in runs for v in (r.family_fields.get("overlap") or {}).values()]
     if split:

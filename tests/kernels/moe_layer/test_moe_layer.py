@@ -59,7 +59,10 @@ def test_timing_only_runs_the_same_time(tmp_path):
                                        timing_only=True))
     for a, b in zip(full.ops, fast.ops, strict=True):
         assert (a.op, a.end_ns - a.start_ns) == (b.op, b.end_ns - b.start_ns)
-    # the layer's figures sit on the last kernel: the sum of the five kernels' times
+    # the layer's figures sit on the last kernel: the sum of the five kernels' times; each
+    # kernel starts when the one before has ended
+    for a, b in zip(fast.ops, fast.ops[1:], strict=False):
+        assert b.start_ns >= a.end_ns
     last = fast.ops[-1].family_fields
     assert last["layer_ops_us"] == {o.op: round((o.end_ns - o.start_ns) / 1e3, 4)
                                     for o in fast.ops}
