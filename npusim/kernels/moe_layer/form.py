@@ -37,7 +37,7 @@ class Form:
     window: Callable[[Any], Any]
     make_inputs: Callable[[MoeShape, Mapping[str, Any], str, Routing, bool], list[Arrays]]
     op_inputs: Callable[[str, Any, list[Arrays], list[Arrays] | None], list[Arrays]]
-    source: str  # where the kernels' build for `chip` is declared
+    source: str  # the kernels' build for `chip`: "<the op's host file:line> (AddConfig ...)"
 
     @property
     def run(self) -> tuple[str, ...]:
@@ -49,7 +49,7 @@ def pick(forms: Sequence[Form], options: Mapping[str, Any] | None) -> Form:
     a workload as written: defaults left out)."""
     o = options or {}
     name, chip = o.get("form", "unfused"), "a5" if o.get("weight_dtype") in MX_WEIGHTS else "a3"
-    named = [f for f in forms if f.name == name]
+    named = [f for f in forms if f.name == name] or list(forms)
     return next((f for f in named if f.chip == chip), named[0])
 
 
@@ -63,7 +63,7 @@ def chip_misfit(forms: Sequence[Form], form: Form, options: Mapping[str, Any],
     if other is not None:
         wd = options.get("weight_dtype", "int8")
         return Misfit("workload.weight_dtype", f"{wd}: {form.name} on {hardware_name} runs "
-                      f"the kernels {other.source} builds, whose weights are "
+                      f"the kernels of {other.source}, whose weights are "
                       f"{' or '.join(other.weights)}; allowed: {', '.join(other.weights)}")
     chips = sorted({f.chip for f in forms if f.name == form.name})
     presets = ", ".join(PRESET_OF_CHIP[c] for c in chips)

@@ -187,14 +187,12 @@ def buffsize(shape: MoeShape, options: Mapping[str, Any]) -> int:
 
 
 def dfc_misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Misfit | None:
-    """The host's checks and what npusim does not model, one line each."""
-    if hardware.chip.arch == "ascend950":
-        return Misfit("hardware.chip.arch", "ascend950: DispatchFFNCombine has no A5 build "
-                      "(dispatch_ffn_combine_def.cpp:78 AddConfig(\"ascend910_93\") only); "
-                      "allowed: atlas_a3")
+    """The host's checks and what npusim does not model, one line each (the chip is the
+    family's check: form.chip_misfit)."""
     if options["weight_dtype"] != "int8":
         return Misfit("workload.weight_dtype", f"{options['weight_dtype']}: int8 weights "
-                      "only (deep_ep.cpp 1276-1285 asserts bf16 'not yet supported'); "
+                      "only (deep_ep.cpp 1278-1285 calls aclnnDispatchFFNCombine for int8 "
+                      "weight1 and asserts any other dtype 'not yet supported'); "
                       "allowed: int8")
     n = options["intermediate"]
     if n % 2:

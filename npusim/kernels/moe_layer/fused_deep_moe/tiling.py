@@ -114,11 +114,8 @@ def fused_misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any
                  ) -> Misfit | None:
     """The first host check the shape fails, in the order FusedDeepMoeTilingFuncImpl
     runs them (the attribute checks at tiling.cpp:331, the window at 343, CheckData at
-    362), then the layouts npusim does not model; or None."""
-    if hardware.chip.arch != "ascend910_93":
-        return Misfit("hardware", f"{hardware.name}: FusedDeepMoe is built for "
-                      "ascend910_93 only (fused_deep_moe.cpp:59-69, AddConfig); allowed: "
-                      "atlas_a3")
+    362), then the layouts npusim does not model; or None (the chip is the family's
+    check: form.chip_misfit)."""
     wd = options.get("weight_dtype", "int8")
     if wd != "int8":
         return Misfit("workload.weight_dtype", f"{wd}: FusedDeepMoe's weights are INT8 "
