@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from npusim.hw.config import load_hardware
+from npusim.kernels.moe_layer.family import FAMILY
 from npusim.kernels.moe_layer.fused_deep_moe import tiling as ft
 from npusim.workload.shape import MoeShape
 
@@ -62,8 +63,11 @@ def test_refusals_name_the_key_the_limit_and_the_source(kw, opts, key, words):
 
 
 def test_other_chips_are_refused():
-    got = ft.fused_misfit(shape(), OK, load_hardware("atlas_a2"))
-    assert got is not None and got.key == "hardware" and "allowed: atlas_a3" in got.message
+    """The family's check: FusedDeepMoe has an A3 and an A5 build, none for the A2."""
+    got = FAMILY.misfit(shape(), {**OK, "form": "fused_deep_moe"}, load_hardware("atlas_a2"),
+                        "moe_layer")
+    assert got is not None and got.key == "hardware"
+    assert "allowed: atlas_a3, ascend950" in got.message
 
 
 def test_global_bs_sets_max_bs():
