@@ -87,7 +87,7 @@ SCALE = {f"a3_w{w}_bs{bs}_int8_timing": _a3_ep(w, bs) for w, bs in ((64, 128), (
 CASES.update(SCALE)
 
 # The supernode group (--supernode): DeepEP normal mode on the A3 at 4096 tokens per rank,
-# timing only, from the shipped scenarios (minutes to an hour each and gigabytes, so never
+# timing only, from the shipped scenarios (a quarter of an hour to over an hour each, so never
 # by default; one by its full name with --only). EP 128 has four times EP 32's selections.
 SUPERNODE = {f"deepep_a3_normal_ep{w}_bs4096": f"scenarios/deepep/a3_normal_ep{w}_bs4096.yaml"
              for w in (32, 64, 128)}
@@ -192,7 +192,7 @@ def main() -> int:
                          "each) instead of the standard set; --only picks among them")
     ap.add_argument("--supernode", action="store_true",
                     help="run the supernode group (DeepEP normal mode, A3, EP 32/64/128 at 4096 "
-                         "tokens, timing only: minutes to an hour and gigabytes each) instead "
+                         "tokens, timing only: a quarter of an hour to over an hour each) instead "
                          "of the standard set; --only picks among them")
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--check", help="compare with this baseline JSON (exit 1 on a regression)")
