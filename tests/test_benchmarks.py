@@ -112,6 +112,44 @@ def test_every_scale_case_is_a_scenario_the_window_holds():
         scenario(run._a3_ep(768, 84))
 
 
+def test_supernode_cases_are_the_shipped_normal_mode_scenarios():
+    """The supernode group runs DeepEP normal mode on the A3 at 4096 tokens, timing only,
+    at EP 32, 64 and 128, from the scenario files themselves, and none of it by default."""
+    from npusim.scenario import load_scenario
+
+    run = _script()
+    for name, path in run.SUPERNODE.items():
+        sc = load_scenario(SCRIPT.parents[1] / path)
+        w = sc.workload
+        assert (w.kernel, w.op, w.shape.BS, w.options["mode"]) == (
+            "deepep", "dispatch_combine", 4096, "normal")
+        assert w.timing_only and sc.hardware.name == "atlas_a3"
+        assert name == f"deepep_a3_normal_ep{sc.tiling.W}_bs4096"
+    assert all(f"_ep{w}_" in n for w, n in zip((32, 64, 128), run.SUPERNODE, strict=True))
+    assert set(run.SUPERNODE_TARGETS) <= set(run.SUPERNODE)
+    assert not set(run.SUPERNODE) & set(run.DEFAULT)
+
+
+def test_supernode_line_weighs_wall_and_peak_against_the_target():
+    run = _script()
+    row = {"name": "deepep_a3_normal_ep128_bs4096", "wall_s": 540.0, "cpu_s": 1000.0,
+           "events": 100_000_000, "peak_rss_mib": 2048.0, "peak_rss_forked_mib": 2048.0}
+    line = run._supernode_line(dict(row), 2e6, 2e6)
+    assert "9.0 min wall" in line and "4.3 GB peak" in line and ": met)" in line
+    assert "CPU over wall 1.85" in line and "20 loop events per event" in line
+    assert "NOT met" in run._supernode_line(dict(row, wall_s=601.0), 2e6, 2e6)
+    assert "NOT met" in run._supernode_line(dict(row, peak_rss_forked_mib=9500.0), 2e6, 2e6)
+
+
+def test_scale_and_supernode_together_is_a_one_line_usage_error():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--scale", "--supernode"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--scale with --supernode" in lines[0]
+    assert out.stdout == ""
+
+
 @pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="Linux pagemap")
 def test_memory_breakdown_counts_the_pages_written_and_not_those_only_read():
     import numpy as np
