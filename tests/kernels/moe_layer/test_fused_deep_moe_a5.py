@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from npusim import sim
+from npusim.kernels.moe_layer.fused_deep_moe.swizzle import block_coord
 from npusim.kernels.moe_layer.fused_deep_moe_a5 import reference as ref
 from npusim.kernels.moe_layer.fused_deep_moe_a5.inputs import mx_weights_of
-from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import BlockWalk, block_coord
+from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import BlockWalk
 from npusim.kernels.quant import BF16
 from npusim.scenario import Scenario, load_scenario
 from tests.kernels.moe_layer.layerhelp import assert_refused

@@ -17,6 +17,7 @@ from typing import Any
 
 from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.family import Misfit
+from npusim.kernels.moe_layer.fused_deep_moe.swizzle import block_coord
 from npusim.kernels.shape import OnShape
 from npusim.units import MiB, ceil_div
 from npusim.workload.shape import MoeShape
@@ -25,7 +26,6 @@ TILING = "fused_deep_moe_tiling.cpp"
 # fused_deep_moe_a5_tiling.h 63-77: both GEMMs' L1 tile 256 x 256 x 256, L0 K 128,
 # epilogue tile 64 x 256, GemmIdentityBlockSwizzle<3, 0>
 TILE_M, TILE_N, TILE_K, L0_K, EPI_M = 256, 256, 256, 128, 64
-SWIZZLE_OFFSET = 3
 MX_BLOCK = 32  # MX_SCALE_GROUP_NUM: one E8M0 scale per 32 elements of K
 TOKEN_EXTRA_SPACE = 512  # G1 29: a dispatched token's scales + flag, rounded up to this
 TOKEN_FLAG = 0x55555555  # G1 45, TOKEN_FLAG_1: state 0, the first launch's token flag
@@ -116,21 +116,6 @@ class A5Tiling(MixLaunch, OnShape):
 
     def gemm2_blocks(self, m: int) -> int:
         return ceil_div(m, TILE_M) * ceil_div(self.H, TILE_N)
-
-
-def block_coord(task: int, m_loops: int, n_loops: int) -> tuple[int, int]:
-    """GemmIdentityBlockSwizzle<3, 0>::GetBlockCoord (catlass block_swizzle.hpp): the
-    (m, n) tile of task `task`. Direction 0 walks bands of three M tiles (the last band
-    what is left), down each band's rows one N column at a time; odd bands run their N
-    columns backwards."""
-    bands = ceil_div(m_loops, SWIZZLE_OFFSET)
-    band, inside = divmod(task % (m_loops * n_loops), SWIZZLE_OFFSET * n_loops)
-    rows = SWIZZLE_OFFSET if band < bands - 1 else m_loops - SWIZZLE_OFFSET * band
-    m = band * SWIZZLE_OFFSET + inside % rows
-    n = inside // rows
-    if band % 2:
-        n = n_loops - 1 - n
-    return m, n
 
 
 @dataclass(frozen=True)
