@@ -37,7 +37,7 @@ class Form:
     window: Callable[[Any], Any]
     make_inputs: Callable[[MoeShape, Mapping[str, Any], str, Routing, bool], list[Arrays]]
     op_inputs: Callable[[str, Any, list[Arrays], list[Arrays] | None], list[Arrays]]
-    source: str  # the kernels' build for `chip`: "<the op's host file:line> (AddConfig ...)"
+    source: str  # the kernels' build for `chip`: "<the op's host file:line>, AddConfig(...)"
 
     @property
     def run(self) -> tuple[str, ...]:

@@ -73,13 +73,13 @@ FORMS = (
     Form("fused_deep_moe", "a3", ("int8",), (fdm.FUSED_DEEP_MOE,), fdm.LaunchTiling,
          fdm.launch_tiling, fdm.fused_misfit, fdm.launch_misfit, fdm.launch_window,
          _fdm_inputs, _fdm_op_inputs,
-         f"op_host/fused_deep_moe.cpp:59-69 (AddConfig {A3_BUILD})"),
+         f"op_host/fused_deep_moe.cpp:59-69, AddConfig({A3_BUILD})"),
     Form("fused_deep_moe", "a5", tuple(fdm_a5_tl.MODES), (fdm_a5.KERNEL,), fdm_a5_tl.A5Tiling,
          fdm_a5.tiling, _a5_misfit, fdm_a5.tiling_misfit, fdm_a5.A5Window,
          _fdm_a5_inputs, _as_given,
-         "op_host/fused_deep_moe_a5/fused_deep_moe.cpp (AddConfig ascend950)"),
+         "op_host/fused_deep_moe_a5/fused_deep_moe.cpp, AddConfig(ascend950)"),
     Form("dispatch_ffn_combine", "a3", ("int8",), (dfc.DFC,), dfc.DfcTiling, dfc.tiling,
          dfc.misfit, dfc.tiling_misfit, dfc.segment, _dfc_inputs, _as_given,
-         f"op_host/dispatch_ffn_combine_def.cpp:78 (AddConfig {A3_BUILD} only)"),
+         f"op_host/dispatch_ffn_combine_def.cpp:78, AddConfig({A3_BUILD}) only"),
 )
 NAMES = tuple(dict.fromkeys(f.name for f in FORMS))
