@@ -87,7 +87,6 @@ class CubeBlock:
         self.b_readers: list[Any] = [None, None]
         self.l0_readers: list[Any] = [None, None]
         self.out: Any = None  # the FixPipe still reading L0C
-        self.note: Any = None  # called with each mmad (a fused kernel's overlap notes)
 
     def _load_a(self, ctx: KernelContext, x: Any, row0: int, rows: int, step: int) -> list:
         t, p = self.t, step % 2

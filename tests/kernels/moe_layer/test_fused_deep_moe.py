@@ -104,3 +104,17 @@ def test_h_below_1024_reaches_the_fused_form_only(tmp_path):
     assert layer_scenario(tmp_path, **FUSED).workload.shape.H == 512
     with pytest.raises(InputError, match="allowed: 1024..8192"):
         layer_scenario(tmp_path, name="unfused", h=512)
+
+
+def test_the_cube_block_keeps_the_note_it_is_given():
+    """FusedDeepMoe's GEMMs note each mmad through CubeBlock's `note` (its overlap figures
+    count the cube's busy time); the block must keep the callable it was built with."""
+    from types import SimpleNamespace
+
+    from npusim.kernels.moe_layer.gmm import CubeBlock
+    from npusim.kernels.moe_layer.tiling import GmmTiling
+
+    ctx = SimpleNamespace(alloc=lambda *a, **k: object())
+    seen: list = []
+    t = GmmTiling(256, 512, 128, 2, 256, 128, 128, 4, 4, 24, 256)
+    assert CubeBlock(ctx, t, note=seen.append).note == seen.append
