@@ -12,6 +12,7 @@ from npusim import sim
 from npusim.errors import InputError
 from npusim.kernels.moe_layer.dispatch_ffn_combine import family as dfc_family
 from npusim.kernels.moe_layer.dispatch_ffn_combine import reference as ref
+from npusim.kernels.moe_layer.dispatch_ffn_combine import tiling
 from npusim.kernels.moe_layer.dispatch_ffn_combine.family import weights_of
 from tests.kernels.moe_layer.layerhelp import layer_scenario
 
@@ -58,6 +59,31 @@ def test_the_layer_matches_the_reference(tmp_path, W, k, L, bs, i2, h):
         assert out["expert_token_nums"].tolist() == glob[r * L:(r + 1) * L].tolist()
         assert out["expert_token_nums"].tolist() == st.expert_token_nums.tolist()
         assert _bits(out["out"]) == _bits(want.y[r])
+
+
+def test_the_one_core_sort_path_matches_the_reference(tmp_path):
+    """2496 routes at H 8192: 2496 * 4 * 9 + 32 + 64 + 13 * 8192 > 196352 B, so IsFullLoad
+    is false, and 2496 <= 6112 fits one sort: tiling key 11000 (sort on core 0, split
+    count, scatter, gather)."""
+    sc = layer_scenario(tmp_path, ep_world_size=2, k=4, experts_per_rank=2, bs=624,
+                        intermediate=256, h=8192, **FORM)
+    assert not sc.tiling.full_load and sc.tiling.gather_cores == 40
+    res = sim.simulate(sc)
+    want = dfc_reference(sc)
+    (op,) = res.ops
+    for r in range(2):
+        assert op.outputs[r]["expert_token_nums"].tolist() == (
+            want.stages[r].expert_token_nums.tolist())
+        assert _bits(op.outputs[r]["out"]) == _bits(want.y[r])
+
+
+def test_routing_tiling_by_hand():
+    """sortLoopMaxElement = 196352 / 32 aligned to 32 = 6112; at H 7168, 4096 routes need
+    4096 * 4 * 9 + 64 + 13 * 7168 > 196352 B, so not full load, one-core sort."""
+    assert tiling.sort_loop_max() == 6112
+    assert tiling.routing_fits(256 * 8, 7168, 256)
+    assert not tiling.routing_fits(512 * 8, 7168, 256)
+    assert tiling.routing_fits(2464, 8192, 4) and not tiling.routing_fits(2496, 8192, 4)
 
 
 def test_timing_only_runs_the_same_time(tmp_path):

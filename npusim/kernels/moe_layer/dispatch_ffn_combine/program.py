@@ -29,6 +29,7 @@ from npusim.kernels.moe_layer.dispatch_ffn_combine.unpermute import unpermute
 from npusim.kernels.quant import BF16
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
+from npusim.units import align_up
 
 I8, I32, I64, F32, F16 = (const(np.int8), const(np.int32), const(np.int64),
                           const(np.float32), const(np.float16))
@@ -53,6 +54,9 @@ OUTPUTS = (
 )
 SCRATCH = (
     _spec("expanded_row_idx", I32, lambda t, r: (t.routes,), "route -> sorted position"),
+    _spec("sort_workspace", I32, lambda t, r: (2 * align_up(t.routes, 8),),
+          "one-core sort: sorted ids, then their routes"),
+    _spec("assist", I32, lambda t, r: (256,), "MoeV2SrcToDstOp's assist table"),
     _spec("cumsum_mm", I32, lambda t, r: (t.W * t.L,), "rows from ranks 0..i per expert"),
     _spec("pre_sum_before_rank", I32, lambda t, r: (t.W * t.L,), "rank i's rows before this "
           "rank's expert g"),

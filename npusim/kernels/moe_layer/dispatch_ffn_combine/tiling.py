@@ -14,8 +14,12 @@ Sizes, with M = BS (x's rows), N = 2I (w1's last dim), K = H:
   (dispatch_ffn_combine.h 241-242);
 - the routing step runs the full-load dynamic-quant kernel (tiling key 21000) when the
   sort and a row fit the 196352 B UB the host assumes (tiling.cpp 221-232,
-  IsFullLoad / IsFullLoadDynamicQuant); its gather splits BS * topK routes over
-  2 * BLOCK_NUM = 40 AIVs (Tiling4GatherDynamicQuant), whatever the launch has.
+  IsFullLoad / IsFullLoadDynamicQuant), else, while BS * topK fits one sort
+  (sortLoopMaxElement), tiling key 11000: the one-core sort, then the split count, scatter
+  and gather (routing_quant.py), whose row indices and 21 rows of H (H <= 8192, the
+  family's limit) always fit one loop (Tiling4GatherDynamicQuant); its gather splits
+  BS * topK routes over 2 * BLOCK_NUM = 40 AIVs (Tiling4GatherDynamicQuant), whatever
+  the launch has.
 """
 
 from __future__ import annotations
@@ -155,6 +159,11 @@ class DfcTiling:
         return ceil_div(self.routes, self.gather_rows)
 
     @property
+    def full_load(self) -> bool:
+        """Tiling key 21000 (the full-load kernel) rather than 11000 (one-core sort)."""
+        return routing_fits(self.routes, self.H, self.W * self.L)
+
+    @property
     def sort_num(self) -> int:
         return align_up(self.routes, SORT32)
 
@@ -212,12 +221,12 @@ def dfc_misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Mi
     if mb < need:
         return Misfit("workload.hccl_buffsize", f"{mb} MB: M * topK * K * 3 + 10 MB = {need} "
                       f"MB must fit HCCL_BUFFSIZE ({SRC}:250-258); allowed: >= {need}")
-    if not routing_fits(shape.BS * shape.K, shape.H, shape.W * shape.L):
-        return Misfit("workload.bs", f"{shape.BS} tokens x top-{shape.K} at H {shape.H}: "
-                      "moe_init_routing takes its multi-core sort path (IsFullLoad false, "
-                      "moe_init_routing_quant_v2_tiling.h:111-124), not modelled; allowed: "
-                      f"BS * K <= {sort_loop_max()} with H <= {MAX_COLS_ONE_LOOP_QUANT} and "
-                      "the sort and 13 rows of H in 196352 B")
+    total = shape.BS * shape.K
+    if total > sort_loop_max():
+        return Misfit("workload.bs", f"{shape.BS} tokens x top-{shape.K}: BS * K > "
+                      "sortLoopMaxElement takes moe_init_routing's multi-core sort (tiling "
+                      "key 11010, moe_init_routing_quant_v2_tiling.h:153-154), not "
+                      f"modelled; allowed: BS * K <= {sort_loop_max()}")
     return None
 
 
