@@ -34,6 +34,7 @@ from npusim.runtime import userguard
 from npusim.runtime.launch import LaunchResult, launch
 from npusim.runtime.symmetric import heap_tensor
 from npusim.scenario import Scenario
+from npusim.values import is_integer
 
 
 def load_inputs(scenario: Scenario) -> list[Arrays]:
@@ -84,13 +85,14 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     the experts, and a kernel reads nothing of the previous one but its output tensors.
 
     workers >= 2 (two kernels or more, where os.fork exists, and the family declares a
-    reference of the first kernel's outputs and a digest of what the second reads): the
-    second kernel is simulated in a forked process while the first runs, on the reference
-    outputs. It is kept only if the
-    simulated first kernel wrote exactly what the second reads of them (the family's
-    digest); otherwise it is simulated again on what was written. So the result is the
-    same as with workers = 1, byte for byte. `keep_inputs` keeps every kernel's input
-    arrays in its OpRun (for `npusim run --tensors`).
+    reference of a kernel's outputs and a digest of what the next reads): the kernel the
+    family names (`Family.ahead`: the second by default, DeepEP normal mode's combine) is
+    simulated in a forked process on the reference outputs of the kernel before it, while
+    the kernels before it run here. It is kept only if the simulated kernel before it wrote
+    exactly what it reads of them (the family's digest); otherwise it is simulated again
+    on what was written. So the result is the same as with workers = 1, byte for byte.
+    `keep_inputs` keeps every kernel's input arrays in its OpRun (for `npusim run
+    --tensors`).
     """
     with userguard.session(scenario.run.wall_time_limit_s):
         return _simulate(scenario, detailed_trace, progress, workers, keep_inputs)
@@ -128,26 +130,28 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
                                 scenario.run.wall_time_limit_s))
 
     ahead: Forked | None = None
-    how_ahead = ""
+    how_ahead, at = "", 0
     if workers >= 2 and len(kernels) >= 2 and Forked.available():
         if may_need_tables(scenario.workload.dtype, scenario.workload.options):
             tables()  # built once here rather than once in each process
-        ahead, how_ahead = _speculate(fam, kernels, t, inputs, leg)
+        ahead, how_ahead, at = _speculate(fam, kernels, t, inputs, leg)
     legs: list[Leg] = []
     previous: list[Arrays] | None = None
     try:
         for i, kernel in enumerate(kernels):
             if progress:
-                progress(kernel.name)
+                progress(kernel.name if ahead is None or i >= at else
+                         f"{kernel.name}; {kernels[at].name} simulated ahead in a second process")
             got = None
-            if i == 1 and ahead is not None:
+            if i == at and ahead is not None:
                 found, ahead = ahead.result(), None
+                before = kernels[at - 1].name
                 if found is None:
                     how_ahead = f"redone: the forked {kernel.name} did not finish"
-                elif found[0] != userguard.call(fam, "next_reads", kernels[0].name, t,
+                elif found[0] != userguard.call(fam, "next_reads", before, t,
                                                 inputs, previous, check=userguard.digest):
-                    how_ahead = (f"redone: the simulated {kernels[0].name} wrote other outputs "
-                                 f"than {fam.name}'s numpy reference {kernels[0].name}")
+                    how_ahead = (f"redone: the simulated {before} wrote other outputs "
+                                 f"than {fam.name}'s numpy reference {before}")
                 else:
                     got, how_ahead = found[1], "kept"
             if got is None:
@@ -191,13 +195,23 @@ def _free_last_machine() -> None:
 
 
 def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list[Arrays],
-               leg: Callable[[Kernel, list[Arrays] | None], Leg]) -> tuple[Forked | None, str]:
-    """The second kernel forked on the reference outputs of the first, if the family
-    declares both the reference and the digest of what the next kernel reads (references,
-    chains); (None, why) when it does not or no process can be started."""
-    first, second = kernels[0], kernels[1]
+               leg: Callable[[Kernel, list[Arrays] | None], Leg]
+               ) -> tuple[Forked | None, str, int]:
+    """The kernel the family names (`ahead`: the one starting the longest tail) forked on
+    the reference outputs of the kernel before it, if the family declares both the
+    reference and the digest of what the next kernel reads (references, chains), with its
+    index: the main process simulates the kernels before it meanwhile. (None, why, 0) when
+    the family declares none or no process can be started."""
     if not (fam.references and fam.chains):
-        return None, ""
+        return None, "", 0
+    names = tuple(k.name for k in kernels)
+
+    def index(value: object) -> str | None:
+        ok = is_integer(value) and 1 <= value < len(names)  # type: ignore[operator]
+        return None if ok else f"an index of {', '.join(names)} from 1"
+
+    at = int(userguard.call(fam, "ahead", names, check=index))
+    first, second = kernels[at - 1], kernels[at]
 
     def work() -> tuple[bytes, Leg] | None:
         assumed = userguard.call(fam, "reference_outputs", first.name, t, inputs,
@@ -208,9 +222,9 @@ def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list
                                check=userguard.digest), leg(second, assumed))
 
     try:
-        return Forked(work), ""
+        return Forked(work), "", at
     except OSError as exc:  # one process it is
-        return None, f"redone: no second process ({exc.strerror or exc})"
+        return None, f"redone: no second process ({exc.strerror or exc})", 0
 
 
 @dataclass

@@ -236,6 +236,13 @@ class Family:
         """What a correct `kernel` writes (numpy), or None when the family gives none."""
         return None
 
+    def ahead(self, kernels: Sequence[str]) -> int:
+        """Which of an op's kernels (its index, at least 1) the driver may simulate ahead on
+        the reference outputs of the one before it (references, chains): the kernel that
+        starts the longest tail, so the second process takes the most work; the second by
+        default."""
+        return 1
+
     def run_fields(self, tiling: Any, runs: Sequence[Any]) -> list[dict[str, Any]]:
         """Figures of a call that need the other calls of the run (a published time that
         spans two kernels), one dict per OpRun in run order, merged into its

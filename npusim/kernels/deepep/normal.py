@@ -14,7 +14,7 @@ rank can receive.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -297,8 +297,9 @@ class Normal(DeepepMode):
 
     def pair_bytes(self, tiling: DeepepTiling, op: str, timing_only: bool, workers: int) -> int:
         """Dispatch: the record's window slot and its recv_x row with scale and triple;
-        combine: its window slot and, functional, its input row. Dispatch's machine is freed
-        before combine's (a second worker runs notify_dispatch, which holds no rows)."""
+        combine: its window slot and, functional, its input row. With one worker dispatch's
+        machine is freed before combine's; with two the forked combine runs beside the
+        dispatch on the reference dispatch's rows (`ahead`), so both at once."""
         t, kernels = tiling, self.runs[op]
         kept = t.payload_bytes + t.scale_bytes + 12
         dispatch = t.window.disp + kept if DISPATCH.name in kernels else 0
@@ -307,6 +308,8 @@ class Normal(DeepepMode):
             combine = t.window.combine_row + (0 if timing_only else 2 * t.H)
         if not dispatch or not combine:
             return dispatch + combine
+        if workers >= 2:
+            return dispatch + kept + combine
         return max(dispatch, kept + combine)
 
     # ---- the chain: every kernel's inputs from the run's inputs and earlier outputs
@@ -379,13 +382,10 @@ class Normal(DeepepMode):
 
     def _combine_inputs(self, t: DeepepTiling, inputs: list[Arrays], lay: list[Arrays],
                         note: list[Arrays], previous: list[Arrays] | None) -> list[Arrays]:
+        disp = previous if previous is not None else self._assumed_dispatch(t, inputs)
         if t.timing_only:  # the simulated records carry no triple (dispatch.fill_triple)
             triples = self._expand_idx(t, inputs)
-            disp = previous if previous is not None else [
-                {"recv_x": np.zeros((t.rows_capacity, t.recv_cols), t.out_dtype)}
-                for _ in inputs]
         else:
-            disp = previous if previous is not None else self._reference_dispatch(t, inputs)
             triples = [d["expand_idx"] for d in disp]
         res = []
         for a, n, d, idx in zip(inputs, note, disp, triples, strict=True):
@@ -402,6 +402,14 @@ class Normal(DeepepMode):
                         "topk_idx": a["topk_idx"].astype(I32), "topk_weights": a["topk_weights"]})
         return res
 
+    def _assumed_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
+        """The dispatch's outputs a combine without a simulated dispatch reads (timing-only:
+        zero rows, as a dispatch that moves no payload leaves them)."""
+        if t.timing_only:
+            return [{"recv_x": np.zeros((t.rows_capacity, t.recv_cols), t.out_dtype)}
+                    for _ in inputs]
+        return self._reference_dispatch(t, inputs)
+
     def _reference_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
         mod = ref_a5 if t.platform == "a5" else ref
         got = mod.dispatch([a["x"] for a in inputs], [a["topk_idx"] for a in inputs],
@@ -416,15 +424,36 @@ class Normal(DeepepMode):
         got = ref.source_triples([a["topk_idx"] for a in inputs], self._sizes(t))
         return [_padded(tr.reshape(-1), 3 * t.rows_capacity) for tr in got]
 
+    def ahead(self, kernels: Sequence[str]) -> int:
+        """The combine when the op runs one after its dispatch: it is the longest leg the
+        main process would otherwise run after layout, notify and dispatch."""
+        combine = self.runs["dispatch_combine"][3]
+        return kernels.index(combine) if combine in kernels[1:] else 1
+
     def reference_outputs(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays]
                           ) -> list[Arrays] | None:
-        if kernel != LAYOUT.name:
-            return None
-        return [ref.layout(a["topk_idx"], self._sizes(tiling)) for a in inputs]
+        if kernel == LAYOUT.name:
+            return [ref.layout(a["topk_idx"], self._sizes(tiling)) for a in inputs]
+        if kernel == self.runs["dispatch_combine"][2]:
+            return self._assumed_dispatch(tiling, inputs)
+        return None
 
     def next_reads(self, kernel: str, tiling: DeepepTiling, inputs: list[Arrays],
                    outputs: list[Arrays]) -> bytes:
+        """The layout's: what notify and dispatch read of it. The dispatch's: every input
+        array of the combine, built as op_inputs builds them (the notify's outputs are
+        those of the run's chain: simulated in the run, the reference in a forked
+        combine), so an equal digest means an identical combine."""
         h = hashlib.sha256()
+        if kernel != LAYOUT.name:
+            t = tiling
+            for arrays in self._combine_inputs(t, inputs, self._layout(t, inputs),
+                                               self._notify(t, inputs), outputs):
+                for name, a in sorted(arrays.items()):
+                    c = np.ascontiguousarray(a)
+                    h.update(f"{name} {c.dtype.str} {c.shape}".encode())
+                    h.update(c.view(np.uint8).reshape(-1) if c.size else b"")
+            return h.digest()
         for o in outputs:
             for name in ("num_tokens_per_expert", "send_token_idx_small"):
                 h.update(np.ascontiguousarray(o[name], I32).tobytes())

@@ -249,11 +249,13 @@ class NormalShmem(Normal):
         return None
 
     def pair_bytes(self, tiling: DeepepTiling, op: str, timing_only: bool, workers: int) -> int:
-        """Dispatch: the row and scale it lands in expand_x; combine: its input row."""
+        """Dispatch: the row and scale it lands in expand_x; combine: its input row; with
+        two workers the forked combine's reference dispatch rows as well."""
         t, kernels = tiling, self.runs[op]
         dispatch = sl.expand_row_bytes(t) + 4 if SHMEM_DISPATCH.name in kernels else 0
         combine = 0 if timing_only or SHMEM_COMBINE.name not in kernels else 2 * t.H
-        return dispatch + combine
+        reference = dispatch if workers >= 2 and SHMEM_COMBINE.name in kernels else 0
+        return dispatch + combine + reference
 
     # ---- the chain (Normal.op_inputs with these steps)
     def _notify(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
@@ -268,7 +270,7 @@ class NormalShmem(Normal):
 
     def _combine_inputs(self, t: DeepepTiling, inputs: list[Arrays], lay: list[Arrays],
                         note: list[Arrays], previous: list[Arrays] | None) -> list[Arrays]:
-        disp = previous if previous is not None else self._shmem_dispatch(t, inputs)
+        disp = previous if previous is not None else self._assumed_dispatch(t, inputs)
         return [{"x": self._combine_rows(t, d), "ep_send_counts": n["put_offset"],
                  "expert_scales": a["topk_weights"], "expand_ids": a["topk_idx"].astype(I32),
                  "send_token_idx_small": lo["send_token_idx_small"]}
@@ -284,7 +286,7 @@ class NormalShmem(Normal):
             return np.zeros((t.rows_capacity, t.H), _tok(t))
         return (rows.astype(F32) * d["dynamic_scales"][:, None]).astype(_tok(t))
 
-    def _shmem_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
+    def _assumed_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
         if t.timing_only:
             return [{"expand_x": np.zeros((t.rows_capacity, t.H), t.out_dtype),
                      "dynamic_scales": np.zeros(t.rows_capacity, F32)} for _ in inputs]
