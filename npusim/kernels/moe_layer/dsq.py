@@ -4,6 +4,10 @@ activate_left, no bias, no smooth scale), step by step:
 
 - Process: per group (group_index: int64 counts), ProcessSingleGroup re-splits the group's
   rows over maxCoreNum cores (ceil(rows / cores) each; cores past the rows idle);
+- with the cut-group key (tiling CountTilingKey; dequant_swiglu_quant.cpp 199-205 runs
+  DequantSwigluQuantGroup, dequant_swiglu_quant_cut_group.h 40-63) Process instead deals
+  whole groups round robin: core b takes groups b, b + maxCoreNum, ..., each with all its
+  rows from the running group offset (empty groups skipped, their turn still taken);
 - ProcessSingleGroupPerCore: CopyInWeightScale (the group's [2I] fp32), then per
   UbFactorDimx rows: CopyInXAct (x rows int32 and their activation scales), Compute, CopyOut
   (y int8 rows and the scales). Every queue is single-buffered (DB_BUFFER = 1), so the
@@ -76,6 +80,10 @@ def dsq_program(t: DsqTiling) -> Any:
         out = ctx.alloc("out", u * t.out_dim + u * 4 + 32)
         ctx.alloc("tmp", u * t.in_dim * 4)
         with ctx.phase("process"):
+            gms, bufs = (x, w_s, a_s, y, y_s), (xa, sa, ws, out)
+            if t.cut_group:
+                yield from _cut_group(ctx, t, counts, gms, bufs)
+                return
             before = 0
             for g, m in enumerate(counts):
                 if m <= 0 or before >= t.rows:
@@ -84,10 +92,19 @@ def dsq_program(t: DsqTiling) -> Any:
                 real = -(-m // factor)
                 if b < real:
                     mine = factor if b < real - 1 else m - factor * (real - 1)
-                    yield from _per_core(ctx, t, g, before + factor * b, mine,
-                                         (x, w_s, a_s, y, y_s), (xa, sa, ws, out))
+                    yield from _per_core(ctx, t, g, before + factor * b, mine, gms, bufs)
                 before += m
     return program
+
+
+def _cut_group(ctx: KernelContext, t: DsqTiling, counts: list[int], gms: tuple,
+               bufs: tuple) -> Wait:
+    """DequantSwigluQuantGroup::Process: this core's groups, each whole on it."""
+    before = 0
+    for g, m in enumerate(counts):
+        if g % t.cores == ctx.core_id and m > 0:
+            yield from _per_core(ctx, t, g, before, m, gms, bufs)
+        before += m
 
 
 def _per_core(ctx: KernelContext, t: DsqTiling, g: int, row0: int, rows: int,

@@ -19,7 +19,11 @@ DequantSwigluQuantDskTiling):
 - CountMaxDim: 2I at most 2 maxOutDimy, maxOutDimy = (UB - 1024 - 32 - 64 - 4) / 37 aligned
   down to 32; UbFactorDimx rows per UB pass from the UB budget, 16384 / 2I when 2I is 2048
   or 4096 (PERFORMANCE_UB_FACTOR);
-- DoOpTiling: cores = min(ceil(rows / UbFactorDimx), PERFORMANCE_CORE_NUM 36, the AIV).
+- DoOpTiling: cores = min(ceil(rows / UbFactorDimx), PERFORMANCE_CORE_NUM 36, the AIV);
+- CountTilingKey (562-581): the cut-group kernel (TILING_KEY_CUT_GROUP) for a 1-D
+  group_index of at least CUT_GROUP_LARGE_THAN_32 groups with rows / groups <=
+  EACH_GROUP_TOKEN_LESS_THAN 16 (int32 x, no bias, no quant_scale: the chain's call), on
+  min(the AIV, rows) cores.
 """
 
 from __future__ import annotations
@@ -115,6 +119,7 @@ class DsqTiling:
     groups: int
     ub_rows: int  # UbFactorDimx
     cores: int  # maxCoreNum = usedCoreNum
+    cut_group: bool = False  # CountTilingKey's TILING_KEY_CUT_GROUP
 
     @property
     def out_dim(self) -> int:
@@ -131,13 +136,22 @@ def dsq_tiling(ub_bytes: int, aiv_cores: int, rows: int, in_dim: int, groups: in
         ub_rows = DSQ_PERFORMANCE_UB_FACTOR // in_dim
     ub_rows = max(ub_rows, 1)
     cores = min(ceil_div(rows, ub_rows), DSQ_PERFORMANCE_CORE_NUM, aiv_cores)
+    if dsq_cut_group(rows, groups):
+        return DsqTiling(rows, in_dim, groups, ub_rows, max(min(aiv_cores, rows), 1), True)
     return DsqTiling(rows, in_dim, groups, ub_rows, max(cores, 1))
+
+
+def dsq_cut_group(rows: int, groups: int) -> bool:
+    """CountTilingKey's cond2 for the chain's call (a 1-D int64 group_index, int32 x, no
+    bias, no quant_scale): whole groups per core when they are many and small."""
+    return groups >= DSQ_CUT_GROUP_GROUPS and rows // groups <= DSQ_CUT_GROUP_TOKENS
 
 
 @dataclass(frozen=True)
 class LayerTiling:
-    """The whole chain: the low-latency kernels' tiling (`ll`, mc2's) and the two expert
-    kernels'; `chain` keeps dispatch's outputs for the kernels after it (op_inputs)."""
+    """The whole chain: the low-latency kernels' tiling (`ll`, mc2's), the two expert
+    kernels' and OnesLike's; `chain` keeps dispatch's outputs for the kernels after it
+    (op_inputs)."""
 
     ll: Any
     gmm1: GmmTiling
@@ -145,6 +159,7 @@ class LayerTiling:
     gmm2: GmmTiling
     intermediate: int  # 2I: GMM1's columns
     timing_only: bool
+    ones_like: Any = None  # the timed OnesLike's tiling (ones_like.py)
     chain: dict[str, Any] = field(default_factory=dict, compare=False)
 
     # the low-latency tiling's sizes under their names (t.H for t.ll.H)

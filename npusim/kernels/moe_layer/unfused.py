@@ -1,6 +1,9 @@
 """``form: unfused`` on the A3: the chain DeepEP-Ascend's test_fused_deep_moe.py times as
 its baseline (baseline_test, 155-233), one kernel after the other:
 
+0. ``ones_like`` (aclnnInplaceOne's OnesLike): not the chain's own, but the first kernel the
+   test's timing sums (test_fused_deep_moe.py 553-567): bench_kineto's barrier fills a
+   [1] fp32 tensor with ones before the baseline calls (ones_like.py);
 1. ``low_latency_dispatch`` (MoeLowLatencyDispatchV2, use_fp8 -> per-token INT8): DeepEP's
    low-latency kernel, mc2's V2 program (npusim/kernels/deepep/low_latency.py);
 2. ``gmm1``: npu_grouped_matmul int8 x int8 -> int32 (gate/up, W8A8; gmm.py);
@@ -9,8 +12,9 @@ its baseline (baseline_test, 155-233), one kernel after the other:
    bf16 out (gmm.py);
 5. ``low_latency_combine`` (MoeLowLatencyCombineV2), bf16.
 
-The expert kernels are torch_npu ops launched as plain tasks (kernel.task_launch_ns); the
-dispatch and combine keep the communication kernels' launch (kernel.launch_ns).
+The expert kernels and OnesLike are torch_npu ops launched as plain tasks
+(kernel.task_launch_ns); the dispatch and combine keep the communication kernels' launch
+(kernel.launch_ns).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from npusim.kernels.moe_layer import tiling as tl
 from npusim.kernels.moe_layer.dsq import dsq_program
 from npusim.kernels.moe_layer.gmm import gmm1_program, gmm2_program
 from npusim.kernels.moe_layer.inputs import expert_inputs
+from npusim.kernels.moe_layer.ones_like import ELEMENTS, OnesLike, ones_like_tiling
 from npusim.kernels.quant import BF16
 from npusim.kernels.vector_sample import TaskKernel
 from npusim.workload.routing import Routing
@@ -122,8 +127,8 @@ class Gmm2(TaskKernel):
 
 
 DISPATCH, COMBINE = PartKernel(ll.DISPATCH, "ll"), PartKernel(ll.COMBINE, "ll")
-GMM1, DSQ, GMM2 = Gmm1(), DequantSwigluQuant(), Gmm2()
-KERNELS = (DISPATCH, GMM1, DSQ, GMM2, COMBINE)
+GMM1, DSQ, GMM2, ONES = Gmm1(), DequantSwigluQuant(), Gmm2(), OnesLike()
+KERNELS = (ONES, DISPATCH, GMM1, DSQ, GMM2, COMBINE)
 RUN = tuple(k.name for k in KERNELS)
 
 
@@ -144,7 +149,8 @@ def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
     return tl.LayerTiling(
         lt, tl.gmm_tiling(hardware.aic, ub, rows, shape.H, i2, shape.L),
         tl.dsq_tiling(ub, hardware.chip.aiv_cores, rows, i2, shape.L),
-        tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L), i2, timing_only)
+        tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L), i2, timing_only,
+        ones_like_tiling(ELEMENTS, 4, hardware.chip.aiv_cores, ub))
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Misfit | None:
@@ -174,14 +180,6 @@ def tiling_misfit(tiling: tl.LayerTiling, hardware: Any) -> Misfit | None:
                       f"DequantSwigluQuant takes x's last dim up to {top} with a "
                       f"{ub} B UB (dequant_swiglu_quant_tiling.cpp CountMaxDim, "
                       f"maxInDimy); allowed: 2..{top}, even")
-    d = tiling.dsq
-    if d.groups >= tl.DSQ_CUT_GROUP_GROUPS and d.rows // d.groups <= tl.DSQ_CUT_GROUP_TOKENS:
-        return Misfit("workload.experts_per_rank", f"{d.groups} local experts of "
-                      f"{d.rows // d.groups} rows each: DequantSwigluQuant takes its "
-                      "cut-group kernel (dequant_swiglu_quant_tiling.cpp CountTilingKey, "
-                      "groups >= 32 and rows / groups <= 16), which is not modelled; "
-                      f"allowed: fewer than {tl.DSQ_CUT_GROUP_GROUPS} local experts or "
-                      "more capacity rows per expert")
     return None
 
 
@@ -203,6 +201,8 @@ def op_inputs(kernel: str, tiling: tl.LayerTiling, inputs: list[Arrays],
               previous: list[Arrays] | None) -> list[Arrays]:
     """Each kernel's tensors from the one before, as the test passes them."""
     t, chain = tiling.ll, tiling.chain
+    if kernel == ONES.name:
+        return [{"x": np.zeros(ELEMENTS, np.float32)} for _ in inputs]
     if kernel == DISPATCH.name:
         return ll.LOW_LATENCY.op_inputs(kernel, t, inputs, None)
     if kernel == GMM1.name:
