@@ -220,6 +220,22 @@ def test_a_refusal_is_printed_once_with_the_values_it_holds_at():
     assert text.endswith("cannot run this shape:\n  a: no\n  b at workload.bs = 8: too big\n")
 
 
+def test_a_long_critical_phase_keeps_the_columns_in_line():
+    from npusim.report.advice import format_ranking
+
+    crit = "shmem_low_latency_dispatch.wait_for_every_rank_to_write"  # 55 characters
+    rows = [{"place": i + 1, "tie": False, "family": "f", "variant": v,
+             "dispatch_quant": "int8", "combine_quant": "none", "total_us": t,
+             "band": 0.25, "band_source": "assumed", "critical": c,
+             "wire_bytes": 1_000_000, "ops_us": {"dispatch": t}}
+            for i, (v, t, c) in enumerate((("a", 10.0, "dispatch.send"), ("b", 20.0, crit)))]
+    header, first, second = format_ranking(rows)[:3]
+    # the wire column starts at the same place in the header and in both rows
+    at = header.index("wire MB") + len("wire MB")
+    assert first[at - 4:at] == "1.00" and second[at - 4:at] == "1.00"
+    assert crit in second
+
+
 FAMILY = '''
 """A family whose kernels spend BASE + PER_TOKEN * BS scalar cycles on one core."""
 from dataclasses import dataclass
