@@ -30,16 +30,24 @@ def format_ranking(ranking: list[Mapping[str, Any]]) -> list[str]:
     table and its worst row, or why uncalibrated) follow the table."""
     sources = list(dict.fromkeys(r["band_source"] for r in ranking))
     letter = {src: chr(ord("a") + i) if i < 26 else f"#{i}" for i, src in enumerate(sources)}
-    lines = [f"  {'#':>3}  {'family/variant':<26} {'quant':<10} {'total us':>9} "
-             f"{'band':>7}  {'critical':<32} {'wire MB':>7}  ops us"]
+    rows = []
     for r in ranking:
-        tag = f"{r['place']}{'=' if r['tie'] else ''}"
-        name = r["family"] + (f"/{r['variant']}" if r["variant"] else "")
-        quant = f"{r['dispatch_quant']}/{r['combine_quant']}"
-        band = f"±{pct(r['band'])} {letter[r['band_source']]}"
-        ops = ", ".join(f"{op} {us:.2f}" for op, us in r["ops_us"].items())
-        lines.append(f"  {tag:>3}  {name:<26} {quant:<10} {r['total_us']:>9.2f} {band:>7}  "
-                     f"{r['critical']:<32} {r['wire_bytes'] / 1e6:>7.2f}  {ops}")
+        rows.append((f"{r['place']}{'=' if r['tie'] else ''}",
+                     r["family"] + (f"/{r['variant']}" if r["variant"] else ""),
+                     f"{r['dispatch_quant']}/{r['combine_quant']}", r["total_us"],
+                     f"±{pct(r['band'])} {letter[r['band_source']]}", r["critical"],
+                     r["wire_bytes"] / 1e6,
+                     ", ".join(f"{op} {us:.2f}" for op, us in r["ops_us"].items())))
+    # the text columns as wide as their longest entry (at least the usual width), so a
+    # long kernel name does not push the row out of line
+    wn = max([26, *(len(row[1]) for row in rows)])
+    wq = max([10, *(len(row[2]) for row in rows)])
+    wc = max([32, *(len(row[5]) for row in rows)])
+    lines = [f"  {'#':>3}  {'family/variant':<{wn}} {'quant':<{wq}} {'total us':>9} "
+             f"{'band':>7}  {'critical':<{wc}} {'wire MB':>7}  ops us"]
+    lines += [f"  {tag:>3}  {name:<{wn}} {quant:<{wq}} {total:>9.2f} {band:>7}  "
+              f"{crit:<{wc}} {mb:>7.2f}  {ops}"
+              for tag, name, quant, total, band, crit, mb, ops in rows]
     lines += [f"  band {letter[src]}: {src}" for src in sources]
     rests = dict.fromkeys(k for r in ranking for k in r.get("rests_on", ()))
     if rests:

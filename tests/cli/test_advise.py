@@ -47,6 +47,29 @@ def test_a_lead_outside_both_bands_is_a_win_and_why_names_the_op_and_phase():
     assert "combine (+50.0 us)" in why and "sum 5.0 vs 50.0 us" in why
 
 
+def _kernels(name: str, ops: dict[str, float]) -> Entry:
+    """An entry of its own kernels, each one phase long."""
+    return Entry(Candidate(name, "", "none", "none"), ops, sum(ops.values()),
+                 f"{max(ops, key=ops.get)}.run", {op: {"run": (0.0, us)} for op, us in ops.items()},
+                 0, UNCAL, "moe_layer", WHERE)
+
+
+def test_a_win_over_other_kernels_lists_both_sides_kernels():
+    # a fused kernel of 60 us against a chain of 30 + 50 + 20 = 100 us: no op in common,
+    # 40 us (66.7% of 60) outside both 25% bands
+    why = advise_rank.rank([_kernels("chain", {"a": 30.0, "b": 50.0, "c": 20.0}),
+                            _kernels("fused", {"f": 60.0})]).why()
+    assert why == ("fused (none/none) wins by 40.0 us (66.7%) over chain (none/none), outside "
+                   "both bands (±25%, ±25%): f 60.0 us against b 50.0, a 30.0, c 20.0 us")
+
+
+def test_a_win_mostly_in_a_kernel_the_winner_skips_names_it():
+    # shared a (30 vs 32 us); the runner-up also runs b (50 us): 52 us more, b holds +50
+    why = advise_rank.rank([_kernels("one", {"a": 30.0}),
+                            _kernels("two", {"a": 32.0, "b": 50.0})]).why()
+    assert why.endswith("most of it in b (+50.0 us), which the winner does not run")
+
+
 def test_the_larger_band_of_the_two_decides_a_tie():
     # 100 vs 110 us: 10% apart; bands 5% and 25%: within the larger -> a tie
     a, b = _entry("a", 50, 50, band=_calibrated(0.05)), _entry("b", 55, 55)
@@ -195,6 +218,22 @@ def test_a_refusal_is_printed_once_with_the_values_it_holds_at():
            "crossovers": [], "refused": refused}
     text = format_advice(doc)
     assert text.endswith("cannot run this shape:\n  a: no\n  b at workload.bs = 8: too big\n")
+
+
+def test_a_long_critical_phase_keeps_the_columns_in_line():
+    from npusim.report.advice import format_ranking
+
+    crit = "shmem_low_latency_dispatch.wait_for_every_rank_to_write"  # 55 characters
+    rows = [{"place": i + 1, "tie": False, "family": "f", "variant": v,
+             "dispatch_quant": "int8", "combine_quant": "none", "total_us": t,
+             "band": 0.25, "band_source": "assumed", "critical": c,
+             "wire_bytes": 1_000_000, "ops_us": {"dispatch": t}}
+            for i, (v, t, c) in enumerate((("a", 10.0, "dispatch.send"), ("b", 20.0, crit)))]
+    header, first, second = format_ranking(rows)[:3]
+    # the wire column starts at the same place in the header and in both rows
+    at = header.index("wire MB") + len("wire MB")
+    assert first[at - 4:at] == "1.00" and second[at - 4:at] == "1.00"
+    assert crit in second
 
 
 FAMILY = '''
