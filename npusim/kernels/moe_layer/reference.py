@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -122,9 +123,15 @@ class RankStages:
     gmm2: np.ndarray  # [n, H] bf16
 
 
+S = TypeVar("S")
+
+
 @dataclass(frozen=True)
-class Layer:
-    stages: list[RankStages]
+class Layer(Generic[S]):
+    """A form's reference over all ranks: per rank the record of its own steps (each form
+    keeps its own, as its kernels write different things) and the combined output."""
+
+    stages: list[S]
     y: list[np.ndarray]  # per rank [BS, H] bf16, the combined output
 
 
@@ -151,7 +158,7 @@ def expert_chain(xq: np.ndarray, xs: np.ndarray, counts: np.ndarray, wt: ExpertW
 
 def reference_layer(x: Sequence[np.ndarray], ids: Sequence[np.ndarray],
                     weights: Sequence[np.ndarray], experts: Sequence[ExpertWeights],
-                    L: int, chain: Callable[..., tuple] = expert_chain) -> Layer:
+                    L: int, chain: Callable[..., tuple] = expert_chain) -> Layer[RankStages]:
     """The layer over all ranks: x [BS, H] bf16, ids [BS, K] (expert e on rank e // L),
     routing weights [BS, K] fp32; experts[r] the local experts of rank r; `chain` the
     experts' part (expert_chain's signature), the form's."""

@@ -17,13 +17,16 @@ from npusim.result import RunResult
 from npusim.scenario import Scenario, load_scenario
 
 
-def layer_scenario(tmp: Path, name: str = "ml", **workload: Any) -> Scenario:
+def layer_scenario(tmp: Path, name: str = "ml", hardware: str = "atlas_a3", **workload: Any
+                   ) -> Scenario:
+    """A small layer of 2 ranks (2 experts each, 4 tokens, top-2) on `hardware`; `workload`
+    overrides its keys."""
     w = {"kernel": "moe_layer", "op": "moe_layer", "bs": 4, "h": 1024, "k": 2,
          "ep_world_size": 2, "experts_per_rank": 2, "dtype": "bfloat16",
          "intermediate": 256, "routing": {"kind": "uniform", "seed": 3}}
     w.update(workload)
     path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "hardware": "atlas_a3", "workload": w}))
+    path.write_text(yaml.safe_dump({"name": name, "hardware": hardware, "workload": w}))
     return load_scenario(path)
 
 

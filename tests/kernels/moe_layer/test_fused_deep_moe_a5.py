@@ -10,28 +10,22 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from npusim import sim
-from npusim.kernels.moe_layer.fused_deep_moe.swizzle import block_coord
 from npusim.kernels.moe_layer.fused_deep_moe_a5 import reference as ref
 from npusim.kernels.moe_layer.fused_deep_moe_a5.inputs import mx_weights_of
-from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import BlockWalk
+from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import block_walk
+from npusim.kernels.moe_layer.fused_deep_moe_base.swizzle import block_coord
 from npusim.kernels.quant import BF16
-from npusim.scenario import Scenario, load_scenario
-from tests.kernels.moe_layer.layerhelp import assert_refused
+from npusim.scenario import Scenario
+from tests.kernels.moe_layer.layerhelp import assert_refused, layer_scenario
 
 
 def a5_scenario(tmp: Path, name: str = "a5", hardware: str = "ascend950", **workload: Any
                 ) -> Scenario:
-    w = {"kernel": "moe_layer", "op": "moe_layer", "form": "fused_deep_moe",
-         "weight_dtype": "fp8_e4m3", "bs": 4, "h": 512, "k": 2, "ep_world_size": 2,
-         "experts_per_rank": 2, "dtype": "bfloat16", "intermediate": 1024,
-         "routing": {"kind": "uniform", "seed": 3}}
-    w.update(workload)
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "hardware": hardware, "workload": w}))
-    return load_scenario(path)
+    small = {"form": "fused_deep_moe", "weight_dtype": "fp8_e4m3", "h": 512,
+             "intermediate": 1024}
+    return layer_scenario(tmp, name, hardware, **{**small, **workload})
 
 
 def _bits(a: np.ndarray) -> bytes:
@@ -112,7 +106,7 @@ def test_block_walk_by_hand():
     assert order == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 1), (3, 0)]
     # 3 cores, N = 512 (2 column tiles); group 0 of 300 rows (2 x 2 tasks), group 1 of
     # 10 rows (1 x 2) starts at core 4 mod 3 = 1
-    walks = [BlockWalk(512, 3, c) for c in range(3)]
+    walks = [block_walk(512, 3, c) for c in range(3)]
     first = [[(b.row, b.rows, b.col) for b in wk.next(300)] for wk in walks]
     assert first == [[(0, 256, 0), (256, 44, 256)], [(256, 44, 0)], [(0, 256, 256)]]
     second = [[(b.row, b.rows, b.col) for b in wk.next(10)] for wk in walks]

@@ -12,10 +12,10 @@ T = FusedTiling(W=4, BS=8, max_bs=8, H=1024, K=2, L=3, n1=1024, aic=24)
 def test_slots_records_and_their_tail():
     w = FusedWindow(T)
     slot = 8 * 1024 * 2
-    assert w.half_bytes == 4 * 3 * slot
+    assert w.t.data_half_bytes == 4 * 3 * slot
     # rank 2's window, state 1, source 1, local expert 2, third token
     at = w.record(2, 1, 1, 2, 2)
-    assert at == w.half_bytes + 2 * 512 + (1 * 3 + 2) * slot + 2 * (1024 + 512)
+    assert at == 4 * 3 * slot + 2 * 512 + (1 * 3 + 2) * slot + 2 * (1024 + 512)
     assert w.scale(at) == at + 1024 and w.flag(at) == at + 1028
     # every record of a full slot stays in it
     assert w.record(0, 0, 0, 0, 7) + 1024 + 512 <= w.slot(0, 0, 0, 1)

@@ -9,23 +9,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from npusim import sim
 from npusim.kernels.moe_layer.a5 import reference as ref
-from npusim.scenario import Scenario, load_scenario
+from npusim.scenario import Scenario
+from tests.kernels.moe_layer.layerhelp import layer_scenario
 
 
 def a5_scenario(tmp: Path, name: str = "a5", hardware: str = "ascend950", **workload: Any
                 ) -> Scenario:
-    w = {"kernel": "moe_layer", "op": "moe_layer", "bs": 4, "h": 1024, "k": 2,
-         "ep_world_size": 2, "experts_per_rank": 2, "dtype": "bfloat16",
-         "intermediate": 256, "weight_dtype": "fp8_e4m3",
-         "routing": {"kind": "uniform", "seed": 3}}
-    w.update(workload)
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"name": name, "hardware": hardware, "workload": w}))
-    return load_scenario(path)
+    return layer_scenario(tmp, name, hardware, **{"weight_dtype": "fp8_e4m3", **workload})
 
 
 def _bits(a: np.ndarray) -> bytes:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from npusim.kernels.moe_layer.reference import int_matmul
+from npusim.kernels.moe_layer.reference import Layer, int_matmul
 from npusim.kernels.quant.golden import bf16
 
 F32, F16 = np.float32, np.float16
@@ -115,15 +115,9 @@ class RankStages:
     gmm2: np.ndarray  # [n, H] bf16
 
 
-@dataclass(frozen=True)
-class Layer:
-    stages: list[RankStages]
-    y: list[np.ndarray]  # per rank [BS, H] bf16
-
-
 def reference_layer(x: Sequence[np.ndarray], ids: Sequence[np.ndarray],
                     probs: Sequence[np.ndarray], experts: Sequence[DfcWeights], L: int
-                    ) -> Layer:
+                    ) -> Layer[RankStages]:
     """The layer over all ranks: expert e lives on rank e // L."""
     W = len(x)
     E = W * L

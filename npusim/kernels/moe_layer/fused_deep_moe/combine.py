@@ -24,11 +24,10 @@ from npusim.kernels.common.overlap import note_compute, note_remote
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.moe_layer.fused_deep_moe.roles import (
     COMBINE_STATE,
-    STATUS_ONE,
     SUM_TARGET,
     LaunchTiling,
 )
-from npusim.kernels.moe_layer.fused_deep_moe.window import STATE_OFFSET
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import STATE_OFFSET, STATUS_ONE
 from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext
 

@@ -4,13 +4,13 @@ GMM1K:555-641 (AIC) and 1270-1360 (CompCoreFunc).
 Both walk the local experts in order: spin (DCCI + GetValue) on the group's status line
 until word 0 is coreNumPerGroup * vToCFlag, read its row count (word 3), and take the
 group's 256 x 128 blocks by GemmIdentityBlockSwizzle<3, 0> from the carried start core
-(swizzle.group_blocks). The AIC runs a block with moe_layer.gmm's CubeBlock (L1 K 512, L0
-K 128) and FixPipes the int32 block into the CV swap ring, slot (stage * aicNum + block)
-* 256 rows of 128, 4 stages. The two sides pace each other with soft-sync byte counters
-in the status area (EncreaseSyncFlag / CheckSyncFlag, 306-352): the AIC bumps counter
-aicNum + b after each FixPipe and, once all 4 stages are in use, waits for counter b (the
-AIV's) to reach its next target before a FixPipe; the AIV waits for the AIC's counter
-before each block and bumps its own after.
+(fused_deep_moe_base.swizzle.BlockWalk). The AIC runs a block with moe_layer.gmm's
+CubeBlock (L1 K 512, L0 K 128) and FixPipes the int32 block into the CV swap ring, slot
+(stage * aicNum + block) * 256 rows of 128, 4 stages. The two sides pace each other with
+soft-sync byte counters in the status area (EncreaseSyncFlag / CheckSyncFlag, 306-352):
+the AIC bumps counter aicNum + b after each FixPipe and, once all 4 stages are in use,
+waits for counter b (the AIV's) to reach its next target before a FixPipe; the AIV waits
+for the AIC's counter before each block and bumps its own after.
 
 The epilogue (block_epilogue_per_token_dequant_swiglu.h:185-270, all of a block's 64 x 128
 tiles on the one comp AIV): int32 tile in, the tile's 128 weight scales and 64 token
@@ -30,7 +30,6 @@ from npusim.kernels.moe_layer.fused_deep_moe.roles import (
     LaunchTiling,
     v_to_c_target,
 )
-from npusim.kernels.moe_layer.fused_deep_moe.swizzle import group_blocks, next_start
 from npusim.kernels.moe_layer.fused_deep_moe.tile import TileInputs
 from npusim.kernels.moe_layer.fused_deep_moe.tiling import (
     GMM1_EPIM,
@@ -38,12 +37,13 @@ from npusim.kernels.moe_layer.fused_deep_moe.tiling import (
     GMM1_L1N,
     WORKSPACE_STAGES,
 )
+from npusim.kernels.moe_layer.fused_deep_moe_base.swizzle import BlockWalk
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import GROUP_TOKEN_COUNT
 from npusim.kernels.moe_layer.gmm import CubeBlock
 from npusim.runtime.conditions import AllEqual, AtLeast, Wait
 from npusim.runtime.context import KernelContext, Strided
 
 F32, I32 = np.float32, np.int32
-GROUP_TOKEN_COUNT = 3  # GMM1K:59
 
 
 def wait_group(ctx: KernelContext, lt: LaunchTiling, g: int) -> Any:
@@ -83,12 +83,12 @@ def gmm1_aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
     x, w, ring = ctx.tensor("x1"), ctx.tensor("gmm1_weight"), ctx.tensor("cv_swap")
     cube = CubeBlock(ctx, gt, lambda op: note_compute(ctx, op, "gmm1"))
     sync = SoftSync(lt, t.aic + b, b)
-    stage = used = start = before = nth = 0
+    stage = used = 0
     target = 1
+    walk = BlockWalk(t.n1, GMM1_L1M, GMM1_L1N, t.aic, b)
     for g in range(t.L):
         m = yield from wait_group(ctx, lt, g)
-        for blk in group_blocks(g, m, before, start, nth, GMM1_L1M, GMM1_L1N, t.n1, t.aic, b):
-            nth += 1
+        for blk in walk.next(m):
             _, row0, rows, n0, cols, _ = blk
             yield from cube.run(ctx, x, w, (g, row0, rows, n0, cols))
             if used == WORKSPACE_STAGES:
@@ -102,8 +102,6 @@ def gmm1_aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
                 dst_row_bytes=GMM1_L1N * 4, name="fixpipe_cv_swap")
             yield from sync.encrease(ctx)
             stage = (stage + 1) % WORKSPACE_STAGES
-        start = next_start(start, m, GMM1_L1M, GMM1_L1N, t.n1, t.aic)
-        before += m
     if cube.out is not None:
         yield from ctx.wait(cube.out)
 
@@ -118,13 +116,13 @@ def gmm1_epilogue(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
     tile = TileInputs(ctx, GMM1_EPIM, GMM1_L1N)
     out = ctx.alloc("ub_d", GMM1_EPIM * half * 4)
     sync = SoftSync(lt, b, t.aic + b)
-    stage = start = before = nth = 0
+    stage = 0
     target = 1
     store = None
+    walk = BlockWalk(t.n1, GMM1_L1M, GMM1_L1N, t.aic, b)
     for g in range(t.L):
         m = yield from wait_group(ctx, lt, g)
-        for blk in group_blocks(g, m, before, start, nth, GMM1_L1M, GMM1_L1N, t.n1, t.aic, b):
-            nth += 1
+        for blk in walk.next(m):
             _, row0, rows, n0, cols, _ = blk
             yield from sync.check(ctx, target)
             target += 1
@@ -144,8 +142,6 @@ def gmm1_epilogue(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:
                 yield from ctx.wait(store)
             yield from sync.encrease(ctx)
             stage = (stage + 1) % WORKSPACE_STAGES
-        start = next_start(start, m, GMM1_L1M, GMM1_L1N, t.n1, t.aic)
-        before += m
 
 
 def _swiglu(ctx: KernelContext, tile: TileInputs, out: Any, r: int, cols: int) -> Any:

@@ -27,7 +27,6 @@ import numpy as np
 
 from npusim.kernels.common.overlap import note_compute, note_remote
 from npusim.kernels.moe_layer.fused_deep_moe.roles import COMBINE_STATE, LaunchTiling
-from npusim.kernels.moe_layer.fused_deep_moe.swizzle import group_blocks, next_start
 from npusim.kernels.moe_layer.fused_deep_moe.tile import TileInputs
 from npusim.kernels.moe_layer.fused_deep_moe.tiling import (
     GMM2_EPIM,
@@ -35,6 +34,7 @@ from npusim.kernels.moe_layer.fused_deep_moe.tiling import (
     GMM2_L1N,
     WORKSPACE_STAGES,
 )
+from npusim.kernels.moe_layer.fused_deep_moe_base.swizzle import Block, core_blocks
 from npusim.kernels.moe_layer.gmm import CubeBlock
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Strided
@@ -52,16 +52,8 @@ def group_rows(ctx: KernelContext, lt: LaunchTiling) -> list[int]:
     return [c - (cum[g - 1] if g else 0) for g, c in enumerate(cum)]
 
 
-def blocks(lt: LaunchTiling, rows: list[int], b: int) -> list[tuple]:
-    t = lt.t
-    out: list[tuple] = []
-    start = before = 0
-    for g, m in enumerate(rows):
-        out.extend(group_blocks(g, m, before, start, len(out), GMM2_L1M, GMM2_L1N, t.H,
-                                t.aic, b))
-        start = next_start(start, m, GMM2_L1M, GMM2_L1N, t.H, t.aic)
-        before += m
-    return out
+def blocks(lt: LaunchTiling, rows: list[int], b: int) -> list[Block]:
+    return list(core_blocks(rows, GMM2_L1M, GMM2_L1N, lt.t.H, lt.t.aic, b))
 
 
 def gmm2_aic(ctx: KernelContext, lt: LaunchTiling, b: int) -> Wait:

@@ -17,13 +17,14 @@ import numpy as np
 
 from npusim.kernels.common.overlap import note_compute
 from npusim.kernels.moe_layer.fused_deep_moe.roles import LaunchTiling
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import GROUP_INFO_SIZE
 from npusim.kernels.moe_layer.reference import INV_127, to_int8
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext
 
 F32, I32, I64 = np.float32, np.int32, np.int64
 QUANT_FACTOR = F32(127.0)
-GROUP_INFO_BYTES = 32 * 4
+GROUP_INFO_BYTES = GROUP_INFO_SIZE * 4  # a group line: GROUP_INFO_SIZE int32
 
 
 def update_and_clean_info(ctx: KernelContext, lt: LaunchTiling, b: int, sub: int) -> Wait:

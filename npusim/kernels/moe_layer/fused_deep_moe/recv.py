@@ -26,12 +26,14 @@ from npusim.kernels.common.split import split_to_core
 from npusim.kernels.moe_layer.fused_deep_moe.roles import (
     DISPATCH_STATE,
     SUM_TARGET,
-    TOKEN_FLAG_1,
-    V_TO_C_FLAG_1,
     LaunchTiling,
     core_num_per_group,
 )
-from npusim.kernels.moe_layer.fused_deep_moe.window import STATE_OFFSET
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import (
+    STATE_OFFSET,
+    TOKEN_FLAG_1,
+    V_TO_C_FLAG_1,
+)
 from npusim.runtime.conditions import AllEqual, SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided
 

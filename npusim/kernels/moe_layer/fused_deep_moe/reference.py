@@ -77,7 +77,7 @@ def fused_expert_chain(xq: np.ndarray, xs: np.ndarray, counts: np.ndarray,
 
 def reference_fused_layer(x: Sequence[np.ndarray], ids: Sequence[np.ndarray],
                           weights: Sequence[np.ndarray], experts: Sequence[ExpertWeights],
-                          L: int) -> Layer:
+                          L: int) -> Layer[ref.RankStages]:
     """The fused layer over all ranks (reference.reference_layer's arguments; experts in
     the un-permuted order with fp32 w2 scales)."""
     return ref.reference_layer(x, ids, weights, experts, L, chain=fused_expert_chain)

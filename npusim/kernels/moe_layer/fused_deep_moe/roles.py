@@ -21,12 +21,10 @@ from typing import Any
 
 from npusim.kernels.moe_layer.fused_deep_moe.tiling import FusedTiling
 from npusim.kernels.moe_layer.fused_deep_moe.window import FusedWindow
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import V_TO_C_FLAG_1
 from npusim.kernels.moe_layer.tiling import GmmTiling
 
 DISPATCH_STATE, COMBINE_STATE = 0, 1  # data half and status area of each side
-TOKEN_FLAG_1 = 0x55555555  # GMM1K:50
-V_TO_C_FLAG_1 = 0x03030303  # GMM1K:52
-STATUS_ONE = 0x3F800000  # fp32 1.0 as the status words carry it (GMM1K:694-701)
 SUM_TARGET = 1.0
 
 

@@ -24,11 +24,10 @@ from npusim.kernels.common.overlap import note_remote
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.moe_layer.fused_deep_moe.roles import (
     DISPATCH_STATE,
-    STATUS_ONE,
-    TOKEN_FLAG_1,
     LaunchTiling,
 )
 from npusim.kernels.moe_layer.fused_deep_moe.window import FLAG_AT
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import STATUS_ONE, TOKEN_FLAG_1
 from npusim.kernels.moe_layer.reference import to_int8
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext

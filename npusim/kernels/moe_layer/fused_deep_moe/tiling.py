@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from npusim.kernels.family import Misfit
+from npusim.kernels.moe_layer.fused_deep_moe_base.sizes import FusedSizes
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import TOKEN_EXTRA_SPACE
 from npusim.units import MiB, ceil_div
 from npusim.workload.shape import MoeShape
 
@@ -36,9 +38,7 @@ SUPPORT_TOP_K = 12  # tiling.cpp:80
 MIN_TOKEN_LENGTH, MAX_TOKEN_LENGTH = 512, 7168  # tiling.cpp:82-83
 MIN_GMM1_HIDDEN, MAX_GMM1_HIDDEN = 1024, 6144  # tiling.cpp:84-85
 DEFAULT_HCCL_BUFFSIZE_MB = 200  # tiling.cpp:33 (GetMaxWindowSize)
-TOKEN_DTYPE_BYTE_SIZE = 2  # tiling.cpp:350: bf16 tokens
 DOUBLE_BUFFER = 2  # tiling.cpp:350: the window's two data halves
-TOKEN_EXTRA_SPACE = 512  # GMM1K:1406: the scale (and flag) bytes after a dispatched row
 GMM_TILE_N_DIM = 64  # test_fused_deep_moe.py:16: gate (then up) columns per GMM1 N tile
 
 GMM1_L1M, GMM1_L1N, GMM1_L1K, GMM1_L0K = 256, 128, 512, 128  # tiling.h:40-43
@@ -51,9 +51,10 @@ QUANT_UB_ELEMENTS = 16384  # CalQuantRow's budget (GMM1K:32, 354-358)
 
 
 @dataclass(frozen=True)
-class FusedTiling:
+class FusedTiling(FusedSizes):
     """One rank's FusedDeepMoe launch on a MoE rank: the shape, GMM1's columns (N1 =
-    gmm1HLen = 2I) and the AIC count (block dim)."""
+    gmm1HLen = 2I) and the AIC count (block dim); capacity, n2 and the window slot as
+    both builds size them (FusedSizes)."""
 
     W: int
     BS: int
@@ -65,29 +66,14 @@ class FusedTiling:
     aic: int
 
     @property
-    def capacity(self) -> int:
-        """m_: the rows every per-row workspace is sized for."""
-        return self.max_bs * self.W * min(self.K, self.L)
-
-    @property
-    def n2(self) -> int:
-        """GMM2's K (and the SwiGLU output's columns): N1 / 2."""
-        return self.n1 // 2
-
-    @property
     def record_bytes(self) -> int:
-        """hCommuSize: a dispatched token in a window slot."""
+        """hCommuSize: a dispatched token in a window slot (GMM1K:1406-1407)."""
         return self.H + TOKEN_EXTRA_SPACE
-
-    @property
-    def slot_bytes(self) -> int:
-        """expertPerSizeOnWin: one (source rank, local expert) slot of the data area."""
-        return self.max_bs * self.H * TOKEN_DTYPE_BYTE_SIZE
 
     @property
     def window_need_bytes(self) -> int:
         """The host's actualSize: both halves of W * L slots."""
-        return self.W * self.L * self.slot_bytes * DOUBLE_BUFFER
+        return self.data_half_bytes * DOUBLE_BUFFER
 
     @property
     def quant_rows(self) -> int:

@@ -24,19 +24,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusim.kernels.moe_layer.fused_deep_moe.tiling import FusedTiling
-from npusim.units import KiB, MiB, align512
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import (
+    GROUP_INFO_SIZE,
+    GROUP_TOKEN_NUM_OFFSET,
+    OPT_RANK_OFFSET,
+    SELF_STATE_OFFSET,
+    SOFT_SYNC_OFFSET,
+    SOFT_SYNC_SPACE_SIZE,
+    STATE_OFFSET,
+    STATE_SIZE,
+    STATE_WIN_OFFSET,
+    UB_ALIGN,
+    WIN_STATE_OFFSET,
+    data_slot,
+)
+from npusim.units import align512
 
-OPT_RANK_OFFSET = 512  # GMM1K:35
-STATE_OFFSET = 512  # GMM1K:15: bytes of one count / status entry
-WIN_STATE_OFFSET = 512 * KiB  # GMM1K:16: the second data state's status entries
-SELF_STATE_OFFSET = 256 * KiB  # GMM1K:20, CAMC:18: a state's self-status, after its entries
-STATE_WIN_OFFSET = 900 * KiB  # GMM1K:17: the cores' data-state words
-GROUP_TOKEN_NUM_OFFSET = 932 * KiB  # GMM1K:18
-SOFT_SYNC_OFFSET = 964 * KiB  # GMM1K:19
-SOFT_SYNC_SPACE_SIZE = 512  # GMM1K:25: bytes per soft-sync counter
-GROUP_INFO_SIZE = 32  # GMM1K:60: int32 per group line
-UB_ALIGN = 32  # one data-state word's stride
-STATE_SIZE = 1 * MiB  # CAMC:13
 FLAG_AT = 4  # bytes after the scale: the flag word (GMM1K:1177, 1184)
 
 
@@ -46,19 +49,13 @@ class FusedWindow:
 
     # ---- data area
     @property
-    def half_bytes(self) -> int:
-        """One data state's W * L slots."""
-        return self.t.W * self.t.L * self.t.slot_bytes
-
-    @property
     def data_bytes(self) -> int:
         """Both halves, and the largest owner shift (rank W - 1)."""
-        return 2 * self.half_bytes + (self.t.W - 1) * OPT_RANK_OFFSET
+        return 2 * self.t.data_half_bytes + (self.t.W - 1) * OPT_RANK_OFFSET
 
     def slot(self, owner: int, state: int, src: int, local_expert: int) -> int:
         """Offset in rank `owner`'s window of the (src, local expert) slot."""
-        return (state * self.half_bytes + owner * OPT_RANK_OFFSET
-                + (src * self.t.L + local_expert) * self.t.slot_bytes)
+        return data_slot(self.t, state, owner, src * self.t.L + local_expert)
 
     def record(self, owner: int, state: int, src: int, local_expert: int, index: int) -> int:
         """A dispatched token's record: its int8 row, then the scale and the flag."""
@@ -105,9 +102,9 @@ class FusedWindow:
         if owner is None:
             data = {"data": (0, self.data_bytes)}
         else:
-            shift = owner * OPT_RANK_OFFSET
-            data = {"data_state0": (shift, shift + self.half_bytes),
-                    "data_state1": (shift + self.half_bytes, shift + 2 * self.half_bytes)}
+            shift, half = owner * OPT_RANK_OFFSET, self.t.data_half_bytes
+            data = {"data_state0": (shift, shift + half),
+                    "data_state1": (shift + half, shift + 2 * half)}
         return {**data,
                 "status_state0": (s, s + WIN_STATE_OFFSET),
                 "status_state1": (s + WIN_STATE_OFFSET, s + STATE_WIN_OFFSET),

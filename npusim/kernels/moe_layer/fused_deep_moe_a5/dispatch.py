@@ -29,13 +29,14 @@ from npusim.kernels.common.overlap import note_compute, note_remote
 from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mega_moe.mx import BF16
 from npusim.kernels.moe_layer.fused_deep_moe_a5.softsync import SLEEP_CYCLES, write_int
-from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import (
-    FLOAT_ONE,
-    TOKEN_FLAG,
-    V_TO_C_FLAG,
-    A5Tiling,
+from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import A5Tiling
+from npusim.kernels.moe_layer.fused_deep_moe_a5.window import A5Window
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import (
+    STATE_OFFSET,
+    STATUS_ONE,
+    TOKEN_FLAG_1,
+    V_TO_C_FLAG_1,
 )
-from npusim.kernels.moe_layer.fused_deep_moe_a5.window import STATE_OFFSET, A5Window
 from npusim.kernels.quant import mx_quantize_bf16
 from npusim.runtime.conditions import AllEqual, SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided
@@ -85,7 +86,7 @@ def _send_token_count(ctx: KernelContext, t: A5Tiling, w: A5Window, core: int,
     for e in range(lo, hi):
         cal_expand_idx(ctx, t.routes)
         ctx.ub_write(status, 32 * (e - lo), np.array(
-            [FLOAT_ONE, int(np.count_nonzero(ids == e)), 0, 0, 0, 0, 0, 0], I32))
+            [STATUS_ONE, int(np.count_nonzero(ids == e)), 0, 0, 0, 0, 0, 0], I32))
     yield from ctx.pipe_barrier("vector")
     for e in range(lo, hi):
         dst, le = divmod(e, t.L)
@@ -132,7 +133,7 @@ def _send_to_moe_expert(ctx: KernelContext, t: A5Tiling, w: A5Window, core: int,
                 raw[:t.H] = codes[0]
                 raw[t.H:t.H + t.x1_scales] = scales[0]
                 raw[t.H + t.x1_scales:t.H + t.x1_scales + 4] = np.array(
-                    [TOKEN_FLAG], I32).view(np.uint8)
+                    [TOKEN_FLAG_1], I32).view(np.uint8)
             loads[p] = quant_dynamic_mx(ctx, ins[p], outs[p], t.H, t.x1_scales, t.mode,
                                         quantize)
             ctx.scalar(1)  # SetValue(0, tokenFlag)
@@ -183,7 +184,7 @@ def recv_core(ctx: KernelContext, t: A5Tiling, w: A5Window, core: int) -> Any:
             i = row - int(mine[:src].sum())
             at = w.token(ctx.rank_id, src, g, i)
             yield from ctx.spin_until(ctx.window(), at + t.H + t.x1_scales,
-                                      AllEqual(I32, TOKEN_FLAG, stride=32), 32, SLEEP_CYCLES,
+                                      AllEqual(I32, TOKEN_FLAG_1, stride=32), 32, SLEEP_CYCLES,
                                       name="wait_token_flag")
             if store is not None:  # MTE3_MTE2: the record buffer has been stored
                 yield from ctx.wait(store)
@@ -195,7 +196,7 @@ def recv_core(ctx: KernelContext, t: A5Tiling, w: A5Window, core: int) -> Any:
                          name="store_x1_scale")
             store = ctx.copy_out(x1, dst_row * t.H, record, t.H, name="store_x1")
         yield from ctx.drain()
-        ctx.ub_write(line, 0, np.array([V_TO_C_FLAG, g, 0, hi - lo, 0, 0, 0, 0], I32))
+        ctx.ub_write(line, 0, np.array([V_TO_C_FLAG_1, g, 0, hi - lo, 0, 0, 0, 0], I32))
         ctx.set_atomic_add(I32)
         op = ctx.copy_out(ctx.window(), w.group_line(g), line, 32, name="notify_cube")
         ctx.set_atomic_none()

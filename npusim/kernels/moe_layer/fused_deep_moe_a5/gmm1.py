@@ -3,7 +3,7 @@ AIC, swiglu on the AIVs).
 
 AIC (G1 305-520): per local expert, spin until every receive core has added its
 vToCFlag to the group line (WaitGroupTokenNumReady), raise the soft-sync counter once,
-read the group's rows; then its blocks (tiling.BlockWalk): mega_moe's BlockMmad, the
+read the group's rows; then its blocks (tiling.block_walk): mega_moe's BlockMmad, the
 Catlass BlockMmadTla of L1 256 x 256 x 256 / L0 K 128 (the same tile shapes,
 fused_deep_moe_a5_tiling.h 63-67), C fixpiped to the fp32 swap [capacity, N1] without
 conversion, then the counter raised again (callbackAfterFixpipe -> EncreaseSyncFlag).
@@ -37,17 +37,16 @@ from npusim.kernels.moe_layer.fused_deep_moe_a5.softsync import (
 from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import (
     EPI_M,
     TILE_M,
-    V_TO_C_FLAG,
     A5Tiling,
-    Block,
-    BlockWalk,
+    block_walk,
 )
 from npusim.kernels.moe_layer.fused_deep_moe_a5.window import A5Window
+from npusim.kernels.moe_layer.fused_deep_moe_base.swizzle import Block
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import GROUP_TOKEN_COUNT, V_TO_C_FLAG_1
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Strided
 
 F32 = np.float32
-GROUP_TOKEN_COUNT = 3  # the group line's word the receive cores sum their rows into
 
 
 def tagged_mmad(ctx: KernelContext, mmad: BlockMmad, tag: str, a: tuple[Any, Any, int, int],
@@ -89,8 +88,8 @@ def gmm1_aic(ctx: KernelContext, t: A5Tiling, core: int) -> Wait:
     w1, w1s = ctx.tensor("gmm1_weight"), ctx.tensor("gmm1_weight_scale")
     swap = ctx.tensor("swiglu_out")
     counts = []
-    walk = BlockWalk(t.n1, t.block_dim, core)
-    expected = t.block_dim * V_TO_C_FLAG
+    walk = block_walk(t.n1, t.block_dim, core)
+    expected = t.block_dim * V_TO_C_FLAG_1
     for g in range(t.L):
         line = yield from spin_word(ctx, A5Window.group_line(g), expected, 16)
         yield from st.sync.increase(ctx)
@@ -109,7 +108,7 @@ def swiglu_aiv(ctx: KernelContext, t: A5Tiling, core: int, sub: int) -> Any:
     ub_i = ctx.alloc("ub_i", EPI_M * 256 * 2)
     ub_d = ctx.alloc("ub_d", EPI_M * 256 * 4)
     target = 1
-    walk = BlockWalk(t.n1, t.block_dim, core)
+    walk = block_walk(t.n1, t.block_dim, core)
     counts: list[int] = []
     last_vec: Any = None
     last_store: Any = None

@@ -29,7 +29,7 @@ from npusim.kernels.common.split import split_to_core
 from npusim.kernels.mega_moe.mx import BF16
 from npusim.kernels.moe_layer.fused_deep_moe_a5.gmm1 import AicState, run_block
 from npusim.kernels.moe_layer.fused_deep_moe_a5.softsync import check_sync
-from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import EPI_M, A5Tiling, BlockWalk
+from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import EPI_M, A5Tiling, block_walk
 from npusim.kernels.moe_layer.fused_deep_moe_a5.window import STATE_OFFSET, A5Window
 from npusim.runtime.conditions import SumEquals, Wait
 from npusim.runtime.context import KernelContext, Strided
@@ -48,7 +48,7 @@ def gmm2_aic(ctx: KernelContext, t: A5Tiling, core: int, counts: list[int], mmad
     x2, x2s = ctx.tensor("x2"), ctx.tensor("x2_scale")
     w2, w2s = ctx.tensor("gmm2_weight"), ctx.tensor("gmm2_weight_scale")
     swap = ctx.tensor("gmm2_swap")
-    walk = BlockWalk(t.H, t.block_dim, core)
+    walk = block_walk(t.H, t.block_dim, core)
     for g, m in enumerate(counts):
         ctx.scalar(2)  # groupList.GetValue(g), (g - 1)
         for blk in walk.next(m):
@@ -69,7 +69,7 @@ def cast_combine_aiv(ctx: KernelContext, t: A5Tiling, w: A5Window, core: int, su
     run = sends.view(I32, t.senders).astype(np.int64)
     ub_c = ctx.alloc("ub_c", EPI_M * 256 * 4)
     ub_d = ctx.alloc("ub_d", EPI_M * 256 * 2)
-    walk = BlockWalk(t.H, t.block_dim, core)
+    walk = block_walk(t.H, t.block_dim, core)
     target = 1
     last_vec: Any = None
     last_send: list[Any] = []

@@ -34,7 +34,7 @@ import numpy as np
 
 from npusim.kernels.exchange import received
 from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import L0_K, TILE_M, TILE_N
-from npusim.kernels.moe_layer.reference import weighted_combine
+from npusim.kernels.moe_layer.reference import Layer, weighted_combine
 from npusim.kernels.quant.golden import bf16, mx_quantize
 from npusim.kernels.quant.recipes import mx_values
 
@@ -102,15 +102,9 @@ class RankStages:
     gmm2: np.ndarray  # [n, H] bf16
 
 
-@dataclass(frozen=True)
-class Layer:
-    stages: list[RankStages]
-    y: list[np.ndarray]  # per rank [BS, H] bf16
-
-
 def reference_layer(x: Sequence[np.ndarray], ids: Sequence[np.ndarray],
                     weights: Sequence[np.ndarray], experts: Sequence[MxWeights], L: int,
-                    mode: str) -> Layer:
+                    mode: str) -> Layer[RankStages]:
     """The layer over all ranks: x [BS, H] bf16, ids [BS, K] (expert e on rank e // L),
     routing weights [BS, K] fp32, experts[r] rank r's local experts."""
     K = ids[0].shape[1]

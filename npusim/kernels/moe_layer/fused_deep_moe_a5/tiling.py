@@ -1,6 +1,8 @@
 """FusedDeepMoe A5's host side: the tiling's sizes (op_host/fused_deep_moe_a5/
 fused_deep_moe_tiling.cpp, op_kernel/fused_deep_moe_a5/fused_deep_moe_a5_tiling.h), the
-host checks that refuse a shape, and the grouped GEMMs' block walk.
+host checks that refuse a shape, and the grouped GEMMs' tiles. What both builds' kernels
+size alike (capacity, n2, the window slot) comes from fused_deep_moe_base.sizes, the
+block walk from fused_deep_moe_base.swizzle.
 
 Sources are sgl-kernel-npu branch main (f425bdf1, 2026-08-21); branch fused_moe_a5
 (8c47ef5d, 2026-07-22) is the first drop of the same kernel, without the profiler's stage
@@ -17,7 +19,9 @@ from typing import Any
 
 from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.family import Misfit
-from npusim.kernels.moe_layer.fused_deep_moe.swizzle import block_coord
+from npusim.kernels.moe_layer.fused_deep_moe_base.sizes import FusedSizes
+from npusim.kernels.moe_layer.fused_deep_moe_base.swizzle import BlockWalk
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import TOKEN_EXTRA_SPACE
 from npusim.kernels.shape import OnShape
 from npusim.units import MiB, ceil_div
 from npusim.workload.shape import MoeShape
@@ -27,10 +31,6 @@ TILING = "fused_deep_moe_tiling.cpp"
 # epilogue tile 64 x 256, GemmIdentityBlockSwizzle<3, 0>
 TILE_M, TILE_N, TILE_K, L0_K, EPI_M = 256, 256, 256, 128, 64
 MX_BLOCK = 32  # MX_SCALE_GROUP_NUM: one E8M0 scale per 32 elements of K
-TOKEN_EXTRA_SPACE = 512  # G1 29: a dispatched token's scales + flag, rounded up to this
-TOKEN_FLAG = 0x55555555  # G1 45, TOKEN_FLAG_1: state 0, the first launch's token flag
-V_TO_C_FLAG = 0x03030303  # G1 47, V_TO_C_FLAG_1: the first launch's receive-done word
-FLOAT_ONE = 0x3F800000  # the status flag word of state 0 (1.0f), G1 CalAndSendTokenCount
 # host limits, TILING 55-66
 MAX_BS, MAX_EXPERTS, MAX_TOP_K = 256, 512, 12
 MIN_H, MAX_H = 512, 7168
@@ -41,9 +41,10 @@ WEIGHT_DTYPES = (*MODES, *FP4)
 
 
 @dataclass(frozen=True)
-class A5Tiling(MixLaunch, OnShape):
+class A5Tiling(MixLaunch, OnShape, FusedSizes):
     """One launch's sizes: `n1` is gmm1HLen (GMM1's columns, 2I), `block_dim` the AIC
-    count (SetBlockDim(aicNum), TILING 773), `hccl_bytes` the window HCCL_BUFFSIZE gives."""
+    count (SetBlockDim(aicNum), TILING 773), `hccl_bytes` the window HCCL_BUFFSIZE gives;
+    capacity (maxTokenNum), n2 and the window slot as both builds size them (FusedSizes)."""
 
     shape: MoeShape
     n1: int
@@ -60,16 +61,6 @@ class A5Tiling(MixLaunch, OnShape):
     @property
     def max_bs(self) -> int:
         return self.global_bs // self.W
-
-    @property
-    def capacity(self) -> int:
-        """maxTokenNum: maxBs * EP * min(topK, E_loc), GMM1's m (workspace rows)."""
-        return self.max_bs * self.W * min(self.K, self.L)
-
-    @property
-    def n2(self) -> int:
-        """GMM2's K: gmm1HLen / 2."""
-        return self.n1 // 2
 
     @property
     def routes(self) -> int:
@@ -101,11 +92,6 @@ class A5Tiling(MixLaunch, OnShape):
         return self.H + self.scale_flag_bytes
 
     @property
-    def slot(self) -> int:
-        """expertPerSizeOnWin: one (source rank, local expert) slot, maxBs * H * 2 B."""
-        return self.max_bs * self.H * 2
-
-    @property
     def hccl_demand(self) -> int:
         """CheckHcclBufferSize: E_loc * globalBs * H * 2 B * 2 halves (TILING 564)."""
         return self.L * self.global_bs * self.H * 2 * 2
@@ -118,45 +104,11 @@ class A5Tiling(MixLaunch, OnShape):
         return ceil_div(m, TILE_M) * ceil_div(self.H, TILE_N)
 
 
-@dataclass(frozen=True)
-class Block:
-    """One GEMM block a core runs: its group, first row over the groups' rows, rows, first
-    column, columns."""
-
-    group: int
-    row: int
-    rows: int
-    col: int
-    cols: int
-
-
-class BlockWalk:
-    """The blocks one core runs, group after group (G1 400-476 on the AIC, 1418-1470 on
-    the AIV; G2 177-263, 376-420): a group's ceil(m / 256) x ceil(n / 256) tasks in
-    swizzle order, the core taking (core - start) mod cores and every cores-th after;
-    `start` moves on by the group's task count, so the next group starts where this one
-    ended, and the rows run on over the groups."""
-
-    def __init__(self, n: int, cores: int, core: int) -> None:
-        self.n, self.cores, self.core = n, cores, core
-        self.start = self.before = self.group = 0
-
-    def next(self, m: int) -> list[Block]:
-        """The core's blocks of the next group, of m rows."""
-        m_loops, n_loops = ceil_div(m, TILE_M), ceil_div(self.n, TILE_N)
-        loops = m_loops * n_loops
-        c, start = self.core, self.start
-        first = c + self.cores - start if c < start else c - start
-        out = []
-        for task in range(first, loops, self.cores):
-            mi, ni = block_coord(task, m_loops, n_loops)
-            out.append(Block(self.group, self.before + mi * TILE_M,
-                             min(TILE_M, m - mi * TILE_M), ni * TILE_N,
-                             min(TILE_N, self.n - ni * TILE_N)))
-        self.start = (start + loops) % self.cores
-        self.before += m
-        self.group += 1
-        return out
+def block_walk(n: int, cores: int, core: int) -> BlockWalk:
+    """The blocks one core runs over a GEMM of n columns, group after group, on both
+    GEMMs' 256 x 256 tiles (G1 400-476 on the AIC, 1418-1470 on the AIV; G2 177-263,
+    376-420): the walk both builds share, fused_deep_moe_base.swizzle."""
+    return BlockWalk(n, TILE_M, TILE_N, cores, core)
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any]) -> Misfit | None:

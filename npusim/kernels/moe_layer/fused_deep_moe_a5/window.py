@@ -28,20 +28,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from npusim.kernels.moe_layer.fused_deep_moe_a5.tiling import A5Tiling
-from npusim.units import KiB, MiB
+from npusim.kernels.moe_layer.fused_deep_moe_base.window import (
+    GROUP_INFO_SIZE,
+    GROUP_TOKEN_NUM_OFFSET,
+    OPT_RANK_OFFSET,
+    SOFT_SYNC_OFFSET,
+    SOFT_SYNC_SPACE_SIZE,
+    STATE_OFFSET,
+    STATE_SIZE,
+    STATE_WIN_OFFSET,
+    WIN_STATE_OFFSET,
+    data_slot,
+)
+from npusim.units import KiB
 
-STATE_SIZE = MiB
-WIN_STATE_OFFSET = 512 * KiB
-SELF_STATE_OFFSET = 256 * KiB
-STATE_OFFSET = 512
-OPT_RANK_OFFSET = 512
-# the status space (G1 21-26, G2 21)
-STATE_WIN_OFFSET = 900 * KiB  # its first word: the data-state flips
-GROUP_TOKEN_NUM_OFFSET = 932 * KiB
-GROUP_INFO_BYTES = 32 * 4  # GROUP_INFO_SIZE int32
-SOFT_SYNC_OFFSET = 964 * KiB
+# the status space's own (G2 21); the offsets both builds share in fused_deep_moe_base
 GMM2_SOFT_SYNC_OFFSET = 982 * KiB
-SOFT_SYNC_PITCH = 512  # CVSoftSync::SOFT_SYNC_SPACE_SIZE
 STATUS_SPACE = 1000 * KiB
 DISPATCH_HALF, COMBINE_HALF = 0, 1
 
@@ -53,12 +55,8 @@ class A5Window:
     t: A5Tiling
 
     @property
-    def data_half(self) -> int:
-        return self.t.W * self.t.L * self.t.slot
-
-    @property
     def bytes(self) -> int:
-        return STATE_SIZE + 2 * self.data_half + self.t.W * OPT_RANK_OFFSET
+        return STATE_SIZE + 2 * self.t.data_half_bytes + self.t.W * OPT_RANK_OFFSET
 
     def state(self, half: int) -> int:
         return half * WIN_STATE_OFFSET
@@ -72,8 +70,7 @@ class A5Window:
 
     def slot(self, half: int, owner: int, index: int) -> int:
         """Slot `index` (source rank * E_loc + local expert) of owner's data half."""
-        return (STATE_SIZE + half * self.data_half + owner * OPT_RANK_OFFSET
-                + index * self.t.slot)
+        return STATE_SIZE + data_slot(self.t, half, owner, index)
 
     def token(self, owner: int, src: int, le: int, i: int) -> int:
         """Dispatched token i of (src, le) in owner's window (G1 SendToMoeExpert 694-697)."""
@@ -95,9 +92,9 @@ class A5Window:
     # ---- the status space (a GM tensor of the rank)
     @staticmethod
     def group_line(g: int) -> int:
-        return GROUP_TOKEN_NUM_OFFSET + g * GROUP_INFO_BYTES
+        return GROUP_TOKEN_NUM_OFFSET + g * GROUP_INFO_SIZE * 4
 
     @staticmethod
     def soft_sync(gemm: int, core: int) -> int:
         base = SOFT_SYNC_OFFSET if gemm == 1 else GMM2_SOFT_SYNC_OFFSET
-        return base + core * SOFT_SYNC_PITCH
+        return base + core * SOFT_SYNC_SPACE_SIZE

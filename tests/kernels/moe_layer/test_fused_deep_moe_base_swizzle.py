@@ -1,10 +1,10 @@
-"""FusedDeepMoe's block walk (moe_layer/fused_deep_moe/swizzle.py), by hand."""
+"""FusedDeepMoe's block walk, both builds' (moe_layer/fused_deep_moe_base/swizzle.py), by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from npusim.kernels.moe_layer.fused_deep_moe.swizzle import block_coord, core_blocks
+from npusim.kernels.moe_layer.fused_deep_moe_base.swizzle import block_coord, core_blocks
 
 
 def test_direction_zero_walks_bands_of_three_m_tiles():
