@@ -10,18 +10,18 @@ two calls, split_item 2, group_type 0 (split M), group_list_type 1 (counts):
 - GMM1 (output int32, no scales): the cube-only kernel (grouped_matmul.cpp 567-585,
   QUANT_A8W8O32: GMM_CUBE_IMP, KERNEL_TYPE_AIC_ONLY), each block straight into y;
 - GMM2 (scale + per_token_scale, bf16 out; grouped_matmul_quant_mixcore.h): a MIX launch.
-  The AIC's FixPipe writes the int32 block into a workspace ring of PIPELINE_NUM = 4 slots
-  per core (MMCompute 176-215: wait SYNC_AIV_AIC_FLAG once 4 blocks are out, set
-  SYNC_AIC_AIV_FLAG after the FixPipe); both AIVs (VectorCompute / Dequant 218-380) wait for
-  the block, take alternate chunks of ubCalSize / baseN rows (the first to AIV1), each:
-  per-channel bf16 scale and per-token scales in, AscendDequant, the per-token Mul, Cast to
-  bf16 (RINT), out to y; then set SYNC_AIV_AIC_FLAG on MTE2. PostCompute: the AIC waits the
-  last min(blocks, 4) flags.
+  The AIC's FixPipe writes each int32 base tile (a block's in turn when singleN > baseN)
+  into a workspace ring of PIPELINE_NUM = 4 slots per core (MMCompute 176-215: wait
+  SYNC_AIV_AIC_FLAG once 4 tiles are out, set SYNC_AIC_AIV_FLAG after the FixPipe); both
+  AIVs (VectorCompute / Dequant 218-380) wait for the tile, take alternate chunks of
+  ubCalSize / baseN rows (the first to AIV1), each: per-channel bf16 scale and per-token
+  scales in, AscendDequant, the per-token Mul, Cast to bf16 (RINT), out to y; then set
+  SYNC_AIV_AIC_FLAG on MTE2. PostCompute: the AIC waits the last min(tiles, 4) flags.
 
 The weights are NZ on the device (npu_format_cast 29): the tiling takes the strategy NZ selects
 (tiling.py, SetWorkspscesPerTokenQuant's singleN), and the B tile's MTE2 load is charged as
 the ND copy, which moves the same whole 32 B bursts in one instruction (docs/kernels/
-moe_layer.md, "The NZ weights"), so the bytes stay ND (npusim.runtime.cube).
+moe_layer.md, "The NZ weights' layout"), so the bytes stay ND (npusim.runtime.cube).
 """
 
 from __future__ import annotations
