@@ -1,10 +1,8 @@
 """GroupedMatmul (ops-transformer gmm/grouped_matmul/op_kernel) as the A3 runs the baseline's
 two calls, split_item 2, group_type 0 (split M), group_list_type 1 (counts):
 
-- GMMProcess::Process (grouped_matmul.h:277-318): per group with rows, blockDimM x blockDimN
-  blocks of baseM x baseN (singleM = baseM, singleN = baseN); core c takes blocks c, c +
-  coreNum, ... counted on from where the previous group ended (count = curCount mod
-  coreNum). The MNBlockIdxCompute threshold walk is taken as row-major (mIdx, nIdx);
+- GMMProcess::Process and MNBlockIdxCompute (grouped_matmul.h): which base tiles each AIC
+  takes, in which order, carried over the groups (gmm_walk.py);
 - a block (the Matmul API's Iterate over K): MTE2 loads x's rows and the weight's rows into
   L1 in steps of stepKa / stepKb base-K slices, two of each (depthA1 = depthB1 = 2 steps);
   per baseK slice MTE1 moves A and B into L0A / L0B (ping-pong) and the cube accumulates
@@ -12,26 +10,28 @@ two calls, split_item 2, group_type 0 (split M), group_list_type 1 (counts):
 - GMM1 (output int32, no scales): the cube-only kernel (grouped_matmul.cpp 567-585,
   QUANT_A8W8O32: GMM_CUBE_IMP, KERNEL_TYPE_AIC_ONLY), each block straight into y;
 - GMM2 (scale + per_token_scale, bf16 out; grouped_matmul_quant_mixcore.h): a MIX launch.
-  The AIC's FixPipe writes the int32 block into a workspace ring of PIPELINE_NUM = 4 slots
-  per core (MMCompute 176-215: wait SYNC_AIV_AIC_FLAG once 4 blocks are out, set
-  SYNC_AIC_AIV_FLAG after the FixPipe); both AIVs (VectorCompute / Dequant 218-380) wait for
-  the block, take alternate chunks of ubCalSize / baseN rows (the first to AIV1), each:
-  per-channel bf16 scale and per-token scales in, AscendDequant, the per-token Mul, Cast to
-  bf16 (RINT), out to y; then set SYNC_AIV_AIC_FLAG on MTE2. PostCompute: the AIC waits the
-  last min(blocks, 4) flags.
+  The AIC's FixPipe writes each int32 base tile (a block's in turn when singleN > baseN)
+  into a workspace ring of PIPELINE_NUM = 4 slots per core (MMCompute 176-215: wait
+  SYNC_AIV_AIC_FLAG once 4 tiles are out, set SYNC_AIC_AIV_FLAG after the FixPipe); both
+  AIVs (VectorCompute / Dequant 218-380) wait for the tile, take alternate chunks of
+  ubCalSize / baseN rows (the first to AIV1), each: per-channel bf16 scale and per-token
+  scales in, AscendDequant, the per-token Mul, Cast to bf16 (RINT), out to y; then set
+  SYNC_AIV_AIC_FLAG on MTE2. PostCompute: the AIC waits the last min(tiles, 4) flags.
 
-Only the basic per-token strategy is modelled: with at most 32 rows of x per group and NZ
-weights SetWorkspscesPerTokenQuant sets singleN up to 1024 and the blocks are written in
-place. The weights' NZ layout is not modelled (npusim.runtime.cube: ND bytes, fractal padding).
+The weights are NZ on the device (npu_format_cast 29): the tiling takes the strategy NZ selects
+(tiling.py, SetWorkspscesPerTokenQuant's singleN), and the B tile's MTE2 load is charged as
+the ND copy, which moves the same whole 32 B bursts in one instruction (docs/kernels/
+moe_layer.md, "The NZ weights' layout"), so the bytes stay ND (npusim.runtime.cube).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from npusim.kernels.moe_layer.gmm_walk import Block, blocks_of
 from npusim.kernels.moe_layer.tiling import PIPELINE_NUM, GmmTiling
 from npusim.runtime.conditions import Wait
 from npusim.runtime.context import KernelContext, Strided
@@ -41,25 +41,6 @@ SYNC_AIV_AIC_FLAG = 3  # grouped_matmul_utils.h:171
 SYNC_AIC_AIV_FLAG = 5  # grouped_matmul_utils.h:172
 SYNC_MODE2 = 2
 F32, I32 = np.float32, np.int32
-
-Block = tuple[int, int, int, int, int]  # (group, first row, rows, first column, columns)
-
-
-def blocks_of(t: GmmTiling, counts: list[int], core: int) -> Iterator[Block]:
-    """The blocks GMMProcess::Process hands core `core`, in its order."""
-    count = before = 0
-    for g, m in enumerate(counts):
-        if m > 0:
-            dim_m, dim_n = ceil_div(m, t.base_m), ceil_div(t.n, t.base_n)
-            cur = count + dim_m * dim_n
-            blk = core if core >= count else core + t.cores
-            while blk < cur:
-                mi, ni = divmod(blk - count, dim_n)
-                yield (g, before + mi * t.base_m, min(t.base_m, m - mi * t.base_m),
-                       ni * t.base_n, min(t.base_n, t.n - ni * t.base_n))
-                blk += t.cores
-            count = cur % t.cores
-        before += m
 
 
 def group_counts(ctx: KernelContext, t: GmmTiling, name: str) -> list[int]:

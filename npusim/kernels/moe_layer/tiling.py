@@ -10,8 +10,13 @@ A8W8 on ascend910_93, no tuning_config):
   after L1_PARTA_SIZE 256 KiB when baseM <= baseN; stepKa / stepKb = half of each part over
   one base block, the larger a multiple of the smaller; depthA1/B1 = 2 steps (double buffer);
 - CalUsedCoreNum (1600-1620): fewer cores than the AIC when the blocks are fewer;
-- the per-token-quant AIV epilogue (SetWorkspscesPerTokenQuant, GMMCalUbSize 1046-1060 and
-  GMMSetUbDivideBlkQuant): ubCalSize = (UB - 2 (baseN * 2 B + baseM * 4 B)) / 28, aligned
+- SetWorkspscesPerTokenQuant (883-905), GMM2's per-token-quant output only: with the weight
+  NZ (aclnnGroupedMatmulWeightNz, npu_format_cast 29) and x at most 32 rows per group
+  (maxM_, x's rows: the dispatch's whole capacity, not the rows received), singleN =
+  FindBestSingleNPertoken (842-868); GMM1's int32 output returns before it (DivideUbAndSet-
+  Workspace 808-810) and no tuning config means no DynamicTilingSingleN;
+- the per-token-quant AIV epilogue (GMMCalUbSize 1046-1060 and GMMSetUbDivideBlkQuant):
+  ubCalSize = (UB - 2 (baseN * 2 B + baseM * 4 B)) / 28, aligned
   down to 2 Ki elements; an AIV dequantises ubCalSize / baseN rows at a time.
 
 DequantSwigluQuant (ops-nn quant/dequant_swiglu_quant/op_host dequant_swiglu_quant_tiling.cpp,
@@ -36,6 +41,9 @@ from npusim.units import KiB, align_up, ceil_div
 
 BEST_BASEN = 256
 MAX_BASEM = 256
+PER_TOKEN_ROWS_PER_GROUP = 32  # SetWorkspscesPerTokenQuant's factor
+PER_TOKEN_MAX_SINGLE_N = 1024
+PER_TOKEN_WIDE_N = 2048  # FindBestSingleNPertoken's threshold
 L1_PARTA_SIZE = 256 * KiB
 SCALE_BYTES_A8W8 = 8  # uint64 per-channel scale kept in L1 (CalcStepKaKb)
 UB_DYNAMIC_QUANT_BLOCK_NUM = 28
@@ -70,14 +78,39 @@ class GmmTiling:
     step_kb: int
     cores: int  # AIC cores launched (usedCoreNum)
     vec_rows: int  # rows an AIV dequantises per pass (GMM2's epilogue)
+    single_n: int = 0  # gmmBaseParams.singleN: a block's columns when set (else baseN)
 
     @property
     def l0_steps(self) -> int:
         return ceil_div(self.k, self.base_k)
 
 
-def gmm_tiling(aic: Any, ub_bytes: int, rows: int, k: int, n: int, groups: int
-               ) -> GmmTiling:
+def per_token_single_n(rows: int, groups: int, n: int, base_n: int, aic_cores: int,
+                       weight_nz: bool = True, transpose_weight: bool = False) -> int:
+    """SetWorkspscesPerTokenQuant's singleN: 0 (the basic strategy) unless x has at most 32
+    rows per group and the weight is NZ; then FindBestSingleNPertoken's pick."""
+    if not (rows <= PER_TOKEN_ROWS_PER_GROUP * groups and weight_nz
+            and (not transpose_weight or n >= PER_TOKEN_WIDE_N)):
+        return 0
+    if ceil_div(n, base_n) * groups <= aic_cores:
+        return base_n
+    if n >= PER_TOKEN_WIDE_N:
+        return PER_TOKEN_MAX_SINGLE_N
+    best = base_n
+    best_last = groups * ceil_div(n, best) % aic_cores
+    for single in range(PER_TOKEN_MAX_SINGLE_N // base_n * base_n, base_n, -base_n):
+        last = groups * ceil_div(n, single) % aic_cores
+        if last == 0:
+            return single
+        if last > best_last or (last == best_last and n % single == 0):
+            best, best_last = single, last
+    return best
+
+
+def gmm_tiling(aic: Any, ub_bytes: int, rows: int, k: int, n: int, groups: int,
+               per_token_quant: bool = False) -> GmmTiling:
+    """`per_token_quant`: the call has a per-token scale and a bf16 output (GMM2); the
+    weight is NZ, as every A3 caller of this model passes it."""
     base_n = BEST_BASEN
     base_k = sixteen_align((aic.l0b_bytes // 2) // base_n)
     max_base_m = aic.l0c_bytes // (base_n * 4)
@@ -101,8 +134,10 @@ def gmm_tiling(aic: Any, ub_bytes: int, rows: int, k: int, n: int, groups: int
     ub_cal = (ub_bytes - 2 * (base_n * 2 + base_m * 4)) // UB_DYNAMIC_QUANT_BLOCK_NUM
     ub_cal = ub_cal // UB_QUANT_BLOCK_ALIGN * UB_QUANT_BLOCK_ALIGN
     vec_rows = max(1, ub_cal // align_up(base_n, 16))
+    single_n = (per_token_single_n(rows, groups, n, base_n, int(aic.cores))
+                if per_token_quant else 0)
     return GmmTiling(rows, k, n, groups, base_m, base_n, base_k, max(ska, 1), max(skb, 1),
-                     cores, vec_rows)
+                     cores, vec_rows, single_n)
 
 
 def dsq_max_in_dim(ub_bytes: int) -> int:

@@ -149,8 +149,8 @@ def tiling(shape: MoeShape, options: Mapping[str, Any], hardware: Any,
     return tl.LayerTiling(
         lt, tl.gmm_tiling(hardware.aic, ub, rows, shape.H, i2, shape.L),
         tl.dsq_tiling(ub, hardware.chip.aiv_cores, rows, i2, shape.L),
-        tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L), i2, timing_only,
-        ones_like_tiling(ELEMENTS, 4, hardware.chip.aiv_cores, ub))
+        tl.gmm_tiling(hardware.aic, ub, rows, i2 // 2, shape.H, shape.L, per_token_quant=True),
+        i2, timing_only, ones_like_tiling(ELEMENTS, 4, hardware.chip.aiv_cores, ub))
 
 
 def misfit(shape: MoeShape, options: Mapping[str, Any], hardware: Any) -> Misfit | None:
