@@ -69,6 +69,7 @@ def page_marks(nbytes: int, what: str) -> np.ndarray:
 
 
 ZERO_TEST_BYTES = 1 << 16  # up to this size is_zero compares bytes objects
+ZERO_TEST_SIZES = 256  # runs of zeros kept, one per size (at most 16 MiB in all)
 _ZEROS: dict[int, bytes] = {}  # a run of zero bytes per size asked
 
 
@@ -78,13 +79,13 @@ def is_zero(data: np.ndarray) -> bool:
     A GM write asks this of every row it lands (a timing-only run's payload is zeros):
     the bytes copied out and compared with a run of zeros take under a third of the
     instructions of np.count_nonzero on a 7 KiB row and a fifth of its time
-    (docs/performance.md, "Work no timing-only observer reads"); larger buffers are
-    counted in place."""
+    (docs/performance.md, "Work no timing-only observer reads"); larger buffers, and sizes
+    beyond the runs kept, are counted in place."""
     n = data.size
-    if n > ZERO_TEST_BYTES:
-        return not np.count_nonzero(data)
     zeros = _ZEROS.get(n)
     if zeros is None:
+        if n > ZERO_TEST_BYTES or len(_ZEROS) >= ZERO_TEST_SIZES:
+            return not np.count_nonzero(data)
         zeros = _ZEROS[n] = bytes(n)
     return data.tobytes() == zeros
 

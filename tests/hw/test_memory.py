@@ -164,6 +164,18 @@ def test_is_zero_is_true_only_when_every_byte_is_zero(n):
     assert is_zero(data)
 
 
+def test_is_zero_answers_the_same_once_it_keeps_no_more_runs_of_zeros(monkeypatch):
+    """Past the sizes it keeps a run of zeros for, a size is counted in place."""
+    from npusim.hw import memory
+
+    monkeypatch.setattr(memory, "_ZEROS", {i: bytes(i) for i in range(memory.ZERO_TEST_SIZES)})
+    data = np.zeros(1000, np.uint8)
+    assert is_zero(data)
+    data[999] = 1
+    assert not is_zero(data)
+    assert 1000 not in memory._ZEROS
+
+
 def test_zeros_onto_a_block_never_written_still_wake_a_watcher():
     """Zeros landing on zeros store nothing, yet a poll watching those bytes is told (it
     re-reads them: the event order of a run does not depend on whether bytes moved)."""
