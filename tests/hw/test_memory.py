@@ -15,6 +15,7 @@ from npusim.hw.memory import (
     RowTableRegion,
     SparseRegion,
     Watcher,
+    is_zero,
     paged_zeros,
 )
 
@@ -147,6 +148,46 @@ def test_zeros_change_a_written_block_and_skip_one_never_written():
     if present is not None:
         assert present == 0
     assert not win.read(5 * block, block).any()
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 7424, 14336, (1 << 16) + 1, 3 << 20])
+def test_is_zero_is_true_only_when_every_byte_is_zero(n):
+    """Against a byte-by-byte walk: zeros, one non-zero byte at the start, the middle or
+    the end, and a strided view (below and above the size compared as bytes)."""
+    data = np.zeros(n, np.uint8)
+    assert is_zero(data) and is_zero(data[::2])
+    for at in sorted({0, n // 2, n - 1}) if n else []:
+        data[at] = 128
+        assert is_zero(data) is (not any(int(b) for b in data.tobytes()))
+        assert is_zero(data[at % 2::2]) is False
+        data[at] = 0
+    assert is_zero(data)
+
+
+def test_is_zero_answers_the_same_once_it_keeps_no_more_runs_of_zeros(monkeypatch):
+    """Past the sizes it keeps a run of zeros for, a size is counted in place."""
+    from npusim.hw import memory
+
+    monkeypatch.setattr(memory, "_ZEROS", {i: bytes(i) for i in range(memory.ZERO_TEST_SIZES)})
+    data = np.zeros(1000, np.uint8)
+    assert is_zero(data)
+    data[999] = 1
+    assert not is_zero(data)
+    assert 1000 not in memory._ZEROS
+
+
+def test_zeros_onto_a_block_never_written_still_wake_a_watcher():
+    """Zeros landing on zeros store nothing, yet a poll watching those bytes is told (it
+    re-reads them: the event order of a run does not depend on whether bytes moved)."""
+    win = SparseRegion("window", 0, 1 << 24)
+    seen = []
+    w = Watcher(3 << 16, 64, lambda: seen.append("woken"))
+    win.watch(w)
+    win.write((3 << 16) + 32, np.zeros(7424, np.uint8))
+    assert seen == ["woken"]
+    assert not win._written[3]
+    win.write((3 << 16) + 32, np.full(4, 9, np.uint8))
+    assert seen == ["woken", "woken"] and win._written[3]
 
 
 def test_a_large_gm_tensor_reads_zeros_until_written():
