@@ -19,7 +19,8 @@ DATA = {"npusim._data.configs": "configs", "npusim._data.scenarios": "scenarios"
 # compiled module -> the pure module it is built from (types in <compiled>.pxd)
 COMPILED = {"npusim.engine._env": "npusim/engine/env.py",
             "npusim.engine._flow": "npusim/engine/flow.py",
-            "npusim.hw._pipe": "npusim/hw/pipe.py"}
+            "npusim.hw._pipe": "npusim/hw/pipe.py",
+            "npusim.hw._ub": "npusim/hw/ub.py"}
 
 
 def data_packages() -> dict[str, str]:

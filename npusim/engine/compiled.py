@@ -22,7 +22,7 @@ PURE = os.environ.get("NPUSIM_PURE_PYTHON", "") not in ("", "0")
 STALE_AFTER_S = 60.0
 
 # the compiled builds, in the order they are adopted (setup.py builds the same list)
-BUILDS = ("npusim.engine._env", "npusim.engine._flow", "npusim.hw._pipe")
+BUILDS = ("npusim.engine._env", "npusim.engine._flow", "npusim.hw._pipe", "npusim.hw._ub")
 
 
 def in_use() -> list[str]:
