@@ -19,7 +19,10 @@ DATA = {"npusim._data.configs": "configs", "npusim._data.scenarios": "scenarios"
 # compiled module -> the pure module it is built from (types in <compiled>.pxd)
 COMPILED = {"npusim.engine._env": "npusim/engine/env.py",
             "npusim.engine._flow": "npusim/engine/flow.py",
-            "npusim.hw._pipe": "npusim/hw/pipe.py"}
+            "npusim.hw._pipe": "npusim/hw/pipe.py",
+            "npusim.hw._ub": "npusim/hw/ub.py",
+            "npusim.hw._memory": "npusim/hw/memory.py",
+            "npusim.runtime._transfer": "npusim/runtime/transfer.py"}
 
 
 def data_packages() -> dict[str, str]:
@@ -71,6 +74,7 @@ setup(
     packages=find_packages(include=["npusim", "npusim.*"]) + list(data_packages()),
     package_dir=data_packages(),
     package_data={**{pkg: DATA_FILES for pkg in data_packages()},
-                  "npusim.engine": ["*.pxd"], "npusim.hw": ["*.pxd"]},
+                  "npusim.engine": ["*.pxd"], "npusim.hw": ["*.pxd"],
+                  "npusim.runtime": ["*.pxd"]},
     ext_modules=extensions(),
 )

@@ -22,7 +22,12 @@ PURE = os.environ.get("NPUSIM_PURE_PYTHON", "") not in ("", "0")
 STALE_AFTER_S = 60.0
 
 # the compiled builds, in the order they are adopted (setup.py builds the same list)
-BUILDS = ("npusim.engine._env", "npusim.engine._flow", "npusim.hw._pipe")
+BUILDS = ("npusim.engine._env", "npusim.engine._flow", "npusim.hw._pipe", "npusim.hw._ub",
+          "npusim.hw._memory", "npusim.runtime._transfer")
+
+# a build whose fields are C types of other builds (a cimport): used only with them, as
+# the objects it holds are theirs
+REQUIRES = {"npusim.runtime._transfer": ("npusim.hw._pipe", "npusim.hw._ub")}
 
 
 def in_use() -> list[str]:
@@ -61,7 +66,7 @@ def describe() -> str:
 def compiled(name: str) -> ModuleType | None:
     """The compiled build `name`, or None (forced pure, not built here, or older than its
     pure source: an edited module in an editable install runs as edited until rebuilt)."""
-    if PURE:
+    if PURE or any(compiled(dep) is None for dep in REQUIRES.get(name, ())):
         return None
     try:
         module = importlib.import_module(name)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npusim.engine.compiled import adopt
 from npusim.errors import KernelError
 
 PAGE_SHIFT = 16  # watchers are filed by 64 KiB bucket of the address
@@ -372,3 +373,8 @@ class SparseRegion(DenseRegion):
         self._put_core.insert(i, core)
         self._put_step.insert(i, k)
         return None
+
+
+if __name__ == "npusim.hw.memory":  # this module, not its compiled build: use the build
+    adopt(globals(), "npusim.hw._memory",
+          ("Region", "Watcher", "DenseRegion", "RowTableRegion", "SparseRegion"))

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from npusim.engine.compiled import adopt
 from npusim.errors import KernelError
 from npusim.units import align_up, ceil_div
 
@@ -215,3 +216,7 @@ class UnifiedBuffer:
                 f"{self.alignment} B aligned",
                 address=addr,
             )
+
+
+if __name__ == "npusim.hw.ub":  # this module, not its compiled build: use the build
+    adopt(globals(), "npusim.hw._ub", ("UBBuffer", "UnifiedBuffer"))

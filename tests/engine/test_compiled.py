@@ -5,7 +5,10 @@ The pure modules are loaded from their source under another name (so they keep t
 pure classes), the compiled ones are their builds; both run the same random scenario
 (transfers queued on MTE pipes, fenced, started by the network's timer, sharing links,
 with delivery latencies) through a launch's event loop and must record the same times,
-to the last bit, in the same order."""
+to the last bit, in the same order. The UB's write marks and the window's put claims,
+zones and watchers answer a random sequence of calls alike; and a whole run (kernel
+programs copying and putting through the compiled transfer path) digests the same on
+both paths."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +27,7 @@ from npusim.engine import env as env_module
 from npusim.engine import flow
 from npusim.engine.compiled import BUILDS, in_use
 from npusim.engine.env import SimEnv
-from npusim.hw import pipe
+from npusim.hw import memory, pipe, ub
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +37,7 @@ def pure(module) -> object:
     classes)."""
     spec = importlib.util.spec_from_file_location(f"pure_{module.__name__}", module.__file__)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # (a dataclass looks its module up)
     spec.loader.exec_module(mod)
     return mod
 
@@ -111,6 +116,99 @@ def test_the_compiled_core_matches_the_pure_modules_bit_for_bit(links, flows):
     assert built == reference
 
 
+# (op, start, nbytes): marks of UB bytes as written, then questions about ranges
+UB_OPS = st.lists(st.tuples(st.sampled_from(["mark", "unwritten", "blocks"]),
+                            st.integers(0, 1000), st.integers(0, 300)), max_size=40)
+
+
+def ub_log(ub_mod, ops: list[tuple]) -> list:
+    local = ub_mod.UnifiedBuffer(1536, 32)
+    a = local.alloc("a", 700)
+    b = local.alloc("b", 100)
+    log: list = [(a.offset, a.nbytes, b.offset, b.nbytes, local.top)]
+    for op, start, n in ops:
+        if op == "mark":
+            local.mark(start, n)
+        elif op == "blocks":
+            local.mark_blocks(start, n % 7, 1 + n % 13, 1 + n % 29)
+        else:
+            log.append(local.unwritten(start, n))
+        a.write_ready, b.read_busy = start * 0.5, n / 3.0
+        log.append((a.write_ready, b.read_busy))
+    b.mark_written()
+    log.append((local.written.tobytes(), b.all_written, a.view("float16", 8, 64).tobytes()))
+    local.reset(new_call=True)
+    log.append((local.top, local.written.tobytes()))
+    return log
+
+
+@pytest.mark.skipif("npusim.hw._ub" not in in_use(), reason="no compiled build here")
+@settings(max_examples=60, deadline=None)
+@given(ops=UB_OPS)
+def test_compiled_ub_marks_match_the_pure_module(ops):
+    assert ub.UnifiedBuffer.__module__ == "npusim.hw._ub"
+    assert ub_log(ub, ops) == ub_log(pure(ub), ops)
+
+
+# (op, offset, nbytes): writes (non-zero or zero bytes), put claims, zone questions,
+# releases, over a window with three zones and a watcher
+REGION_OPS = st.lists(st.tuples(st.sampled_from(["write", "zeros", "claim", "zone", "release"]),
+                                st.integers(0, 3 << 16), st.integers(1, 70000)), max_size=30)
+
+
+def region_log(mem_mod, ops: list[tuple]) -> list:
+    win = mem_mod.SparseRegion("window", 3, 1 << 20)
+    win.set_zones({"data": (0, 1 << 17), "status": (1 << 17, (1 << 17) + 4096),
+                   "flags": (1 << 18, 3 << 17)})
+    log: list = []
+    watcher = mem_mod.Watcher(1 << 17, 64, lambda: log.append("woken"))
+    win.watch(watcher)
+    for i, (op, offset, n) in enumerate(ops):
+        if op in ("write", "zeros"):
+            data = np.full(n, (i % 251) + 1 if op == "write" else 0, np.uint8)
+            win.write(offset, data)
+            log.append(win.read(offset, n).tobytes() == data.tobytes())
+        elif op == "claim":
+            log.append(win.claim(offset, n, (i, i % 3, f"step{i % 2}")))
+        elif op == "zone":
+            log.append(win.zone_problem(offset, n))
+        else:
+            win.release(offset, n)
+    win.unwatch(watcher)
+    log.append((win.buf.tobytes(), win._written.tobytes(), list(win._put_starts),
+                list(win._put_ends), win.watchers))
+    return log
+
+
+@pytest.mark.skipif("npusim.hw._memory" not in in_use(), reason="no compiled build here")
+@settings(max_examples=40, deadline=None)
+@given(ops=REGION_OPS)
+def test_compiled_regions_match_the_pure_module(ops):
+    assert memory.SparseRegion.__module__ == "npusim.hw._memory"
+    assert region_log(memory, ops) == region_log(pure(memory), ops)
+
+
+RUN = ("import sys; sys.path.insert(0, 'benchmarks')\n"
+       "from fingerprint import parts\n"
+       "from npusim.engine.compiled import in_use\n"
+       "from npusim.scenario import load_scenario\n"
+       "from npusim.sim import simulate\n"
+       "for name in ('dispatch_combine_bs8', 'examples/link_bound',\n"
+       "             'shmem_classic/a3_int32_ep2'):\n"
+       "    r = simulate(load_scenario(f'scenarios/{name}.yaml'), workers=1)\n"
+       "    print(name, r.events, sorted(parts(r).items()))\n"
+       "print(in_use())")
+
+
+@pytest.mark.skipif(in_use() != list(BUILDS), reason="no compiled build here")
+def test_a_run_through_the_compiled_transfer_path_digests_as_the_pure_one():
+    """Copies, puts, window writes and UB marks of whole kernel runs: the same events,
+    times, bytes and outputs on both paths."""
+    built, reference = python(RUN).splitlines(), python(RUN, NPUSIM_PURE_PYTHON="1").splitlines()
+    assert built[-1] == repr(list(BUILDS)) and reference[-1] == "[]"
+    assert built[:-1] == reference[:-1]
+
+
 def test_setup_builds_what_the_package_adopts():
     text = (ROOT / "setup.py").read_text()
     for name in BUILDS:
@@ -137,10 +235,23 @@ def test_the_pure_modules_serve_when_the_build_is_absent():
 
 
 def test_npusim_pure_python_forces_the_pure_modules():
-    code = ("from npusim.engine import compiled, flow; from npusim.hw import pipe\n"
-            "print(flow.FlowNetwork.__module__, pipe.Op.__module__, compiled.in_use())")
+    code = ("from npusim.engine import compiled, flow; from npusim.hw import memory, pipe, ub\n"
+            "from npusim.runtime import transfer\n"
+            "print(flow.FlowNetwork.__module__, pipe.Op.__module__, ub.UBBuffer.__module__,\n"
+            "      memory.SparseRegion.__module__, transfer._Send.__module__,\n"
+            "      compiled.in_use())")
     got = python(code, NPUSIM_PURE_PYTHON="1")
-    assert got == "npusim.engine.flow npusim.hw.pipe []"
+    assert got == ("npusim.engine.flow npusim.hw.pipe npusim.hw.ub npusim.hw.memory "
+                   "npusim.runtime.transfer []")
+
+
+def test_a_build_is_not_used_without_the_builds_whose_types_it_holds():
+    """The compiled transfer path holds UB buffers as the UB build's C type: with the UB
+    module pure, the pure transfer path serves."""
+    code = ("import sys; sys.modules['npusim.hw._ub'] = None\n"
+            "from npusim.engine import compiled; from npusim.runtime import transfer\n"
+            "print(transfer._Send.__module__, 'npusim.runtime._transfer' in compiled.in_use())")
+    assert python(code) == "npusim.runtime.transfer False"
 
 
 def test_a_build_older_than_its_edited_source_is_not_used(monkeypatch):
