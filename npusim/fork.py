@@ -5,6 +5,12 @@ no cost, where a spawned one would import everything and rebuild the inputs firs
 child never raises into the parent: whatever goes wrong there (a kernel error, no memory,
 an interrupt) makes `result()` return None, and the parent does the work itself, where
 the same error then surfaces with its usual message.
+
+The value comes back pickled through a pipe, streamed, with each large array's 64 KiB
+blocks of zeros left out and mapped back untouched: a timing-only run's outputs are
+gigabytes of zeros (a combine's [BS, H] rows on every rank), which sent whole would
+take their size in each process, twice over in the parent (the bytes read, then the
+arrays made of them).
 """
 
 from __future__ import annotations
@@ -15,6 +21,43 @@ import signal
 import warnings
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
+
+from npusim.hw.memory import SMALL_PAGES_FROM, paged_zeros
+
+ZERO_BLOCK = 1 << 16  # the granule of the zero blocks left out
+
+
+def _sparse(dtype: np.dtype, shape: tuple[int, ...], nbytes: int, blocks: bytes,
+            data: bytes, tail: bytes) -> np.ndarray:
+    """An array rebuilt from its non-zero blocks (their indices, the blocks' bytes) and its
+    last partial block, in memory the OS backs only where those land."""
+    buf = paged_zeros(nbytes, "an array from the second process")
+    whole = nbytes // ZERO_BLOCK * ZERO_BLOCK
+    buf[:whole].reshape(-1, ZERO_BLOCK)[np.frombuffer(blocks, np.intp)] = \
+        np.frombuffer(data, np.uint8).reshape(-1, ZERO_BLOCK)
+    buf[whole:] = np.frombuffer(tail, np.uint8)
+    return buf.view(dtype).reshape(shape)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a C-contiguous array of plain numbers from SMALL_PAGES_FROM bytes on as its
+    non-zero 64 KiB blocks (`_sparse`); everything else as pickle does."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if (type(obj) is not np.ndarray or obj.nbytes < SMALL_PAGES_FROM
+                or obj.dtype.hasobject or not obj.flags.c_contiguous):
+            return NotImplemented
+        raw = obj.reshape(-1).view(np.uint8)
+        whole = raw.size // ZERO_BLOCK * ZERO_BLOCK
+        grid = raw[:whole].reshape(-1, ZERO_BLOCK)
+        # any() over 8-byte words: a reduction in place (count_nonzero along an axis
+        # would make a bool copy of the whole array)
+        blocks = np.flatnonzero(np.any(grid.view(np.uint64), axis=1))
+        # the indices and blocks as plain buffers, which this override does not see again
+        return _sparse, (obj.dtype, obj.shape, raw.size, pickle.PickleBuffer(blocks),
+                         pickle.PickleBuffer(grid[blocks]), raw[whole:].tobytes())
 
 
 class Forked:
@@ -41,9 +84,9 @@ class Forked:
             os.close(read_fd)
             status = 0
             try:
-                payload = pickle.dumps(work(), protocol=pickle.HIGHEST_PROTOCOL)
+                value = work()
                 with os.fdopen(write_fd, "wb") as out:
-                    out.write(payload)
+                    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
             except BaseException:  # noqa: BLE001 - the parent redoes the work and reports
                 status = 1
             finally:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
-from npusim.kernels.common.chain import next_reads_digest
+from npusim.hw.memory import RowTable
+from npusim.kernels.common.chain import digest_rows, next_reads_digest
 from npusim.kernels.common.heap import Heap
 from npusim.kernels.common.mix import MixLaunch
 from npusim.kernels.common.split import split_to_core
@@ -65,6 +68,35 @@ def test_digest_reads_rows_up_to_the_count_only():
     b["expand_x"][1] = 99
     assert next_reads_digest([a], "ep_recv_count", ["expand_x"]) != \
         next_reads_digest([b], "ep_recv_count", ["expand_x"])
+
+
+def _digest(a: object, rows: int | None = None) -> bytes:
+    h = hashlib.sha256()
+    digest_rows(h, a, rows)
+    return h.digest()
+
+
+def test_a_tensor_of_zero_rows_hashes_without_being_made():
+    """A RowTable of 2**26 rows of 14 KiB (1 TiB) hashes by its picks: no memory, no time."""
+    huge = RowTable.zeros(2**26, 14336)
+    assert _digest(huge, 5000) == _digest(RowTable.zeros(2**26, 14336), 5000)
+    assert _digest(huge, 5000) != _digest(huge, 5001)  # a row more read
+    assert _digest(huge) != _digest(RowTable.zeros(2**26 + 1, 14336))  # another shape
+    table = np.arange(6, dtype=np.uint8).reshape(2, 3)
+    a = RowTable(table, np.array([0, 1, 1]), 4)
+    b = RowTable(table, np.array([0, 1, 0]), 4)
+    assert _digest(a, 2) == _digest(b, 2)  # they differ in row 2 only
+    assert _digest(a, 3) != _digest(b, 3)
+
+
+def test_an_array_hashes_its_rows_read_and_its_shape():
+    a = np.zeros((6, 4), np.int16)
+    b = a.copy()
+    b[5, 0] = 1
+    assert _digest(a, 5) == _digest(b, 5)
+    assert _digest(a, 6) != _digest(b, 6)
+    assert _digest(a, 5) != _digest(a[:5], 5)  # a tensor of other rows allocated
+    assert _digest(a, 5) != _digest(a.view(np.uint16), 5)
 
 
 def test_routing_draws_as_make_routing_and_reads_as_keywords():

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
+from npusim.hw.memory import RowTable
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -30,10 +33,27 @@ def next_reads_digest(outputs: Sequence[Arrays], counts: str, rows: Sequence[str
     for r, o in enumerate(outputs):
         recv = np.ascontiguousarray(o[counts], dtype=np.int32)
         n = received(r, recv)
-        for a in (recv, *(o[k][:n] for k in rows)):
-            a = np.ascontiguousarray(a)
-            h.update(f"{a.dtype.str}{a.shape}".encode())
-            if a.size:
-                h.update(a.reshape(-1).view(np.uint8))
+        digest_rows(h, recv)
+        for k in rows:
+            digest_rows(h, o[k], n)
     return h.digest()
 
+
+
+def digest_rows(h: Any, a: np.ndarray | RowTable, rows: int | None = None) -> None:
+    """Into the hash `h`: the array's dtype and shape and its bytes, only its first `rows`
+    rows where given (what the next kernel reads of it). A RowTable by its table and its
+    picks of those rows, never made dense: a timing-only tensor of zero rows hashes in no
+    time whatever its size (equal bytes held otherwise hash otherwise, which only costs a
+    needless redo)."""
+    if isinstance(a, RowTable):
+        n = a.rows if rows is None else min(rows, a.rows)
+        h.update(f"rows {a.rows} x {a.row_bytes} B, {n} read, {a.table.shape[0]} "
+                 "distinct".encode())
+        h.update(np.ascontiguousarray(a.table).reshape(-1))
+        h.update(np.ascontiguousarray(a.pick[:n], dtype=np.int64))
+        return
+    c = np.ascontiguousarray(a if rows is None else a[:rows])
+    h.update(f"{c.dtype.str} {a.shape} {c.shape[0] if c.ndim else 1} read".encode())
+    if c.size:
+        h.update(c.reshape(-1).view(np.uint8))

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from npusim.hw.memory import RowTable
+from npusim.kernels.common.chain import digest_rows
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep import reference_a5 as ref_a5
@@ -390,17 +392,24 @@ class Normal(DeepepMode):
         res = []
         for a, n, d, idx in zip(inputs, note, disp, triples, strict=True):
             rows = d["recv_x"]
-            if t.quant != "bf16":  # per_token_cast_back: fp32(q) * scale, to bf16
+            if t.quant != "bf16" and t.timing_only:  # zeros whatever the records held
+                rows = RowTable.zeros(t.rows_capacity, t.H * t.shape.np_dtype.itemsize)
+            elif t.quant != "bf16":  # per_token_cast_back: fp32(q) * scale, to bf16
                 full = np.zeros((t.rows_capacity, t.H), t.shape.np_dtype)
                 m = int(n["total_recv_token"][0])
-                if not t.timing_only:
-                    full[:m] = ref_a5.cast_back(t.quant, rows[:m],
-                                                d["dynamic_scales"][:m * t.scales_per_row])
+                full[:m] = ref_a5.cast_back(t.quant, rows[:m],
+                                            d["dynamic_scales"][:m * t.scales_per_row])
                 rows = full
             res.append({"x": rows, "expand_idx": idx,
                         "ep_recv_count": n["recv_count"].sum(axis=0).astype(I32),
                         "topk_idx": a["topk_idx"].astype(I32), "topk_weights": a["topk_weights"]})
         return res
+
+    def _x_rows_read(self, arrays: Arrays) -> int | None:
+        """The rows of x the combine reads: selfSendCnt = ep_recv_count[E - 1], the rows this
+        rank received (combine.py, combine_rounds.py); None: all of them."""
+        counts = arrays["ep_recv_count"]
+        return int(counts[-1]) if counts.size else 0
 
     def _assumed_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
         """The dispatch's outputs a combine without a simulated dispatch reads (timing-only:
@@ -449,10 +458,10 @@ class Normal(DeepepMode):
             t = tiling
             for arrays in self._combine_inputs(t, inputs, self._layout(t, inputs),
                                                self._notify(t, inputs), outputs):
+                read = self._x_rows_read(arrays)
                 for name, a in sorted(arrays.items()):
-                    c = np.ascontiguousarray(a)
-                    h.update(f"{name} {c.dtype.str} {c.shape}".encode())
-                    h.update(c.view(np.uint8).reshape(-1) if c.size else b"")
+                    h.update(name.encode())
+                    digest_rows(h, a, read if name == "x" else None)
             return h.digest()
         for o in outputs:
             for name in ("num_tokens_per_expert", "send_token_idx_small"):

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from npusim.hw.memory import RowTable
 from npusim.kernels.deepep import low_latency as ll
 from npusim.kernels.deepep import reference as ref
 from npusim.kernels.deepep import shmem_layout as sl
@@ -276,15 +277,19 @@ class NormalShmem(Normal):
                  "send_token_idx_small": lo["send_token_idx_small"]}
                 for a, lo, n, d in zip(inputs, lay, note, disp, strict=True)]
 
-    def _combine_rows(self, t: DeepepTiling, d: Arrays) -> np.ndarray:
+    def _combine_rows(self, t: DeepepTiling, d: Arrays) -> np.ndarray | RowTable:
         """The combine's recv_x: the dispatch's rows (INT8: per_token_cast_back, fp32(q) *
         scale to bf16, in a symmetric tensor of its own)."""
         rows = d["expand_x"]
         if t.quant != "int8":
             return rows
-        if t.timing_only:
-            return np.zeros((t.rows_capacity, t.H), _tok(t))
+        if t.timing_only:  # zeros whatever the records held
+            return RowTable.zeros(t.rows_capacity, t.H * _tok(t).itemsize)
         return (rows.astype(F32) * d["dynamic_scales"][:, None]).astype(_tok(t))
+
+    def _x_rows_read(self, arrays: Arrays) -> int | None:
+        """All of x: the other ranks read its rows at their own put offsets."""
+        return None
 
     def _assumed_dispatch(self, t: DeepepTiling, inputs: list[Arrays]) -> list[Arrays]:
         if t.timing_only:
