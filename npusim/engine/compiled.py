@@ -27,7 +27,7 @@ BUILDS = ("npusim.engine._env", "npusim.engine._flow", "npusim.hw._pipe", "npusi
 
 # a build whose fields are C types of other builds (a cimport): used only with them, as
 # the objects it holds are theirs
-REQUIRES = {"npusim.runtime._transfer": ("npusim.hw._pipe", "npusim.hw._ub")}
+REQUIRES = {"npusim.runtime._transfer": ("npusim.hw._pipe", "npusim.hw._ub", "npusim.hw._memory")}
 
 
 def in_use() -> list[str]:

@@ -6,7 +6,8 @@
 import cython
 
 # (under other names: the module imports the Python names of the same classes)
-from npusim.hw._pipe cimport Op as COp, TransferPipe as CTransferPipe
+from npusim.hw._pipe cimport FixedPipe as CFixedPipe, Op as COp, TransferPipe as CTransferPipe
+from npusim.hw._memory cimport Region as CRegion
 from npusim.hw._ub cimport UBBuffer as CUBBuffer, UnifiedBuffer as CUnifiedBuffer
 
 
@@ -51,3 +52,49 @@ cdef class _Copy:
 
     @cython.locals(local=CUnifiedBuffer, at=cython.long, nbytes=cython.long)
     cpdef done(self, double t)
+
+
+# A kernel context's hot state and calls: the core's clock, its time limit and issue slot
+# as C doubles, its counters as dicts, the buffers, pipes and ops it checks and makes as the
+# other builds' C types. KernelContext (a Python class) derives from it and adds its own
+# slots and a __dict__; a kernel program's read of a field here goes through a descriptor.
+cdef class TransferPath:
+    cdef public object env
+    cdef public object machine
+    cdef public object rank
+    cdef public object core
+    cdef public object ub
+    cdef public object trace
+    cdef public double t
+    cdef public double t_limit
+    cdef public double issue_ns
+    cdef public object step
+    cdef public object waiting
+    cdef public dict counters
+    cdef public dict transfers
+    cdef public dict _sent_at
+    cdef public object _atomic
+    cdef public object _local
+    cdef public object _burst
+    cdef public object _mte2_cap
+    cdef public object _mte2_latency
+
+    @cython.locals(dur=cython.double, start=cython.double)
+    cpdef scalar(self, object ops=*)
+    @cython.locals(p=CFixedPipe, start=cython.double, end=cython.double, b=CUBBuffer, op=COp)
+    cpdef fixed(self, object pipe, object name, object duration_ns, object reads=*,
+                object writes=*, object fn=*, object issue_slots=*)
+    @cython.locals(local=CUnifiedBuffer)
+    cpdef _check_ub(self, CUBBuffer buf, object byte_offset, object nbytes, object what)
+    cpdef _check_source(self, CUBBuffer src, object offset, object span, object strided,
+                        object what)
+    @cython.locals(at=cython.long, local=CUnifiedBuffer, first=cython.long, pitch=cython.long,
+                   i=cython.long)
+    cpdef _check_written(self, CUBBuffer buf, object byte_offset, object span, object strided,
+                         object what)
+    cpdef _check_gm(self, CRegion region, object offset, object nbytes, object what)
+    cpdef _check_local(self, CUBBuffer buf, object what)
+    cpdef tuple _issue_transfer(self, object nbytes, object strided, object name)
+    cpdef _claim_landing(self, CUBBuffer dst, object span, object name)
+    cpdef _count(self, CTransferPipe pipe, object name, object nbytes, object remote)
+    cpdef _finish(self, CTransferPipe pipe, COp op, double t, object nbytes)

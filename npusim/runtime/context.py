@@ -36,12 +36,11 @@ from npusim.runtime.conditions import AtLeast, Wait
 from npusim.runtime.crosscore import CrossCoreOps
 from npusim.runtime.cube import CubeOps
 from npusim.runtime.dcache import DataCache
-from npusim.runtime.fault import past_time_limit
 from npusim.runtime.membase import Api
 from npusim.runtime.poll import Poll, PollLoop
 from npusim.runtime.sanitiser import Sanitiser
 from npusim.runtime.shmem import Shmem
-from npusim.runtime.transfer import Route, Strided, TransferPath
+from npusim.runtime.transfer import REAL, Route, Strided, TransferPath
 from npusim.units import ceil_div
 
 __all__ = ["COUNTERS", "KernelContext", "Poll", "Route", "Strided"]
@@ -49,7 +48,6 @@ __all__ = ["COUNTERS", "KernelContext", "Poll", "Route", "Strided"]
 COUNTERS = (*VF_COUNTERS, "SCALAR")
 
 _ITEMSIZE: dict[Any, int] = {}
-_REAL = frozenset((int, float))  # the argument types the hot calls check inline
 
 
 def _itemsize(dtype: Any) -> int:
@@ -64,18 +62,17 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     """One core's view of the machine during one kernel call (an AIV's; an AIC's adds the
     cube's calls, npusim.runtime.cube; cross-core flags: npusim.runtime.crosscore; copies
     and puts: npusim.runtime.transfer; polls: npusim.runtime.poll; access checks:
-    npusim.runtime.sanitiser)."""
+    npusim.runtime.sanitiser). The clock, the scalar and fixed-cost instructions, the
+    waits and the state they touch are TransferPath's (npusim.runtime.transfer), C fields
+    and C calls in its compiled build."""
 
-    # a context per core: 412 B of slots instead of a 1.6 KiB dictionary (the 42
-    # attributes overflow CPython's shared keys), 45 MiB at W 768; "__dict__" keeps room
-    # for what a kernel family notes on its contexts
-    __slots__ = ("machine", "env", "cfg", "rank", "rank_id", "core", "core_id", "core_label",
-                 "num_cores", "world", "ub", "block_idx", "sub_block_idx", "kind_index",
-                 "block_num", "block", "flags", "_atomic", "_polled", "_l0c_dtype",
-                 "_mte2_cap", "_mte2_latency", "_burst", "t", "step", "waiting",
-                 "phases_open", "cycle_ns", "issue_ns", "trace", "bytes_put", "transfers",
-                 "_sent_at", "_poll", "_poll_name", "dcache", "frames", "_shmem", "_local",
-                 "counters", "_vf_timing", "t_limit", "notes", "__dict__")
+    # a context per core: slots (with TransferPath's, 42 attributes) instead of a 1.6 KiB
+    # dictionary (42 attributes overflow CPython's shared keys), 45 MiB at W 768;
+    # "__dict__" keeps room for what a kernel family notes on its contexts
+    __slots__ = ("cfg", "rank_id", "core_id", "core_label", "num_cores", "world", "block_idx",
+                 "sub_block_idx", "kind_index", "block_num", "block", "flags", "_polled",
+                 "_l0c_dtype", "phases_open", "cycle_ns", "bytes_put", "_poll", "_poll_name",
+                 "dcache", "frames", "_shmem", "_vf_timing", "notes", "__dict__")
 
     def __init__(self, machine: Machine, rank: Rank, core_index: int, start_ns: float,
                  kind: str | None = None) -> None:
@@ -189,20 +186,6 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         return self.machine.ranks[r].window
 
     # -- scalar and vector -------------------------------------------------------------
-    def scalar(self, ops: float = 1.0) -> None:
-        """Scalar work on the core's scalar unit (index maths, loop control, UB loads)."""
-        if ops.__class__ not in _REAL or not 0 <= ops < INF:
-            ops = self._amount(ops, "ctx.scalar", "ops")
-        dur = ops * self.issue_ns
-        self.counters["SCALAR"] += ops
-        start = self.t
-        self.t += dur
-        if self.t > self.t_limit:  # a loop that only charges its own clock
-            raise past_time_limit(self)
-        self.core.scalar.busy_ns += dur
-        if self.trace.detailed:
-            self.trace.activity(self.rank_id, self.core_id, "scalar", self.step, start, self.t)
-
     def loop(self, iterations: int = 1) -> None:
         """Per-iteration overhead of a scalar loop."""
         iterations = self._amount(iterations, "ctx.loop", "iterations")
@@ -218,10 +201,10 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         e.g. loop iterations of a register-based vector function). `fn` applies the effect
         to UB at issue; the pipe-hazard checks make that equal to applying it at the end."""
         vcfg = self.cfg.vector
-        if (elements.__class__ is not int or elements < 0 or passes.__class__ not in _REAL
-                or not 0 <= passes < INF or extra_cycles.__class__ not in _REAL
+        if (elements.__class__ is not int or elements < 0 or passes.__class__ not in REAL
+                or not 0 <= passes < INF or extra_cycles.__class__ not in REAL
                 or not 0 <= extra_cycles < INF
-                or (repeats is not None and (repeats.__class__ not in _REAL
+                or (repeats is not None and (repeats.__class__ not in REAL
                                              or not 0 <= repeats < INF))):
             self._vector_args(name, elements, passes, repeats, extra_cycles)
         if repeats is None:
@@ -240,57 +223,6 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
         self._amount(extra_cycles, call, "extra_cycles")
         if repeats is not None:
             self._amount(repeats, call, "repeats")
-
-    def fixed(self, pipe: str, name: str, duration_ns: float, reads: Iterable[UBBuffer] = (),
-              writes: Iterable[UBBuffer] = (), fn: Any = None, issue_slots: int = 1) -> Op:
-        """One instruction of known cost on a fixed pipe of the core's kind (vector, or a
-        kind's own: cube, FixPipe): issued by the scalar unit, run in pipe order, with the
-        UB hazard checks of every instruction (a read waits for its writer, a write for
-        every transfer still using the buffer)."""
-        p = self.core.pipes.get(pipe) or self._pipe(pipe)  # (the lookup inlined: hot)
-        if (duration_ns.__class__ not in _REAL or not 0 <= duration_ns < INF
-                or issue_slots.__class__ is not int or issue_slots < 1):
-            self._amount(duration_ns, f"{pipe} {name!r}", "duration_ns")
-            if self._whole(issue_slots, f"{pipe} {name!r}", "issue_slots") < 1:
-                raise self._refused(f"{pipe} {name!r}", "issue_slots", issue_slots,
-                                    "a whole number >= 1")
-        self.t += self.issue_ns
-        if self.t > self.t_limit:
-            raise past_time_limit(self)
-        self.counters["SCALAR"] += issue_slots
-        start, end = p.reserve(self.t, duration_ns)
-        if issue_slots > 1:  # a run: the scalar issues the rest while the first executes
-            self.t += (issue_slots - 1) * self.issue_ns
-        reads = tuple(reads)
-        writes = tuple(writes)
-        for b in reads:
-            if b.write_ready > start:
-                raise self.error(
-                    f"{pipe} {name!r} reads {b.ub.label} buffer {b.name!r} before the copy into "
-                    f"it ({b.writer}) completes: missing wait", address=b.offset, size=b.nbytes)
-        for b in writes:
-            if b.write_ready > start or b.read_busy > start:
-                raise self.error(
-                    f"{pipe} {name!r} overwrites {b.ub.label} buffer {b.name!r} while a "
-                    f"transfer still uses it: missing wait", address=b.offset, size=b.nbytes)
-        if fn is not None:
-            fn()
-        if writes:
-            writer = f"{pipe} {name}"
-            for b in writes:
-                b.mark_written()
-                b.write_ready = end
-                b.writer = writer
-        for b in reads:
-            if b.read_busy < end:
-                b.read_busy = end
-        op = Op(self.env, name, pipe)
-        op.start_at = start
-        op.done_at = end
-        p.last = op
-        if self.trace.detailed:
-            self.trace.activity(self.rank_id, self.core_id, pipe, name, start, end)
-        return op
 
     def membase(self, name: str, calls: Sequence[Api | str]) -> Op:
         """MemBase API calls in program order (`membase.BARRIER` for PipeBarrier<PIPE_V>).
@@ -382,7 +314,7 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
     def ub_write(self, buf: UBBuffer, byte_offset: int, values: np.ndarray, ops: float = 1.0
                  ) -> None:
         """Scalar stores into UB (e.g. a triplet or a flag): cost `ops` scalar slots."""
-        if (byte_offset.__class__ is not int or byte_offset < 0 or ops.__class__ not in _REAL
+        if (byte_offset.__class__ is not int or byte_offset < 0 or ops.__class__ not in REAL
                 or not 0 <= ops < INF):
             byte_offset = self._whole(byte_offset, "ctx.ub_write", "byte_offset")
             ops = self._amount(ops, "ctx.ub_write", "ops")
@@ -467,40 +399,6 @@ class KernelContext(CubeOps, CrossCoreOps, TransferPath, PollLoop, Sanitiser):
 
 
     # -- synchronisation ---------------------------------------------------------------
-    def sync(self) -> Wait:
-        """Bring the simulator up to this core's clock (before touching shared state)."""
-        now = self.env.now
-        if self.t > now:
-            yield self.env.timeout(self.t - now)
-        elif self.t < now:
-            self.t = now
-
-    def _block(self, event: Any, why: str | Op, label: str = "") -> Wait:
-        """Block on `event`; `why` (text, or the op waited for) and `label` say what for,
-        formatted only when asked (a deadlock report, the detailed trace)."""
-        start = self.t
-        self.waiting = why
-        yield event
-        self.waiting = None
-        now = self.env._now
-        if now > self.t:
-            self.t = now
-        if self.trace.detailed:
-            if not label:
-                label = f"wait {why.name}" if isinstance(why, Op) else "wait"
-            self.trace.activity(self.rank_id, self.core_id, "wait", label, start, self.t)
-
-    def wait(self, *ops: Op) -> Wait:
-        """Block until the ops complete (WaitFlag / DeQue between pipes)."""
-        for op in ops:
-            if op.done_at is None:
-                yield from self._block(op.event(), op)
-            elif op.done_at > self.t:
-                if self.trace.detailed:
-                    self.trace.activity(self.rank_id, self.core_id, "wait", f"wait {op.name}",
-                                        self.t, op.done_at)
-                self.t = op.done_at
-
     def mte_fence(self, pipe: str) -> None:
         """PipeBarrier<PIPE_MTE2/3> as the hardware does it: the pipe (not the scalar unit)
         waits for its earlier transfers to complete before starting the next one."""

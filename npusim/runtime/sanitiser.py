@@ -2,7 +2,10 @@
 local buffer of the core, reads only bytes written in this call, and no two puts of a
 call write the same window bytes (a race). A failed check is a KernelError naming the
 rank, core, step and address. :class:`Sanitiser` holds these checks of
-:class:`npusim.runtime.context.KernelContext`.
+:class:`npusim.runtime.context.KernelContext`, but for those every transfer makes (in range
+of a buffer or tensor, aligned, on a buffer of the core, its source bytes written), which
+:class:`npusim.runtime.transfer.TransferPath` holds beside the transfer path, so that its
+compiled build calls them as C calls.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import numpy as np
 
 from npusim.errors import KernelError, excerpt
 from npusim.hw.memory import Region, SparseRegion
-from npusim.hw.ub import UBBuffer
 from npusim.runtime.fault import calling_line
 from npusim.runtime.transfer import Strided
 from npusim.values import is_integer
@@ -61,21 +63,6 @@ class Sanitiser:
                 raise self._refused(call, f"strided.{name}", gap,
                                     f"a whole number >= -length ({-length})")
 
-    def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
-        """In range of the buffer and aligned to its local buffer (UB, L1, L0A/B/C)."""
-        if (byte_offset.__class__ is not int or nbytes.__class__ is not int or byte_offset < 0
-                or nbytes < 0):
-            byte_offset = self._whole(byte_offset, what, "the local buffer offset")
-            nbytes = self._whole(nbytes, what, "nbytes")
-        local = buf.ub
-        if byte_offset < 0 or byte_offset + nbytes > buf.nbytes:
-            raise self.error(f"{what} of {nbytes} B at +{byte_offset} overruns {local.label} "
-                             f"buffer {buf.name!r} ({buf.nbytes} B)",
-                             address=buf.offset + byte_offset, size=nbytes)
-        if (buf.offset + byte_offset) % local.alignment:
-            raise self.error(f"{what}: {local.label} address is not {local.alignment} B "
-                             "aligned", address=buf.offset + byte_offset, size=nbytes)
-
     def _mark(self, at: int, span: int, strided: Strided | None, dst_side: bool,
               local: Any = None) -> None:
         """Record local-buffer bytes as written (the blocks only, for a strided landing)."""
@@ -85,38 +72,6 @@ class Sanitiser:
             local.mark(at, span)
             return
         local.mark_blocks(at, strided.count, strided.length, strided.length + gap)
-
-    def _check_source(self, src: UBBuffer, offset: int, span: int, strided: Strided | None,
-                      what: str) -> None:
-        """The UB bytes a write out of UB reads: in the buffer, their copy in complete and
-        every one of them written."""
-        self._check_ub(src, offset, span, what)
-        if src.write_ready > self.t:
-            raise self.error(f"{what} reads UB buffer {src.name!r} before its data is ready "
-                             f"({src.writer}): missing wait", address=src.offset, size=span)
-        self._check_written(src, offset, span, strided, what)
-
-    def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
-                       strided: Strided | None, what: str) -> None:
-        """A transfer or scalar load must not read UB bytes this call never wrote."""
-        if buf.all_written:
-            return
-        at = buf.offset + byte_offset
-        local = buf.ub
-        if strided is None or strided.src_gap <= 0:
-            first = local.unwritten(at, strided.length if strided and strided.src_gap < 0
-                                    else span)
-        else:
-            pitch = strided.length + strided.src_gap
-            first = -1
-            for i in range(strided.count):
-                first = local.unwritten(at + i * pitch, strided.length)
-                if first >= 0:
-                    break
-        if first >= 0:
-            raise self.error(f"{what} reads {local.label} buffer {buf.name!r} at "
-                             f"+{first - buf.offset}, which nothing wrote in this call",
-                             address=first, size=span)
 
     def _claim(self, dst: SparseRegion, offset: int, span: int, strided: Strided | None
                ) -> str | None:
@@ -147,22 +102,6 @@ class Sanitiser:
             raise self.error(f"{what} to the window of rank {dst.rank} overlaps the bytes an "
                              f"earlier put of this call wrote ({other}): a race",
                              address=offset, size=nbytes)
-
-    def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
-        if offset.__class__ is not int or nbytes.__class__ is not int or offset < 0 or nbytes < 0:
-            offset = self._whole(offset, what, "offset")
-            nbytes = self._whole(nbytes, what, "nbytes")
-        if offset < 0 or offset + nbytes > region.nbytes:
-            raise self.error(f"{what} of {nbytes} B at offset {offset} is outside "
-                             f"{region.name!r} of rank {region.rank} ({region.nbytes} B)",
-                             address=offset, size=nbytes)
-
-    def _check_local(self, buf: UBBuffer, what: str) -> None:
-        """A transfer's local buffer must be one of this core's."""
-        local = buf.ub
-        if local is not self.ub and all(local is not b for b in self.core.buffers.values()):
-            raise self.error(f"{what}: {local.label} buffer {buf.name!r} is not a local buffer "
-                             f"of this core", address=buf.offset, size=buf.nbytes)
 
     def _check_polls(self, polls: list[Any], name: str) -> None:
         """Every poll reads this rank's GM in range and lands in a free local buffer."""

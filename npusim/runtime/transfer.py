@@ -4,11 +4,15 @@ An instruction returns its Op at once; the bytes move when the pipe and the flow
 (npusim.engine.flow) deliver them, and the sanitiser (npusim.runtime.sanitiser) checks
 every access at issue. This is the hot path of a run: one slotted ``_Send`` per queued
 write, no closure. :class:`TransferPath` holds these calls of
-:class:`npusim.runtime.context.KernelContext`.
+:class:`npusim.runtime.context.KernelContext`, with the calls every instruction makes (the
+scalar unit's issue slots on the core's clock, fixed-cost instructions and their UB hazard
+checks, waits, the sanitiser's checks of a transfer) and the per-core state they touch:
+in the compiled build (`_transfer.pxd`) C fields and C calls.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,6 +23,7 @@ from npusim.hw.cores import pipe_cap
 from npusim.hw.memory import Region, SparseRegion
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer, strided_blocks
+from npusim.runtime.conditions import Wait
 from npusim.runtime.fault import past_time_limit
 from npusim.units import align_up
 
@@ -34,6 +39,8 @@ class Route(NamedTuple):
     cap_gbps: float
     latency_ns: float
     ack_ns: float = 0.0
+
+REAL = frozenset((int, float))  # the argument types the hot calls check inline
 
 # the per-core transfer counters' keys, one tuple per distinct key (interning, no state)
 _TRANSFER_KEYS: dict[tuple[str, str, str, bool], tuple[str, str, str, bool]] = {}
@@ -164,10 +171,187 @@ def atomic_sum(current: np.ndarray, payload: np.ndarray, dtype: np.dtype) -> np.
 
 
 class TransferPath:
-    """A kernel context's copies and puts (KernelContext mixes it in; its state lives in
-    the context's slots)."""
+    """The calls a kernel program makes on every instruction (KernelContext derives from
+    it): the scalar unit's issue slots on the core's clock, fixed-cost instructions with
+    their UB hazard checks, waits, copies and puts with the sanitiser's access checks.
+    It holds the state these calls touch, so that the compiled build keeps it as C fields
+    (the core's clock and limits as C doubles) and calls between them as C calls."""
 
-    __slots__ = ()
+    # the per-core state of the hot calls (the rest is KernelContext's)
+    __slots__ = ("env", "machine", "rank", "core", "ub", "trace", "t", "t_limit", "issue_ns",
+                 "step", "waiting", "counters", "transfers", "_sent_at", "_atomic", "_local",
+                 "_burst", "_mte2_cap", "_mte2_latency")
+
+    # -- the scalar unit and fixed-cost instructions -------------------------------------
+    def scalar(self, ops: float = 1.0) -> None:
+        """Scalar work on the core's scalar unit (index maths, loop control, UB loads)."""
+        if ops.__class__ not in REAL or not 0 <= ops < INF:
+            ops = self._amount(ops, "ctx.scalar", "ops")
+        dur = ops * self.issue_ns
+        self.counters["SCALAR"] += ops
+        start = self.t
+        self.t += dur
+        if self.t > self.t_limit:  # a loop that only charges its own clock
+            raise past_time_limit(self)
+        self.core.scalar.busy_ns += dur
+        if self.trace.detailed:
+            self.trace.activity(self.rank_id, self.core_id, "scalar", self.step, start, self.t)
+
+    def fixed(self, pipe: str, name: str, duration_ns: float, reads: Iterable[UBBuffer] = (),
+              writes: Iterable[UBBuffer] = (), fn: Any = None, issue_slots: int = 1) -> Op:
+        """One instruction of known cost on a fixed pipe of the core's kind (vector, or a
+        kind's own: cube, FixPipe): issued by the scalar unit, run in pipe order, with the
+        UB hazard checks of every instruction (a read waits for its writer, a write for
+        every transfer still using the buffer)."""
+        p = self.core.pipes.get(pipe) or self._pipe(pipe)  # (the lookup inlined: hot)
+        if (duration_ns.__class__ not in REAL or not 0 <= duration_ns < INF
+                or issue_slots.__class__ is not int or issue_slots < 1):
+            self._amount(duration_ns, f"{pipe} {name!r}", "duration_ns")
+            if self._whole(issue_slots, f"{pipe} {name!r}", "issue_slots") < 1:
+                raise self._refused(f"{pipe} {name!r}", "issue_slots", issue_slots,
+                                    "a whole number >= 1")
+        self.t += self.issue_ns
+        if self.t > self.t_limit:
+            raise past_time_limit(self)
+        self.counters["SCALAR"] += issue_slots
+        start, end = p.reserve(self.t, duration_ns)
+        if issue_slots > 1:  # a run: the scalar issues the rest while the first executes
+            self.t += (issue_slots - 1) * self.issue_ns
+        reads = tuple(reads)
+        writes = tuple(writes)
+        for b in reads:
+            if b.write_ready > start:
+                raise self.error(
+                    f"{pipe} {name!r} reads {b.ub.label} buffer {b.name!r} before the copy into "
+                    f"it ({b.writer}) completes: missing wait", address=b.offset, size=b.nbytes)
+        for b in writes:
+            if b.write_ready > start or b.read_busy > start:
+                raise self.error(
+                    f"{pipe} {name!r} overwrites {b.ub.label} buffer {b.name!r} while a "
+                    f"transfer still uses it: missing wait", address=b.offset, size=b.nbytes)
+        if fn is not None:
+            fn()
+        if writes:
+            writer = f"{pipe} {name}"
+            for b in writes:
+                b.mark_written()
+                b.write_ready = end
+                b.writer = writer
+        for b in reads:
+            if b.read_busy < end:
+                b.read_busy = end
+        op = Op(self.env, name, pipe)
+        op.start_at = start
+        op.done_at = end
+        p.last = op
+        if self.trace.detailed:
+            self.trace.activity(self.rank_id, self.core_id, pipe, name, start, end)
+        return op
+
+    # -- waits -------------------------------------------------------------------------
+    def sync(self) -> Wait:
+        """Bring the simulator up to this core's clock (before touching shared state)."""
+        now = self.env.now
+        if self.t > now:
+            yield self.env.timeout(self.t - now)
+        elif self.t < now:
+            self.t = now
+
+    def _block(self, event: Any, why: str | Op, label: str = "") -> Wait:
+        """Block on `event`; `why` (text, or the op waited for) and `label` say what for,
+        formatted only when asked (a deadlock report, the detailed trace)."""
+        start = self.t
+        self.waiting = why
+        yield event
+        self.waiting = None
+        now = self.env._now
+        if now > self.t:
+            self.t = now
+        if self.trace.detailed:
+            if not label:
+                label = f"wait {why.name}" if isinstance(why, Op) else "wait"
+            self.trace.activity(self.rank_id, self.core_id, "wait", label, start, self.t)
+
+    def wait(self, *ops: Op) -> Wait:
+        """Block until the ops complete (WaitFlag / DeQue between pipes)."""
+        for op in ops:
+            if op.done_at is None:
+                yield from self._block(op.event(), op)
+            elif op.done_at > self.t:
+                if self.trace.detailed:
+                    self.trace.activity(self.rank_id, self.core_id, "wait", f"wait {op.name}",
+                                        self.t, op.done_at)
+                self.t = op.done_at
+
+    # -- the sanitiser's checks of every transfer (the others: npusim.runtime.sanitiser) -
+    def _check_ub(self, buf: UBBuffer, byte_offset: int, nbytes: int, what: str) -> None:
+        """In range of the buffer and aligned to its local buffer (UB, L1, L0A/B/C)."""
+        if (byte_offset.__class__ is not int or nbytes.__class__ is not int or byte_offset < 0
+                or nbytes < 0):
+            byte_offset = self._whole(byte_offset, what, "the local buffer offset")
+            nbytes = self._whole(nbytes, what, "nbytes")
+        local = buf.ub
+        if byte_offset < 0 or byte_offset + nbytes > buf.nbytes:
+            raise self.error(f"{what} of {nbytes} B at +{byte_offset} overruns {local.label} "
+                             f"buffer {buf.name!r} ({buf.nbytes} B)",
+                             address=buf.offset + byte_offset, size=nbytes)
+        if (buf.offset + byte_offset) % local.alignment:
+            raise self.error(f"{what}: {local.label} address is not {local.alignment} B "
+                             "aligned", address=buf.offset + byte_offset, size=nbytes)
+
+    def _check_source(self, src: UBBuffer, offset: int, span: int, strided: Strided | None,
+                      what: str) -> None:
+        """The UB bytes a write out of UB reads: in the buffer, their copy in complete and
+        every one of them written."""
+        self._check_ub(src, offset, span, what)
+        if src.write_ready > self.t:
+            raise self.error(f"{what} reads UB buffer {src.name!r} before its data is ready "
+                             f"({src.writer}): missing wait", address=src.offset, size=span)
+        self._check_written(src, offset, span, strided, what)
+
+    def _check_written(self, buf: UBBuffer, byte_offset: int, span: int,
+                       strided: Strided | None, what: str) -> None:
+        """A transfer or scalar load must not read UB bytes this call never wrote."""
+        if buf.all_written:
+            return
+        at = buf.offset + byte_offset
+        local = buf.ub
+        if strided is None or strided.src_gap <= 0:
+            first = local.unwritten(at, strided.length if strided and strided.src_gap < 0
+                                    else span)
+        else:
+            pitch = strided.length + strided.src_gap
+            first = -1
+            for i in range(strided.count):
+                first = local.unwritten(at + i * pitch, strided.length)
+                if first >= 0:
+                    break
+        if first >= 0:
+            raise self.error(f"{what} reads {local.label} buffer {buf.name!r} at "
+                             f"+{first - buf.offset}, which nothing wrote in this call",
+                             address=first, size=span)
+
+    def _check_gm(self, region: Region, offset: int, nbytes: int, what: str) -> None:
+        if offset.__class__ is not int or nbytes.__class__ is not int or offset < 0 or nbytes < 0:
+            offset = self._whole(offset, what, "offset")
+            nbytes = self._whole(nbytes, what, "nbytes")
+        if offset < 0 or offset + nbytes > region.nbytes:
+            raise self.error(f"{what} of {nbytes} B at offset {offset} is outside "
+                             f"{region.name!r} of rank {region.rank} ({region.nbytes} B)",
+                             address=offset, size=nbytes)
+
+    def _check_local(self, buf: UBBuffer, what: str) -> None:
+        """A transfer's local buffer must be one of this core's."""
+        local = buf.ub
+        if local is self.ub:
+            return
+        for b in self.core.buffers.values():  # (a loop: no closure in the compiled call)
+            if local is b:
+                return
+        raise self.error(f"{what}: {local.label} buffer {buf.name!r} is not a local buffer of "
+                         "this core", address=buf.offset, size=buf.nbytes)
+
+    # -- copies and puts ---------------------------------------------------------------
 
     def _issue_transfer(self, nbytes: int, strided: Strided | None, name: str
                         ) -> tuple[int, int]:

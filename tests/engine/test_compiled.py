@@ -209,6 +209,89 @@ def test_a_run_through_the_compiled_transfer_path_digests_as_the_pure_one():
     assert built[:-1] == reference[:-1]
 
 
+HOT_CALLS = """
+import random
+import numpy as np
+from npusim.errors import KernelError
+from npusim.hw.config import load_hardware
+from npusim.hw.machine import Machine
+from npusim.runtime.launch import launch
+from npusim.runtime.transfer import Strided, TransferPath
+hw = load_hardware('atlas_a3', {'chip.aiv_cores': 4})
+
+def program(seed, fault):
+    def body(ctx):
+        rng = random.Random(seed * 1000 + ctx.rank_id * 10 + ctx.core_id)
+        ctx.family_note = (ctx.rank_id, ctx.core_id)  # what a family notes (__dict__)
+        a, b = ctx.alloc('a', 2048), ctx.alloc('b', 2048)
+        x, ops, puts = ctx.tensor('x'), [], 0
+        for _ in range(30):
+            k = rng.randrange(7)
+            if k == 0:
+                ctx.scalar(rng.choice([1, 2.5, 7, 0.3, 0]))
+            elif k == 1:
+                n = 32 * rng.randrange(1, 48)
+                yield from ctx.wait(*ops)
+                load = ctx.copy_in(a, x, 32 * rng.randrange(64), n)
+                if fault:  # a read before the copy lands: refused
+                    ctx.vector('add', n, 'float16', reads=[a], writes=[b])
+                yield from ctx.wait(load)
+                ops.append(ctx.vector('cast', n // 2, 'float16', reads=[a], writes=[b],
+                                      passes=rng.choice([1.0, 2.0])))
+            elif k == 2 and ops and b.all_written and puts < 30:
+                yield from ctx.wait(*ops)
+                ops.append(ctx.put(1 - ctx.rank_id, 32768 * ctx.core_id + 1024 * puts, b, 1024))
+                puts += 1
+            elif k == 3:
+                yield from ctx.wait(*ops)
+                ops.append(ctx.fixed('vector', 'dup', rng.choice([3.3, 10.0, 0.0]),
+                                     writes=[a], issue_slots=rng.randrange(1, 4)))
+            elif k == 4 and ops:
+                yield from ctx.wait(ops[rng.randrange(len(ops))])
+            elif k == 5:
+                yield from ctx.pipe_barrier(rng.choice(['mte2', 'mte3', 'vector']))
+                yield from ctx.wait(*ops)
+                ops.append(ctx.copy_in(b, x, 0, 0, strided=Strided(4, 64, 64, 32)))
+                yield from ctx.wait(ops[-1])
+            else:
+                yield from ctx.sync()
+        yield from ctx.drain()
+    return body
+
+for seed in range(6):
+    m = Machine(hw, world=2)
+    for r in m.ranks:
+        r.tensor('x', np.arange(8192, dtype=np.uint8))
+    try:
+        res = launch(m, program(seed, seed % 3 == 2))
+    except KernelError as e:
+        print(seed, 'refused:', e)
+        continue
+    for row in res.contexts:
+        for c in row:
+            assert isinstance(c, TransferPath) and c.family_note == (c.rank_id, c.core_id)
+            print(seed, c.rank_id, c.core_id, float(c.t).hex(), sorted(c.counters.items()),
+                  sorted(c.transfers.items()), c.core.busy_ns())
+    print(seed, [float(t).hex() for row in res.core_end_ns for t in row], m.env.now)
+print(TransferPath.__module__)
+"""
+
+
+@pytest.mark.skipif(in_use() != list(BUILDS), reason="no compiled build here")
+def test_a_kernel_contexts_hot_calls_give_the_pure_clocks_counters_and_refusals():
+    """Random programs of scalar work, vector and fixed instructions, copies (strided too),
+    puts, waits, barriers and syncs on every core of two ranks, with a missing wait in
+    some: the clocks to the last bit, the counters, the transfers, the pipes' busy times
+    and the sanitiser's refusals are the same through the compiled `TransferPath` (the
+    context's clock and hot calls as C fields and C calls) and the pure one."""
+    built = python(HOT_CALLS).splitlines()
+    reference = python(HOT_CALLS, NPUSIM_PURE_PYTHON="1").splitlines()
+    assert (built[-1], reference[-1]) == ("npusim.runtime._transfer", "npusim.runtime.transfer")
+    assert built[:-1] == reference[:-1]
+    assert sum("refused:" in line and "missing wait" in line for line in built) == 2  # 2, 5
+    assert sum(line.startswith("0 1 ") for line in built) == 4  # every core's line
+
+
 def test_setup_builds_what_the_package_adopts():
     text = (ROOT / "setup.py").read_text()
     for name in BUILDS:
@@ -245,10 +328,11 @@ def test_npusim_pure_python_forces_the_pure_modules():
                    "npusim.runtime.transfer []")
 
 
-def test_a_build_is_not_used_without_the_builds_whose_types_it_holds():
-    """The compiled transfer path holds UB buffers as the UB build's C type: with the UB
-    module pure, the pure transfer path serves."""
-    code = ("import sys; sys.modules['npusim.hw._ub'] = None\n"
+@pytest.mark.parametrize("held", ["npusim.hw._ub", "npusim.hw._memory"])
+def test_a_build_is_not_used_without_the_builds_whose_types_it_holds(held):
+    """The compiled transfer path holds UB buffers and checks regions as the UB and memory
+    builds' C types: with either module pure, the pure transfer path serves."""
+    code = (f"import sys; sys.modules['{held}'] = None\n"
             "from npusim.engine import compiled; from npusim.runtime import transfer\n"
             "print(transfer._Send.__module__, 'npusim.runtime._transfer' in compiled.in_use())")
     assert python(code) == "npusim.runtime.transfer False"
