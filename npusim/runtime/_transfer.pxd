@@ -98,3 +98,10 @@ cdef class TransferPath:
     cpdef _claim_landing(self, CUBBuffer dst, object span, object name)
     cpdef _count(self, CTransferPipe pipe, object name, object nbytes, object remote)
     cpdef _finish(self, CTransferPipe pipe, COp op, double t, object nbytes)
+    @cython.locals(op=COp, pipe=CTransferPipe, copy=_Copy)
+    cpdef copy_in(self, object dst, object src, object src_offset, object nbytes,
+                  object dst_offset=*, object name=*, object strided=*)
+    @cython.locals(op=COp, pipe=CTransferPipe, send=_Send)
+    cpdef _send(self, object dst, object dst_offset, object src, object src_offset,
+                object nbytes, object name, object route, object strided=*, object remote=*,
+                object claim=*)
