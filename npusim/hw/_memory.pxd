@@ -37,16 +37,16 @@ cdef class RowTableRegion(Region):
 cdef class SparseRegion(DenseRegion):
     cdef public list zones
     cdef public list _zone_starts
-    cdef public object _put_starts
-    cdef public object _put_ends
-    cdef public object _put_rank
-    cdef public object _put_core
-    cdef public object _put_step
+    cdef public list _put_firsts
+    cdef public list _put_buckets
     cdef public list _steps
     cdef public dict _step_index
 
     @cython.locals(i=cython.long, a=cython.long, b=cython.long)
     cpdef zone_problem(self, long offset, long nbytes)
-    @cython.locals(end=cython.long, i=cython.long, j=cython.long, a=cython.long,
-                   b=cython.long, k=object)
+    @cython.locals(end=cython.long, b=cython.long, lo=cython.long, hi=cython.long)
+    cpdef release(self, long offset, long nbytes)
+    @cython.locals(end=cython.long, i=cython.long, b=cython.long, k=object)
     cpdef claim(self, long offset, long nbytes, tuple who)
+    @cython.locals(a=cython.long, b=cython.long)
+    cdef _overlap(self, tuple cols, long j, long offset, long end)

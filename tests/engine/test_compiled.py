@@ -175,8 +175,7 @@ def region_log(mem_mod, ops: list[tuple]) -> list:
         else:
             win.release(offset, n)
     win.unwatch(watcher)
-    log.append((win.buf.tobytes(), win._written.tobytes(), list(win._put_starts),
-                list(win._put_ends), win.watchers))
+    log.append((win.buf.tobytes(), win._written.tobytes(), win.puts(), win.watchers))
     return log
 
 

@@ -265,3 +265,47 @@ def test_windows_larger_than_the_machine_in_all_still_let_the_process_fork():
         os._exit(0 if windows[-1].read(each - 8, 8).tolist() == list(range(8)) else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+class _NaivePuts:
+    """A call's puts as a plain list, scanned whole: the race check's rules."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[int, int, int, int, str]] = []
+
+    def claim(self, offset: int, nbytes: int, who: tuple[int, int, str]) -> str | None:
+        if nbytes <= 0:
+            return None
+        hit = [p for p in self.puts if p[0] < offset + nbytes and offset < p[1]]
+        if hit:  # the lowest: the put the new one starts in, if any, else the next one
+            a, b, rank, core, step = min(hit)
+            return f"rank {rank} core {core} {step} [0x{a:x}, 0x{b:x})"
+        self.puts = sorted([*self.puts, (offset, offset + nbytes, *who)])
+        return None
+
+    def release(self, offset: int, nbytes: int) -> None:
+        self.puts = [p for p in self.puts if not (p[0] < offset + nbytes and offset < p[1])]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_put_claims_and_releases_agree_with_a_plain_list(monkeypatch, seed):
+    """Many puts (buckets of 2 to 4, so they split often) and releases over a small range:
+    every answer and the puts kept, in order, as a list scanned whole gives them."""
+    monkeypatch.setattr(sys.modules[SparseRegion.__module__], "PUTS_PER_BUCKET", 2)
+    rng = np.random.default_rng(seed)
+    win, ref = SparseRegion("window", 0, 1 << 20), _NaivePuts()
+    answers = 0
+    for i in range(1500):
+        offset, n = int(rng.integers(0, 4000)), int(rng.integers(-1, 40))
+        if rng.random() < 0.08:
+            ref.release(offset, 4 * n)
+            win.release(offset, 4 * n)
+        else:
+            who = (i % 5, i % 3, f"step{i % 4}")
+            got = win.claim(offset, n, who)
+            assert got == ref.claim(offset, n, who)
+            answers += got is not None
+        assert win.puts() == ref.puts
+    assert answers > 100 and len(win._put_buckets) > 5  # races and splits both happened
+    win.new_call()
+    assert win.puts() == [] and win.claim(7, 1, (0, 0, "x")) is None
