@@ -29,7 +29,10 @@ cdef class Group:
     cdef public double clock
     cdef public double t_last
     cdef public list heap
-    cdef public long version
+    cdef public double wake_at
+    cdef public long wake_seq
+    cdef public double anchor_at
+    cdef public long anchor_seq
 
     @cython.locals(rate=cython.double, r=Resource)
     cpdef double current_rate(self)
@@ -76,10 +79,12 @@ cdef class FlowNetwork:
     @cython.locals(wakes=list, seq=cython.long, first=cython.double, g=Group, h=list,
                    delay=cython.double, t=cython.double)
     cpdef _arm_groups(self, double now)
+    cpdef _reanchor(self, Group g)
     cpdef _compact(self)
     @cython.locals(delay=cython.double)
     cpdef _arm_timer(self, double t)
-    @cython.locals(now=cython.double, wakes=list, calls=list, group=Group, nxt=cython.double)
+    @cython.locals(now=cython.double, wakes=list, calls=list, group=Group, nxt=cython.double,
+                   seq=cython.long)
     cpdef _tick(self)
     @cython.locals(ev=object, g=Group)
     cpdef _finish(self, Flow f)

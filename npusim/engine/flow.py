@@ -86,7 +86,8 @@ class Resource:
 class Group:
     """Flows with one path and one cap: they share a rate, hence a virtual clock."""
 
-    __slots__ = ("net", "path", "cap", "rate", "clock", "t_last", "heap", "version")
+    __slots__ = ("net", "path", "cap", "rate", "clock", "t_last", "heap", "wake_at",
+                 "wake_seq", "anchor_at", "anchor_seq")
 
     def __init__(self, net: FlowNetwork, path: tuple[Resource, ...], cap: float) -> None:
         self.net = net
@@ -96,7 +97,13 @@ class Group:
         self.clock = 0.0  # bytes every member has streamed since the group was made
         self.t_last = net.env._now
         self.heap: list[tuple[float, int, Flow]] | None = []  # None while idle
-        self.version = 0
+        # when its first member will be done, and the order among wake-ups at one time
+        # (wake_seq 0: not armed); anchor: the one entry of the network's wake-up heap that
+        # stands for it, due no later than the wake-up itself (FlowNetwork._arm_groups)
+        self.wake_at = INF
+        self.wake_seq = 0
+        self.anchor_at = INF
+        self.anchor_seq = 0
 
     def current_rate(self) -> float:
         rate = self.cap
@@ -173,9 +180,9 @@ class FlowNetwork:
         self._seq = 0
         self._groups: dict[tuple[tuple[Resource, ...], float], Group] = {}
         # one simulator timer for the whole network (env's alarm): a heap of (time, seq,
-        # group, version) wake-ups, stale ones skipped, so re-rating a group costs no
-        # simulator event
-        self._wakes: list[tuple[float, int, Group, int]] = []
+        # group) wake-ups, each group's anchor among them and superseded ones skipped, so
+        # re-rating a group costs no simulator event
+        self._wakes: list[tuple[float, int, Group]] = []
         self._compact_at = _COMPACT_MIN
         self._timer_version = 0  # only without SimEnv's alarm
         self._timer_at = INF  # when env's alarm (the network's timer) is set for
@@ -300,21 +307,34 @@ class FlowNetwork:
 
     def _arm_groups(self, now: float) -> None:
         """Tell the network when each dirty group's first member will be done, in order
-        (inlined: a level change on a busy link re-arms dozens of groups)."""
+        (inlined: a level change on a busy link re-arms dozens of groups).
+
+        A wake-up goes into the heap only if it is earlier than the group's anchor, the
+        entry already there for it: a later one (a rate cut, the next member after a
+        finish) is only noted on the group, and pushed when the anchor comes up
+        (`_reanchor`). Every key (time, seq) is the one an entry per re-arm would have
+        had, and the anchor pops no later than it, so the wake-ups fire in the same order,
+        and the timer, set from the due wake-ups alone, at the same times."""
         wakes = self._wakes
         seq = self._seq
         first = self._timer_at
         push = heapq.heappush
         for g in self._dirty:
-            g.version += 1
             h = g.heap
             if h:
                 delay = (h[0][0] - g.clock) / g.rate
                 t = now + (delay if delay > 0.0 else 0.0)  # max(0.0, delay), NaN as 0.0
                 seq += 1
-                push(wakes, (t, seq, g, g.version))
+                g.wake_at = t
+                g.wake_seq = seq
+                if t < g.anchor_at:
+                    push(wakes, (t, seq, g))
+                    g.anchor_at = t
+                    g.anchor_seq = seq
                 if t < first:
                     first = t
+            else:
+                g.wake_seq = 0
         self._seq = seq
         self._dirty.clear()
         if first < self._timer_at:
@@ -322,12 +342,23 @@ class FlowNetwork:
         if len(wakes) > self._compact_at:
             self._compact()
 
+    def _reanchor(self, g: Group) -> None:
+        """g's anchor has left the heap before its wake-up was due: push the wake-up as
+        the new anchor (if g is still armed)."""
+        if g.wake_seq:
+            heapq.heappush(self._wakes, (g.wake_at, g.wake_seq, g))
+            g.anchor_at = g.wake_at
+            g.anchor_seq = g.wake_seq
+        else:
+            g.anchor_at = INF
+            g.anchor_seq = 0
+
     def _compact(self) -> None:
-        """Drop superseded wake-ups (each re-arm leaves one behind; at W = 64 they were nine
-        in ten), once they are as many as the live ones: a stale entry costs a pop of the
+        """Drop superseded wake-ups (an anchor replaced by an earlier one leaves one
+        behind), once they are as many as the live ones: a stale entry costs a pop of the
         whole heap, the compaction a fraction of that. Keys (time, seq) are unique, so the
         heap pops in the same order after."""
-        live = [w for w in self._wakes if w[3] == w[2].version]
+        live = [w for w in self._wakes if w[1] == w[2].anchor_seq]
         heapq.heapify(live)
         self._wakes = live
         self._compact_at = max(_COMPACT_MIN, 2 * len(live))
@@ -358,15 +389,27 @@ class FlowNetwork:
         calls = self._calls
         self._batch += 1
         while wakes and wakes[0][0] <= now:
-            _, _, group, v = heapq.heappop(wakes)
-            if v == group.version:
+            _, seq, group = heapq.heappop(wakes)
+            if seq != group.anchor_seq:
+                continue  # superseded
+            if seq == group.wake_seq:
+                group.anchor_at = INF
+                group.anchor_seq = 0
                 group.fire()
+            else:
+                self._reanchor(group)  # its wake-up is later (maybe still due by now)
         while calls and calls[0][0] <= now:
             heapq.heappop(calls)[2]()
         self._batch -= 1
         self._flush()
-        while wakes and wakes[0][3] != wakes[0][2].version:
-            heapq.heappop(wakes)  # stale
+        wakes = self._wakes  # a new list if the flush compacted it
+        while wakes:  # down to a due wake-up: the timer is set from it alone
+            _, seq, group = wakes[0]
+            if seq == group.wake_seq:
+                break
+            heapq.heappop(wakes)
+            if seq == group.anchor_seq:
+                self._reanchor(group)
         nxt = min(wakes[0][0] if wakes else INF, calls[0][0] if calls else INF)
         if nxt < self._timer_at:
             self._arm_timer(nxt)

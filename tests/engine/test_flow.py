@@ -129,6 +129,42 @@ def test_a_successor_started_at_its_predecessors_stream_end_shares_from_that_ins
     assert ends["b2"] == pytest.approx(want_b2)
 
 
+def test_a_later_wake_up_is_not_pushed_and_the_timer_skips_its_anchor():
+    """A group whose finish moves later keeps its earlier entry in the wake-up heap (its
+    anchor) instead of pushing another; the anchor is swapped for the true wake-up before
+    the timer is set, so no tick comes at the anchor's time. By hand, on a 10 B/ns link:
+    A (1000 B, cap 10) alone until 20 (200 B, its anchor at 100); B (100 B, cap 9: a group
+    of its own) from 20, both at 5 (2 x 9 > 10: equal shares): A's finish moves to
+    20 + 800 / 5 = 180 (not pushed: two entries, A's anchor and B's wake-up at 40, the
+    timer at 40). B ends at 40; A, 700 B left at 10, ends at 110: the timer goes there,
+    not to the anchor's 100."""
+    env = SimEnv()
+    net = FlowNetwork(env)
+    link = (Resource("link", "test", 0, 10.0),)
+    ends: dict[str, float] = {}
+    seen: dict[str, object] = {}
+
+    def sent(name):
+        return lambda: ends.__setitem__(name, env.now)
+
+    def watch():
+        yield env.timeout(20.0)
+        net.start(100, 9.0, link, 0.0, lambda _t: None, sent("b"))
+        yield env.timeout(10.0)
+        seen["wakes at 30"] = sorted(w[0] for w in net._wakes)
+        seen["timer at 30"] = net._timer_at
+        yield env.timeout(20.0)
+        seen["wakes at 50"] = sorted(w[0] for w in net._wakes)
+        seen["timer at 50"] = net._timer_at
+
+    net.start(1000, 10.0, link, 0.0, lambda _t: None, sent("a"))
+    env.process(watch())
+    env.run()
+    assert seen == {"wakes at 30": [40.0, 100.0], "timer at 30": 40.0,
+                    "wakes at 50": [110.0], "timer at 50": 110.0}
+    assert ends == {"b": 40.0, "a": 110.0}
+
+
 def test_delivery_comes_latency_after_the_stream_end_on_done_first():
     """A delivery lands its latency after the stream end; a core waiting on the delivery
     event resumes after on_done ran; without an event a timeout delivers it. By hand: on a
