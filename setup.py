@@ -22,7 +22,9 @@ COMPILED = {"npusim.engine._env": "npusim/engine/env.py",
             "npusim.hw._pipe": "npusim/hw/pipe.py",
             "npusim.hw._ub": "npusim/hw/ub.py",
             "npusim.hw._memory": "npusim/hw/memory.py",
-            "npusim.runtime._transfer": "npusim/runtime/transfer.py"}
+            "npusim.runtime._transfer": "npusim/runtime/transfer.py",
+            # C only (no pure module: without it CPython's own arena allocator serves)
+            "npusim.engine._arenas": "npusim/engine/_arenas.pyx"}
 
 
 def data_packages() -> dict[str, str]:
@@ -74,7 +76,7 @@ setup(
     packages=find_packages(include=["npusim", "npusim.*"]) + list(data_packages()),
     package_dir=data_packages(),
     package_data={**{pkg: DATA_FILES for pkg in data_packages()},
-                  "npusim.engine": ["*.pxd"], "npusim.hw": ["*.pxd"],
+                  "npusim.engine": ["*.pxd", "*.pyx"], "npusim.hw": ["*.pxd"],
                   "npusim.runtime": ["*.pxd"]},
     ext_modules=extensions(),
 )

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from npusim.engine.arenas import use_huge_arenas
 from npusim.engine.trace import Sample, Trace
 from npusim.errors import KernelError, excerpt
 from npusim.fork import Forked
@@ -113,6 +114,7 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
               keep_inputs: bool) -> RunResult:
     wall0 = time.perf_counter()
     _free_last_machine()  # an earlier run's, before a fork could inherit it
+    use_huge_arenas()  # the objects the run builds in huge pages, where that is built
     fam = scenario.workload.family
     t = scenario.tiling  # built once, by the scenario
     inputs = load_inputs(scenario)

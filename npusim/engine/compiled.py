@@ -60,7 +60,9 @@ def describe() -> str:
     if old:
         line += (f"; not used, older than their edited source: {', '.join(old)} "
                  "(rebuild: pip install -e .)")
-    return line
+    from npusim.engine.arenas import use_huge_arenas
+
+    return f"{line}; Python's objects in huge pages: {use_huge_arenas()}"
 
 
 def compiled(name: str) -> ModuleType | None:
