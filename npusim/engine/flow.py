@@ -369,7 +369,7 @@ class FlowNetwork:
         delay = max(0.0, t - env._now)
         if self._alarm:  # SimEnv.alarm(delay, self._tick), inlined: one per tick
             env._alarm_at = env._now + delay
-            env._alarm_eid = next(env._eid)
+            env._alarm_eid = env._queue.next_eid()
             env._alarm_fn = self._tick_fn
             return
         self._timeout_tick(delay)
