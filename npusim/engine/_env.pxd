@@ -2,6 +2,8 @@
 # as npusim.engine._env with these declarations; the pure module ignores this file).
 import cython
 
+cdef bint SIFT_HERE
+
 
 @cython.final
 @cython.freelist(1024)
@@ -33,6 +35,6 @@ cdef class EventQueue:
     cpdef clear(self)
 
 
-@cython.locals(queue=EventQueue, heap=list, first=Entry, steps=cython.long, at=cython.double,
+@cython.locals(queue=EventQueue, heap=list, first=Entry, entry=Entry, steps=cython.long, at=cython.double,
                t=cython.double, nxt=cython.double, alarm=cython.bint, callbacks=list)
 cpdef str run_events(object env, object done, double limit_at, long every, object report)

@@ -2,6 +2,8 @@
 # as npusim.engine._flow with these declarations; the pure module ignores this file).
 import cython
 
+cdef bint TYPED
+
 
 cdef class Resource:
     cdef public str name

@@ -7,6 +7,7 @@ import gc
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from heapq import heappop, heappush
 
 import simpy
 from simpy.core import EmptySchedule, SimTime, StopSimulation
@@ -15,6 +16,11 @@ from simpy.events import NORMAL, PENDING, Event
 from npusim.engine.compiled import adopt
 
 INF = math.inf
+
+# the compiled build (or this source loaded under another name, as the tests do) sifts the
+# heap with its own code, comparing C fields; the pure module leaves it to heapq, in C,
+# calling Entry.__lt__: a sift in Python would cost the pure path more
+SIFT_HERE = __name__ != "npusim.engine.env"
 
 
 class Pending(simpy.Event):
@@ -44,6 +50,11 @@ class Entry:
     priority: int
     eid: int
     event: Event
+
+    def __lt__(self, other: Entry) -> bool:  # before(self, other), for heapq
+        return self.at < other.at or (self.at == other.at and (
+            self.priority < other.priority or (
+                self.priority == other.priority and self.eid < other.eid)))
 
 
 def before(a: Entry, b: Entry) -> bool:
@@ -81,10 +92,16 @@ class EventQueue:
         entry.eid = self.eid
         self.eid += 1
         entry.event = event
-        self.push(entry)
+        if SIFT_HERE:
+            self.push(entry)
+        else:
+            heappush(self.heap, entry)  # push(), without its frame
 
     def push(self, entry: Entry) -> None:
         heap = self.heap
+        if not SIFT_HERE:
+            heappush(heap, entry)
+            return
         pos = len(heap)
         heap.append(entry)
         while pos > 0:  # up from the new leaf while the parent pops later
@@ -99,6 +116,8 @@ class EventQueue:
     def pop(self) -> Entry:
         """The first entry, taken out (the heap must not be empty)."""
         heap = self.heap
+        if not SIFT_HERE:
+            return heappop(heap)
         last = heap.pop()
         n = len(heap)
         if n == 0:
@@ -257,7 +276,8 @@ def run_events(env: SimEnv, done: simpy.Event, limit_at: float, every: int,
                 fn()
             else:
                 env._now = t
-                event = queue.pop().event
+                entry = queue.pop() if SIFT_HERE else heappop(heap)
+                event = entry.event
                 callbacks, event.callbacks = event.callbacks, None
                 for callback in callbacks:
                     callback(event)
