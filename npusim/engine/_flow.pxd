@@ -2,6 +2,8 @@
 # as npusim.engine._flow with these declarations; the pure module ignores this file).
 import cython
 
+cdef bint TYPED
+
 
 cdef class Resource:
     cdef public str name
@@ -37,8 +39,23 @@ cdef class Group:
     @cython.locals(rate=cython.double, r=Resource)
     cpdef double current_rate(self)
     cpdef settle(self, double now)
-    @cython.locals(net=FlowNetwork, now=cython.double, r=Resource, f=Flow, done=list)
+    @cython.locals(net=FlowNetwork, now=cython.double, r=Resource, f=Flow, done=list,
+                   tag=cython.double)
     cpdef fire(self)
+
+
+@cython.final
+@cython.freelist(256)
+cdef class Wake:
+    cdef public double at
+    cdef public long seq
+    cdef public object item
+
+    cpdef bint before(self, Wake other)
+
+
+@cython.locals(w=Wake)
+cdef Wake wake(double at, long seq, object item)
 
 
 cdef class Flow:
@@ -48,6 +65,10 @@ cdef class Flow:
     cdef public object on_done
     cdef public object on_sent
     cdef public object event
+    cdef public double tag
+    cdef public long seq
+
+    cpdef bint before(self, Flow other)
 
 
 cdef class FlowNetwork:
@@ -77,14 +98,14 @@ cdef class FlowNetwork:
                    delta=cython.long, cap=cython.double)
     cpdef _flush(self)
     @cython.locals(wakes=list, seq=cython.long, first=cython.double, g=Group, h=list,
-                   delay=cython.double, t=cython.double)
+                   delay=cython.double, t=cython.double, lead=Flow)
     cpdef _arm_groups(self, double now)
     cpdef _reanchor(self, Group g)
     cpdef _compact(self)
     @cython.locals(delay=cython.double)
     cpdef _arm_timer(self, double t)
     @cython.locals(now=cython.double, wakes=list, calls=list, group=Group, nxt=cython.double,
-                   seq=cython.long)
+                   seq=cython.long, w=Wake)
     cpdef _tick(self)
     @cython.locals(ev=object, g=Group)
     cpdef _finish(self, Flow f)

@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 
 import simpy
+from simpy.events import NORMAL
 
 from npusim.engine.compiled import adopt
 from npusim.engine.env import SimEnv
@@ -35,6 +36,10 @@ from npusim.engine.env import SimEnv
 INF = math.inf
 _EPS = 1e-9
 _COMPACT_MIN = 4096  # wake-ups in the heap before superseded ones are dropped
+# the compiled build (or this source loaded under another name, as the tests do) compares
+# heap entries by their C fields; the pure module compares in `__lt__` itself (one Python
+# call per comparison heapq makes, not two)
+TYPED = __name__ != "npusim.engine.flow"
 
 
 class Resource:
@@ -96,7 +101,7 @@ class Group:
         self.rate = self.current_rate()
         self.clock = 0.0  # bytes every member has streamed since the group was made
         self.t_last = net.env._now
-        self.heap: list[tuple[float, int, Flow]] | None = []  # None while idle
+        self.heap: list[Flow] | None = []  # by finish tag; None while idle
         # when its first member will be done, and the order among wake-ups at one time
         # (wake_seq 0: not armed); anchor: the one entry of the network's wake-up heap that
         # stands for it, due no later than the wake-up itself (FlowNetwork._arm_groups)
@@ -124,14 +129,15 @@ class Group:
         done = []
         rate = self.rate
         while self.heap:
-            tag = self.heap[0][0]
+            f = self.heap[0]
+            tag = f.tag
             # done within the tolerance, or so close that its finish rounds to this very
             # instant (late in a run, when bytes left / rate is below the clock's
             # resolution: re-arming at `now` would fire again for ever)
             if not (tag <= self.clock + _EPS * max(1.0, tag)
                     or (rate > 0.0 and now + (tag - self.clock) / rate <= now)):
                 break
-            done.append(heapq.heappop(self.heap)[2])
+            done.append(heapq.heappop(self.heap))
         if not self.heap:  # idle: level changes need not re-rate it until a flow joins
             for r in self.path:
                 del r.groups[self]
@@ -141,12 +147,41 @@ class Group:
         net._dirty[self] = None  # re-armed once the instant's level changes are applied
 
 
+class Wake:
+    """An entry of the network's heaps of wake-ups and calls, ordered by (at, seq) as the
+    tuple (at, seq, item) it replaces: the compiled build compares the two C fields, where
+    heapq compared tuples item by item through their float and int objects."""
+
+    __slots__ = ("at", "seq", "item")
+
+    at: float
+    seq: int
+    item: Group | Callable[[], None]
+
+    def __lt__(self, other: Wake) -> bool:
+        if TYPED:
+            return self.before(other)
+        return self.at < other.at or (self.at == other.at and self.seq < other.seq)
+
+    def before(self, other: Wake) -> bool:
+        return self.at < other.at or (self.at == other.at and self.seq < other.seq)
+
+
+def wake(at: float, seq: int, item: Group | Callable[[], None]) -> Wake:
+    w = Wake.__new__(Wake)  # no __init__ call: the fields set here
+    w.at = at
+    w.seq = seq
+    w.item = item
+    return w
+
+
 class Flow:
     """One transfer in flight: what its finish and delivery need, and no more (a W 768
     dispatch has hundreds of thousands at once). Its progress is its group's clock
-    against its finish tag in the group's heap."""
+    against its finish tag; it is its own entry in the group's heap, ordered by (tag,
+    seq) (the start order breaks ties)."""
 
-    __slots__ = ("size", "group", "latency", "on_done", "on_sent", "event")
+    __slots__ = ("size", "group", "latency", "on_done", "on_sent", "event", "tag", "seq")
 
     def __init__(self, size: int, group: Group, latency: float,
                  on_done: Callable[[float], None], on_sent: Callable[[], None] | None,
@@ -157,6 +192,16 @@ class Flow:
         self.on_done = on_done
         self.on_sent = on_sent
         self.event = event
+        self.tag = 0.0  # set when it joins its group's heap
+        self.seq = 0
+
+    def __lt__(self, other: Flow) -> bool:
+        if TYPED:
+            return self.before(other)
+        return self.tag < other.tag or (self.tag == other.tag and self.seq < other.seq)
+
+    def before(self, other: Flow) -> bool:
+        return self.tag < other.tag or (self.tag == other.tag and self.seq < other.seq)
 
     def __call__(self, event: simpy.Event) -> None:
         """The delivery: the flow is its delivery event's callback itself (a closure per
@@ -182,7 +227,7 @@ class FlowNetwork:
         # one simulator timer for the whole network (env's alarm): a heap of (time, seq,
         # group) wake-ups, each group's anchor among them and superseded ones skipped, so
         # re-rating a group costs no simulator event
-        self._wakes: list[tuple[float, int, Group]] = []
+        self._wakes: list[Wake] = []
         self._compact_at = _COMPACT_MIN
         self._timer_version = 0  # only without SimEnv's alarm
         self._timer_at = INF  # when env's alarm (the network's timer) is set for
@@ -199,7 +244,7 @@ class FlowNetwork:
         self._batch = 0
         # calls due at a time (a pipe starting its next transfer): (time, seq, fn), run by
         # the same timer as the wake-ups, inside the instant's batch
-        self._calls: list[tuple[float, int, Callable[[], None]]] = []
+        self._calls: list[Wake] = []
         # the timer is env's alarm (a SimEnv), set in place; the tick as one bound method
         self._alarm = isinstance(env, SimEnv)
         self._tick_fn = self._tick
@@ -221,7 +266,7 @@ class FlowNetwork:
         """Run fn() at time t (> now) from the network's timer: no simulator event of its
         own, and a transfer started there joins the instant's netted level changes."""
         self._seq += 1
-        heapq.heappush(self._calls, (t, self._seq, fn))
+        heapq.heappush(self._calls, wake(t, self._seq, fn))
         if t < self._timer_at:
             self._arm_timer(t)
 
@@ -251,8 +296,10 @@ class FlowNetwork:
         else:
             g.settle(now)
         self._seq += 1
-        heapq.heappush(g.heap, (g.clock + size, self._seq, f))
-        if g.heap[0][2] is f:
+        f.tag = g.clock + size
+        f.seq = self._seq
+        heapq.heappush(g.heap, f)
+        if g.heap[0] is f:
             self._dirty[g] = None
         self._pending[g] = self._pending.get(g, 0) + 1
         if not self._batch:
@@ -322,13 +369,14 @@ class FlowNetwork:
         for g in self._dirty:
             h = g.heap
             if h:
-                delay = (h[0][0] - g.clock) / g.rate
+                lead = h[0]
+                delay = (lead.tag - g.clock) / g.rate
                 t = now + (delay if delay > 0.0 else 0.0)  # max(0.0, delay), NaN as 0.0
                 seq += 1
                 g.wake_at = t
                 g.wake_seq = seq
                 if t < g.anchor_at:
-                    push(wakes, (t, seq, g))
+                    push(wakes, wake(t, seq, g))
                     g.anchor_at = t
                     g.anchor_seq = seq
                 if t < first:
@@ -346,7 +394,7 @@ class FlowNetwork:
         """g's anchor has left the heap before its wake-up was due: push the wake-up as
         the new anchor (if g is still armed)."""
         if g.wake_seq:
-            heapq.heappush(self._wakes, (g.wake_at, g.wake_seq, g))
+            heapq.heappush(self._wakes, wake(g.wake_at, g.wake_seq, g))
             g.anchor_at = g.wake_at
             g.anchor_seq = g.wake_seq
         else:
@@ -358,7 +406,7 @@ class FlowNetwork:
         behind), once they are as many as the live ones: a stale entry costs a pop of the
         whole heap, the compaction a fraction of that. Keys (time, seq) are unique, so the
         heap pops in the same order after."""
-        live = [w for w in self._wakes if w[1] == w[2].anchor_seq]
+        live = [w for w in self._wakes if w.seq == w.item.anchor_seq]
         heapq.heapify(live)
         self._wakes = live
         self._compact_at = max(_COMPACT_MIN, 2 * len(live))
@@ -369,7 +417,7 @@ class FlowNetwork:
         delay = max(0.0, t - env._now)
         if self._alarm:  # SimEnv.alarm(delay, self._tick), inlined: one per tick
             env._alarm_at = env._now + delay
-            env._alarm_eid = next(env._eid)
+            env._alarm_eid = env._queue.next_eid()
             env._alarm_fn = self._tick_fn
             return
         self._timeout_tick(delay)
@@ -388,8 +436,13 @@ class FlowNetwork:
         wakes = self._wakes
         calls = self._calls
         self._batch += 1
-        while wakes and wakes[0][0] <= now:
-            _, seq, group = heapq.heappop(wakes)
+        while wakes:
+            w = wakes[0]
+            if w.at > now:
+                break
+            heapq.heappop(wakes)
+            seq = w.seq
+            group = w.item
             if seq != group.anchor_seq:
                 continue  # superseded
             if seq == group.wake_seq:
@@ -398,19 +451,32 @@ class FlowNetwork:
                 group.fire()
             else:
                 self._reanchor(group)  # its wake-up is later (maybe still due by now)
-        while calls and calls[0][0] <= now:
-            heapq.heappop(calls)[2]()
+        while calls:
+            w = calls[0]
+            if w.at > now:
+                break
+            heapq.heappop(calls)
+            w.item()
         self._batch -= 1
         self._flush()
         wakes = self._wakes  # a new list if the flush compacted it
         while wakes:  # down to a due wake-up: the timer is set from it alone
-            _, seq, group = wakes[0]
+            w = wakes[0]
+            seq = w.seq
+            group = w.item
             if seq == group.wake_seq:
                 break
             heapq.heappop(wakes)
             if seq == group.anchor_seq:
                 self._reanchor(group)
-        nxt = min(wakes[0][0] if wakes else INF, calls[0][0] if calls else INF)
+        nxt = INF
+        if wakes:
+            w = wakes[0]
+            nxt = w.at
+        if calls:
+            w = calls[0]
+            if w.at < nxt:
+                nxt = w.at
         if nxt < self._timer_at:
             self._arm_timer(nxt)
 
@@ -427,7 +493,7 @@ class FlowNetwork:
             ev._ok = True  # what Event.succeed does, with a delay (as a Timeout does)
             ev._value = None
             ev.callbacks.insert(0, f)
-            env.schedule(ev, delay=f.latency)
+            env.schedule(ev, NORMAL, f.latency)
         elif f.latency > 0:
             env.timeout(f.latency).callbacks.append(f)
         else:
@@ -435,4 +501,4 @@ class FlowNetwork:
 
 
 if __name__ == "npusim.engine.flow":  # this module, not its compiled build: use the build
-    adopt(globals(), "npusim.engine._flow", ("Resource", "Group", "Flow", "FlowNetwork"))
+    adopt(globals(), "npusim.engine._flow", ("Resource", "Group", "Wake", "Flow", "FlowNetwork"))

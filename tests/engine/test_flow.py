@@ -7,6 +7,7 @@ The brute force recomputes every rate from scratch at every start and finish.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 import tracemalloc
@@ -15,7 +16,7 @@ import pytest
 import simpy
 
 from npusim.engine.env import SimEnv
-from npusim.engine.flow import FlowNetwork, Resource
+from npusim.engine.flow import Flow, FlowNetwork, Resource, wake
 
 
 def level(bandwidth: float, caps: list[float]) -> float:
@@ -151,10 +152,10 @@ def test_a_later_wake_up_is_not_pushed_and_the_timer_skips_its_anchor():
         yield env.timeout(20.0)
         net.start(100, 9.0, link, 0.0, lambda _t: None, sent("b"))
         yield env.timeout(10.0)
-        seen["wakes at 30"] = sorted(w[0] for w in net._wakes)
+        seen["wakes at 30"] = sorted(w.at for w in net._wakes)
         seen["timer at 30"] = net._timer_at
         yield env.timeout(20.0)
-        seen["wakes at 50"] = sorted(w[0] for w in net._wakes)
+        seen["wakes at 50"] = sorted(w.at for w in net._wakes)
         seen["timer at 50"] = net._timer_at
 
     net.start(1000, 10.0, link, 0.0, lambda _t: None, sent("a"))
@@ -255,3 +256,34 @@ def test_advance_raises_what_a_failed_process_raised():
     env.process(broken())
     with pytest.raises(ValueError, match="UB overflow"):
         env.advance(env.event(), 10.0, 1023, lambda _t, _n: None)
+
+
+def test_the_networks_heap_entries_pop_in_the_order_of_their_key_tuples():
+    """Wake entries and flows in heapq pop by (time, seq) as the tuples they replace: the
+    order of Python's sort of (time, seq, name), times drawn with many ties, pushes and
+    pops interleaved."""
+    rng = random.Random(7)
+    wakes: list = []
+    flows: list = []
+    ref: list[tuple[float, int, str]] = []
+    got_w: list[str] = []
+    got_f: list[str] = []
+    want: list[str] = []
+    for seq in range(1, 2000):
+        if ref and rng.random() < 0.4:
+            want.append(heapq.heappop(ref)[2])
+            got_w.append(heapq.heappop(wakes).item)
+            got_f.append(heapq.heappop(flows).on_done)
+            continue
+        at = float(rng.randrange(20)) / 4
+        name = f"e{seq}"
+        heapq.heappush(ref, (at, seq, name))
+        heapq.heappush(wakes, wake(at, seq, name))
+        f = Flow(1, None, 0.0, name, None, None)
+        f.tag, f.seq = at, seq
+        heapq.heappush(flows, f)
+    while ref:
+        want.append(heapq.heappop(ref)[2])
+        got_w.append(heapq.heappop(wakes).item)
+        got_f.append(heapq.heappop(flows).on_done)
+    assert got_w == want and got_f == want
