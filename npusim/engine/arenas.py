@@ -70,8 +70,3 @@ def use_huge_arenas() -> str:
             ok = _arenas.install(arena_bytes(), MAP_BYTES)
             _state = "on" if ok else "off (no address space for the maps)"
     return _state
-
-
-def state() -> str:
-    """What use_huge_arenas did in this process ("not yet" before a run)."""
-    return _state if _state is not None else "not yet"
