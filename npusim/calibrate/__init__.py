@@ -36,7 +36,7 @@ from npusim.calibrate.fitting import (
 )
 from npusim.calibrate.loo import leave_one_out, leave_one_out_linear
 from npusim.calibrate.preset import current_values, fit_provenance, rewrite_preset
-from npusim.calibrate.simulate import row_doc, simulate_row, simulate_table
+from npusim.calibrate.simulate import row_doc, simulate_row, simulate_table, simulate_tables
 from npusim.calibrate.table import (
     TARGETS_DIR,
     Measurement,
@@ -73,6 +73,7 @@ __all__ = [
     "row_doc",
     "simulate_row",
     "simulate_table",
+    "simulate_tables",
     "timed_ops",
     "unit_label",
     "variant_option",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npusim.calibrate.comparison import compare, log_residuals
-from npusim.calibrate.simulate import simulate_table
+from npusim.calibrate.simulate import simulate_tables
 from npusim.calibrate.table import Measurement
 from npusim.errors import InputError
 
@@ -136,21 +136,30 @@ class _Objective:
         self.best = math.inf
 
     def sim_at(self, x: Any) -> list[float]:
+        return self.sim_many([x])[0]
+
+    def sim_many(self, xs: list[Any]) -> list[list[float]]:
+        """The table at each point: the points not simulated yet, all in one pool; each
+        new point counted and told to `progress` in the order given."""
         import numpy as np
 
-        key = point_key(x)
-        if key not in self.cache:
-            self.count += 1
-            values = expand(self.params, list(np.exp(x)))
-            self.cache[key] = simulate_table(
-                self.rows, self.hardware, values, self.source, self.workers
-            )
-            cost = float(np.sum(np.square(log_residuals(self.rows, self.cache[key]))))
-            improved = cost < self.best
-            self.best = min(self.best, cost)
-            if self.progress:
-                self.progress(self.count, self.cache[key], values if improved else None)
-        return self.cache[key]
+        keys = [point_key(x) for x in xs]
+        first: dict[tuple, Any] = {}
+        for k, x in zip(keys, xs, strict=True):
+            first.setdefault(k, x)
+        new = [k for k in first if k not in self.cache]
+        if new:
+            points = [expand(self.params, list(np.exp(first[k]))) for k in new]
+            tables = simulate_tables(self.rows, self.hardware, points, self.source, self.workers)
+            for key, values, table in zip(new, points, tables, strict=True):
+                self.cache[key] = table
+                self.count += 1
+                cost = float(np.sum(np.square(log_residuals(self.rows, table))))
+                improved = cost < self.best
+                self.best = min(self.best, cost)
+                if self.progress:
+                    self.progress(self.count, table, values if improved else None)
+        return [self.cache[k] for k in keys]
 
     def residuals(self, x: Any) -> Any:
         import numpy as np
@@ -170,9 +179,11 @@ class _Objective:
         which only flips event ties, and a large value (the launch) one of ~20%."""
         import numpy as np
 
+        points = fd_points(x, self.hi)
+        self.sim_many([x, *(xj for xj, _ in points)])  # the columns' tables in one pool
         r0 = self.residuals(x)
         jac = np.empty((r0.size, x.size))
-        for j, (xj, h) in enumerate(fd_points(x, self.hi)):
+        for j, (xj, h) in enumerate(points):
             jac[:, j] = (self.residuals(xj) - r0) / h
         return jac
 

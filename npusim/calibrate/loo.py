@@ -8,7 +8,7 @@ from typing import Any
 
 from npusim.calibrate.comparison import compare, log_residuals, row_entry
 from npusim.calibrate.fitting import FitResult, FreeParameter, expand, fd_points, fit, point_key
-from npusim.calibrate.simulate import simulate_table
+from npusim.calibrate.simulate import simulate_table, simulate_tables
 from npusim.calibrate.table import Measurement
 
 
@@ -54,10 +54,11 @@ def _jacobian_sims(
     x = np.array(result.x)
     points = fd_points(x, np.log([p.high for p in params]))
     missing = [xj for xj, _ in [(x, 0.0), *points] if point_key(xj) not in result.sims]
-    for xj in missing:
-        result.sims[point_key(xj)] = simulate_table(
-            rows, hardware, expand(params, list(np.exp(xj))), source, workers
-        )
+    tables = simulate_tables(
+        rows, hardware, [expand(params, list(np.exp(xj))) for xj in missing], source, workers
+    ) if missing else []
+    for xj, table in zip(missing, tables, strict=True):
+        result.sims[point_key(xj)] = table
     return points
 
 

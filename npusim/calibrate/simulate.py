@@ -82,14 +82,37 @@ def simulate_table(
     workers: int | None = None,
 ) -> list[float]:
     """Simulated latency of every row (validates every row's scenario first, here)."""
+    return simulate_tables(rows, hardware, [overrides], source, workers)[0]
+
+
+def simulate_tables(
+    rows: list[Measurement],
+    hardware: str,
+    points: list[dict[str, Any]],
+    source: str,
+    workers: int | None = None,
+) -> list[list[float]]:
+    """The table simulated at each point (a set of overrides), every run of every point
+    in one pool, the longest first: a fit's Jacobian needs a table per parameter, and
+    simulated one point after another, the longest run of each leaves the other workers
+    idle until it ends."""
     from npusim.scenario import scenario_from_doc
 
-    runs, where = table_runs(rows, hardware, overrides)
-    jobs = [(doc, f"{source} (row {i + 2})") for doc, i in runs]
-    for doc, src in jobs:
-        scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
-    results = _run_jobs(jobs, [_cost(rows[i]) for _, i in runs], workers)
-    return [row_value(m, results[j][k]) for m, (j, k) in zip(rows, where, strict=True)]
+    jobs: list[tuple[dict[str, Any], str]] = []
+    costs: list[float] = []
+    places: list[list[tuple[int, int]]] = []
+    for overrides in points:
+        runs, where = table_runs(rows, hardware, overrides)
+        base = len(jobs)
+        for doc, i in runs:
+            src = f"{source} (row {i + 2})"
+            scenario_from_doc(doc, src, Path.cwd())  # bad rows fail here, in the parent
+            jobs.append((doc, src))
+            costs.append(_cost(rows[i]))
+        places.append([(base + j, k) for j, k in where])
+    results = _run_jobs(jobs, costs, workers)
+    return [[row_value(m, results[j][k]) for m, (j, k) in zip(rows, where, strict=True)]
+            for where in places]
 
 
 def _run_jobs(
@@ -99,9 +122,10 @@ def _run_jobs(
     n = workers if workers is not None else min(len(jobs), os.cpu_count() or 1)
     if n <= 1:
         return [simulate_row(j) for j in jobs]
-    # the longest runs first keeps both workers busy to the end
+    # the longest runs first keeps every worker busy to the end (a stable sort: equal
+    # runs of several points go in point order)
     order = sorted(range(len(jobs)), key=lambda i: -cost[i])
-    with ProcessPoolExecutor(max_workers=n) as pool:
+    with ProcessPoolExecutor(max_workers=min(n, len(jobs))) as pool:
         done = dict(zip(order, pool.map(simulate_row, [jobs[i] for i in order]), strict=True))
     return [done[i] for i in range(len(jobs))]
 

@@ -15,6 +15,7 @@ from npusim.calibrate import (
     read_table,
     rewrite_preset,
     simulate_table,
+    simulate_tables,
 )
 from npusim.cli import main
 from npusim.errors import InputError
@@ -545,11 +546,11 @@ def test_fit_steps_every_parameter_by_two_percent(monkeypatch):
 
     seen: list[dict[str, float]] = []
 
-    def table(rows, hardware, overrides, source, workers=None):
-        seen.append(dict(overrides))
-        return [overrides["a"] * overrides["b"] / 3000.0 for _ in rows]
+    def tables(rows, hardware, points, source, workers=None):
+        seen.extend(dict(p) for p in points)
+        return [[p["a"] * p["b"] / 3000.0 for _ in rows] for p in points]
 
-    monkeypatch.setattr(cal, "simulate_table", table)
+    monkeypatch.setattr(cal, "simulate_tables", tables)
     row = Measurement(
         dict(
             op="dispatch",
@@ -584,6 +585,43 @@ def test_fit_steps_every_parameter_by_two_percent(monkeypatch):
     }
     assert steps == {"a": pytest.approx(0.02, rel=1e-6), "b": pytest.approx(0.02, rel=1e-6)}
     assert result.values["a"] * result.values["b"] == pytest.approx(9000.0, rel=1e-3)
+
+
+def test_a_jacobians_points_are_simulated_in_one_pool(monkeypatch):
+    """Each fit step's finite-difference points go to the workers together (the longest
+    run of one point no longer idles the others): a batch of more than one point is the
+    Jacobian's, one point per parameter beside the step's own, each point simulated once."""
+    import npusim.calibrate.fitting as cal
+
+    batches: list[list[tuple[float, float]]] = []
+
+    def tables(rows, hardware, points, source, workers=None):
+        batches.append([(p["a"], p["b"]) for p in points])
+        return [[p["a"] * p["b"] / 3000.0 for _ in rows] for p in points]
+
+    monkeypatch.setattr(cal, "simulate_tables", tables)
+    row = Measurement(dict(op="dispatch", bs=8, h=1024, k=4, ep_world_size=2,
+                           experts_per_rank=4, dtype="float16"), 3.0)
+    params = [FreeParameter(("a",), 1.0, 4.0), FreeParameter(("b",), 100.0, 20000.0)]
+    result = fit([row], "ascend950", params, {"a": 1.0, "b": 3000.0}, "t",
+                 prior_weight=0.0, max_evals=20, workers=2)
+    jacobians = [b for b in batches if len(b) > 1]
+    assert jacobians and all(len(b) == 2 for b in jacobians)
+    points = [p for b in batches for p in b]
+    assert len(points) == len(set(points)) == result.evaluations
+
+
+def test_tables_at_many_points_match_one_table_at_a_time():
+    """Several points' tables from one pool of two workers are the tables each point gives
+    alone in this process; a slower put gives a slower dispatch."""
+    row = Measurement(dict(op="dispatch", bs=16, h=7168, k=4, ep_world_size=2,
+                           experts_per_rank=4, dtype="float16", dispatch_quant="none",
+                           combine_quant="none"), 1.0)
+    points = [{"mte.put_gbps": 6.0}, {"mte.put_gbps": 24.0}, {"mte.put_gbps": 6.0}]
+    many = simulate_tables([row, row], "ascend950", points, "t", workers=2)
+    alone = [simulate_table([row, row], "ascend950", p, "t", workers=1) for p in points]
+    assert many == alone
+    assert many[0][0] > many[1][0]
 
 
 @pytest.mark.parametrize(("extra", "names", "says"), [
