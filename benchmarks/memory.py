@@ -6,6 +6,7 @@ never-written memory map and RSS does not count, left out).
     python benchmarks/memory.py --ep 256              # the A3 case of benchmarks/run.py, BS 128
     python benchmarks/memory.py --ep 768 --bs 80 --op dispatch
     python benchmarks/memory.py --ep 256 --bs 26 --objects   # and the live Python objects
+    python benchmarks/memory.py --ep 64 --bs 80 --keep-local # the local buffers kept
 
 With --objects it also counts the live Python objects by type (their own sizes, from the
 collector's list, which holds every container while the run keeps the collector paused)
@@ -13,8 +14,10 @@ and the bytes the small-object allocator has handed out; that list costs memory 
 own, so the census is taken after the breakdown and VmRSS.
 
 The op runs in this process (one worker); the breakdown is taken when its launch returns,
-before the machine is freed, which for dispatch is the run's peak (every record is then
-resident in the receivers' windows).
+before the machine is freed: every record is then resident in the receivers' windows, but
+each core's local buffers went back to the OS as its program ended, as in any run, so the
+peak RSS (printed first) came earlier, while cores still ran. --keep-local keeps them
+(`launch(..., free_local=False)`) to see what they held.
 """
 
 from __future__ import annotations
@@ -148,6 +151,8 @@ def main() -> int:
     ap.add_argument("--ep", type=int, default=64, help="ranks (W)")
     ap.add_argument("--bs", type=int, default=128)
     ap.add_argument("--op", default="dispatch", choices=("dispatch", "combine"))
+    ap.add_argument("--keep-local", action="store_true",
+                    help="keep each core's local buffers to the end, to count them")
     ap.add_argument("--objects", action="store_true",
                     help="also count the live Python objects by type (slower, more memory)")
     args = ap.parse_args()
@@ -173,6 +178,8 @@ def main() -> int:
     objects: list[tuple[dict[str, float], list[tuple[str, int, float]]]] = []
 
     def measured(machine: Any, *a: Any, **kw: Any) -> Any:
+        if args.keep_local:
+            kw["free_local"] = False
         res = inner(machine, *a, **kw)
         seen.append(breakdown(machine, zero))
         seen[-1]["VmRSS"] = _vmrss_mib()

@@ -305,7 +305,8 @@ def run_op(machine: Machine, fam: Family, kernel: Kernel, t: object,
     cores = userguard.call(kernel, "cores", t, check=userguard.whole(1, none_ok=True))
     start = userguard.call(kernel, "launch_ns", machine.cfg, check=userguard.number_or_none)
     res = launch(machine, program, time_limit_ns=limit_ns, cores=cores,
-                 kind=kernel.core_kind, launch_ns=start, wall_limit_s=wall_limit_s)
+                 kind=kernel.core_kind, launch_ns=start, wall_limit_s=wall_limit_s,
+                 free_local=True)
     outputs = [{spec.name: rank.tensors[spec.gm_name].as_array(*_layout(kernel, spec, t, r))
                 for spec in kernel.outputs} for r, rank in enumerate(machine.ranks)]
     run = _op_run(machine, kernel, res, outputs)

@@ -15,6 +15,7 @@ import numpy as np
 
 from npusim.engine.compiled import adopt
 from npusim.errors import KernelError
+from npusim.hw.memory import release_pages
 from npusim.units import align_up, ceil_div
 
 INF = math.inf
@@ -150,6 +151,14 @@ class UnifiedBuffer:
         if new_call:  # only the part ever allocated (the rest keeps untouched, unpaged memory)
             self.written[:ceil_div(self.high, 8)] = 0
             self.high = 0
+
+    def release(self) -> None:
+        """The core's program is over and nothing reads its bytes again (a later call's
+        read of bytes it did not write is an error whatever they hold): their pages go
+        back to the OS and read as zeros. A FixPipe from the block's AIC that lands after
+        it writes as before."""
+        release_pages(self.data)
+        release_pages(self.written)
 
     def close(self) -> None:
         """Forget the buffers once the op is over: each points back here, a cycle that only

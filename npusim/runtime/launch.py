@@ -50,22 +50,25 @@ class LaunchResult:
 def launch(machine: Machine, program: Program, start_ns: float | None = None,
            time_limit_ns: float = 1e9, cores: int | None = None,
            kind: str | None = None, launch_ns: float | None = None,
-           wall_limit_s: float | None = None) -> LaunchResult:
+           wall_limit_s: float | None = None, free_local: bool = False) -> LaunchResult:
     """Run `program` on `cores` cores (default all) of one kind (default the machine's
     first) of every rank, from `start_ns`, after `launch_ns` (default: kernel.launch_ns);
     stop after `wall_limit_s` seconds of wall time (default: no limit, or the session
-    around it), or at Ctrl-C."""
+    around it), or at Ctrl-C. `free_local`: each core's local buffers (UB, L1, ...) give
+    their memory back as its program ends, for a caller that never reads them after
+    (a scenario's run; kept by default for a test or notebook that looks at them)."""
     try:
         with userguard.session(wall_limit_s):
             return _launch(machine, program, start_ns, time_limit_ns, cores, kind,
-                           launch_ns, wall_limit_s)
+                           launch_ns, wall_limit_s, free_local)
     finally:  # no core runs now: a program closed from here on is freed, not faulty
         machine.env._active_proc = None
 
 
 def _launch(machine: Machine, program: Program, start_ns: float | None,
             time_limit_ns: float, cores: int | None, kind: str | None,
-            launch_ns: float | None, wall_limit_s: float | None) -> LaunchResult:
+            launch_ns: float | None, wall_limit_s: float | None, free_local: bool = False
+            ) -> LaunchResult:
     env = machine.env
     t0 = env.now if start_ns is None else start_ns
     limit_at = t0 + time_limit_ns
@@ -99,7 +102,7 @@ def _launch(machine: Machine, program: Program, start_ns: float | None,
         for ctx in row:
             ctx.flags = board
             ctx.t_limit = limit_at
-            procs.append(env.process(_run(ctx, program, ends)))
+            procs.append(env.process(_run(ctx, program, ends, free_local)))
         rank.barrier.parties = len(row)
         rank.barriers = {"all": Barrier(env, len(row), machine.cfg.sync.syncall_ns),
                          **{k: Barrier(env, len(rows), machine.cfg.sync.syncall_ns)
@@ -179,12 +182,15 @@ def _mix_row(machine: Machine, rank: Any, parts: tuple, blocks: int, first: floa
     return row
 
 
-def _run(ctx: KernelContext, program: Program, ends: list[list[float]]
+def _run(ctx: KernelContext, program: Program, ends: list[list[float]], free_local: bool
          ) -> Generator[Any, Any, None]:
     me = ctx.env.active_process  # this core's process: its first step runs here
     try:
         yield from program(ctx)
         yield from ctx.drain()
+        if free_local:  # a core ends long before the run at large EP: 0.5 GiB at W 768
+            for buf in ctx.core.buffers.values():
+                buf.release()
     except KernelError as exc:
         raise exc.located(ctx.rank_id, ctx.core_label, ctx.step) from None
     except (NpusimError, MemoryError):  # npusim's own reports
