@@ -56,7 +56,7 @@ def _jacobian_sims(
     missing = [xj for xj, _ in [(x, 0.0), *points] if point_key(xj) not in result.sims]
     tables = simulate_tables(
         rows, hardware, [expand(params, list(np.exp(xj))) for xj in missing], source, workers
-    ) if missing else []
+    )
     for xj, table in zip(missing, tables, strict=True):
         result.sims[point_key(xj)] = table
     return points
