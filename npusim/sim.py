@@ -30,6 +30,7 @@ from npusim.hw.machine import Machine
 from npusim.hw.memory import RowTable
 from npusim.kernels.family import Family
 from npusim.kernels.kernel import Arrays, Call, CoreTiming, Kernel, TensorSpec
+from npusim.numpy_pages import small_pages
 from npusim.result import OpRun, RunResult
 from npusim.runtime import userguard
 from npusim.runtime.launch import LaunchResult, launch
@@ -95,7 +96,7 @@ def simulate(scenario: Scenario, detailed_trace: bool = False,
     `keep_inputs` keeps every kernel's input arrays in its OpRun (for `npusim run
     --tensors`).
     """
-    with userguard.session(scenario.run.wall_time_limit_s):
+    with userguard.session(scenario.run.wall_time_limit_s), small_pages():
         return _simulate(scenario, detailed_trace, progress, workers, keep_inputs)
 
 
@@ -146,12 +147,14 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
                          f"{kernel.name}; {kernels[at].name} simulated ahead in a second process")
             got = None
             if i == at and ahead is not None:
-                found, ahead = ahead.result(), None
+                # the digest of what this process wrote, while the fork may still be running
                 before = kernels[at - 1].name
+                wrote = userguard.call(fam, "next_reads", before, t, inputs, previous,
+                                       check=userguard.digest)
+                found, ahead = ahead.result(), None
                 if found is None:
                     how_ahead = f"redone: the forked {kernel.name} did not finish"
-                elif found[0] != userguard.call(fam, "next_reads", before, t,
-                                                inputs, previous, check=userguard.digest):
+                elif found[0] != wrote:
                     how_ahead = (f"redone: the simulated {before} wrote other outputs "
                                  f"than {fam.name}'s numpy reference {before}")
                 else:

@@ -10,6 +10,7 @@ from pathlib import Path
 from npusim.cli.common import EXIT_INPUT, EXIT_OK, err
 from npusim.cli.guard import guarded
 from npusim.cli.parser import build_parser
+from npusim.numpy_pages import before_numpy
 
 
 def _prog() -> str:
@@ -38,6 +39,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     from npusim.cann import SUBCOMMANDS, wrong_simulator
 
     _one_blas_thread()
+    before_numpy()  # numpy's large arrays in 4 KiB pages, unless the user set it
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in SUBCOMMANDS:  # meant for CANN's NPU Simulator, also `npusim`
         err(wrong_simulator(argv[0]))

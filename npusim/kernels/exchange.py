@@ -97,10 +97,17 @@ class Received:
         """[L] rows of each local expert."""
         return self.counts.sum(axis=1).astype(dtype)
 
-    def rows(self, x: Sequence[np.ndarray]) -> np.ndarray:
-        """[n, H] the received token rows, taken from every source's x ([BS_r, H])."""
-        first = np.cumsum([0] + [len(a) for a in x[:-1]])  # each source's first row
-        return np.concatenate(x)[first[self.src] + self.token]
+    def rows(self, x: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        """[n, H] the received token rows, taken from every source's x ([BS_r, H]), into
+        `out` if given. Source by source: no copy of every source's x joined, which each
+        rank's call would make again (29 MB at W 8 BS 256, H 7168)."""
+        xs = [np.asarray(a) for a in x]
+        if out is None:
+            out = np.empty((self.n, *xs[0].shape[1:]), dtype=np.result_type(*xs))
+        for s in np.unique(self.src).tolist():
+            sel = self.src == s
+            out[sel] = xs[s][self.token[sel]]
+        return out
 
 
 def received(ids: Sequence[np.ndarray], L: int, S_r: int = 0) -> list[Received]:

@@ -53,3 +53,14 @@ def test_the_order_is_a_loop_over_expert_source_token_k(seed):
         x = [rng.normal(size=(len(a), 4)) for a in ids]
         assert np.array_equal(got[d].rows(x), np.array([x[s][t] for s, t, _ in want])
                               .reshape(-1, 4))
+
+
+def test_rows_into_a_given_array_and_none_received():
+    # W 2, L 1: rank 1 gets token 1 of source 0 and token 0 of source 1; rank 0 nothing
+    ids = [np.array([[-1], [1]]), np.array([[1]])]
+    r0, r1 = received(ids, L=1)
+    x = [np.array([[1, 2], [3, 4]], np.int16), np.array([[5, 6]], np.int16)]
+    out = np.full((3, 2), -7, np.int32)
+    assert r1.rows(x, out=out[:2]) is not None
+    assert out.tolist() == [[3, 4], [5, 6], [-7, -7]]
+    assert r0.rows(x).shape == (0, 2)

@@ -173,10 +173,10 @@ def _rank_outputs(plan: Received, A: int, q: _Quantised, cumsum: bool
     if n > A:
         raise ValueError(f"a rank receives {n} rows > A={A} (duplicate expert ids in a token?)")
     expand_x = np.zeros((A, q.rows[0].shape[1]), dtype=q.rows_dtype)
-    expand_x[:n] = plan.rows(q.rows)
+    plan.rows(q.rows, out=expand_x[:n])
     scales = np.zeros((A, *q.scales_shape), dtype=q.scales_dtype)
     if q.scales is not None:
-        scales[:n] = plan.rows(q.scales)
+        plan.rows(q.scales, out=scales[:n])
     assist = np.zeros((A, 3), dtype=np.int32)
     assist[:n] = plan.triples()
     per_expert = plan.per_expert()
