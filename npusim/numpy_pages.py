@@ -7,9 +7,10 @@ and unmaps it when freed), so each 2 MiB page they touch is zeroed whole on its 
 fault. On a virtual machine whose host takes freed memory back (free page reporting hands
 it free 2 MiB blocks, exactly what a huge page is made of), every 4 KiB of such a page must
 be backed by the host again: the CANN sample's numpy dispatch reference at W 8 BS 256 took
-1.9-3.6 s with numpy's huge pages and 0.5 s without (docs/performance.md, "numpy's huge
-pages"). On a bare machine the 4 KiB faults cost a fraction of a microsecond each, so the
-setting costs little there either way. Where the bytes live changes no result.
+1.9-3.6 s with numpy's huge pages and 0.5 s without (docs/performance.md, "numpy's large
+arrays in 4 KiB pages"). On a bare machine the 4 KiB faults cost a fraction of a
+microsecond each, so the setting costs little there either way. Where the bytes live
+changes no result.
 
 `NUMPY_MADVISE_HUGEPAGE` (numpy's own switch) set in the environment is the user's choice,
 and is left as it is.

@@ -67,7 +67,7 @@ def launch(machine: Machine, program: Program, start_ns: float | None = None,
 
 def _launch(machine: Machine, program: Program, start_ns: float | None,
             time_limit_ns: float, cores: int | None, kind: str | None,
-            launch_ns: float | None, wall_limit_s: float | None, free_local: bool = False
+            launch_ns: float | None, wall_limit_s: float | None, free_local: bool
             ) -> LaunchResult:
     env = machine.env
     t0 = env.now if start_ns is None else start_ns
