@@ -60,6 +60,21 @@ class _Pickler(pickle.Pickler):
                          pickle.PickleBuffer(grid[blocks]), raw[whole:].tobytes())
 
 
+PIPE_BYTES = 1 << 20  # Linux's largest pipe buffer for an unprivileged process
+
+
+def _widen(fd: int) -> None:
+    """A pipe buffer of PIPE_BYTES where the OS allows it (Linux): the result crosses in
+    fewer, larger writes; 30 MB took 0.19 s through the default 64 KiB and 0.08 s
+    through 1 MiB on the project's machine."""
+    try:
+        import fcntl  # (POSIX only, like the fork itself)
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
 class Forked:
     """`work()` running in a child process; `result()` collects its (pickled) value."""
 
@@ -70,6 +85,7 @@ class Forked:
     def __init__(self, work: Callable[[], Any]) -> None:
         """OSError if no child can be started (no memory or processes left)."""
         read_fd, write_fd = os.pipe()
+        _widen(write_fd)
         try:
             with warnings.catch_warnings():
                 # Python 3.12+ warns on fork in a process with threads (numpy's BLAS pool);

@@ -133,11 +133,11 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
                                 scenario.run.wall_time_limit_s))
 
     ahead: Forked | None = None
-    how_ahead, at = "", 0
+    expected, how_ahead, at = b"", "", 0
     if workers >= 2 and len(kernels) >= 2 and Forked.available():
         if may_need_tables(scenario.workload.dtype, scenario.workload.options):
             tables()  # built once here rather than once in each process
-        ahead, how_ahead, at = _speculate(fam, kernels, t, inputs, leg)
+        ahead, expected, how_ahead, at = _speculate(fam, kernels, t, inputs, leg)
     legs: list[Leg] = []
     previous: list[Arrays] | None = None
     try:
@@ -154,11 +154,11 @@ def _simulate(scenario: Scenario, detailed_trace: bool,
                 found, ahead = ahead.result(), None
                 if found is None:
                     how_ahead = f"redone: the forked {kernel.name} did not finish"
-                elif found[0] != wrote:
+                elif expected != wrote:
                     how_ahead = (f"redone: the simulated {before} wrote other outputs "
                                  f"than {fam.name}'s numpy reference {before}")
                 else:
-                    got, how_ahead = found[1], "kept"
+                    got, how_ahead = found, "kept"
             if got is None:
                 _free_last_machine()
                 got = leg(kernel, previous)
@@ -201,14 +201,19 @@ def _free_last_machine() -> None:
 
 def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list[Arrays],
                leg: Callable[[Kernel, list[Arrays] | None], Leg]
-               ) -> tuple[Forked | None, str, int]:
+               ) -> tuple[Forked | None, bytes, str, int]:
     """The kernel the family names (`ahead`: the one starting the longest tail) forked on
     the reference outputs of the kernel before it, if the family declares both the
-    reference and the digest of what the next kernel reads (references, chains), with its
-    index: the main process simulates the kernels before it meanwhile. (None, why, 0) when
-    the family declares none or no process can be started."""
+    reference and the digest of what the next kernel reads (references, chains): the fork,
+    the reference's digest, why not (or "") and the kernel's index. The main process
+    simulates the kernels before it meanwhile.
+
+    The reference is made here and the fork inherits it; this process hashes it while the
+    fork simulates, since the fork's leg is the longer one. (None, b"", why, 0) when the
+    family declares none, gives no reference for this kernel, its reference fails, or no
+    process can be started: the kernels then run in order."""
     if not (fam.references and fam.chains):
-        return None, "", 0
+        return None, b"", "", 0
     names = tuple(k.name for k in kernels)
 
     def index(value: object) -> str | None:
@@ -217,19 +222,26 @@ def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list
 
     at = int(userguard.call(fam, "ahead", names, check=index))
     first, second = kernels[at - 1], kernels[at]
-
-    def work() -> tuple[bytes, Leg] | None:
+    try:
         assumed = userguard.call(fam, "reference_outputs", first.name, t, inputs,
                                  check=userguard.arrays(none_ok=True))
-        if assumed is None:
-            return None
-        return (userguard.call(fam, "next_reads", first.name, t, inputs, assumed,
-                               check=userguard.digest), leg(second, assumed))
-
+    except Exception as exc:  # noqa: BLE001 - in order, where the error surfaces as usual
+        return None, b"", f"redone: {fam.name}'s numpy reference {first.name} failed ({exc})", 0
+    if assumed is None:
+        return None, b"", "", 0
     try:
-        return Forked(work), "", at
+        ahead = Forked(lambda: leg(second, assumed))
     except OSError as exc:  # one process it is
-        return None, f"redone: no second process ({exc.strerror or exc})", 0
+        return None, b"", f"redone: no second process ({exc.strerror or exc})", 0
+    try:
+        expected = userguard.call(fam, "next_reads", first.name, t, inputs, assumed,
+                                  check=userguard.digest)
+    except BaseException as exc:
+        ahead.cancel()
+        if not isinstance(exc, Exception):
+            raise
+        return None, b"", f"redone: {fam.name}'s digest of {first.name} failed ({exc})", 0
+    return ahead, expected, "", at
 
 
 @dataclass

@@ -57,3 +57,22 @@ def test_a_gigabyte_of_zero_rows_takes_no_memory_in_the_parent() -> None:
     assert got is not None and got.shape == (n // 2 // 7168, 7168)
     assert int(got[12, 0]) == 5 and int(got[13, 0]) == 0 and int(got[-1, -1]) == 0
     assert grown < 64 * 1024  # KiB: under 64 MiB of the 0.9 GiB
+
+
+def test_the_result_pipe_holds_a_mebibyte_where_linux_allows_it() -> None:
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("no pipe sizes here")
+    from npusim.fork import PIPE_BYTES, _widen
+
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        allowed = int(f.read())
+    r, w = os.pipe()
+    try:
+        before = fcntl.fcntl(w, fcntl.F_GETPIPE_SZ)
+        _widen(w)
+        assert fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) == (
+            PIPE_BYTES if allowed >= PIPE_BYTES else before)
+    finally:
+        os.close(r)
+        os.close(w)

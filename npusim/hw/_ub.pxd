@@ -19,6 +19,7 @@ cdef class UBBuffer:
     cpdef mark_written(self)
     @cython.locals(at=cython.long)
     cpdef bytes_at(self, long byte_offset, long nbytes)
+    cpdef clear(self)
 
 
 cdef class UnifiedBuffer:

@@ -15,7 +15,7 @@ import numpy as np
 
 from npusim.engine.compiled import adopt
 from npusim.errors import KernelError
-from npusim.hw.memory import release_pages
+from npusim.hw.memory import is_zero, release_pages
 from npusim.units import align_up, ceil_div
 
 INF = math.inf
@@ -94,6 +94,14 @@ class UBBuffer:
 
     def bytes_at(self, byte_offset: int, nbytes: int) -> np.ndarray:
         return self.ub.data[self.offset + byte_offset:self.offset + byte_offset + nbytes]
+
+    def clear(self) -> None:
+        """A Duplicate of 0 over every byte (the effect of a vector fill). Bytes that read
+        zero already are not written: UB never written stays unbacked, as a copy of
+        zeros onto zeros leaves it (memory.lands_unchanged)."""
+        data = self.ub.data[self.offset:self.offset + self.nbytes]
+        if data.size and (data.item(0) or not is_zero(data)):
+            data.fill(0)
 
 
 class UnifiedBuffer:

@@ -20,7 +20,7 @@ import numpy as np
 
 from npusim.engine.compiled import adopt
 from npusim.hw.cores import pipe_cap
-from npusim.hw.memory import Region, SparseRegion
+from npusim.hw.memory import Region, SparseRegion, land, lands_unchanged
 from npusim.hw.pipe import Op, TransferPipe
 from npusim.hw.ub import INF, UBBuffer, strided_blocks
 from npusim.runtime.conditions import Wait
@@ -109,10 +109,14 @@ class _Copy:
         local = dst.ub
         at = dst.offset + self.dst_offset
         if strided is None:
-            self.src.read_into(self.src_offset, local.data[at:at + nbytes])
+            self.src.land(self.src_offset, local.data[at:at + nbytes], at)
         else:
-            strided.scatter(local.data[at:at + self.dst_span],
-                            strided.gather(self.src.peek(self.src_offset, self.src_span)))
+            span = local.data[at:at + self.dst_span]
+            moved = strided.gather(self.src.peek(self.src_offset, self.src_span))
+            if strided.dst_gap == 0:  # (the blocks land back to back)
+                land(span[:strided.nbytes], moved, at)
+            elif not lands_unchanged(span, moved):
+                strided.scatter(span, moved)
         if strided is None and self.dst_offset == 0 and nbytes == dst.nbytes:
             dst.mark_written()
         elif not dst.all_written:

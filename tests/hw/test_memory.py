@@ -18,6 +18,7 @@ from npusim.hw.memory import (
     is_zero,
     paged_zeros,
 )
+from tests.hw.pagemap import entries
 
 
 def _rows() -> tuple[RowTable, np.ndarray]:
@@ -118,18 +119,10 @@ def test_paged_zeros_is_a_writable_zero_buffer_of_the_size_asked(nbytes):
 
 
 def _present_pages(arr: np.ndarray) -> int | None:
-    """Pages of arr the OS has backed (or mapped to its zero page), from /proc/self/pagemap;
-    None where that is not readable."""
-    import struct
-    page = mmap.PAGESIZE
-    first, last = arr.ctypes.data // page, (arr.ctypes.data + arr.nbytes - 1) // page
-    try:
-        with open("/proc/self/pagemap", "rb") as f:
-            f.seek(first * 8)
-            raw = f.read((last - first + 1) * 8)
-    except OSError:
-        return None
-    return sum(entry >> 63 & 1 for (entry,) in struct.iter_unpack("<Q", raw))
+    """Pages of arr the OS has backed (or mapped to its zero page); None where that is not
+    readable."""
+    found = entries(arr)
+    return None if found is None else sum(e >> 63 & 1 for e in found)
 
 
 def test_zeros_change_a_written_block_and_skip_one_never_written():

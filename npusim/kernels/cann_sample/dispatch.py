@@ -169,7 +169,7 @@ def send_token(
             align_up(h, 128) * 2,
             np.uint8,
             writes=[slot_in],
-            fn=lambda s=slot_in: s.view(np.uint8).fill(0),
+            fn=slot_in.clear,
         )
         yield from ctx.pipe_barrier("vector")  # SyncFunc<V_MTE2>
         load = ctx.copy_in(slot_in, x, token * 2 * h, 2 * h, name="load_token")
