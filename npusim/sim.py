@@ -208,10 +208,13 @@ def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list
     the reference's digest, why not (or "") and the kernel's index. The main process
     simulates the kernels before it meanwhile.
 
-    The reference is made here and the fork inherits it; this process hashes it while the
-    fork simulates, since the fork's leg is the longer one. (None, b"", why, 0) when the
-    family declares none, gives no reference for this kernel, its reference fails, or no
-    process can be started: the kernels then run in order."""
+    The fork makes its own reference; this process makes it too, after the fork, hashes
+    it while the fork simulates (the fork's leg is the longer one) and lets it go. A
+    reference held across the fork would count twice against the machine's memory, which
+    a fork is refused for: a timing-only combine's zero rows at EP 128 are a terabyte of
+    address space. (None, b"", why, 0) when the family declares none, gives no reference
+    for this kernel, its reference or digest fails, or no process can be started: the
+    kernels then run in order."""
     if not (fam.references and fam.chains):
         return None, b"", "", 0
     names = tuple(k.name for k in kernels)
@@ -222,25 +225,33 @@ def _speculate(fam: Family, kernels: tuple[Kernel, ...], t: object, inputs: list
 
     at = int(userguard.call(fam, "ahead", names, check=index))
     first, second = kernels[at - 1], kernels[at]
+
+    def reference() -> list[Arrays] | None:
+        return userguard.call(fam, "reference_outputs", first.name, t, inputs,
+                              check=userguard.arrays(none_ok=True))
+
+    def work() -> Leg | None:
+        assumed = reference()
+        return None if assumed is None else leg(second, assumed)
+
     try:
-        assumed = userguard.call(fam, "reference_outputs", first.name, t, inputs,
-                                 check=userguard.arrays(none_ok=True))
-    except Exception as exc:  # noqa: BLE001 - in order, where the error surfaces as usual
-        return None, b"", f"redone: {fam.name}'s numpy reference {first.name} failed ({exc})", 0
-    if assumed is None:
-        return None, b"", "", 0
-    try:
-        ahead = Forked(lambda: leg(second, assumed))
+        ahead = Forked(work)
     except OSError as exc:  # one process it is
         return None, b"", f"redone: no second process ({exc.strerror or exc})", 0
     try:
-        expected = userguard.call(fam, "next_reads", first.name, t, inputs, assumed,
-                                  check=userguard.digest)
-    except BaseException as exc:
+        assumed = reference()
+        expected = None if assumed is None else userguard.call(
+            fam, "next_reads", first.name, t, inputs, assumed, check=userguard.digest)
+    except Exception as exc:  # noqa: BLE001 - in order, where the error surfaces as usual
         ahead.cancel()
-        if not isinstance(exc, Exception):
-            raise
-        return None, b"", f"redone: {fam.name}'s digest of {first.name} failed ({exc})", 0
+        return (None, b"", f"redone: {fam.name}'s reference of {first.name} or its digest "
+                f"failed ({exc})", 0)
+    except BaseException:
+        ahead.cancel()
+        raise
+    if expected is None:
+        ahead.cancel()
+        return None, b"", "", 0
     return ahead, expected, "", at
 
 

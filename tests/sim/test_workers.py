@@ -93,7 +93,8 @@ def _in_the_child_only(real):
     pytest.param(sim, "run_op", None, "redone: the forked combine did not finish",
                  id="the-child-fails"),
     pytest.param(chain, "reference_dispatch_outputs", MemoryError("no memory"),
-                 "redone: cann_sample's numpy reference dispatch failed (", id="no-reference"),
+                 "redone: cann_sample's reference of dispatch or its digest failed (",
+                 id="no-reference"),
     pytest.param(os, "fork", OSError(11, "Resource temporarily unavailable"),
                  "redone: no second process (Resource temporarily unavailable)",
                  id="no-fork"),
@@ -133,3 +134,25 @@ def test_combine_starts_where_dispatch_stopped(tmp_path):
     assert combine.start_ns >= dispatch.end_ns
     assert min(s.start_ns for s in combine.spans) >= combine.start_ns
     assert max(s.end_ns for s in combine.spans) <= combine.end_ns
+
+
+def test_the_fork_makes_the_reference_it_runs_on(tmp_path, monkeypatch):
+    """Both processes make the reference: the main process to hash it, after the fork, and
+    the fork to run on. One held across the fork would count twice against the machine's
+    memory, and a fork of a process holding a large reference (a timing-only combine's
+    zero rows at EP 128: a terabyte of address space) is refused."""
+    sc = _dispatch_combine(tmp_path)
+    real = chain.reference_dispatch_outputs
+    read_end, write_end = os.pipe()
+
+    def noted(*args):
+        os.write(write_end, f"{os.getpid()}\n".encode())
+        return real(*args)
+
+    monkeypatch.setattr(chain, "reference_dispatch_outputs", noted)
+    ahead = simulate(sc, workers=2)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        pids = set(f.read().split())
+    assert ahead.combine_ahead == "kept"
+    assert len(pids) == 2 and str(os.getpid()).encode() in pids
