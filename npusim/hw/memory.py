@@ -132,7 +132,7 @@ def land(dst: np.ndarray, moved: np.ndarray, at: int) -> None:
     if not n or moved.item(0):  # (a functional row: at once)
         dst[:] = moved
         return
-    if is_zero(moved) and is_zero(dst):
+    if lands_unchanged(dst, moved):
         return
     pos, end = 0, PAGE - at % PAGE
     while pos < n:
